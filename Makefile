@@ -1,0 +1,50 @@
+# seakr-repro: `make reproduce` runs every notebook for a profile; `make test` runs the tests.
+# Both set up the virtual environment first when it is missing or out of date.
+SHELL := /bin/bash
+PROFILE ?= default
+PYTHON_BASE ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+export PYTHONUNBUFFERED := 1
+export TOKENIZERS_PARALLELISM := false
+
+.DEFAULT_GOAL := help
+.PHONY: help setup reproduce test test-all smoke bench figures tables lab clean clean-results
+
+help:  ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@echo "  variables: PROFILE=$(PROFILE) (smoke | default | paper)"
+
+setup: $(STAMP)  ## create .venv and install everything from pip (idempotent)
+
+$(STAMP): requirements.txt pyproject.toml scripts/setup_env.sh
+	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
+	touch $(STAMP)
+
+reproduce: $(STAMP)  ## run every notebook for PROFILE (default: the embedded default) incrementally
+	$(PY) -m seakr_repro reproduce --profile $(PROFILE)
+
+smoke: $(STAMP)  ## the whole pipeline at smoke size (a few minutes)
+	$(PY) -m seakr_repro reproduce --profile smoke
+
+test: $(STAMP)  ## fast tests, notebook smoke runs included (slow and GPU tests skipped)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
+	$(PY) -m pytest -q -m "" --runslow
+
+bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
+	$(PY) -m seakr_repro bench --profile $(PROFILE)
+
+figures tables: $(STAMP)  ## re-render every table and figure from saved results
+	$(PY) -m seakr_repro render --profile $(PROFILE)
+
+lab: $(STAMP)  ## open JupyterLab on the notebooks
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean-results:  ## delete results/ for PROFILE
+	rm -rf results/$(PROFILE)
+
+clean:  ## delete the virtual environment, caches and all results
+	rm -rf $(VENV) results data/cache .pytest_cache

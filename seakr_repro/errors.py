@@ -1,0 +1,48 @@
+"""User-facing errors: one paragraph naming the file, the line or the setting, and the fix.
+
+Code that reads user input raises `UserError`; the command line and the notebooks print its message
+without a Python traceback and exit non-zero.
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+
+class UserError(Exception):
+    """A problem with the user's input or set-up that they can fix.
+
+    `what` says what went wrong, `fix` says what to do; `path` and `line` (1-based) locate it.
+    """
+
+    def __init__(self, what: str, fix: str = "", path: str | Path | None = None,
+                 line: int | None = None, setting: str | None = None):
+        self.what, self.fix = what, fix
+        self.path = str(path) if path is not None else None
+        self.line, self.setting = line, setting
+        super().__init__(self.paragraph())
+
+    def paragraph(self) -> str:
+        where = []
+        if self.path:
+            where.append(f"file {self.path}" + (f", line {self.line}" if self.line else ""))
+        if self.setting:
+            where.append(f"setting '{self.setting}'")
+        head = f"In {' / '.join(where)}: " if where else ""
+        text = head + self.what.rstrip(".") + "."
+        if self.fix:
+            text += " Fix: " + self.fix.rstrip(".") + "."
+        return text
+
+
+class DataMissingError(UserError):
+    """A data set, corpus or model the user must download is not where we look for it."""
+
+
+def report_and_exit(err: UserError, stream=None) -> None:
+    """Print the error as one wrapped paragraph and exit with status 2 (no traceback)."""
+    stream = stream or sys.stderr
+    print("error: " + textwrap.fill(err.paragraph(), width=100, subsequent_indent="  "),
+          file=stream)
+    raise SystemExit(2)

@@ -1,0 +1,103 @@
+"""Safe file I/O: atomic writes (nothing half-written survives a crash) and JSON/JSONL readers
+whose errors name the file and the line."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .errors import DataMissingError, UserError
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, suffix: str = ""):
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8"):
+    """Open a temporary file for writing; it replaces `path` only when the block succeeds."""
+    with atomic_path(path) as tmp:
+        kwargs = {} if "b" in mode else {"encoding": encoding}
+        with open(tmp, mode, **kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=indent, ensure_ascii=False, default=_json_default)
+        fh.write("\n")
+    return Path(path)
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
+    n = 0
+    with atomic_open(path) as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+            n += 1
+    return n
+
+
+def _json_default(obj):
+    # numpy scalars and arrays, Paths and sets appear in results; make them JSON-friendly.
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (Path, set, frozenset)):
+        return str(obj) if isinstance(obj, Path) else sorted(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def require_file(path: str | Path, what: str, how_to_get: str) -> Path:
+    """Return `path` if it is a file, else raise a DataMissingError saying how to get it."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataMissingError(f"{what} was not found", fix=how_to_get, path=path)
+    return path
+
+
+def read_json(path: str | Path, what: str = "JSON file", how_to_get: str = "") -> Any:
+    """Load a JSON document; a syntax error names the file, line and column."""
+    path = require_file(path, what, how_to_get or "check the path")
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what} is not valid JSON ({e.msg}, column {e.colno})",
+                        fix="re-download or repair the file; it may be truncated",
+                        path=path, line=e.lineno) from None
+
+
+def iter_jsonl(path: str | Path, what: str = "JSONL file", how_to_get: str = "") -> Iterator[tuple[int, dict]]:
+    """Yield (line_number, object) for each non-blank line; a bad line names file and line."""
+    path = require_file(path, what, how_to_get or "check the path")
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{what} has a malformed JSON line ({e.msg}, column {e.colno})",
+                                fix="repair or delete that line (each line must be one JSON object)",
+                                path=path, line=lineno) from None
+            if not isinstance(obj, dict):
+                raise UserError(f"{what} line holds a {type(obj).__name__}, not a JSON object",
+                                fix="each line must be one JSON object", path=path, line=lineno)
+            yield lineno, obj
