@@ -1,0 +1,147 @@
+"""`python -m seakr_repro <command>`: the same steps the notebooks take, from a shell.
+
+Every command takes --profile (smoke | default | paper) and --set key=value overrides. Errors in
+the user's input end with one paragraph naming the file/line/setting and the fix (exit status 2).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import UserError, report_and_exit
+
+
+def _config(args):
+    from .config import load_config, parse_override
+
+    overrides = dict(parse_override(s) for s in (args.set or []))
+    return load_config(args.profile, overrides)
+
+
+def cmd_corpus(args):
+    from .data import corpus
+
+    if args.source == "wiki-excerpt":
+        n = corpus.build_wiki_excerpt_corpus(args.out, args.words, progress=not args.quiet)
+    else:
+        n = corpus.convert_dpr_tsv(args.tsv, args.out, progress=not args.quiet)
+    print(f"wrote {n:,} passages to {args.out}")
+
+
+def cmd_prepare(args):
+    from .prepare import dataset_statistics, ensure_corpus, prepare_datasets
+
+    cfg = _config(args)
+    path = ensure_corpus(cfg, progress=not args.quiet)
+    print(f"corpus: {path}")
+    loaded = prepare_datasets(cfg, args.dataset or None)
+    print(dataset_statistics(loaded).to_markdown(index=False))
+
+
+def cmd_index(args):
+    from .prepare import ensure_index
+
+    cfg = _config(args)
+    meta = ensure_index(cfg, progress=not args.quiet, force=args.force)
+    print(f"{meta.get('backend')} index with {meta.get('doc_count', 0):,} documents "
+          f"(corpus lines {meta.get('corpus_lines', '?'):,}) at {meta.get('index_dir', '')}")
+
+
+def cmd_search(args):
+    from .retrieval import searcher_for
+
+    cfg = _config(args)
+    searcher = searcher_for(cfg)
+    for query in args.query:
+        hits = searcher.search(query, k=args.k)
+        if args.json:
+            print(json.dumps({"query": query, "hits": [h.__dict__ for h in hits]}, ensure_ascii=False))
+            continue
+        print(f"\nquery: {query}")
+        for rank, h in enumerate(hits, 1):
+            print(f"  {rank}. [{h.id}] {h.score:.2f}  {h.title}: {h.text[:160]}...")
+
+
+def cmd_datasets(args):
+    from .data.registry import DATASETS, dataset_available, describe_missing
+
+    for name, spec in DATASETS.items():
+        ok = dataset_available(name)
+        print(f"{name:18s} {spec.kind:8s} {'available' if ok else 'missing'}")
+        if not ok and args.verbose:
+            print("    " + describe_missing(name))
+
+
+def cmd_reproduce(args):
+    from .pipeline import reproduce
+
+    results = reproduce(args.profile, only=args.only, force=args.force)
+    ran = [r for r in results if r.status == "ran"]
+    print(f"[reproduce] profile {args.profile}: {len(ran)} step(s) ran, "
+          f"{sum(r.status == 'up-to-date' for r in results)} up to date")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m seakr_repro", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def add(name, func, help_text):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--profile", default="default", help="params/<profile>.yaml (default: default)")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a setting, e.g. --set retrieval.backend=bm25s (repeatable)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.set_defaults(func=func)
+        return p
+
+    p = add("corpus", cmd_corpus, "build a corpus JSONL: the default Wikipedia excerpt or DPR's psgs_w100.tsv")
+    p.add_argument("--source", choices=["wiki-excerpt", "dpr"], default="wiki-excerpt")
+    p.add_argument("--tsv", default="data/raw/psgs_w100.tsv", help="DPR passages TSV (for --source dpr)")
+    p.add_argument("--out", required=True, help="output JSONL path")
+    p.add_argument("--words", type=int, default=100, help="words per passage (wiki-excerpt)")
+
+    p = add("prepare", cmd_prepare, "build the corpus and load/validate the profile's question sets")
+    p.add_argument("--dataset", action="append", help="only this data set (repeatable)")
+
+    p = add("index", cmd_index, "build the BM25 index of the profile's corpus (pyserini or bm25s)")
+    p.add_argument("--force", action="store_true", help="rebuild even if up to date")
+
+    p = add("search", cmd_search, "search the profile's BM25 index")
+    p.add_argument("query", nargs="+", help="query text (several queries allowed)")
+    p.add_argument("-k", type=int, default=3, help="number of passages (default 3)")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+
+    p = add("datasets", cmd_datasets, "list the known data sets and whether they are on disk")
+    p.add_argument("--verbose", "-v", action="store_true", help="show download instructions")
+
+    p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
+    p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
+    p.add_argument("--force", action="store_true", help="re-run even if up to date")
+
+    for extra in _EXTRA_COMMANDS:
+        extra(add)
+    return parser
+
+
+# Later modules (methods, rendering, benchmarks) register their sub-commands here.
+_EXTRA_COMMANDS: list = []
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as err:
+        report_and_exit(err)
+    except KeyboardInterrupt:
+        print("\ninterrupted: results written so far are kept; run the command again to resume",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

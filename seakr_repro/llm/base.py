@@ -1,0 +1,82 @@
+"""The backend protocol every LLM implementation follows (transformers now, vLLM later).
+
+Methods (SeaKR, FLARE, DRAGIN, ...) talk only to this protocol, so they can be tested with a
+scripted backend and run unchanged on CPU, GPU or vLLM.
+
+Two calls matter:
+- `generate`: one greedy continuation with per-token log-probabilities (and, on request, the
+  statistics FLARE/DRAGIN/perplexity/energy need);
+- `sample`: k sampled continuations of ONE context, each with the vector of the forced EOS token
+  ("context + completion truncated at the stop + EOS") at a chosen layer and hook. This is what
+  SeaKR's uncertainty U(c) is computed from. `sample_many` does several contexts in one go.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class Generation:
+    """One continuation. Lists are aligned per generated token (the stop string removed)."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)        # each token decoded on its own
+    logprobs: list[float] = field(default_factory=list)    # log p(token | prefix), natural log
+    entropies: list[float] | None = None                   # entropy of the next-token distribution
+    logsumexp: list[float] | None = None                   # logsumexp of the raw logits (energy)
+    finish_reason: str = "stop"                            # stop | eos | length
+    # DRAGIN: for each generated token, the last layer's attention it receives from later tokens
+    # (max over heads, as DRAGIN computes it); filled only when attentions were asked for.
+    attention: list[float] | None = None
+    n_prompt_tokens: int = 0
+
+
+@dataclass
+class SampleSet:
+    """k samples of one context and their forced-EOS vectors (row i belongs to samples[i])."""
+
+    samples: list[Generation]
+    vectors: np.ndarray          # k x d, float32; rows of empty samples are still present
+    layer: int
+    hook: str                    # "mlp_out" | "residual"
+
+    @property
+    def nonempty_vectors(self) -> np.ndarray:
+        """Vectors of the samples with non-empty text: the ones SeaKR's U(c) uses."""
+        keep = [i for i, s in enumerate(self.samples) if s.text.strip()]
+        return self.vectors[keep] if keep else self.vectors[:0]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str                    # registry key of the model
+    n_layers: int
+    hidden_size: int
+    eos_token_id: int
+
+    def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
+                 want_stats: bool = False, want_attention: bool = False) -> Generation:
+        """Greedy decoding of `prompt` until a stop string, EOS or max_new_tokens."""
+        ...
+
+    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
+               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
+               layer: int | None = None, hook: str = "mlp_out",
+               want_stats: bool = False) -> SampleSet:
+        """k samples of one context (the prompt is pre-filled once), with forced-EOS vectors."""
+        ...
+
+    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
+        """`sample` for several contexts; implementations may batch them."""
+        ...
+
+    def score(self, prompt: str, continuation: str) -> Generation:
+        """Teacher-forced log-probabilities (and stats) of `continuation` after `prompt`."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        ...

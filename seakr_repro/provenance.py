@@ -1,0 +1,78 @@
+"""Provenance for every artifact: config, model, data, seed, versions, git revision, time.
+
+`save_table`/`save_json` write the artifact and a `<name>.provenance.json` beside it, so any number
+in a table can be traced to the run that produced it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .io import atomic_open, write_json
+from .paths import REPO_ROOT
+
+_PACKAGES = ("seakr-repro", "torch", "transformers", "pyserini", "bm25s", "numpy", "pandas",
+             "spacy", "papermill", "vllm")
+
+
+@lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_revision() -> dict[str, Any]:
+    def run(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    rev = run("rev-parse", "HEAD")
+    dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+    return {"revision": rev or "unknown", "dirty": dirty}
+
+
+def provenance(cfg=None, **extra) -> dict[str, Any]:
+    """A JSON-able record of how an artifact was made."""
+    rec: dict[str, Any] = {
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git": git_revision(),
+        "versions": versions(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+    }
+    if cfg is not None:
+        rec.update(profile=cfg.profile, config_hash=cfg.hash, seed=cfg.get("seed"),
+                   model=cfg.get("model.name"), corpus=cfg.get("corpus.name"), config=cfg.to_dict())
+    rec.update(extra)
+    return rec
+
+
+def save_json(obj: Any, path: str | Path, cfg=None, **extra) -> Path:
+    path = Path(path)
+    write_json(path, obj)
+    write_json(path.with_name(path.name + ".provenance.json"), provenance(cfg, **extra))
+    return path
+
+
+def save_dataframe(df, path: str | Path, cfg=None, **extra) -> Path:
+    """Write a DataFrame as CSV (and Markdown beside it when the path ends in .csv)."""
+    path = Path(path)
+    with atomic_open(path) as fh:
+        df.to_csv(fh, index=False)
+    if path.suffix == ".csv":
+        with atomic_open(path.with_suffix(".md")) as fh:
+            fh.write(df.to_markdown(index=False) + "\n")
+    write_json(path.with_name(path.name + ".provenance.json"), provenance(cfg, **extra))
+    return path
