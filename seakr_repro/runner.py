@@ -1,0 +1,141 @@
+"""Run a method over a question set, one JSON line per finished question, resumable.
+
+The output file is keyed by method and config hash: results/<profile>/runs/<dataset>/<method>-<hash>.jsonl.
+A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
+most the question in flight; on resume, finished ids are skipped and a torn last line (a kill in the
+middle of a write) is cut off. Nothing is duplicated and nothing finished is recomputed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from .errors import UserError
+from .paths import results_dir
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def run_path(profile: str, dataset: str, method_name: str, method_config: dict) -> Path:
+    return results_dir(profile) / "runs" / dataset / f"{method_name}-{config_hash(method_config)}.jsonl"
+
+
+def read_results(path: str | Path, repair: bool = False) -> list[dict]:
+    """Finished lines of a run file. A torn LAST line is dropped (and cut from the file if
+    `repair`); a malformed line elsewhere is an error naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows, good_bytes, torn = [], 0, False
+    with open(path, "rb") as fh:
+        lines = fh.readlines()
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            good_bytes += len(raw)
+            continue
+        try:
+            rows.append(json.loads(raw))
+            good_bytes += len(raw)
+        except json.JSONDecodeError:
+            if lineno == len(lines):          # torn write at the end: the question was not finished
+                torn = True
+                if repair:
+                    with open(path, "r+b") as fh:
+                        fh.truncate(good_bytes)
+                break
+            raise UserError("a results line is not valid JSON", path=path, line=lineno,
+                            fix="delete that line (its question will be run again on resume)") from None
+    if rows and not torn and not lines[-1].endswith(b"\n") and repair:
+        with open(path, "ab") as fh:          # a complete last object without its newline
+            fh.write(b"\n")
+    return rows
+
+
+def _counters(backend) -> dict[str, float]:
+    stats = getattr(backend, "stats", None)
+    stats = stats() if callable(stats) else (stats or {})
+    return {k: v for k, v in dict(stats).items() if isinstance(v, (int, float))}
+
+
+def _plain(obj: Any) -> Any:
+    return asdict(obj) if is_dataclass(obj) else obj
+
+
+def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
+               scorer: Callable[[str, list[str]], dict] | None = None, progress: bool = True,
+               desc: str | None = None, limit: int | None = None) -> list[dict]:
+    """Run `method.run(record)` for every record not yet in `out_path`; return all finished rows.
+
+    Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls, tokens, seconds, trace, extra.
+    """
+    from tqdm.auto import tqdm
+
+    if scorer is None:
+        from .evaluation import exact_match, f1_score
+
+        def scorer(pred, golds):
+            return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done_rows = read_results(out_path, repair=True)
+    done = {row["id"] for row in done_rows}
+    ids = [r.id for r in records]
+    if len(set(ids)) != len(ids):
+        raise UserError("the question set has duplicate ids", setting="dataset",
+                        fix="give every question a unique id")
+    todo = [r for r in records if r.id not in done]
+    if limit is not None:
+        todo = todo[:max(0, limit - len(done))]
+    bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
+               desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
+    try:
+        with open(out_path, "a", encoding="utf-8") as fh:
+            for record in todo:
+                before = _counters(backend) if backend is not None else {}
+                t0 = time.perf_counter()
+                result = method.run(record)
+                seconds = time.perf_counter() - t0
+                after = _counters(backend) if backend is not None else {}
+                delta = {k: after[k] - before.get(k, 0) for k in after}
+                row = {
+                    "id": record.id, "question": record.question, "golds": list(record.golds),
+                    "type": record.type, "answer": result.answer,
+                    **scorer(result.answer or "", list(record.golds)),
+                    "n_retrievals": result.n_retrievals,
+                    "llm_calls": delta.get("calls", 0), "llm_cache_hits": delta.get("hits", 0),
+                    "tokens": delta.get("tokens", 0),
+                    "seconds": round(seconds, 3),
+                    "raw_output": result.raw_output, "extra": _plain(result.extra),
+                    "trace": [_plain(t) for t in result.trace],
+                }
+                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+                done_rows.append(row)
+                bar.update(1)
+    finally:
+        bar.close()
+    return done_rows
+
+
+def summarise(rows: Iterable[dict]) -> dict:
+    """Mean EM/F1 (percent) and per-question costs of a finished run."""
+    rows = list(rows)
+    n = len(rows) or 1
+    return {
+        "questions": len(rows),
+        "em": round(100 * sum(r["em"] for r in rows) / n, 2),
+        "f1": round(100 * sum(r["f1"] for r in rows) / n, 2),
+        "retrievals_per_q": round(sum(r["n_retrievals"] for r in rows) / n, 3),
+        "llm_calls_per_q": round(sum(r["llm_calls"] for r in rows) / n, 2),
+        "tokens_per_q": round(sum(r["tokens"] for r in rows) / n, 1),
+        "seconds_per_q": round(sum(r["seconds"] for r in rows) / n, 3),
+    }
