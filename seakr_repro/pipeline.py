@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from .config import Config, load_config
 from .errors import UserError
-from .io import atomic_path, read_json, write_json
+from .io import read_json, write_json
 from .paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
 
 KERNEL = "python3"
@@ -67,17 +67,21 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / notebook.name
     failed = out_dir / notebook.name.replace(".ipynb", ".failed.ipynb")
-    with atomic_path(final, suffix=".ipynb") as tmp:
-        try:
-            pm.execute_notebook(str(notebook), str(tmp), parameters=params, kernel_name=KERNEL,
-                                cwd=str(notebook.parent), progress_bar=progress,
-                                execution_timeout=timeout, log_output=False)
-        except pm.PapermillExecutionError as e:
-            os.replace(tmp, failed)
-            raise UserError(f"notebook {notebook.name} failed in cell {e.exec_count}: {e.ename}: "
-                            f"{e.evalue}", path=failed,
-                            fix="open the failed notebook to see the cell and its output, fix the "
-                                "cause, then run the step again") from None
+    tmp = out_dir / f".{notebook.stem}.running.ipynb"   # papermill wants the .ipynb suffix
+    try:
+        pm.execute_notebook(str(notebook), str(tmp), parameters=params, kernel_name=KERNEL,
+                            cwd=str(notebook.parent), progress_bar=progress,
+                            execution_timeout=timeout, log_output=False)
+    except pm.PapermillExecutionError as e:
+        os.replace(tmp, failed)
+        raise UserError(f"notebook {notebook.name} failed in cell {e.exec_count}: {e.ename}: "
+                        f"{e.evalue}", path=failed,
+                        fix="open the failed notebook to see the cell and its output, fix the "
+                            "cause, then run the step again") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, final)   # only a finished notebook appears under its real name
     failed.unlink(missing_ok=True)
     return final
 

@@ -1,0 +1,119 @@
+"""The data sets by name: where each lives, how to read it, how big the paper says it is.
+
+`load_dataset("2wiki", n=500)` is the one call the runner and the notebooks make; a missing file
+raises DataMissingError with the download instructions, so nothing fails half-way through a run.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import paths
+from ..errors import DataMissingError, UserError
+from .loaders import (HOW_TO_GET, fanoutqa_path, load_2wiki, load_dpr_qa, load_fanoutqa,
+                      load_hotpotqa, load_iirc)
+from .records import QuestionRecord, sample
+
+_BUNDLED_FIX = ("it ships with the repository; restore it from version control "
+                "(git checkout -- {rel}) or re-clone the repository")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    loader: Callable[..., list[QuestionRecord]]  # called as loader(path, source=name)
+    root: str            # "raw" (user downloads), "bundled" (in the repository) or "package"
+    rel: str             # path under the root; a folder when `files` is set
+    kind: str            # "complex" (multi-hop, iterative retrieval) or "simple" (one round)
+    paper_size: int | None  # questions in the paper's Table 6 (None: not in the paper)
+    how_to_get: str
+    description: str
+    files: tuple[str, ...] = ()  # files the folder must hold
+
+    def default_path(self) -> Path:
+        if self.root == "package":
+            return fanoutqa_path("dev")
+        return (paths.RAW_DIR if self.root == "raw" else paths.BUNDLED_DIR) / self.rel
+
+    def required_files(self) -> list[Path]:
+        base = self.default_path()
+        return [base / f for f in self.files] if self.files else [base]
+
+
+def _bundled(name: str, loader, rel: str, kind: str, description: str, files=()) -> DatasetSpec:
+    return DatasetSpec(name, loader, "bundled", rel, kind, None,
+                       _BUNDLED_FIX.format(rel=f"data/bundled/{rel}"), description, files)
+
+
+_2WIKI_FILES = ("dev.json", "id_aliases.json")
+
+DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
+    DatasetSpec("2wiki", load_2wiki, "raw", "2wikimultihopqa", "complex", 12576, HOW_TO_GET["2wiki"],
+                "2WikiMultihopQA dev (DRAGIN's preparation)", _2WIKI_FILES),
+    DatasetSpec("hotpotqa", load_hotpotqa, "raw", "hotpotqa/hotpot_dev_distractor_v1.json", "complex",
+                7405, HOW_TO_GET["hotpotqa"], "HotpotQA distractor dev"),
+    DatasetSpec("iirc", load_iirc, "raw", "iirc/dev.json", "complex", 954, HOW_TO_GET["iirc"],
+                "IIRC dev set (answerable questions)"),
+    DatasetSpec("nq", load_dpr_qa, "raw", "dpr/nq-test.qa.csv", "simple", 3610, HOW_TO_GET["dpr"],
+                "Natural Questions test (DPR's split)"),
+    DatasetSpec("triviaqa", load_dpr_qa, "raw", "dpr/trivia-test.qa.csv", "simple", 11313,
+                HOW_TO_GET["dpr"], "TriviaQA test (DPR's split)"),
+    DatasetSpec("squad", load_dpr_qa, "raw", "dpr/squad1-test.qa.csv", "simple", 7357,
+                HOW_TO_GET["dpr"], "SQuAD v1.1 test (DPR's split)"),
+    DatasetSpec("fanoutqa", functools.partial(load_fanoutqa, "dev", "top"), "package",
+                "fanoutqa/data/fanout-final-dev.json", "complex", None, HOW_TO_GET["fanoutqa"],
+                "FanOutQA dev, 310 multi-hop questions (shipped in the fanoutqa wheel; closed-book here)"),
+    DatasetSpec("fanoutqa-sub", functools.partial(load_fanoutqa, "dev", "sub"), "package",
+                "fanoutqa/data/fanout-final-dev.json", "simple", None, HOW_TO_GET["fanoutqa"],
+                "FanOutQA dev sub-questions, 2,193 single-hop questions"),
+    _bundled("bundled-2wiki", load_2wiki, "2wiki", "complex",
+             "the bundled 2WikiMultihopQA-format set", _2WIKI_FILES),
+    _bundled("bundled-hotpotqa", load_hotpotqa, "hotpotqa/hotpot_dev_distractor_v1.json", "complex",
+             "the bundled HotpotQA-format set"),
+    _bundled("bundled-single", load_dpr_qa, "single/single-dev.json", "simple",
+             "the bundled single-hop set (DPR retriever JSON format)"),
+)}
+
+
+def get_spec(name: str) -> DatasetSpec:
+    if name not in DATASETS:
+        raise UserError(f"unknown data set {name!r}", setting="dataset",
+                        fix=f"use one of {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def dataset_available(name: str) -> bool:
+    """True when every file the data set needs is at its default place."""
+    spec = get_spec(name)
+    try:
+        return all(p.is_file() for p in spec.required_files())
+    except DataMissingError:  # fanoutqa not installed
+        return False
+
+
+def describe_missing(name: str) -> str:
+    """Where the data set is expected and how to get it (one paragraph)."""
+    spec = get_spec(name)
+    try:
+        where = ", ".join(str(p) for p in spec.required_files())
+    except DataMissingError:
+        where = "the installed fanoutqa package"
+    return f"{spec.description} is expected at {where}. To get it: {spec.how_to_get}."
+
+
+def load_dataset(name: str, path: str | Path | None = None, n: int | None = None,
+                 seed: int = 42) -> list[QuestionRecord]:
+    """Load a data set by name (from `path` if given), then keep `n` questions sampled with `seed`
+    (None keeps all, in file order)."""
+    spec = get_spec(name)
+    if path is None and not dataset_available(name):
+        try:
+            missing = next(p for p in spec.required_files() if not p.is_file())
+        except DataMissingError:  # the fanoutqa package itself is missing
+            missing = None
+        raise DataMissingError(f"{spec.description} ('{name}') was not found", path=missing,
+                               fix=spec.how_to_get)
+    records = spec.loader(Path(path) if path is not None else spec.default_path(), source=name)
+    return sample(records, n, seed)

@@ -1,0 +1,120 @@
+"""Pull the short answer out of a chain-of-thought ("... So the answer is X.").
+
+Two modes (setting `evaluation.answer_extraction`):
+
+faithful -- behaves like the official SeaKR reasoner, bugs included:
+  1. lower-case the whole text;
+  2. take the FIRST "the answer is" (optionally followed by ":") and everything up to the first
+     comma or period after it, across lines if need be: "August 25, 1963" -> "august 25",
+     "The Operation M.D." -> "the operation m", "15,140" -> "15", "3.5" -> "3";
+  3. if there is no "the answer is" followed somewhere by "," or ".", take "X is the answer" where
+     X runs back to the previous ".", "?" or "!" (which must exist);
+  4. otherwise None: the caller generates again with " So the answer is " appended
+     (see `answer_from_forced`). Quotes are kept; an empty capture returns "".
+
+fixed -- what the official code means to do:
+  1. case is preserved;
+  2. the LAST "the answer is" (case-insensitive) with a non-empty answer wins, so a model that
+     restates or corrects itself is scored on its final claim;
+  3. the answer runs to the end of its sentence (`_sentence_end`): a newline, or ".", "!" or "?"
+     followed by whitespace or the end of the text -- but not a period that closes an
+     abbreviation (a single letter "L.", an initialism "M.D."/"U.S.", or a listed word such as
+     "No.", "St.", "Jr."). Commas and periods inside numbers never end it. No terminator at all
+     means the answer runs to the end of the text (faithful returns None there);
+  4. surrounding quotes and whitespace are stripped, and a trailing period that is not part of an
+     abbreviation;
+  5. fallback "X is the answer" as in faithful, but the sentence may also start the text.
+  Known limit: an answer ending in a one-letter word ("Vitamin C. It ...") runs on to the next
+  sentence end, because "C." looks like an initial.
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import UserError
+
+MODES = ("fixed", "faithful")
+
+_FAITHFUL_MAIN = re.compile(r"the answer is(?:\s*:\s*)?(.*?)[,.]", re.DOTALL)
+_FAITHFUL_ALT = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.DOTALL)
+_FIXED_CUE = re.compile(r"the answer is(?:\s*:)?", re.IGNORECASE)
+_FIXED_ALT = re.compile(r"(?:^|[.?!]\s|\n)\s*([^.?!\n]*?)\s+is the answer\b", re.IGNORECASE)
+_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "no", "nos", "co", "corp", "inc", "ltd",
+                  "vs", "etc", "mt", "ft", "gen", "col", "lt", "sgt", "capt", "prof", "rev", "vol",
+                  "jan", "feb", "mar", "apr", "aug", "sep", "sept", "oct", "nov", "dec"}
+_INITIALISM = re.compile(r"^(?:[A-Za-z]\.)+$")  # "L." "M.D." "U.S."
+_QUOTES = "\"'`“”‘’«»"
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise UserError(f"unknown answer extraction mode '{mode}'", setting="evaluation.answer_extraction",
+                        fix="use 'fixed' or 'faithful'")
+
+
+def _is_abbreviation(text: str, dot: int) -> bool:
+    """Does the '.' at index `dot` close an abbreviation (rather than a sentence)?"""
+    start = dot
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    word = text[start:dot + 1].lstrip("(" + _QUOTES)
+    return bool(_INITIALISM.match(word)) or word[:-1].lower() in _ABBREVIATIONS
+
+
+def _sentence_end(text: str, start: int) -> int:
+    """Index where the sentence that contains `start` ends (exclusive), see the module doc."""
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch == "\n":
+            return i
+        if ch in ".!?" and (i + 1 == len(text) or text[i + 1].isspace()):
+            if ch == "." and _is_abbreviation(text, i):
+                continue
+            return i
+    return len(text)
+
+
+def _clean(answer: str) -> str:
+    answer = answer.strip().strip(_QUOTES).strip()
+    if answer.endswith(".") and not _is_abbreviation(answer, len(answer) - 1):
+        answer = answer[:-1].rstrip().strip(_QUOTES).strip()
+    return answer
+
+
+def _faithful(text: str) -> str | None:
+    low = text.lower()
+    m = _FAITHFUL_MAIN.search(low) or _FAITHFUL_ALT.search(low)
+    return m.group(1).strip() if m else None
+
+
+def _fixed(text: str) -> str | None:
+    for cue in reversed(list(_FIXED_CUE.finditer(text))):
+        answer = _clean(text[cue.end():_sentence_end(text, cue.end())])
+        if answer:
+            return answer
+    alts = list(_FIXED_ALT.finditer(text))
+    if alts:
+        answer = _clean(alts[-1].group(1))
+        return answer or None
+    return None
+
+
+def extract_answer(text: str | None, mode: str = "fixed") -> str | None:
+    """The short answer stated in `text`, or None when it states none (module doc: the two modes)."""
+    _check_mode(mode)
+    if not text:
+        return None
+    return _faithful(text) if mode == "faithful" else _fixed(text)
+
+
+def answer_from_forced(continuation: str | None, mode: str = "fixed") -> str:
+    """The answer from a generation forced with " So the answer is " appended to the prompt.
+
+    faithful: the official code keeps the greedy continuation verbatim (it stops at a newline or
+    ". "); fixed: the continuation is cut at its sentence end and cleaned like `extract_answer`.
+    """
+    _check_mode(mode)
+    text = continuation or ""
+    if mode == "faithful":
+        return text
+    return _clean(text[:_sentence_end(text, 0)])

@@ -1,0 +1,103 @@
+"""The output-space estimators of the paper's ablation (Table 3), as the official code computes them.
+
+Every estimator carries `higher_is_more_uncertain`; `oriented(value, estimator)` flips the ones
+where a higher value means MORE confident, so thresholds and AUROCs compare across estimators.
+
+Inputs are natural-log token log-probabilities of the generated tokens (Generation.logprobs) with
+EOS excluded; `content_logprobs(generation, eos_token_id)` drops an EOS the backend may report.
+
+Empty input (no generated token, or no non-empty sample) returns the estimator's UNCERTAIN end:
++inf for perplexity / multi-perplexity / LN-entropy, -inf for energy (code sign). This mirrors
+SeaKR, where an empty step always triggers retrieval and an empty candidate ranks last.
+(`analysis.auroc` ranks scores, so infinities are fine there.)
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import UserError
+
+
+def _direction(higher_is_more_uncertain: bool) -> Callable:
+    def mark(fn):
+        fn.higher_is_more_uncertain = higher_is_more_uncertain
+        return fn
+    return mark
+
+
+def _vector(values, what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    if np.isnan(arr).any():
+        raise UserError(f"{what} contain NaN", setting=what,
+                        fix="check the backend's log-probabilities (float16 overflow?)")
+    return arr
+
+
+def content_logprobs(generation, eos_token_id: int | None = None) -> list[float]:
+    """Log-probs of a Generation's tokens with any EOS token removed (the code excludes EOS)."""
+    if eos_token_id is None or not generation.token_ids:
+        return list(generation.logprobs)
+    return [lp for tid, lp in zip(generation.token_ids, generation.logprobs) if tid != eos_token_id]
+
+
+@_direction(True)
+def perplexity(logprobs: Sequence[float]) -> float:
+    """exp(-mean log p) over the generated tokens (EOS excluded); empty -> +inf."""
+    lp = _vector(logprobs, "logprobs")
+    if lp.size == 0:
+        return math.inf
+    return float(np.exp(-lp.mean()))
+
+
+@_direction(True)
+def multi_perplexity(samples: Sequence[Sequence[float]]) -> float:
+    """Mean of the per-sample perplexities of k samples; empty samples are skipped (as U(c) skips
+    them); none left -> +inf."""
+    ppl = [perplexity(s) for s in samples if len(s)]
+    return float(np.mean(ppl)) if ppl else math.inf
+
+
+@_direction(True)
+def ln_entropy_official(samples: Sequence[Sequence[float]]) -> float:
+    """What the official code reports as "LN-entropy": the mean per-sample perplexity, i.e. the
+    same number as `multi_perplexity`. Kept under this name so Table 3 rows map one to one; the
+    true length-normalised entropy is `ln_entropy`."""
+    return multi_perplexity(samples)
+
+
+@_direction(True)
+def ln_entropy(samples: Sequence[Sequence[float]]) -> float:
+    """Length-normalised entropy (Malinin & Gales 2020): -(1/k) sum_i (1/T_i) sum_t log p(y_it),
+    the Monte-Carlo estimate over k samples; empty samples skipped; none left -> +inf."""
+    per = [-_vector(s, "logprobs").mean() for s in samples if len(s)]
+    return float(np.mean(per)) if per else math.inf
+
+
+@_direction(False)
+def energy(logsumexp_per_token: Sequence[float]) -> float:
+    """Mean over generated tokens of logsumexp(raw logits), with the official code's sign.
+
+    Liu et al.'s energy is E = -logsumexp(f); the code keeps +logsumexp, i.e. NEGATIVE energy, so
+    a HIGHER value means a more peaked/in-distribution state = MORE CONFIDENT
+    (`higher_is_more_uncertain = False`). `oriented()` turns it into an uncertainty (= mean energy).
+    Empty -> -inf (the uncertain end in this sign).
+    """
+    v = _vector(logsumexp_per_token, "logsumexp values")
+    if v.size == 0:
+        return -math.inf
+    return float(v.mean())
+
+
+def oriented(value, estimator) -> float | np.ndarray:
+    """`value` (scalar or array) turned so that higher = more uncertain for `estimator`
+    (a function carrying `higher_is_more_uncertain`, or that flag itself)."""
+    flag = estimator if isinstance(estimator, bool) else getattr(estimator, "higher_is_more_uncertain", None)
+    if flag is None:
+        raise UserError(f"{estimator!r} does not declare higher_is_more_uncertain",
+                        fix="pass an estimator from seakr_repro.uncertainty or a bool")
+    arr = np.asarray(value, dtype=np.float64)
+    out = arr if flag else -arr
+    return float(out) if out.ndim == 0 else out
