@@ -1,0 +1,236 @@
+"""Steps 02/03: closed-book samples and forced-EOS vectors of a calibration set, the estimators'
+quality, and the per-model threshold delta that the methods read.
+
+The paper tuned its hyper-parameters on NQ-train questions answered closed-book (§5.3, Figure 3).
+Here the calibration set is real: FanOutQA's single-value sub-questions (closed-book here, since the
+package does not ship their pages) plus the bundled single-hop questions. Each question gets:
+a greedy answer (correct = F1 >= 0.5 against the golds and aliases), k samples of the same context
+with their per-token log-probs, and the forced-EOS vector of every sample at EVERY layer for both
+hooks (MLP output and residual stream), stored as float16. Extraction is resumable: one .npz per
+question plus one JSON line, skipped when both exist.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .config import Config
+from .errors import UserError
+from .io import iter_jsonl, write_json
+from .paths import results_dir
+
+CORRECT_F1 = 0.5        # a closed-book answer counts as correct from this token F1 on
+HOOKS = ("mlp_out", "residual")
+
+
+def calibration_records(n_fanout: int | None, n_bundled: int | None, seed: int = 42) -> list:
+    """FanOutQA single-value sub-questions + the bundled single-hop set, sampled reproducibly."""
+    from .data.registry import load_dataset
+    from .data.loaders import sample
+
+    fan = [r for r in load_dataset("fanoutqa-sub") if r.extra.get("single_value") and r.answers]
+    records = sample(fan, n_fanout, seed) if n_fanout != 0 else []
+    if n_bundled != 0:
+        records += load_dataset("bundled-single", n=n_bundled, seed=seed)
+    return records
+
+
+def _hf(backend):
+    """The transformers backend inside a caching wrapper (vectors need the model itself)."""
+    for attr in ("backend", "inner", "_backend", "wrapped"):
+        inner = getattr(backend, attr, None)
+        if inner is not None and hasattr(inner, "model"):
+            return inner
+    if not hasattr(backend, "model"):
+        raise UserError("hidden-state extraction needs the transformers backend",
+                        setting="model.backend", fix="use model.backend: hf for step 02")
+    return backend
+
+
+def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
+    """Forced-EOS vectors of "prompt + completion + EOS" at every layer, for both hooks.
+
+    One pass: the prompt is pre-filled once, the k completions (+EOS, right-padded with EOS so no
+    padding precedes any row's own EOS) run as one batch on the shared cache.
+    Returns {"mlp_out": L x k x d, "residual": L x k x d} float32.
+    """
+    import torch
+
+    from .llm.hf_backend import _repeat
+
+    hf = _hf(backend)
+    model, layers = hf.model, hf.model.model.layers
+    ids = hf._encode(prompt)
+    n = len(completions)
+    width = max(len(c) for c in completions) + 1
+    inp = torch.full((n, width), hf.eos_token_id, dtype=torch.long)
+    for i, c in enumerate(completions):
+        inp[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
+    captured: dict[int, "torch.Tensor"] = {}
+    handles = [layer.mlp.register_forward_hook(lambda m, a, out, l=l: captured.__setitem__(l, out))
+               for l, layer in enumerate(layers)]
+    try:
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([ids], device=hf.device), use_cache=True).past_key_values
+            res = model.model(input_ids=inp.to(hf.device), past_key_values=_repeat(cache, n),
+                              use_cache=True, output_hidden_states=True)
+    finally:
+        for h in handles:
+            h.remove()
+    rows = torch.arange(n, device=hf.device)
+    pos = torch.tensor([len(c) for c in completions], device=hf.device)
+    mlp = torch.stack([captured[l][rows, pos] for l in range(len(layers))])
+    resid = torch.stack([res.hidden_states[l + 1][rows, pos] for l in range(len(layers))])
+    return {"mlp_out": mlp.float().cpu().numpy(), "residual": resid.float().cpu().numpy()}
+
+
+def closed_book_answer(backend, prompt: str, max_new_tokens: int, mode: str) -> tuple:
+    """Greedy closed-book answer as the methods extract it (re-asking when no pattern is found)."""
+    from .evaluation import answer_from_forced, extract_answer
+    from .prompts.seakr import simple_qa_stops
+
+    greedy = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=simple_qa_stops(),
+                              want_stats=True)
+    answer = extract_answer(greedy.text, mode=mode)
+    if answer is None:
+        forced = backend.generate(prompt + greedy.text + " So the answer is ", max_new_tokens=24,
+                                  stop=simple_qa_stops())
+        answer = answer_from_forced(forced.text, mode)
+    return greedy, answer
+
+
+def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, dict]:
+    """All step-02 measurements of one question: (JSON row, arrays)."""
+    from . import uncertainty as unc
+    from .evaluation import exact_match, f1_score
+    from .prompts import demos_for
+    from .prompts.seakr import build_prompt, simple_qa_stops
+
+    prompt = build_prompt(demos_for("bundled-single", n_shot), record.question)
+    greedy, answer = closed_book_answer(backend, prompt, cfg["seakr.max_new_tokens"],
+                                        cfg["evaluation.answer_extraction"])
+    f1 = f1_score(answer or "", record.golds)
+    ss = backend.sample(prompt, k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
+                        stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
+                        top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"],
+                        seed=cfg["seed"], want_stats=True)
+    eos = backend.eos_token_id
+    vectors = eos_vectors_all_layers(backend, prompt, [g.token_ids for g in ss.samples])
+    judgement = unc.prompt_uncertainty(backend, record.question)
+    row = {
+        "id": record.id, "question": record.question, "golds": record.golds, "source": record.source,
+        "greedy": greedy.text, "answer": answer, "em": exact_match(answer or "", record.golds),
+        "f1": f1, "correct": bool(f1 >= CORRECT_F1),
+        "greedy_logprobs": unc.content_logprobs(greedy, eos), "greedy_logsumexp": greedy.logsumexp or [],
+        "samples": [g.text for g in ss.samples],
+        "sample_logprobs": [unc.content_logprobs(g, eos) for g in ss.samples],
+        "nonempty": [bool(g.text.strip()) for g in ss.samples],
+        "prompt_uncertainty": judgement.uncertainty, "prompt_tokens": greedy.n_prompt_tokens,
+    }
+    return row, {h: v.astype(np.float16) for h, v in vectors.items()}
+
+
+def extraction_dir(cfg: Config) -> Path:
+    return results_dir(cfg.profile) / "02-extract-hidden-states"
+
+
+def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True) -> Path:
+    """Extract every record not yet done; one .npz + one JSON line per question."""
+    from tqdm.auto import tqdm
+
+    out = extraction_dir(cfg)
+    (out / "vectors").mkdir(parents=True, exist_ok=True)
+    rows_path = out / "questions.jsonl"
+    done = {row["id"] for _, row in iter_jsonl(rows_path)} if rows_path.is_file() else set()
+    todo = [r for r in records if not (r.id in done and (out / "vectors" / f"{_safe(r.id)}.npz").is_file())]
+    with open(rows_path, "a", encoding="utf-8") as fh:
+        for record in tqdm(todo, desc="closed-book samples + EOS vectors", unit="q",
+                           disable=not progress, mininterval=2.0):
+            row, arrays = extract_question(backend, record, cfg, n_shot)
+            tmp = out / "vectors" / f".{_safe(record.id)}.tmp.npz"
+            np.savez_compressed(tmp, **arrays)
+            os.replace(tmp, out / "vectors" / f"{_safe(record.id)}.npz")
+            if record.id not in done:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                fh.flush()
+    return out
+
+
+def _safe(qid: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
+
+
+def load_extraction(cfg: Config, ids: Sequence[str] | None = None) -> tuple[list[dict], dict]:
+    """Rows and stacked vectors {hook: q x L x k x d float32} of the extracted questions."""
+    out = extraction_dir(cfg)
+    rows = [row for _, row in iter_jsonl(out / "questions.jsonl", "step-02 results",
+                                         "run notebook 02-extract-hidden-states")]
+    if ids is not None:
+        keep = set(ids)
+        rows = [r for r in rows if r["id"] in keep]
+    if not rows:
+        raise UserError("no extracted questions found", path=out / "questions.jsonl",
+                        fix="run notebook 02-extract-hidden-states first")
+    arrays = {h: [] for h in HOOKS}
+    for row in rows:
+        with np.load(out / "vectors" / f"{_safe(row['id'])}.npz") as z:
+            for h in HOOKS:
+                arrays[h].append(z[h].astype(np.float32))
+    return rows, {h: np.stack(v) for h, v in arrays.items()}
+
+
+# ---------------------------------------------------------------------- estimators and delta
+def estimator_scores(rows: list[dict], vectors: dict, layer: int, alpha: float) -> dict[str, np.ndarray]:
+    """Every estimator's U per question, oriented so that higher = more uncertain."""
+    from . import uncertainty as unc
+
+    def nonempty(q, hook, l):
+        v = vectors[hook][q, l]
+        return v[np.asarray(rows[q]["nonempty"], dtype=bool)]
+
+    scores: dict[str, list[float]] = {name: [] for name in (
+        "eigen (SeaKR: MLP out)", "eigen (residual)", "INSIDE EigenScore", "perplexity",
+        "multi-perplexity", "LN-entropy (official)", "LN-entropy (true)", "energy", "prompt")}
+    for q, row in enumerate(rows):
+        kept = [lp for lp, ok in zip(row["sample_logprobs"], row["nonempty"]) if ok]
+        scores["eigen (SeaKR: MLP out)"].append(unc.eigen_score(nonempty(q, "mlp_out", layer), alpha))
+        scores["eigen (residual)"].append(unc.eigen_score(nonempty(q, "residual", layer), alpha))
+        scores["INSIDE EigenScore"].append(unc.eigen_score(nonempty(q, "residual", layer), alpha,
+                                                           variant="inside"))
+        scores["perplexity"].append(unc.perplexity(row["greedy_logprobs"]))
+        scores["multi-perplexity"].append(unc.multi_perplexity(kept))
+        scores["LN-entropy (official)"].append(unc.ln_entropy_official(kept))
+        scores["LN-entropy (true)"].append(unc.ln_entropy(kept))
+        scores["energy"].append(unc.oriented(unc.energy(row["greedy_logsumexp"]), unc.energy))
+        scores["prompt"].append(row["prompt_uncertainty"])
+    return {k: np.asarray(v, dtype=np.float64) for k, v in scores.items()}
+
+
+# Names the methods' Scorer uses for each estimator of the ablation.
+METHOD_ESTIMATOR = {"eigen": "eigen (SeaKR: MLP out)", "perplexity": "perplexity",
+                    "multi_perplexity": "multi-perplexity", "ln_entropy": "LN-entropy (true)",
+                    "ln_entropy_official": "LN-entropy (official)", "energy": "energy",
+                    "prompt": "prompt"}
+
+
+def delta_path(cfg: Config) -> Path:
+    return results_dir(cfg.profile) / "calibration" / "delta.json"
+
+
+def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Path:
+    return write_json(delta_path(cfg), {"model": cfg["model.name"], "deltas": deltas,
+                                        "diagnostics": diagnostics})
+
+
+def read_deltas(cfg: Config) -> dict[str, float]:
+    """The thresholds the methods use: calibrated per estimator when step 03 ran (and
+    `uncertainty.use_calibrated_delta`), else the official eigen delta from the profile."""
+    path = delta_path(cfg)
+    if cfg["uncertainty.use_calibrated_delta"] and path.is_file():
+        from .io import read_json
+        return {k: float(v) for k, v in read_json(path)["deltas"].items()}
+    return {"eigen": float(cfg["uncertainty.delta"])}
