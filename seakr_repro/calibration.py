@@ -30,7 +30,7 @@ HOOKS = ("mlp_out", "residual")
 def calibration_records(n_fanout: int | None, n_bundled: int | None, seed: int = 42) -> list:
     """FanOutQA single-value sub-questions + the bundled single-hop set, sampled reproducibly."""
     from .data.registry import load_dataset
-    from .data.loaders import sample
+    from .data.records import sample
 
     fan = [r for r in load_dataset("fanoutqa-sub") if r.extra.get("single_value") and r.answers]
     records = sample(fan, n_fanout, seed) if n_fanout != 0 else []

@@ -18,14 +18,18 @@ METHODS: dict[str, type[Method]] = {
     "seakr": SeaKR,
 }
 _ALIASES = {"self-rag": "self_rag", "selfrag": "self_rag"}
+SKR_VARIANTS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn")
 
 
 def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Method:
     """The method `name` for `dataset`, its defaults updated by `overrides`."""
     key = _ALIASES.get(name.lower(), name.lower())
+    if key in SKR_VARIANTS:   # SKR fits on labelled training questions: `labelled=`, `encoder=`
+        from .skr import build_skr
+        return build_skr(key, backend, searcher, dataset, **overrides)
     if key not in METHODS:
         raise UserError(f"unknown method '{name}'", setting="method",
-                        fix=f"use one of {', '.join(METHODS)}")
+                        fix=f"use one of {', '.join([*METHODS, *SKR_VARIANTS])}")
     return METHODS[key](backend, searcher, dataset, overrides)
 
 
