@@ -29,8 +29,9 @@ class Generation:
     entropies: list[float] | None = None                   # entropy of the next-token distribution
     logsumexp: list[float] | None = None                   # logsumexp of the raw logits (energy)
     finish_reason: str = "stop"                            # stop | eos | length
-    # DRAGIN: for each generated token, the last layer's attention it receives from later tokens
-    # (max over heads, as DRAGIN computes it); filled only when attentions were asked for.
+    # DRAGIN: for each generated token, the last layer's attention it receives, computed as
+    # DRAGIN's "max" solver does over the generated tokens alone: max over the later (query)
+    # positions, then mean over heads. Filled only when attentions were asked for.
     attention: list[float] | None = None
     n_prompt_tokens: int = 0
 

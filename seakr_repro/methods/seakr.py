@@ -247,6 +247,14 @@ class SeaKR(Method):
         g0, u0 = self._call(direct_prompt, stops, True)
         trace.append(step_record("direct", direct_prompt, g0.text, u=u0, delta=s["delta"]))
         keep_direct = s["self_aware_retrieval"] and u0 < s["delta"]
+        direct_answer = self._simple_answer(direct_prompt, g0)
+        if keep_direct:
+            # The official script scores all 10 passages regardless; their U cannot change a kept
+            # direct answer, so we skip that work (same answers, honest retrieval counts).
+            trace.append(step_record("choice", "", g0.text, chosen=None, kept_direct=True))
+            return MethodResult(answer=direct_answer or "", raw_output=g0.text, trace=trace,
+                                n_retrievals=0, extra={"direct_answer": direct_answer, "direct_u": u0,
+                                                       "chosen_doc": None, "passage_us": []})
         hits = self.search(question, s["simple_qa_top"])
         self._n_search += 1
         if not s["rerank"]:
@@ -260,8 +268,7 @@ class SeaKR(Method):
         trace.append(step_record("passages", "", "", hits=hits_brief(hits),
                                  candidates=[{"id": h.id, "u": u, "output": g.text}
                                              for _, h, _, g, u in cands]))
-        direct_answer = self._simple_answer(direct_prompt, g0)
-        if keep_direct or not cands:
+        if not cands:
             answer, raw, chosen = direct_answer, g0.text, None
         else:
             _, h, p, g, _ = min(cands, key=lambda t: t[0])

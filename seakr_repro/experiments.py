@@ -1,0 +1,167 @@
+"""Steps 04-07 and 09: run method grids over the profile's question sets, resumably, and collect
+tidy results (method, dataset, metric, value, low, high) for the render step.
+
+Settings flow from the profile into each method (`method_settings`), thresholds from step 03's
+calibration (`calibration.read_deltas`). Each (method, dataset) run is a resumable JSONL file keyed by
+the method's config hash, so a re-run after a crash, or a render after a change elsewhere, recomputes
+nothing that is already done, and SeaKR's ablations share LLM calls through the call cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import pandas as pd
+
+from .config import Config
+from .errors import DataMissingError, UserError
+from .paths import results_dir
+
+TABLE1_METHODS = ("cot", "ircot", "self_rag", "flare", "dragin", "seakr")
+TABLE2_METHODS = ("cot", "self_rag", "flare", "dragin", "seakr")
+
+# Table 3 rows (ids as in data/paper/seakr_table3.csv) -> SeaKR switches.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "seakr": {},
+    "estimator-prompt": {"estimator": "prompt"},
+    "estimator-perplexity": {"estimator": "perplexity"},
+    "estimator-multi-perplexity": {"estimator": "multi_perplexity"},
+    "estimator-ln-entropy": {"estimator": "ln_entropy_official"},   # what the paper's code computes
+    "estimator-ln-entropy-true": {"estimator": "ln_entropy"},       # Malinin & Gales, for comparison
+    "estimator-energy": {"estimator": "energy"},
+    "no-sa-retrieval": {"self_aware_retrieval": False},
+    "no-sa-rerank": {"rerank": False},
+    "rationales-only": {"reasoning": "rationales"},
+    "knowledge-only": {"reasoning": "knowledge"},
+    "faithful": {"mode": "faithful"},                                # the official code's bugs
+}
+REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
+
+
+@dataclass
+class RunSpec:
+    label: str                      # row name in the tables
+    method: str                     # key for methods.build_method
+    overrides: dict = field(default_factory=dict)
+    model: str | None = None        # another backbone (Table 4) or the Self-RAG checkpoint
+
+
+def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
+    """The profile's settings for one method (only keys that method knows)."""
+    if method == "seakr":
+        u, s = "uncertainty.", "seakr."
+        return {
+            "k": cfg[u + "k"], "temperature": cfg[u + "temperature"], "top_k": cfg[u + "top_k"],
+            "top_p": cfg[u + "top_p"], "sample_max_tokens": cfg[u + "max_tokens"],
+            "layer": cfg[u + "layer"], "hook": cfg[u + "hook"], "alpha": cfg[u + "alpha"],
+            "variant": cfg[u + "variant"], "seed": cfg["seed"], "delta": dict(deltas),
+            "mode": cfg[s + "mode"], "n_shot": cfg[s + "n_shot"],
+            "max_reasoning_steps": cfg[s + "max_reasoning_steps"], "max_docs": cfg[s + "max_docs"],
+            "max_new_tokens": cfg[s + "max_new_tokens"],
+            "query_prob_threshold": cfg[s + "query_prob_threshold"],
+            "query_max_tokens": cfg[s + "query_max_tokens"], "top_n": cfg["retrieval.top_n"],
+        }
+    if method in ("cot", "ircot", "flare", "dragin"):
+        b = cfg.get("baselines", {}) or {}
+        out = {"mode": cfg["evaluation.answer_extraction"], "top_k_docs": cfg["retrieval.top_n"]}
+        out.update({k: v for k, v in b.items() if v is not None and k in ("n_shot", "max_new_tokens", "max_steps")})
+        return out
+    return {}
+
+
+def _deltas_for(cfg: Config) -> dict[str, float]:
+    from .calibration import read_deltas
+
+    return read_deltas(cfg)
+
+
+class BackendPool:
+    """One loaded backend per model name (the profile's model first)."""
+
+    def __init__(self, cfg: Config, primary=None):
+        self.cfg, self._pool = cfg, {}
+        if primary is not None:
+            self._pool[cfg["model.name"]] = primary
+
+    def get(self, name: str | None = None):
+        from .llm import load_backend
+
+        name = name or self.cfg["model.name"]
+        if name not in self._pool:
+            paths = self.cfg.get("model.paths", {}) or {}
+            sub = self.cfg.with_overrides({"model.name": name, "model.path": paths.get(name)})
+            self._pool[name] = load_backend(sub)
+        return self._pool[name]
+
+
+def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
+             datasets: Sequence[str], n_questions: int | None = None, table: str = "",
+             progress: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Run every spec on every data set; return (tidy results, {label: why it has no numbers})."""
+    from .data.registry import DATASETS
+    from .evaluation import score_predictions
+    from .methods import build_method
+    from .prepare import load_prepared
+    from .runner import run_method, run_path, summarise
+
+    deltas = _deltas_for(cfg)
+    rows, skipped = [], {}
+    for spec in specs:
+        for dataset in datasets:
+            if spec.label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple":
+                continue   # self-aware reasoning applies to complex QA only (paper, Table 3)
+            records = load_prepared(cfg, dataset)[:n_questions]
+            try:
+                backend = pool.get(spec.model)
+                settings = {**method_settings(cfg, spec.method, deltas), **spec.overrides}
+                method = build_method(spec.method, backend, searcher, dataset, **settings)
+            except DataMissingError as err:
+                skipped[spec.label] = err.what
+                break
+            path = run_path(cfg.profile, dataset, spec.label, method.config)
+            done = run_method(method, records, path, backend=backend, progress=progress,
+                              desc=f"{spec.label} on {dataset}")
+            done = [r for r in done if r["id"] in {x.id for x in records}]
+            score = score_predictions([r["answer"] for r in done], [r["golds"] for r in done],
+                                      n_boot=cfg["evaluation.bootstrap_samples"], seed=cfg["seed"])
+            costs = summarise(done)
+            for metric in ("em", "f1"):
+                rows.append({"table": table, "method": spec.label, "model": spec.model or cfg["model.name"],
+                             "dataset": dataset, "metric": metric, "value": score[metric],
+                             "low": score[f"{metric}_low"], "high": score[f"{metric}_high"],
+                             "n": score["n"], **{k: costs[k] for k in (
+                                 "retrievals_per_q", "llm_calls_per_q", "tokens_per_q", "seconds_per_q")},
+                             "run_file": str(path.relative_to(results_dir(cfg.profile)))})
+    return pd.DataFrame(rows), skipped
+
+
+def paper_dataset_name(dataset: str) -> str:
+    """bundled-2wiki -> 2wiki etc., so our rows sit beside the paper's columns."""
+    return dataset.removeprefix("bundled-").replace("single", "nq")
+
+
+def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: Sequence[str],
+                       n_questions: int, progress: bool = True) -> pd.DataFrame:
+    """Table 7: wall time, LLM calls, tokens and retrievals per question, measured with the LLM
+    call cache OFF (a cached re-run would time nothing), on the first `n_questions` of each set."""
+    from .llm import CachedBackend, load_backend
+    from .methods import build_method
+    from .prepare import load_prepared
+    from .runner import config_hash, run_method, summarise
+
+    backend = CachedBackend(load_backend(cfg, cache=False), enabled=False)  # counts, never caches
+    deltas = _deltas_for(cfg)
+    out_dir = results_dir(cfg.profile) / "09-efficiency" / "runs"
+    rows = []
+    for name in methods:
+        for dataset in datasets:
+            records = load_prepared(cfg, dataset)[:n_questions]
+            method = build_method(name, backend, searcher, dataset, **method_settings(cfg, name, deltas))
+            path = out_dir / dataset / f"{name}-{config_hash(method.config)}.jsonl"
+            costs = summarise(run_method(method, records, path, backend=backend, progress=progress,
+                                         desc=f"timing {name} on {dataset}"))
+            rows.append({"table": "table7", "method": name, "dataset": dataset,
+                         "metric": "seconds_per_question", "value": costs["seconds_per_q"],
+                         "llm_calls_per_q": costs["llm_calls_per_q"], "tokens_per_q": costs["tokens_per_q"],
+                         "retrievals_per_q": costs["retrievals_per_q"], "n": costs["questions"]})
+    return pd.DataFrame(rows)

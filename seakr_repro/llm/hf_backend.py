@@ -1,0 +1,283 @@
+"""The transformers backend (reference implementation, CPU and GPU).
+
+Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` (k samples):
+- `sample` pre-fills the prompt ONCE, copies its cache to k rows and decodes the k samples as one
+  batch (plain `generate(num_return_sequences=k)` pre-fills the prompt k times, which dominates
+  with a 10-shot prompt). Finished rows are dropped from the batch. All rows share one length, so
+  no padding or attention mask is needed while decoding.
+- The forced-EOS vectors come from ONE more batched pass of "completion truncated at the stop +
+  EOS" on top of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
+  never sees the padding after it: no padding leaks into a vector.
+- Stop strings are searched in the generated text only (as vLLM, the official engine, does).
+  The returned text is cut before the stop string; token lists keep the tokens whose text lies
+  entirely before it, so the stop string's tokens never enter a vector's sequence.
+- Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
+  (temperature 1, no top-k/top-p), whatever the sampling parameters were.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .base import Generation, SampleSet
+from .hooks import capture, run_until_captured
+from .registry import middle_layer
+from .sampling import warp_logits
+
+
+class _Row:
+    """The growing state of one sequence during decoding."""
+
+    __slots__ = ("ids", "logprobs", "entropies", "lse", "finish")
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.entropies: list[float] = []
+        self.lse: list[float] = []
+        self.finish: str | None = None
+
+
+class HFBackend:
+    """`Backend` over a transformers causal LM. Build it with `from_dir` or `registry.load_backend`."""
+
+    def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
+                 max_batch_rows: int | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.fingerprint = fingerprint or name
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.n_layers = int(cfg.num_hidden_layers)
+        self.hidden_size = int(cfg.hidden_size)
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
+        self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+        self.device = next(model.parameters()).device
+        # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
+        # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
+        self.max_batch_rows = max_batch_rows
+
+    @classmethod
+    def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None) -> "HFBackend":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        path = Path(path)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows)
+
+    # ----------------------------------------------------------------------------- helpers
+    def count_tokens(self, text: str) -> int:
+        return len(self._encode(text))
+
+    def _encode(self, prompt: str) -> list[int]:
+        # add_special_tokens as vLLM does (BOS for LLaMA; SmolLM2's tokenizer adds none).
+        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False)
+
+    def _forward(self, ids: torch.Tensor, cache=None):
+        # logits of the last position only: the LM head over a whole prompt costs as much as
+        # several layers and its other rows are never used
+        return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+    @torch.inference_mode()
+    def _prefill(self, prompt_ids: list[int]):
+        out = self._forward(torch.tensor([prompt_ids], device=self.device))
+        return out.past_key_values, out.logits[:, -1, :]
+
+    def _find_stop(self, text: str, stop: Sequence[str]) -> int:
+        hits = [text.find(s) for s in stop if s and s in text]
+        return min(hits) if hits else -1
+
+    # ----------------------------------------------------------------------------- decoding
+    @torch.inference_mode()
+    def _decode_rows(self, cache, logits: torch.Tensor, n_rows: int, max_new_tokens: int,
+                     stop: Sequence[str], pick: Callable[[torch.Tensor], torch.Tensor],
+                     want_stats: bool) -> list[_Row]:
+        """Decode n_rows sequences from `cache` (already n_rows wide) and next-token `logits`."""
+        rows = [_Row() for _ in range(n_rows)]
+        active = list(range(n_rows))          # row index of each batch position of the cache
+        if max_new_tokens <= 0:
+            for r in rows:
+                r.finish = "length"
+            return rows
+        while True:
+            logits = logits.float()
+            logp = torch.log_softmax(logits, dim=-1)
+            nxt = pick(logits)
+            chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+            if want_stats:
+                ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
+                lse = torch.logsumexp(logits, dim=-1).tolist()
+            keep = []
+            for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
+                r = rows[ri]
+                if t == self.eos_token_id:
+                    r.finish = "eos"          # EOS ends the text and is not part of it
+                    continue
+                r.ids.append(t)
+                r.logprobs.append(chosen[j])
+                if want_stats:
+                    r.entropies.append(ent[j])
+                    r.lse.append(lse[j])
+                if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
+                    r.finish = "stop"
+                elif len(r.ids) >= max_new_tokens:
+                    r.finish = "length"
+                else:
+                    keep.append(j)
+            if not keep:
+                return rows
+            if len(keep) < len(active):       # drop finished rows from the batch and the cache
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                nxt = nxt[idx]
+                active = [active[j] for j in keep]
+            logits = self._forward(nxt[:, None], cache).logits[:, -1, :]
+
+    def _finish(self, r: _Row, stop: Sequence[str], n_prompt: int, want_stats: bool) -> Generation:
+        """Cut a decoded row before its stop string and build the Generation."""
+        text = self._decode(r.ids)
+        n = len(r.ids)
+        if r.finish == "stop":
+            text = text[: self._find_stop(text, stop)]
+            # keep the longest token prefix whose text lies within the cut text
+            while n > 0 and not text.startswith(self._decode(r.ids[:n])):
+                n -= 1
+        ids = r.ids[:n]
+        return Generation(
+            text=text, token_ids=ids, tokens=[self._decode([t]) for t in ids],
+            logprobs=r.logprobs[:n],
+            entropies=r.entropies[:n] if want_stats else None,
+            logsumexp=r.lse[:n] if want_stats else None,
+            finish_reason=r.finish or "length", n_prompt_tokens=n_prompt)
+
+    # ----------------------------------------------------------------------------- protocol
+    def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
+                 want_stats: bool = False, want_attention: bool = False) -> Generation:
+        ids = self._encode(prompt)
+        cache, logits = self._prefill(ids)
+        row = self._decode_rows(cache, logits, 1, max_new_tokens, stop,
+                                lambda lg: lg.argmax(-1), want_stats)[0]
+        gen = self._finish(row, stop, len(ids), want_stats)
+        if want_attention:
+            gen.attention = self._attention(gen.token_ids)
+        return gen
+
+    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
+               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
+               layer: int | None = None, hook: str = "mlp_out",
+               want_stats: bool = False) -> SampleSet:
+        layer = middle_layer(self.n_layers) if layer is None else int(layer)
+        ids = self._encode(prompt)
+        prompt_cache, logits = self._prefill(ids)
+        gen = torch.Generator(device=self.device).manual_seed(int(seed))
+
+        def pick(lg):
+            if temperature <= 0:
+                return lg.argmax(-1)
+            probs = torch.softmax(warp_logits(lg, temperature, top_k, top_p), dim=-1)
+            return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
+        samples: list[Generation] = []
+        vectors: list[np.ndarray] = []
+        chunk = self.max_batch_rows or k
+        for start in range(0, k, chunk):
+            n = min(chunk, k - start)
+            cache = _repeat(prompt_cache, n)
+            rows = self._decode_rows(cache, logits.expand(n, -1), n, max_new_tokens, stop,
+                                     pick, want_stats)
+            del cache
+            part = [self._finish(r, stop, len(ids), want_stats) for r in rows]
+            vectors.append(self._eos_vectors(prompt_cache, [g.token_ids for g in part], layer, hook))
+            samples.extend(part)
+        vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
+        return SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook)
+
+    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
+        return [self.sample(p, **kwargs) for p in prompts]
+
+    @torch.inference_mode()
+    def score(self, prompt: str, continuation: str) -> Generation:
+        p_ids = self._encode(prompt)
+        c_ids = self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        if not c_ids:
+            return Generation(text=continuation, entropies=[], logsumexp=[],
+                              n_prompt_tokens=len(p_ids))
+        ids = torch.tensor([p_ids + c_ids], device=self.device)
+        logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        tgt = torch.tensor(c_ids, device=self.device)
+        return Generation(
+            text=continuation, token_ids=list(c_ids), tokens=[self._decode([t]) for t in c_ids],
+            logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
+            entropies=(-(logp.exp() * logp).nan_to_num().sum(-1)).tolist(),
+            logsumexp=torch.logsumexp(logits, dim=-1).tolist(),
+            finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+    # ----------------------------------------------------------------------------- vectors
+    @torch.inference_mode()
+    def _eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
+                     hook: str) -> np.ndarray:
+        """Vector at the forced EOS of "prompt + completion + EOS", one batched pass for all rows."""
+        n = len(completions)
+        width = max(len(c) for c in completions) + 1
+        # Right padding with EOS: causal attention keeps it invisible to each row's own EOS.
+        inp = torch.full((n, width), self.eos_token_id, dtype=torch.long)
+        for i, c in enumerate(completions):
+            inp[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        cache = _repeat(prompt_cache, n)
+        with capture(self.model, layer, hook, stop_after=True) as box:
+            run_until_captured(self.model.model, input_ids=inp.to(self.device),
+                               past_key_values=cache, use_cache=True)
+        pos = torch.tensor([len(c) for c in completions], device=box["out"].device)
+        out = box["out"][torch.arange(n, device=pos.device), pos]
+        return out.float().cpu().numpy()
+
+    @torch.inference_mode()
+    def _attention(self, token_ids: list[int]) -> list[float]:
+        """DRAGIN's attention per generated token: last layer, over the generated tokens only,
+        max over the later positions attending to it, then mean over heads (its "max" solver)."""
+        if not token_ids:
+            return []
+        before = self.model.config._attn_implementation
+        self.model.set_attn_implementation("eager")   # only eager returns attention weights
+        try:
+            out = self.model(input_ids=torch.tensor([token_ids], device=self.device),
+                             output_attentions=True)
+        finally:
+            self.model.set_attn_implementation(before)
+        att = out.attentions[-1][0].float()            # heads x query x key
+        return att.max(dim=1).values.mean(dim=0).tolist()
+
+
+def _repeat(cache, n: int):
+    """A copy of a batch-1 KV cache with n identical rows (the original stays untouched)."""
+    out = copy.deepcopy(cache)
+    if n > 1:
+        out.batch_repeat_interleave(n)
+    return out
+
+
+def _fingerprint(path: Path, dtype) -> str:
+    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each."""
+    h = hashlib.sha256(str(dtype).encode())
+    cfg = path / "config.json"
+    if cfg.is_file():
+        h.update(cfg.read_bytes())
+    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            fh.seek(max(0, size - (1 << 20)))
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]

