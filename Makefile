@@ -35,7 +35,7 @@ test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
 	$(PY) -m pytest -q -m "" --runslow
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
-	$(PY) -m seakr_repro bench --profile $(PROFILE)
+	$(PY) -m seakr_repro.bench --profile $(PROFILE)
 
 figures tables: $(STAMP)  ## re-render every table and figure from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

@@ -82,6 +82,42 @@ def cmd_reproduce(args):
           f"{sum(r.status == 'up-to-date' for r in results)} up to date")
 
 
+def cmd_run(args):
+    from .experiments import BackendPool, RunSpec, run_grid
+    from .llm import load_backend
+    from .prepare import ensure_index, open_profile_searcher, prepare_datasets
+
+    cfg = _config(args)
+    prepare_datasets(cfg, [args.dataset])
+    ensure_index(cfg, progress=not args.quiet)
+    overrides = dict(parse_setting(s) for s in (args.method_set or []))
+    model = "selfrag-llama2-7b" if args.method in ("self_rag", "self-rag") else None
+    pool = BackendPool(cfg, load_backend(cfg) if model is None else None)
+    results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg),
+                                [RunSpec(args.label or args.method, args.method, overrides, model)],
+                                [args.dataset], args.n, progress=not args.quiet)
+    if skipped:
+        raise UserError(next(iter(skipped.values())), setting="method",
+                        fix="supply what the message names, or choose another method")
+    print(results[["method", "dataset", "metric", "value", "low", "high", "n", "retrievals_per_q",
+                   "seconds_per_q", "run_file"]].to_markdown(index=False))
+
+
+def parse_setting(text: str):
+    from .config import parse_override
+
+    return parse_override(text)
+
+
+def cmd_render(args):
+    from .render import render_all, render_figures
+
+    cfg = _config(args)
+    print(render_all(cfg).to_markdown(index=False))
+    for path in render_figures(cfg):
+        print(f"figure: {path}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m seakr_repro", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,6 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
     p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
     p.add_argument("--force", action="store_true", help="re-run even if up to date")
+
+    p = add("run", cmd_run, "run one method on one data set (resumable), print EM/F1 and costs")
+    p.add_argument("--method", required=True,
+                   help="cot | ircot | flare | dragin | self_rag | seakr | skr-prompt")
+    p.add_argument("--dataset", required=True, help="a name from `datasets`, e.g. bundled-2wiki or 2wiki")
+    p.add_argument("-n", type=int, default=None, help="first n questions of the prepared set")
+    p.add_argument("--label", help="name of the run in the results (default: the method)")
+    p.add_argument("--method-set", action="append", metavar="KEY=VALUE",
+                   help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")
+
+    p = add("render", cmd_render, "re-render every table and figure from saved results")
 
     for extra in _EXTRA_COMMANDS:
         extra(add)

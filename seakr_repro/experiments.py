@@ -60,6 +60,7 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
             "max_new_tokens": cfg[s + "max_new_tokens"],
             "query_prob_threshold": cfg[s + "query_prob_threshold"],
             "query_max_tokens": cfg[s + "query_max_tokens"], "top_n": cfg["retrieval.top_n"],
+            "simple_qa_top": cfg[s + "simple_qa_top"],
         }
     if method in ("cot", "ircot", "flare", "dragin"):
         b = cfg.get("baselines", {}) or {}

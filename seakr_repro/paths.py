@@ -13,8 +13,8 @@ BUNDLED_DIR = DATA_DIR / "bundled"
 PAPER_DIR = DATA_DIR / "paper"
 PARAMS_DIR = REPO_ROOT / "params"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-FIGURES_DIR = REPO_ROOT / "figures"
-TABLES_DIR = REPO_ROOT / "tables"
+FIGURES_DIR = Path(os.environ.get("SEAKR_FIGURES_DIR", REPO_ROOT / "figures"))
+TABLES_DIR = Path(os.environ.get("SEAKR_TABLES_DIR", REPO_ROOT / "tables"))
 RESULTS_ROOT = Path(os.environ.get("SEAKR_RESULTS_DIR", REPO_ROOT / "results"))
 
 

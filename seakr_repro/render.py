@@ -122,3 +122,28 @@ def plot_methods_vs_paper(ours: pd.DataFrame, paper: pd.DataFrame, metric: str =
 
 def figure_dir(cfg: Config) -> Path:
     return FIGURES_DIR / cfg.profile
+
+
+def render_figures(cfg: Config) -> list[Path]:
+    """Figures from saved results: Tables 1/2 F1 ours vs paper, and Figure 3's three panels."""
+    from .calibration import read_deltas
+    from .reporting import figures, load_paper_table
+
+    res, out, written = results_dir(cfg.profile), figure_dir(cfg), []
+    for stem, spec, paper_name in (("table1_f1", TABLES[0], "seakr_table1"),
+                                   ("table2_f1", TABLES[1], "seakr_table2")):
+        path = res / spec.results
+        if path.is_file():
+            ours = ours_for_table(pd.read_csv(path), spec)
+            fig = plot_methods_vs_paper(ours, load_paper_table(paper_name), "f1",
+                                        spec.caption.split(":")[0] + ": F1, ours vs paper")
+            written += list(figures.save_figure(fig, stem, out).values())
+    panels = (("quality_vs_k", "figure3_k", figures.plot_quality_vs_k, {}),
+              ("quality_vs_layer", "figure3_layer", figures.plot_quality_vs_layer, {}),
+              ("delta_sweep", "figure3_delta", figures.plot_delta_tradeoff,
+               {"chosen_delta": read_deltas(cfg).get("eigen")}))
+    for name, stem, plot, kwargs in panels:
+        path = res / "03-uncertainty-estimators" / f"{name}.csv"
+        if path.is_file():
+            written += list(figures.save_figure(plot(pd.read_csv(path), **kwargs), stem, out).values())
+    return written

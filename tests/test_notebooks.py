@@ -14,7 +14,14 @@ from seakr_repro.pipeline import notebook_steps, run_notebook
 pytestmark = pytest.mark.notebooks
 
 # Tiny parameters per notebook (on top of PROFILE="smoke").
-SMOKE_PARAMS: dict[str, dict] = {}
+SMOKE_PARAMS: dict[str, dict] = {
+    "02-extract-hidden-states": {"N_FANOUT": 3, "N_BUNDLED": 2, "N_SHOT": 2},
+    "03-uncertainty-estimators": {"N_BOOT": 50},
+    "04-complex-qa": {"N_QUESTIONS": 1},
+    "05-simple-qa": {"N_QUESTIONS": 1},
+    "06-ablations": {"N_QUESTIONS": 1},
+    "09-efficiency": {"N_QUESTIONS": 1, "METHODS": ["cot", "seakr"]},
+}
 
 # What each notebook must leave behind, relative to results/<profile>/.
 EXPECTED = {
@@ -23,19 +30,36 @@ EXPECTED = {
     "01-build-bm25-index": ["01-build-bm25-index/index_meta.json",
                             "01-build-bm25-index/sample_queries.json",
                             "01-build-bm25-index/supporting_recall.csv"],
+    "02-extract-hidden-states": ["02-extract-hidden-states/questions.jsonl",
+                                 "02-extract-hidden-states/summary.json"],
+    "03-uncertainty-estimators": ["03-uncertainty-estimators/estimator_auroc.csv",
+                                  "03-uncertainty-estimators/quality_vs_k.csv",
+                                  "03-uncertainty-estimators/quality_vs_layer.csv",
+                                  "03-uncertainty-estimators/delta_sweep.csv", "calibration/delta.json"],
+    "04-complex-qa": ["04-complex-qa/results.csv", "04-complex-qa/skipped.json"],
+    "05-simple-qa": ["05-simple-qa/results.csv"],
+    "06-ablations": ["06-ablations/results.csv"],
+    "08-case-studies": ["08-case-studies/case_studies.md"],
+    "09-efficiency": ["09-efficiency/results.csv"],
+    "90-render": ["tables/smoke/table1_complex_qa.md", "tables/smoke/table1_complex_qa.tex",
+                  "tables/smoke/table3_ablations.tex", "tables/smoke/table7_efficiency.md",
+                  "figures/smoke/figure3_k.png", "figures/smoke/table1_f1.pdf"],
 }
 
 
 @pytest.fixture(scope="module")
 def results_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    old = os.environ.get("SEAKR_RESULTS_DIR")
-    os.environ["SEAKR_RESULTS_DIR"] = str(root)
+    redirected = {"SEAKR_RESULTS_DIR": root, "SEAKR_FIGURES_DIR": root / "figures",
+                  "SEAKR_TABLES_DIR": root / "tables"}
+    old = {k: os.environ.get(k) for k in redirected}
+    os.environ.update({k: str(v) for k, v in redirected.items()})
     yield root
-    if old is None:
-        os.environ.pop("SEAKR_RESULTS_DIR", None)
-    else:
-        os.environ["SEAKR_RESULTS_DIR"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.mark.parametrize("notebook", notebook_steps(), ids=lambda p: p.stem)
@@ -47,7 +71,8 @@ def test_notebook_runs_headless(notebook, results_root):
               if o.get("output_type") == "error"]
     assert not errors
     for rel in EXPECTED.get(notebook.stem, []):
-        path = results_root / "smoke" / rel
+        rendered = rel.startswith(("tables/", "figures/"))
+        path = results_root / rel if rendered else results_root / "smoke" / rel
         assert path.is_file() and path.stat().st_size > 0, f"{notebook.stem} did not write {rel}"
-        if path.suffix in (".csv", ".json"):
+        if path.suffix in (".csv", ".json") and not rendered and path.parent.name != "calibration":
             assert (path.parent / (path.name + ".provenance.json")).is_file()

@@ -11,6 +11,12 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
 - Stop strings are searched in the generated text only (as vLLM, the official engine, does).
   The returned text is cut before the stop string; token lists keep the tokens whose text lies
   entirely before it, so the stop string's tokens never enter a vector's sequence.
+- Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
+  boundary is kept (LRU, bounded in tokens) keyed by the token ids before it. Every prompt of a
+  method starts with the same few-shot demonstrations, so later calls pre-fill only their own tail
+  (the prefix caching vLLM does). Because a chunk is computed by the same operation whether it
+  comes from the cache or not, results do not depend on what was called before: same prompt and
+  seed, same bits.
 - Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
   (temperature 1, no top-k/top-p), whatever the sampling parameters were.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,6 +35,8 @@ from .base import Generation, SampleSet
 from .hooks import capture, run_until_captured
 from .registry import middle_layer
 from .sampling import warp_logits
+
+PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
 
 
 class _Row:
@@ -47,7 +56,7 @@ class HFBackend:
     """`Backend` over a transformers causal LM. Build it with `from_dir` or `registry.load_backend`."""
 
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
-                 max_batch_rows: int | None = None):
+                 max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -61,15 +70,21 @@ class HFBackend:
         # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
         # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
         self.max_batch_rows = max_batch_rows
+        # Chunk-boundary KV caches: key = hash of the token ids before the boundary. Bounded by
+        # the total tokens they hold (a 7B model's KV is ~0.5 MB per token in bf16).
+        self.prefix_cache_tokens = int(prefix_cache_tokens)
+        self._prefix: "OrderedDict[bytes, tuple[int, object]]" = OrderedDict()
+        self.prefix_hits = 0
 
     @classmethod
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None) -> "HFBackend":
+                 dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None,
+                 prefix_cache_tokens: int = 16384) -> "HFBackend":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows)
+        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens)
 
     # ----------------------------------------------------------------------------- helpers
     def count_tokens(self, text: str) -> int:
@@ -90,8 +105,30 @@ class HFBackend:
 
     @torch.inference_mode()
     def _prefill(self, prompt_ids: list[int]):
-        out = self._forward(torch.tensor([prompt_ids], device=self.device))
+        """KV cache and next-token logits of a prompt, reusing cached chunk boundaries."""
+        ids = list(prompt_ids)
+        last_boundary = (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK   # >= 1 token stays for the tail
+        cache, start = None, 0
+        for b in range(last_boundary, 0, -PREFILL_CHUNK):
+            hit = self._prefix.get(_ids_key(ids[:b]))
+            if hit is not None:
+                self._prefix.move_to_end(_ids_key(ids[:b]))
+                cache, start = copy.deepcopy(hit[1]), b
+                self.prefix_hits += 1
+                break
+        for b in range(start, last_boundary, PREFILL_CHUNK):
+            chunk = torch.tensor([ids[b:b + PREFILL_CHUNK]], device=self.device)
+            cache = self._forward(chunk, cache).past_key_values
+            self._remember(ids[:b + PREFILL_CHUNK], cache)
+        out = self._forward(torch.tensor([ids[last_boundary:]], device=self.device), cache)
         return out.past_key_values, out.logits[:, -1, :]
+
+    def _remember(self, ids: list[int], cache) -> None:
+        if self.prefix_cache_tokens <= 0:
+            return
+        self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
+        while sum(n for n, _ in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
+            self._prefix.popitem(last=False)
 
     def _find_stop(self, text: str, stop: Sequence[str]) -> int:
         hits = [text.find(s) for s in stop if s and s in text]
@@ -257,6 +294,10 @@ class HFBackend:
             self.model.set_attn_implementation(before)
         att = out.attentions[-1][0].float()            # heads x query x key
         return att.max(dim=1).values.mean(dim=0).tolist()
+
+
+def _ids_key(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
 
 
 def _repeat(cache, n: int):

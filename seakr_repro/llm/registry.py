@@ -219,7 +219,8 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     backend = HFBackend.from_dir(
         model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
         dtype=resolve_dtype(dtype or get("model.dtype", "float32")),
-        max_batch_rows=get("model.max_batch_rows", None))   # optional: caps k rows per batch
+        max_batch_rows=get("model.max_batch_rows", None),
+        prefix_cache_tokens=get("model.prefix_cache_tokens", 16384))   # KV tokens kept for prefix reuse
     use_cache = get("cache.enabled", True) if cache is None else cache
     if not use_cache:
         return backend
