@@ -134,15 +134,19 @@ def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, d
     return row, {h: v.astype(np.float16) for h, v in vectors.items()}
 
 
-def extraction_dir(cfg: Config) -> Path:
-    return results_dir(cfg.profile) / "02-extract-hidden-states"
+def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
+    """Step 02's folder; another backbone (Table 4) gets its own under 07-backbones/."""
+    if tag is None:
+        return results_dir(cfg.profile) / "02-extract-hidden-states"
+    return results_dir(cfg.profile) / "07-backbones" / "calibration" / tag
 
 
-def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True) -> Path:
+def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,
+                   tag: str | None = None) -> Path:
     """Extract every record not yet done; one .npz + one JSON line per question."""
     from tqdm.auto import tqdm
 
-    out = extraction_dir(cfg)
+    out = extraction_dir(cfg, tag)
     (out / "vectors").mkdir(parents=True, exist_ok=True)
     rows_path = out / "questions.jsonl"
     done = {row["id"] for _, row in iter_jsonl(rows_path)} if rows_path.is_file() else set()
@@ -164,9 +168,10 @@ def _safe(qid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
 
 
-def load_extraction(cfg: Config, ids: Sequence[str] | None = None) -> tuple[list[dict], dict]:
+def load_extraction(cfg: Config, ids: Sequence[str] | None = None,
+                    tag: str | None = None) -> tuple[list[dict], dict]:
     """Rows and stacked vectors {hook: q x L x k x d float32} of the extracted questions."""
-    out = extraction_dir(cfg)
+    out = extraction_dir(cfg, tag)
     rows = [row for _, row in iter_jsonl(out / "questions.jsonl", "step-02 results",
                                          "run notebook 02-extract-hidden-states")]
     if ids is not None:

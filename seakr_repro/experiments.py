@@ -166,3 +166,67 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
                          "llm_calls_per_q": costs["llm_calls_per_q"], "tokens_per_q": costs["tokens_per_q"],
                          "retrievals_per_q": costs["retrievals_per_q"], "n": costs["questions"]})
     return pd.DataFrame(rows)
+
+
+def calibrate_backbone(cfg: Config, backend, records, n_shot: int, progress: bool = True) -> dict:
+    """Per-model delta for a Table-4 backbone: the step 02/03 procedure on its own calibration run
+    (U's scale depends on the model, so the profile's delta does not transfer)."""
+    from . import calibration
+    from .uncertainty import calibrate_delta
+
+    tag = backend.name
+    calibration.run_extraction(backend, records, cfg, n_shot, progress=progress, tag=tag)
+    rows, vectors = calibration.load_extraction(cfg, [r.id for r in records], tag=tag)
+    layer = backend.n_layers // 2 - 1
+    scores = calibration.estimator_scores(rows, vectors, layer, cfg["uncertainty.alpha"])
+    correct = [int(r["correct"]) for r in rows]
+    cal = calibrate_delta(scores[calibration.METHOD_ESTIMATOR["eigen"]], correct)
+    return {"model": tag, "delta": float(cal.delta), "rule_used": cal.rule_used,
+            "retrieval_rate": float(cal.retrieval_rate), "closed_book_accuracy": sum(correct) / len(correct),
+            "n_calibration": len(rows)}
+
+
+def run_backbones(cfg: Config, pool: BackendPool, searcher, models: Sequence[str], datasets: Sequence[str],
+                  n_questions: int | None, calibration_records, n_shot: int,
+                  progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
+    """Table 4: SeaKR on each backbone, each with its own calibrated delta. Returns (results,
+    {model: why it has no numbers}, calibration summary)."""
+    frames, skipped, calib = [], {}, []
+    for model in models:
+        try:
+            backend = pool.get(model)
+        except DataMissingError as err:
+            skipped[model] = err.what
+            continue
+        if model == cfg["model.name"]:
+            delta = _deltas_for(cfg)["eigen"]
+            calib.append({"model": model, "delta": delta, "rule_used": "step 03"})
+        else:
+            info = calibrate_backbone(cfg, backend, calibration_records, n_shot, progress)
+            delta = info["delta"]
+            calib.append(info)
+        spec = RunSpec(model, "seakr", {"delta": {"eigen": delta}}, model=model)
+        res, skip = run_grid(cfg, pool, searcher, [spec], datasets, n_questions, table="table4",
+                             progress=progress)
+        skipped.update(skip)
+        frames.append(res)
+    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return results, skipped, pd.DataFrame(calib)
+
+
+def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
+    """Training questions for the methods that learn (SKR's labels, TAIKC's KBAE): the questions
+    of `dataset` that are NOT in the profile's evaluation sample (same seeded permutation), so
+    training and evaluation never share a question."""
+    from .data.records import sample
+    from .data.registry import load_dataset
+    from .prepare import load_prepared
+
+    evaluated = {r.id for r in load_prepared(cfg, dataset)}
+    everything = load_dataset(dataset)
+    permuted = sample(everything, len(everything), cfg["datasets.sample_seed"])  # prefix = the eval sample
+    rest = [r for r in permuted if r.id not in evaluated]
+    if not rest:
+        raise UserError(f"no questions of {dataset} are left for training: the evaluation sample uses all",
+                        setting="datasets.n_questions", fix="evaluate on fewer questions")
+    return rest[:n_train] if n_train is not None else rest

@@ -61,7 +61,8 @@ def test_parse_other_shapes_lists_strings_wrappers_and_single_quotes():
     bare = parse_tree('{"sub_queries": {"q1": "Who is A?", "q2": "Age of #q1?"}}', "Q?")
     assert [n.question for n in preorder(bare)] == ["Who is A?", "Age of #q1?"]
     assert [n.number for n in preorder(bare)] == [1, 2]
-    python = parse_tree("{'query1': {'question': 'Who?', 'children': [{'question': 'Age of #query1?'}]}}", "Q?")
+    python = parse_tree("{'query1': {'question': 'Who?', "
+                        "'children': [{'question': 'Age of #query1?'}]}}", "Q?")
     assert [[n.question for n in c] for c in chains(python)] == [["Who?", "Age of #query1?"]]
 
 
@@ -95,8 +96,9 @@ def answered(*pairs):
 
 def test_fill_placeholders_variants_and_numbering_mistakes():
     done = answered((1, "Heinz Paul"), (3, "Mihail Kozakov"))
-    assert fill_placeholders("What is the birth year of #query1?", done) == "What is the birth year of Heinz Paul?"
-    assert fill_placeholders("Is #Query3 older than #query 1?", done) == "Is Mihail Kozakov older than Heinz Paul?"
+    assert fill_placeholders("Birth year of #query1?", done) == "Birth year of Heinz Paul?"
+    assert fill_placeholders("Is #Query3 older than #query 1?", done) == \
+        "Is Mihail Kozakov older than Heinz Paul?"
     assert fill_placeholders("Born where, {#query3}?", done) == "Born where, Mihail Kozakov?"
     assert references("age of #query12 and #3") == [12, 3]
     # a reference to no earlier node: the parent's answer, else left as written
@@ -121,7 +123,8 @@ def test_answer_reading_rules():
     assert P.clean_answer("\n Answer: \"Paris\".\nmore words") == "Paris"
     assert P.clean_answer("U.S.") == "U.S."
     assert P.clean_answer("The answer is:\n  Heinz Paul\n") == "Heinz Paul"
-    assert P.clean_answer("the answer is 1918.") == "1918" and P.clean_answer("A Beautiful Mind") == "A Beautiful Mind"
+    assert P.clean_answer("the answer is 1918.") == "1918"
+    assert P.clean_answer("A Beautiful Mind") == "A Beautiful Mind"
     assert P.is_rag_required("rag_required") and P.is_rag_required("RAG REQUIRED.")
     assert P.is_rag_required("   ") and not P.is_rag_required("Heinz Paul")
     assert P.needs_continuation("The passages do not mention his birth year.")
@@ -131,7 +134,8 @@ def test_answer_reading_rules():
 
 # ------------------------------------------------------------------------------- control flow
 REC = QuestionRecord(id="q1", question=Q, answers=["The Carousel Of Death"])
-DOCS = {"Who directed the film The Carousel Of Death?": [hit("d1", "The Carousel Of Death (1928) by Heinz Paul.")],
+DOCS = {"Who directed the film The Carousel Of Death?":
+        [hit("d1", "The Carousel Of Death (1928) by Heinz Paul.")],
         "What is the birth year of Heinz Paul?": [hit("d2", "Heinz Paul (1893-1983) was a director.")]}
 
 

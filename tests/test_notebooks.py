@@ -20,6 +20,7 @@ SMOKE_PARAMS: dict[str, dict] = {
     "04-complex-qa": {"N_QUESTIONS": 1},
     "05-simple-qa": {"N_QUESTIONS": 1},
     "06-ablations": {"N_QUESTIONS": 1},
+    "07-backbones": {"N_QUESTIONS": 1, "N_CAL_FANOUT": 2, "N_CAL_BUNDLED": 2, "N_SHOT": 2},
     "09-efficiency": {"N_QUESTIONS": 1, "METHODS": ["cot", "seakr"]},
 }
 
@@ -39,6 +40,7 @@ EXPECTED = {
     "04-complex-qa": ["04-complex-qa/results.csv", "04-complex-qa/skipped.json"],
     "05-simple-qa": ["05-simple-qa/results.csv"],
     "06-ablations": ["06-ablations/results.csv"],
+    "07-backbones": ["07-backbones/results.csv", "07-backbones/calibration.csv"],
     "08-case-studies": ["08-case-studies/case_studies.md"],
     "09-efficiency": ["09-efficiency/results.csv"],
     "90-render": ["tables/smoke/table1_complex_qa.md", "tables/smoke/table1_complex_qa.tex",

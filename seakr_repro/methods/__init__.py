@@ -12,10 +12,11 @@ from .flare import FLARE
 from .ircot import IRCoT
 from .seakr import SeaKR
 from .self_rag import SelfRAG
+from .taikc import TAIKC, TAIKCKBAE
 
 METHODS: dict[str, type[Method]] = {
     "cot": CoT, "ircot": IRCoT, "flare": FLARE, "dragin": DRAGIN, "self_rag": SelfRAG,
-    "seakr": SeaKR,
+    "seakr": SeaKR, "taikc": TAIKC, "taikc-kbae": TAIKCKBAE,
 }
 _ALIASES = {"self-rag": "self_rag", "selfrag": "self_rag"}
 SKR_VARIANTS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn")
@@ -34,4 +35,4 @@ def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Met
 
 
 __all__ = ["BASELINE_TABLE", "METHODS", "Method", "MethodResult", "build_method", "CoT", "IRCoT",
-           "FLARE", "DRAGIN", "SelfRAG", "SeaKR"]
+           "FLARE", "DRAGIN", "SelfRAG", "SeaKR", "TAIKC", "TAIKCKBAE"]

@@ -265,7 +265,8 @@ def load_kbae_backend(base_backend, adapter_dir):
                         max_batch_rows=inner.max_batch_rows)
     if base_backend is not inner and hasattr(base_backend, "cache"):
         from ..llm.cache import CachedBackend
-        return CachedBackend(backend, enabled=getattr(base_backend, "enabled", True))
+        root = Path(base_backend.cache.root).parent / backend.name   # beside the base's entries
+        return CachedBackend(backend, root=root, enabled=getattr(base_backend, "enabled", True))
     return backend
 
 

@@ -118,12 +118,15 @@ class TAIKCKBAE(TAIKC):
                                 "single_hop_records, out_dir) and pass kbae_adapter=out_dir")
         self.settings["kbae_adapter"] = str(self.settings["kbae_adapter"])
         self._kbae = None
+        self._adapter_sha: str | None = None
 
     @property
     def config(self):
-        from .kbae import adapter_fingerprint
-        # the directory's contents, not its name, decide the output
-        return {**super().config, "kbae_adapter_sha": adapter_fingerprint(self.settings["kbae_adapter"])}
+        # the directory's contents, not only its name, decide the output (hashed once: ~20 MB)
+        if self._adapter_sha is None:
+            from .kbae import adapter_fingerprint
+            self._adapter_sha = adapter_fingerprint(self.settings["kbae_adapter"])
+        return {**super().config, "kbae_adapter_sha": self._adapter_sha}
 
     @property
     def confident_backend(self):

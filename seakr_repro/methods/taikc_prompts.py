@@ -131,7 +131,8 @@ def summarize_prompt(pairs_json: str) -> str:
 
 
 # --- reading the model's short answers --------------------------------------------------------
-_LABEL = re.compile(r"^(?:(?:the\s+)?(?:final\s+)?answer\s+is\b\s*:?|(?:final\s+)?(?:answer|output|a)\s*[:\-])\s*",
+_LABEL = re.compile(r"^(?:(?:the\s+)?(?:final\s+)?answer\s+is\b\s*:?"     # "The answer is"
+                    r"|(?:final\s+)?(?:answer|output|a)\s*[:\-])\s*",      # "Answer:", "A:"
                     re.IGNORECASE)
 _QUOTES = "\"'`“”‘’"
 

@@ -97,9 +97,12 @@ def _json_candidates(text: str):
                 continue
 
 
+_PY_LITERALS = {"true": "True", "false": "False", "null": "None"}
+
+
 def _literal(s: str):
-    return ast.literal_eval(re.sub(r"\btrue\b|\bfalse\b|\bnull\b",
-                                   lambda m: {"true": "True", "false": "False", "null": "None"}[m[0]], s))
+    """Python-style objects ('single quotes', True/None) that json rejects."""
+    return ast.literal_eval(re.sub(r"\btrue\b|\bfalse\b|\bnull\b", lambda m: _PY_LITERALS[m[0]], s))
 
 
 def _balanced(s: str) -> str:
@@ -147,7 +150,8 @@ def _nodes_from(data) -> list[Node]:
     # a string member is a node only under a numbered key or when it asks something ("note": ...)
     members = [(k, v) for k, v in data.items() if isinstance(v, (dict, list))
                or (isinstance(v, str) and (_NUM.search(str(k)) or v.strip().endswith("?")))]
-    if len(members) == 1 and not _NUM.search(str(members[0][0])) and isinstance(members[0][1], (dict, list)):
+    if len(members) == 1 and not _NUM.search(str(members[0][0])) \
+            and isinstance(members[0][1], (dict, list)):
         return _nodes_from(members[0][1])       # {"queries": {...}} wrapper
     return [n for k, v in members for n in _nodes_from_value(str(k), v)]
 
@@ -192,7 +196,8 @@ def _nodes_from_pairs(text: str) -> list[Node]:
     """Step 3: "queryN": "..." pairs or "query N: ..." lines; parents from #query references."""
     found = [(m[1], m[2] or m[3]) for m in _PAIR.finditer(text)]
     if not found:
-        found = [(f"query{m[1] or m[2] or m[3]}", m[4].strip().strip("\"',")) for m in _LINE.finditer(text)]
+        found = [(f"query{m[1] or m[2] or m[3]}", m[4].strip().strip("\"',"))
+                 for m in _LINE.finditer(text)]
     flat = [_node(re.sub(r"\s+", "", k.lower()), q.strip()) for k, q in found if q.strip()]
     roots: list[Node] = []
     for i, node in enumerate(flat):
@@ -303,4 +308,5 @@ def chain_json(chain: list[Node]) -> str:
 
 def chain_text(chain: list[Node]) -> str:
     """A chain without a summarisation call: "Q1 A1. Q2 A2." (the `summarize_chains: False` path)."""
-    return " ".join(f"{n.filled or n.question} {n.answer}".strip().rstrip(".") + "." for n in chain)
+    parts = (f"{n.filled or n.question} {n.answer}".strip() for n in chain)
+    return " ".join(p if p[-1] in ".?!" else p + "." for p in parts if p)
