@@ -230,3 +230,39 @@ def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
         raise UserError(f"no questions of {dataset} are left for training: the evaluation sample uses all",
                         setting="datasets.n_questions", fix="evaluate on fewer questions")
     return rest[:n_train] if n_train is not None else rest
+
+
+SEED_METHODS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn", "taikc", "taikc-kbae")
+
+
+def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequence[str],
+                     n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
+                     progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
+    """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
+
+    SKR's labels come from each data set's training split (questions outside the evaluation
+    sample); KBAE's adapter from the single-hop training split. SeaKR's rows reuse step 04/05's
+    runs (same config, same results file). Returns (results, skipped, label/adapter summary).
+    """
+    from .data.registry import DATASETS
+    from .methods.kbae import bootstrap_adapter
+    from .methods.skr_labels import build_skr_labels, labels_summary, save_labels
+
+    backend = pool.get()
+    out = results_dir(cfg.profile) / "10-seed-methods"
+    simple = [d for d in datasets if DATASETS[d].kind == "simple"] or list(datasets)
+    adapter = bootstrap_adapter(backend, train_split(cfg, simple[0], n_kbae), out / "kbae_adapter",
+                                **kbae_settings)
+    frames, skipped, notes = [], {}, []
+    for dataset in datasets:
+        labels = build_skr_labels(backend, searcher, train_split(cfg, dataset, n_train), dataset)
+        save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
+        notes.append({"dataset": dataset, **labels_summary(labels)})
+        specs = [RunSpec("seakr", "seakr")]
+        specs += [RunSpec(v, v, {"labelled": labels}) for v in SEED_METHODS if v.startswith("skr")]
+        specs += [RunSpec("taikc", "taikc"), RunSpec("taikc-kbae", "taikc-kbae", {"kbae_adapter": str(adapter)})]
+        res, skip = run_grid(cfg, pool, searcher, specs, [dataset], n_questions, table="seed",
+                             progress=progress)
+        frames.append(res)
+        skipped.update(skip)
+    return pd.concat(frames, ignore_index=True), skipped, pd.DataFrame(notes)

@@ -73,7 +73,9 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                desc: str | None = None, limit: int | None = None) -> list[dict]:
     """Run `method.run(record)` for every record not yet in `out_path`; return all finished rows.
 
-    Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls, tokens, seconds, trace, extra.
+    Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls (and cache hits),
+    prompt and generated tokens, seconds, trace, extra. Costs are the difference of the backend's
+    `stats()` counters (llm_calls, cache_hits, prompt_tokens, generated_tokens) around the question.
     """
     from tqdm.auto import tqdm
 
@@ -110,8 +112,9 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                     "type": record.type, "answer": result.answer,
                     **scorer(result.answer or "", list(record.golds)),
                     "n_retrievals": result.n_retrievals,
-                    "llm_calls": delta.get("calls", 0), "llm_cache_hits": delta.get("hits", 0),
-                    "tokens": delta.get("tokens", 0),
+                    "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
+                    "prompt_tokens": delta.get("prompt_tokens", 0),
+                    "tokens": delta.get("generated_tokens", 0),
                     "seconds": round(seconds, 3),
                     "raw_output": result.raw_output, "extra": _plain(result.extra),
                     "trace": [_plain(t) for t in result.trace],

@@ -22,6 +22,7 @@ SMOKE_PARAMS: dict[str, dict] = {
     "06-ablations": {"N_QUESTIONS": 1},
     "07-backbones": {"N_QUESTIONS": 1, "N_CAL_FANOUT": 2, "N_CAL_BUNDLED": 2, "N_SHOT": 2},
     "09-efficiency": {"N_QUESTIONS": 1, "METHODS": ["cot", "seakr"]},
+    "10-seed-methods": {"N_QUESTIONS": 1, "N_TRAIN": 4, "N_KBAE": 4, "KBAE_EPOCHS": 1},
 }
 
 # What each notebook must leave behind, relative to results/<profile>/.
@@ -43,6 +44,7 @@ EXPECTED = {
     "07-backbones": ["07-backbones/results.csv", "07-backbones/calibration.csv"],
     "08-case-studies": ["08-case-studies/case_studies.md"],
     "09-efficiency": ["09-efficiency/results.csv"],
+    "10-seed-methods": ["10-seed-methods/results.csv", "10-seed-methods/skr_labels.csv"],
     "90-render": ["tables/smoke/table1_complex_qa.md", "tables/smoke/table1_complex_qa.tex",
                   "tables/smoke/table3_ablations.tex", "tables/smoke/table7_efficiency.md",
                   "figures/smoke/figure3_k.png", "figures/smoke/table1_f1.pdf"],

@@ -109,7 +109,8 @@ def test_rows_carry_costs_from_backend_counters(tmp_path):
             self.n = 0
 
         def stats(self):
-            return {"calls": self.n, "tokens": 10 * self.n, "hits": 0}
+            return {"llm_calls": self.n, "generated_tokens": 10 * self.n, "cache_hits": 0,
+                    "prompt_tokens": 100 * self.n}
 
     backend = CountingBackend()
 
@@ -121,4 +122,5 @@ def test_rows_carry_costs_from_backend_counters(tmp_path):
     rows = run_method(Calling(), RECORDS[:2], tmp_path / "r.jsonl", backend=backend, scorer=scorer,
                       progress=False)
     assert [r["llm_calls"] for r in rows] == [3, 3] and rows[0]["tokens"] == 30
+    assert rows[1]["prompt_tokens"] == 300
     assert json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])["id"] == "q00"
