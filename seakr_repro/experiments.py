@@ -63,10 +63,13 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
             "simple_qa_top": cfg[s + "simple_qa_top"],
         }
     if method in ("cot", "ircot", "flare", "dragin"):
+        from .methods import METHODS
+
         b = cfg.get("baselines", {}) or {}
-        out = {"mode": cfg["evaluation.answer_extraction"], "top_k_docs": cfg["retrieval.top_n"]}
-        out.update({k: v for k, v in b.items() if v is not None and k in ("n_shot", "max_new_tokens", "max_steps")})
-        return out
+        out = {"mode": cfg["evaluation.answer_extraction"], "top_k_docs": cfg["retrieval.top_n"],
+               **{k: v for k, v in b.items() if v is not None}}
+        known = METHODS[method].DEFAULTS       # CoT has no retrieval settings, for instance
+        return {k: v for k, v in out.items() if k in known}
     return {}
 
 
@@ -246,7 +249,7 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
     """
     from .data.registry import DATASETS
     from .methods.kbae import bootstrap_adapter
-    from .methods.skr_labels import build_skr_labels, labels_summary, save_labels
+    from .methods.skr_labels import build_skr_labels, labels_summary, save_labels, usable
 
     backend = pool.get()
     out = results_dir(cfg.profile) / "10-seed-methods"
@@ -258,8 +261,13 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
         labels = build_skr_labels(backend, searcher, train_split(cfg, dataset, n_train), dataset)
         save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
         notes.append({"dataset": dataset, **labels_summary(labels)})
-        specs = [RunSpec("seakr", "seakr")]
-        specs += [RunSpec(v, v, {"labelled": labels}) for v in SEED_METHODS if v.startswith("skr")]
+        specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt")]
+        if usable(labels):
+            specs += [RunSpec(v, v, {"labelled": labels}) for v in ("skr-icl", "skr-cls", "skr-knn")]
+        else:   # every training question was discarded (wrong with and without retrieval)
+            skipped.update({v: f"no usable SKR labels on {dataset}: the model answered all "
+                               f"{len(labels)} training questions wrongly with and without retrieval"
+                            for v in ("skr-icl", "skr-cls", "skr-knn")})
         specs += [RunSpec("taikc", "taikc"), RunSpec("taikc-kbae", "taikc-kbae", {"kbae_adapter": str(adapter)})]
         res, skip = run_grid(cfg, pool, searcher, specs, [dataset], n_questions, table="seed",
                              progress=progress)
