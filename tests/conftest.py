@@ -24,3 +24,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="session")
+def wiki_corpus(tmp_path_factory) -> dict:
+    """The default corpus built fresh by the current code (~4 s), so the bundled questions are
+    checked against exactly the passages a new clone produces, not a stale cached copy."""
+    from seakr_repro.data.corpus import build_wiki_excerpt_corpus, load_corpus
+
+    path = tmp_path_factory.mktemp("corpus") / "wiki-excerpt.jsonl"
+    build_wiki_excerpt_corpus(path, progress=False)
+    return load_corpus(path)

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from seakr_repro.evaluation import normalize_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "data" / "bundled"
 TWOWIKI_PATH = BUNDLED / "2wiki" / "dev.json"
 TWOWIKI_ALIASES = BUNDLED / "2wiki" / "id_aliases.json"
 HOTPOT_PATH = BUNDLED / "hotpotqa" / "hotpot_dev_distractor_v1.json"
-CACHED_CORPUS = ROOT / "data" / "cache" / "corpus" / "wiki-excerpt.jsonl"
 
 TWOWIKI_TYPES = ("compositional", "comparison", "bridge_comparison", "inference")
 TWOWIKI_KEYS = {"_id", "type", "question", "context", "supporting_facts", "evidences",
@@ -32,31 +32,12 @@ MIN_TOTAL = 80
 MIN_PER_2WIKI_TYPE = 12
 MIN_HOTPOT_COMPARISON = 20
 
-_PUNCT = set(string.punctuation)
-
-
-def normalize(text: str) -> str:
-    """SQuAD answer normalisation: lower-case, drop punctuation and articles, squeeze spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
+normalize = normalize_answer   # SQuAD normalisation, as the evaluation uses it
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict[str, dict]:
-    path = CACHED_CORPUS
-    if not path.exists():
-        from seakr_repro.data.corpus import build_wiki_excerpt_corpus
-
-        path = tmp_path_factory.mktemp("corpus") / "wiki-excerpt.jsonl"
-        build_wiki_excerpt_corpus(path, progress=False)
-    passages = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            p = json.loads(line)
-            passages[p["id"]] = p
-    return passages
+def corpus(wiki_corpus) -> dict[str, dict]:
+    return wiki_corpus
 
 
 @pytest.fixture(scope="module")

@@ -10,31 +10,23 @@ import ast
 import csv
 import json
 import re
-import string
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from seakr_repro.evaluation import normalize_answer
+
 ROOT = Path(__file__).resolve().parents[1]
 SINGLE_DIR = ROOT / "data" / "bundled" / "single"
 JSON_PATH = SINGLE_DIR / "single-dev.json"
 CSV_PATH = SINGLE_DIR / "single-dev.qa.csv"
-CACHED_CORPUS = ROOT / "data" / "cache" / "corpus" / "wiki-excerpt.jsonl"
 
 MIN_TOTAL = 160
 MIN_PER_TYPE = {"famous": 50, "obscure": 90}
 QID_RE = re.compile(r"^seakr-bundled-single-\d{4}$")
 
-_PUNCT = set(string.punctuation)
-
-
-def normalize(text: str) -> str:
-    """SQuAD answer normalisation: lower-case, drop punctuation and articles, squeeze spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
+normalize = normalize_answer   # SQuAD normalisation, as the evaluation uses it
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +38,8 @@ def questions() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict[str, dict]:
-    path = CACHED_CORPUS
-    if not path.is_file():
-        from seakr_repro.data.corpus import build_wiki_excerpt_corpus
-
-        path = tmp_path_factory.mktemp("corpus") / "wiki-excerpt.jsonl"
-        build_wiki_excerpt_corpus(path, progress=False)
-    passages = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                p = json.loads(line)
-                passages[p["id"]] = p
-    assert len(passages) > 4000
-    return passages
+def corpus(wiki_corpus) -> dict[str, dict]:
+    return wiki_corpus
 
 
 def test_dpr_json_format(questions):
