@@ -75,7 +75,7 @@ def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[
                for l, layer in enumerate(layers)]
     try:
         with torch.inference_mode():
-            cache = model(input_ids=torch.tensor([ids], device=hf.device), use_cache=True).past_key_values
+            cache = hf._prefill(ids)[0]          # reuses the demonstrations' cached prefix
             res = model.model(input_ids=inp.to(hf.device), past_key_values=_repeat(cache, n),
                               use_cache=True, output_hidden_states=True)
     finally:

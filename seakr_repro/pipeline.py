@@ -91,6 +91,9 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
               notebooks_dir: Path = NOTEBOOKS_DIR) -> list[StepResult]:
     """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged."""
     cfg: Config = load_config(profile)
+    # per-profile notebook parameters (params/<profile>.yaml, section `notebooks`), then the caller's
+    parameters = {name: {**(cfg.get("notebooks", {}) or {}).get(name, {}), **(parameters or {}).get(name, {})}
+                  for name in {*(cfg.get("notebooks", {}) or {}), *(parameters or {})}}
     steps = notebook_steps(notebooks_dir)
     if not steps:
         raise UserError("no numbered notebooks found", path=notebooks_dir,

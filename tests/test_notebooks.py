@@ -9,21 +9,13 @@ import os
 
 import pytest
 
+from seakr_repro.config import load_config
 from seakr_repro.pipeline import notebook_steps, run_notebook
 
 pytestmark = pytest.mark.notebooks
 
-# Tiny parameters per notebook (on top of PROFILE="smoke").
-SMOKE_PARAMS: dict[str, dict] = {
-    "02-extract-hidden-states": {"N_FANOUT": 3, "N_BUNDLED": 2, "N_SHOT": 2},
-    "03-uncertainty-estimators": {"N_BOOT": 50},
-    "04-complex-qa": {"N_QUESTIONS": 1},
-    "05-simple-qa": {"N_QUESTIONS": 1},
-    "06-ablations": {"N_QUESTIONS": 1},
-    "07-backbones": {"N_QUESTIONS": 1, "N_CAL_FANOUT": 2, "N_CAL_BUNDLED": 2, "N_SHOT": 2},
-    "09-efficiency": {"N_QUESTIONS": 1, "METHODS": ["cot", "seakr"]},
-    "10-seed-methods": {"N_QUESTIONS": 1, "N_TRAIN": 4, "N_KBAE": 4, "KBAE_EPOCHS": 1},
-}
+# Tiny parameters per notebook (on top of PROFILE="smoke"): params/smoke.yaml, section notebooks.
+SMOKE_PARAMS: dict[str, dict] = load_config("smoke")["notebooks"]
 
 # What each notebook must leave behind, relative to results/<profile>/.
 EXPECTED = {
