@@ -9,6 +9,11 @@ import math
 from .runner import read_results
 
 
+def _cell(text: str, limit: int = 120) -> str:
+    """Text for one Markdown table cell or quote: newlines shown as ⏎, pipes escaped."""
+    return (text or "").strip()[:limit].replace("\n", " ⏎ ").replace("|", "\\|")
+
+
 def _u(x) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else (
         "+inf" if x == math.inf else f"{x:.2f}")
@@ -45,24 +50,28 @@ def render_case(row: dict) -> str:
         kind = t.get("kind")
         if kind == "pseudo_step":
             verdict = "retrieve" if t.get("retrieve") else "no retrieval"
-            lines.append(f"- *pseudo-generation:* “{t['output'].strip()}” — U(c) = {_u(t.get('u'))} "
+            lines.append(f"- *pseudo-generation:* “{_cell(t['output'], 300)}” — U(c) = {_u(t.get('u'))} "
                          f"vs δ = {_u(t.get('delta'))} → **{verdict}**")
         elif kind == "rerank":
             lines.append(f"- *query:* “{t.get('query', '')}”")
             cands = t.get("candidates", [])
-            by_u = sorted(range(len(cands)), key=lambda i: cands[i]["u"] if cands[i]["u"] is not None else math.inf)
-            rank_u = {i: r + 1 for r, i in enumerate(by_u)}
-            lines.append("  | #BM25 | #U | U(c) | passage | step generated with it |")
-            lines.append("  |---|---|---|---|---|")
+            # rank by the re-ranking key: U, or +inf when the candidate's step came out empty
+            key = [c.get("key", c["u"]) if c.get("key", c["u"]) is not None else math.inf for c in cands]
+            rank_u = {i: r + 1 for r, i in enumerate(sorted(range(len(cands)), key=lambda i: key[i]))}
+            lines.append("")
+            lines.append("| #BM25 | #U | U(c) | passage | step generated with it |")
+            lines.append("|---|---|---|---|---|")
             for i, c in enumerate(cands):
                 mark = " ✓" if c["id"] == t.get("chosen") else ""
-                lines.append(f"  | {i + 1} | {rank_u[i]} | {_u(c['u'])}{mark} | {c.get('title', '')} "
-                             f"({c['id']}) | {c.get('output', '').strip()[:120]} |")
+                empty = " (empty step: +inf)" if key[i] == math.inf else ""
+                lines.append(f"| {i + 1} | {rank_u[i]} | {_u(c['u'])}{empty}{mark} | {c.get('title', '')} "
+                             f"({c['id']}) | {_cell(c.get('output', ''))} |")
+            lines.append("")
         elif kind and kind.startswith("final_"):
             lines.append(f"- *{kind.replace('final_', 'from ')}:* answer “{t.get('answer')}”, "
                          f"U = {_u(t.get('u'))}")
         elif kind == "direct":
-            lines.append(f"- *direct answer:* “{t['output'].strip()}”, U = {_u(t.get('u'))} vs δ = {_u(t.get('delta'))}")
+            lines.append(f"- *direct answer:* “{_cell(t['output'], 300)}”, U = {_u(t.get('u'))} vs δ = {_u(t.get('delta'))}")
         elif kind == "choice":
             lines.append(f"- *choice:* {'kept the direct answer' if t.get('kept_direct') else 'passage ' + str(t.get('chosen'))}")
     extra = row.get("extra") or {}
