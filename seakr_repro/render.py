@@ -35,7 +35,7 @@ TABLES = (
     TableSpec("table4_backbones", "07-backbones/results.csv", "seakr_table4",
               "Table 4: SeaKR with different backbone LLMs, EM and F1 (%).", rows="model"),
     TableSpec("table7_efficiency", "09-efficiency/results.csv", "seakr_table7",
-              "Table 7: wall time per question (s), with LLM calls and retrievals per question.",
+              "Table 7: wall time per question (s), LLM call cache off (notebook 09 also lists LLM calls and retrievals).",
               metrics=("seconds_per_question",)),
 )
 
@@ -43,7 +43,7 @@ TABLES = (
 def differs_because(cfg: Config) -> str | None:
     if cfg.profile == "paper":
         return None
-    return (f"Our numbers come from the '{cfg.profile}' profile ({cfg['model.name']}, corpus "
+    return (f"they come from the '{cfg.profile}' profile ({cfg['model.name']}, corpus "
             f"'{cfg['corpus.name']}', seakr-repro's bundled question sets written in the style of "
             f"2Wiki/HotpotQA and of single-hop QA) and are not comparable with the paper's "
             f"(LLaMA-2-7B-chat, DPR Wikipedia, official dev sets); bundled-single is shown under NQ")
