@@ -18,7 +18,7 @@ help:  ## list the targets
 
 setup: $(STAMP)  ## create .venv and install everything from pip (idempotent)
 
-$(STAMP): requirements.txt pyproject.toml scripts/setup_env.sh
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
 	touch $(STAMP)
 
@@ -37,8 +37,10 @@ test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
 	$(PY) -m seakr_repro.bench --profile $(PROFILE)
 
-figures tables: $(STAMP)  ## re-render every table and figure from saved results
+figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)
+
+tables: figures  ## same as figures (tables and figures are rendered together)
 
 lab: $(STAMP)  ## open JupyterLab on the notebooks
 	$(VENV)/bin/jupyter lab notebooks/
