@@ -83,6 +83,7 @@ def cmd_reproduce(args):
 
 
 def cmd_run(args):
+    from .config import parse_override
     from .experiments import BackendPool, RunSpec, run_grid
     from .llm import load_backend
     from .prepare import ensure_index, open_profile_searcher, prepare_datasets
@@ -90,7 +91,7 @@ def cmd_run(args):
     cfg = _config(args)
     prepare_datasets(cfg, [args.dataset])
     ensure_index(cfg, progress=not args.quiet)
-    overrides = dict(parse_setting(s) for s in (args.method_set or []))
+    overrides = dict(parse_override(s) for s in (args.method_set or []))
     model = "selfrag-llama2-7b" if args.method in ("self_rag", "self-rag") else None
     pool = BackendPool(cfg, load_backend(cfg) if model is None else None)
     results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg),
@@ -101,12 +102,6 @@ def cmd_run(args):
                         fix="supply what the message names, or choose another method")
     print(results[["method", "dataset", "metric", "value", "low", "high", "n", "retrievals_per_q",
                    "seconds_per_q", "run_file"]].to_markdown(index=False))
-
-
-def parse_setting(text: str):
-    from .config import parse_override
-
-    return parse_override(text)
 
 
 def cmd_render(args):

@@ -125,7 +125,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
             path = run_path(cfg.profile, dataset, spec.label, method.config)
             done = run_method(method, records, path, backend=backend, progress=progress,
                               desc=f"{spec.label} on {dataset}")
-            done = [r for r in done if r["id"] in {x.id for x in records}]
+            wanted = {x.id for x in records}        # the file may hold more (a larger earlier run)
+            done = [r for r in done if r["id"] in wanted]
             score = score_predictions([r["answer"] for r in done], [r["golds"] for r in done],
                                       n_boot=cfg["evaluation.bootstrap_samples"], seed=cfg["seed"])
             costs = summarise(done)
