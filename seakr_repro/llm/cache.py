@@ -127,7 +127,22 @@ class CachedBackend:
         return self._cached("sample", prompt, params, lambda: self.backend.sample(prompt, **kwargs))
 
     def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
-        return [self.sample(p, **kwargs) for p in prompts]
+        """Cached contexts come from disk; the others go to the backend in ONE call, so a
+        batching backend (vLLM) decodes them together."""
+        params = self._sample_params(kwargs)
+        keys = [call_key(self.name, self.fingerprint, "sample", p, params) for p in prompts]
+        values = [self.cache.get(k) if self.enabled else None for k in keys]
+        todo = [i for i, v in enumerate(values) if v is None]
+        if todo:
+            for i, v in zip(todo, self.backend.sample_many([prompts[i] for i in todo], **kwargs)):
+                values[i] = v
+                if self.enabled:
+                    self.cache.put(keys[i], v)
+        self.misses += len(todo)
+        self.hits += len(prompts) - len(todo)
+        for v in values:
+            self._count(v)
+        return values
 
     def score(self, prompt: str, continuation: str) -> Generation:
         return self._cached("score", prompt, {"continuation": continuation},

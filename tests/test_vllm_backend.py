@@ -1,0 +1,141 @@
+"""The vLLM backend against the transformers backend, on the real default model (SmolLM2-135M).
+
+Runs where vLLM imports (`make test-vllm`, which uses .venv-vllm from `make setup-vllm`); skipped
+elsewhere with the reason. Both backends run float32 on the same weights, so on the SAME samples
+(vLLM's own, re-encoded by the transformers backend) the forced-EOS vectors, SeaKR's eigen score,
+the greedy continuation and the teacher-forced log-probabilities must agree to float tolerance.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from seakr_repro.llm.vllm_backend import vllm_available
+
+WHY = vllm_available()
+pytestmark = [pytest.mark.vllm,
+              pytest.mark.skipif(WHY is not None, reason=f"vLLM is not installed here ({WHY}); "
+                                 "`make setup-vllm` then `make test-vllm` runs these tests")]
+
+PROMPT = ("Question: What is the capital of France?\nAnswer: Paris is the capital of France. "
+          "So the answer is Paris.\n\nQuestion: Who wrote Hamlet?\nAnswer:")
+PROMPT2 = ("Question: Who painted the Mona Lisa?\nAnswer: Leonardo da Vinci painted it. So the "
+           "answer is Leonardo da Vinci.\n\nQuestion: What is the largest planet?\nAnswer:")
+STOP = ["\n\n", "\nQuestion:", ". "]
+ARGS = dict(k=6, max_new_tokens=12, stop=STOP, temperature=1.0, top_k=50, top_p=0.9)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.registry import model_dir
+    from seakr_repro.llm.vllm_backend import VLLMBackend
+    # no torch.set_num_threads here: vLLM's CPU attention checks the thread count it started with
+    d = model_dir("smollm2-135m-instruct")
+    return (VLLMBackend.from_dir(d, name="smollm2-135m-instruct", cpu_kv_cache_gib=1),
+            HFBackend.from_dir(d, name="smollm2-135m-instruct"))
+
+
+def _hf_vectors(hf, prompt, samples, layer, hook):
+    cache, _ = hf._prefill(hf._encode(prompt))
+    return hf._eos_vectors(cache, [g.token_ids for g in samples], layer, hook)
+
+
+def _rel(a, b):
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+@pytest.mark.parametrize("layer,hook", [(None, "mlp_out"), (3, "residual"), (20, "mlp_out")])
+def test_eos_vectors_and_eigen_scores_match_transformers(pair, layer, hook):
+    from seakr_repro.uncertainty.eigenscore import eigen_score
+    v, hf = pair
+    ss = v.sample(PROMPT, seed=3, layer=layer, hook=hook, **ARGS)
+    assert ss.vectors.shape == (ARGS["k"], v.hidden_size) and ss.layer == (14 if layer is None else layer)
+    ref = _hf_vectors(hf, PROMPT, ss.samples, ss.layer, hook)
+    assert _rel(ss.vectors, ref) < 1e-4
+    for variant in ("seakr", "inside"):
+        assert eigen_score(ss.vectors, variant=variant) == pytest.approx(
+            eigen_score(ref, variant=variant), abs=1e-3)
+    # the uncertainty SeaKR uses (non-empty samples only) agrees as well
+    keep = [i for i, g in enumerate(ss.samples) if g.text.strip()]
+    if len(keep) >= 2:
+        assert eigen_score(ss.nonempty_vectors) == pytest.approx(eigen_score(ref[keep]), abs=1e-3)
+
+
+def test_samples_are_cut_like_the_transformers_backend_and_reproducible(pair):
+    v, hf = pair
+    a = v.sample(PROMPT, seed=11, want_stats=True, **ARGS)
+    b = v.sample(PROMPT, seed=11, want_stats=True, **ARGS)
+    assert [g.token_ids for g in a.samples] == [g.token_ids for g in b.samples]
+    for g in a.samples:
+        assert not any(s in g.text for s in STOP)
+        assert g.text == hf._decode(g.token_ids) or g.finish_reason == "stop"
+        assert len(g.logprobs) == len(g.token_ids) == len(g.entropies) == len(g.logsumexp)
+        assert g.finish_reason in ("stop", "eos", "length")
+        # teacher-forced scores of the same tokens: the sampled tokens' raw log-probabilities
+        if g.token_ids:
+            ref = hf.score(PROMPT, hf._decode(g.token_ids))
+            if ref.token_ids == g.token_ids:     # the text re-encodes to the same tokens
+                np.testing.assert_allclose(g.logprobs, ref.logprobs, atol=1e-3)
+                np.testing.assert_allclose(g.entropies, ref.entropies, atol=1e-3)
+    c = v.sample(PROMPT, seed=12, **ARGS)
+    assert [g.token_ids for g in c.samples] != [g.token_ids for g in a.samples]
+
+
+def test_greedy_generation_and_scores_match_transformers(pair):
+    v, hf = pair
+    for stop in (STOP, ()):
+        a = v.generate(PROMPT, max_new_tokens=16, stop=stop, want_stats=True)
+        b = hf.generate(PROMPT, max_new_tokens=16, stop=stop, want_stats=True)
+        assert (a.text, a.token_ids, a.finish_reason) == (b.text, b.token_ids, b.finish_reason)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-3)
+        np.testing.assert_allclose(a.entropies, b.entropies, atol=1e-3)
+        np.testing.assert_allclose(a.logsumexp, b.logsumexp, atol=1e-3)
+    a, b = v.score(PROMPT, " William Shakespeare"), hf.score(PROMPT, " William Shakespeare")
+    assert a.token_ids == b.token_ids
+    for field in ("logprobs", "entropies", "logsumexp"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-3)
+    # twice: the second call must not lose positions to the prefix cache
+    np.testing.assert_allclose(v.score(PROMPT, " William Shakespeare").logprobs, a.logprobs, atol=1e-6)
+
+
+def test_sample_many_batches_contexts_and_keeps_them_apart(pair):
+    v, hf = pair
+    sets = v.sample_many([PROMPT, PROMPT2], seed=5, **ARGS)
+    assert len(sets) == 2
+    for prompt, ss in zip([PROMPT, PROMPT2], sets):
+        assert all(g.n_prompt_tokens == v.count_tokens(prompt) for g in ss.samples)
+        assert _rel(ss.vectors, _hf_vectors(hf, prompt, ss.samples, ss.layer, ss.hook)) < 1e-4
+
+
+def test_concurrent_callers_share_the_engine(pair):
+    """Calls from several threads join one running batch and each gets its own answer."""
+    v, _ = pair
+    prompts = [PROMPT, PROMPT2, PROMPT + " The", PROMPT2 + " It"]
+    alone = [v.generate(p, max_new_tokens=10, stop=STOP, want_stats=True) for p in prompts]
+    together: dict[int, object] = {}
+
+    def work(i):
+        together[i] = v.generate(prompts[i], max_new_tokens=10, stop=STOP, want_stats=True)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, g in enumerate(alone):
+        assert together[i].token_ids == g.token_ids
+        np.testing.assert_allclose(together[i].entropies, g.entropies, atol=1e-3)
+
+
+def test_attention_and_overlong_prompts_give_clear_errors(pair):
+    from seakr_repro.errors import UserError
+    v, _ = pair
+    with pytest.raises(UserError, match="attention"):
+        v.generate(PROMPT, max_new_tokens=4, want_attention=True)
+    with pytest.raises(UserError, match="max_model_len"):
+        v.generate("word " * (v.max_model_len + 10), max_new_tokens=4)
+    # the engine keeps working after a refused call
+    assert v.generate(PROMPT, max_new_tokens=4).token_ids

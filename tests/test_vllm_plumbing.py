@@ -1,0 +1,126 @@
+"""The vLLM backend's plumbing that does not need vLLM: settings, errors, the engine thread.
+
+The engine thread is driven here by a scripted engine with vLLM's interface (enqueue, step,
+collective_rpc), so continuous batching and error hand-back are tested on every machine;
+tests/test_vllm_backend.py checks the real engine where vLLM is installed.
+"""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from seakr_repro.config import load_config
+from seakr_repro.errors import UserError
+from seakr_repro.llm import registry
+from seakr_repro.llm.stops import cut_at_stop, find_stop
+from seakr_repro.llm.vllm_backend import VLLMBackend, _EngineThread, _tensor_parallel, vllm_available
+
+
+class ScriptedEngine:
+    """Finishes each request `steps` engine steps after it was added; records batch sizes."""
+
+    def __init__(self, steps=3, fail_on=None):
+        self.steps, self.fail_on = steps, fail_on
+        self.counter = 0
+        self.live: dict[str, list] = {}
+        self.batch_sizes: list[int] = []
+        self.llm_engine = SimpleNamespace(step=self.step, abort_request=lambda ids, internal: None,
+                                          output_processor=SimpleNamespace(request_states={}))
+
+    def enqueue(self, prompts, params, use_tqdm=False):
+        ids = []
+        for p in prompts:
+            if p == self.fail_on:
+                raise ValueError("refused prompt")
+            rid = str(self.counter)
+            self.counter += 1
+            self.live[rid] = [self.steps, p]
+            ids.append(f"{rid}-abcd1234")
+        return ids
+
+    def step(self):
+        self.batch_sizes.append(len(self.live))
+        out = []
+        for rid in list(self.live):
+            self.live[rid][0] -= 1
+            if self.live[rid][0] == 0:
+                out.append(SimpleNamespace(request_id=rid, finished=True, prompt=self.live.pop(rid)[1]))
+        return out
+
+    def collective_rpc(self, fn, args=()):
+        return [{tag: {"seen": True} for tag in args[0]}]
+
+
+def test_engine_thread_batches_callers_and_routes_results():
+    eng = ScriptedEngine(steps=5)
+    et = _EngineThread(eng)
+    results = {}
+    start = threading.Barrier(4)
+
+    def work(i):
+        start.wait()
+        results[i] = et.run([f"p{i}a", f"p{i}b"], [None, None], [f"t{i}", None])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    for i in range(4):
+        (a, cap_a), (b, cap_b) = results[i]
+        assert (a.prompt, b.prompt) == (f"p{i}a", f"p{i}b")      # each caller gets its own
+        assert cap_a == {"seen": True} and cap_b == {}
+    assert max(eng.batch_sizes) > 2          # requests of different callers shared steps
+
+
+def test_engine_thread_hands_errors_back_and_keeps_running():
+    eng = ScriptedEngine(fail_on="bad")
+    et = _EngineThread(eng)
+    with pytest.raises(ValueError, match="refused"):
+        et.run(["bad"], [None], [None])
+    (out, _), = et.run(["good"], [None], [None])
+    assert out.prompt == "good"
+
+
+def test_registry_builds_the_vllm_backend_from_the_profile(monkeypatch):
+    seen = {}
+
+    def fake(path, **kw):
+        seen.update(kw, path=path)
+        return SimpleNamespace(name=kw["name"], n_layers=30, hidden_size=576, eos_token_id=2,
+                               fingerprint="vllm:x")
+
+    monkeypatch.setattr(VLLMBackend, "from_dir", staticmethod(fake))
+    cfg = load_config("default", overrides={"model.backend": "vllm", "model.device": "cpu",
+                                            "model.vllm.max_model_len": 2048})
+    b = registry.load_backend(cfg)
+    assert b.fingerprint == "vllm:x" and b.name == "smollm2-135m-instruct"
+    assert seen["max_model_len"] == 2048 and seen["tensor_parallel_size"] == "auto"
+    assert seen["device"] == "cpu" and seen["dtype"] == "float32"
+    with pytest.raises(UserError, match="model.backend"):
+        registry.load_backend(load_config("default", overrides={"model.backend": "tgi"}))
+
+
+@pytest.mark.skipif(vllm_available() is None, reason="vLLM is installed here")
+def test_missing_vllm_is_a_clear_error():
+    cfg = load_config("default", overrides={"model.backend": "vllm", "model.device": "cpu"})
+    with pytest.raises(UserError) as err:
+        registry.load_backend(cfg)
+    assert "setup-vllm" in str(err.value) and "model.backend" in str(err.value)
+
+
+def test_tensor_parallel_setting():
+    assert _tensor_parallel("auto", "cpu") == 1
+    assert _tensor_parallel(2, "cuda") == 2
+    with pytest.raises(UserError, match="tensor_parallel_size"):
+        _tensor_parallel("two", "cuda")
+
+
+def test_stop_cut_keeps_whole_tokens_before_the_stop():
+    pieces = {1: "Paris", 2: " is", 3: ".", 4: " So"}
+    decode = lambda ids: "".join(pieces[i] for i in ids)   # noqa: E731
+    assert find_stop("Paris is. So", [". ", "\n"]) == 8
+    assert cut_at_stop(decode, [1, 2, 3, 4], [". "]) == ("Paris is", 2)
+    assert cut_at_stop(decode, [1, 2], [". "]) == ("Paris is", 2)
