@@ -124,7 +124,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 break
             path = run_path(cfg.profile, dataset, spec.label, method.config)
             done = run_method(method, records, path, backend=backend, progress=progress,
-                              desc=f"{spec.label} on {dataset}")
+                              desc=f"{spec.label} on {dataset}",
+                              concurrency=_concurrency(cfg, backend))
             wanted = {x.id for x in records}        # the file may hold more (a larger earlier run)
             done = [r for r in done if r["id"] in wanted]
             score = score_predictions([r["answer"] for r in done], [r["golds"] for r in done],
@@ -138,6 +139,20 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                                  "retrievals_per_q", "llm_calls_per_q", "tokens_per_q", "seconds_per_q")},
                              "run_file": str(path.relative_to(results_dir(cfg.profile)))})
     return pd.DataFrame(rows), skipped
+
+
+def _concurrency(cfg: Config, backend) -> int:
+    """runner.concurrency where the backend batches concurrent calls; 1 on the transformers
+    backend (which decodes one call at a time), said once so nobody wonders why."""
+    from .concurrency import supports_concurrency
+    n = int(cfg.get("runner.concurrency", 1) or 1)
+    if n > 1 and not supports_concurrency(backend):
+        if not getattr(_concurrency, "_said", False):
+            print(f"runner.concurrency {n} applies to model.backend: vllm; the transformers "
+                  "backend runs one question at a time")
+            _concurrency._said = True
+        return 1
+    return n
 
 
 def paper_dataset_name(dataset: str) -> str:

@@ -70,14 +70,28 @@ def _plain(obj: Any) -> Any:
 
 def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                scorer: Callable[[str, list[str]], dict] | None = None, progress: bool = True,
-               desc: str | None = None, limit: int | None = None) -> list[dict]:
+               desc: str | None = None, limit: int | None = None, concurrency: int = 1) -> list[dict]:
     """Run `method.run(record)` for every record not yet in `out_path`; return all finished rows.
 
     Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls (and cache hits),
-    prompt and generated tokens, seconds, trace, extra. Costs are the difference of the backend's
-    `stats()` counters (llm_calls, cache_hits, prompt_tokens, generated_tokens) around the question.
+    prompt and generated tokens, seconds, trace, extra. Costs are counted per question: by a
+    `counting()` scope with a CachedBackend (right under concurrency too), else as the difference
+    of the backend's `stats()` counters around the question.
+
+    concurrency > 1 runs that many questions at once (each on its own shallow copy of the method)
+    and needs a backend that batches concurrent calls (vLLM); rows are written as questions
+    finish, so the file order may differ from the record order. `seconds` is then each
+    question's own wall time, overlapping with others'.
     """
+    import copy
+    import threading
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    import contextvars
+
     from tqdm.auto import tqdm
+
+    from .concurrency import supports_concurrency
+    from .llm.cache import counting
 
     if scorer is None:
         from .evaluation import exact_match, f1_score
@@ -85,6 +99,12 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
         def scorer(pred, golds):
             return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
 
+    concurrency = int(concurrency or 1)
+    if concurrency > 1 and not supports_concurrency(backend):
+        raise UserError(f"runner.concurrency is {concurrency} but the {type(backend).__name__} "
+                        "backend decodes one call at a time", setting="runner.concurrency",
+                        fix="set runner.concurrency: 1, or model.backend: vllm to run questions "
+                            "side by side in one batch")
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done_rows = read_results(out_path, repair=True)
@@ -96,37 +116,96 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     todo = [r for r in records if r.id not in done]
     if limit is not None:
         todo = todo[:max(0, limit - len(done))]
+    scoped = backend is not None and getattr(backend, "scoped_counts", False)
+    search_lock = threading.Lock()
+
+    def one(record):
+        m = method if concurrency == 1 else _locked_copy(method, search_lock, copy)
+        with counting() as counter:
+            before = _counters(backend) if backend is not None and not scoped else {}
+            t0 = time.perf_counter()
+            result = m.run(record)
+            seconds = time.perf_counter() - t0
+            after = _counters(backend) if backend is not None and not scoped else {}
+        delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
+        row = {
+            "id": record.id, "question": record.question, "golds": list(record.golds),
+            "type": record.type, "answer": result.answer,
+            **scorer(result.answer or "", list(record.golds)),
+            "n_retrievals": result.n_retrievals,
+            "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
+            "prompt_tokens": delta.get("prompt_tokens", 0),
+            "tokens": delta.get("generated_tokens", 0),
+            "seconds": round(seconds, 3),
+            "raw_output": result.raw_output, "extra": _plain(result.extra),
+            "trace": [_plain(t) for t in result.trace],
+        }
+        if concurrency > 1:
+            row["concurrency"] = concurrency
+        return row
+
     bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
                desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
     try:
         with open(out_path, "a", encoding="utf-8") as fh:
-            for record in todo:
-                before = _counters(backend) if backend is not None else {}
-                t0 = time.perf_counter()
-                result = method.run(record)
-                seconds = time.perf_counter() - t0
-                after = _counters(backend) if backend is not None else {}
-                delta = {k: after[k] - before.get(k, 0) for k in after}
-                row = {
-                    "id": record.id, "question": record.question, "golds": list(record.golds),
-                    "type": record.type, "answer": result.answer,
-                    **scorer(result.answer or "", list(record.golds)),
-                    "n_retrievals": result.n_retrievals,
-                    "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
-                    "prompt_tokens": delta.get("prompt_tokens", 0),
-                    "tokens": delta.get("generated_tokens", 0),
-                    "seconds": round(seconds, 3),
-                    "raw_output": result.raw_output, "extra": _plain(result.extra),
-                    "trace": [_plain(t) for t in result.trace],
-                }
+            def write(row):
                 fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
                 done_rows.append(row)
                 bar.update(1)
+
+            if concurrency == 1:
+                for record in todo:
+                    write(one(record))
+            else:
+                # keep `concurrency` questions in flight; write each as it finishes; on an error
+                # start nothing new, write what the others finish, then raise
+                error: BaseException | None = None
+                queue = list(todo)
+                with ThreadPoolExecutor(max_workers=concurrency) as ex:
+                    running = set()
+                    while queue or running:
+                        while queue and len(running) < concurrency and error is None:
+                            running.add(ex.submit(contextvars.copy_context().run, one, queue.pop(0)))
+                        if not running:
+                            break
+                        finished, running = wait(running, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            try:
+                                write(fut.result())
+                            except BaseException as e:  # noqa: BLE001 - re-raised below
+                                error = error or e
+                        if error is not None:
+                            queue.clear()
+                if error is not None:
+                    raise error
     finally:
         bar.close()
     return done_rows
+
+
+class _LockedSearcher:
+    """A searcher shared by concurrent questions: one search at a time (Lucene through JNI)."""
+
+    def __init__(self, searcher, lock):
+        self._searcher, self._lock = searcher, lock
+
+    def search(self, *args, **kwargs):
+        with self._lock:
+            return self._searcher.search(*args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self._searcher, attr)
+
+
+def _locked_copy(method, lock, copy):
+    """A shallow copy for one concurrent question: per-question state (trace, counters) lands on
+    the copy; backend and settings are shared read-only; the searcher is serialised."""
+    m = copy.copy(method)
+    if getattr(m, "searcher", None) is not None:
+        m.searcher = _LockedSearcher(m.searcher, lock)
+    return m
 
 
 def summarise(rows: Iterable[dict]) -> dict:

@@ -75,6 +75,41 @@ def test_retrieves_when_uncertain_and_reranks_by_lowest_u():
     assert r.answer == "Ann Lee" and r.extra["choice"] in ("rationales", "knowledge")
 
 
+def test_concurrent_backend_scores_candidates_side_by_side_with_the_same_result():
+    """With a batching backend (vLLM) the N re-ranking candidates run on threads; the trace,
+    the choice and the answer are those of the sequential run."""
+    import threading
+    import time
+
+    def respond(p, stop):
+        if ". " not in stop:
+            return final_answer(p, stop)
+        if "Ann Lee." in tail(p):
+            return "So the answer is Ann Lee."
+        return "Zorro Nights was directed by Ann Lee" if context(p) else "Zorro Nights was directed by Tom Hux"
+    level = lambda p: "low" if "directed by Ann Lee.\n" in context(p) or "Ann Lee." in tail(p) else "high"
+
+    class Concurrent(FakeBackend):
+        concurrent = True
+        threads: set = set()
+
+        def sample(self, prompt, **kw):
+            self.threads.add(threading.get_ident())
+            time.sleep(0.01)
+            return super().sample(prompt, **kw)
+
+    seq, _, _ = make(respond, level)
+    backend = Concurrent(respond, level)
+    par = build_method("seakr", backend, FakeSearcher(DOCS), "bundled-2wiki", n_shot=1)
+    a, b = seq.run(Q), par.run(Q)
+    assert len(backend.threads) > 1
+    assert (a.answer, a.extra["doc_ids"]) == (b.answer, b.extra["doc_ids"])
+    assert [t["kind"] for t in a.trace] == [t["kind"] for t in b.trace]
+    ra, rb = (next(t for t in r.trace if t["kind"] == "rerank") for r in (a, b))
+    assert [c["id"] for c in ra["candidates"]] == [c["id"] for c in rb["candidates"]]
+    assert [c["u"] for c in ra["candidates"]] == [c["u"] for c in rb["candidates"]]
+
+
 def test_empty_candidate_output_ranks_last_and_used_docs_are_skipped():
     seen_ctx = []
 

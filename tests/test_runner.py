@@ -124,3 +124,84 @@ def test_rows_carry_costs_from_backend_counters(tmp_path):
     assert [r["llm_calls"] for r in rows] == [3, 3] and rows[0]["tokens"] == 30
     assert rows[1]["prompt_tokens"] == 300
     assert json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])["id"] == "q00"
+
+
+def test_concurrent_questions_count_their_own_calls_and_resume(tmp_path):
+    """runner.concurrency > 1: questions overlap, each row carries its own calls (the CachedBackend
+    counts per question through a context scope), and a resumed run skips finished ids."""
+    import threading
+
+    from seakr_repro.llm.base import Generation
+    from seakr_repro.llm.cache import CachedBackend
+
+    class SlowBackend:
+        name, n_layers, hidden_size, eos_token_id = "slow", 2, 4, 0
+        concurrent = True
+
+        def __init__(self):
+            self.active = self.peak = 0
+            self.lock = threading.Lock()
+
+        def generate(self, prompt, **kw):
+            with self.lock:
+                self.active += 1
+                self.peak = max(self.peak, self.active)
+            time.sleep(0.05)
+            with self.lock:
+                self.active -= 1
+            return Generation(text=prompt, token_ids=[1, 2], n_prompt_tokens=5)
+
+    inner = SlowBackend()
+    backend = CachedBackend(inner, root=tmp_path / "cache", enabled=False)
+
+    class Calls(EchoMethod):
+        def run(self, record):
+            n = int(record.id[1:]) % 3 + 1          # q00 -> 1 call, q01 -> 2, q02 -> 3, ...
+            for j in range(n):
+                backend.generate(f"{record.id}/{j}", max_new_tokens=2)
+            return super().run(record)
+
+    out = tmp_path / "r.jsonl"
+    rows = run_method(Calls(), RECORDS[:6], out, backend=backend, scorer=scorer, progress=False,
+                      concurrency=3)
+    assert inner.peak > 1                                    # questions really overlapped
+    by_id = {r["id"]: r for r in rows}
+    assert [by_id[f"q{i:02d}"]["llm_calls"] for i in range(6)] == [1, 2, 3, 1, 2, 3]
+    assert by_id["q02"]["tokens"] == 6 and by_id["q02"]["prompt_tokens"] == 15
+    assert backend.stats()["llm_calls"] == 12
+    again = run_method(Calls(), RECORDS[:8], out, backend=backend, scorer=scorer, progress=False,
+                       concurrency=3)
+    assert sorted(r["id"] for r in again) == [f"q{i:02d}" for i in range(8)]
+    assert len(out.read_text().splitlines()) == 8
+
+
+def test_concurrency_needs_a_batching_backend(tmp_path):
+    class Sequential:
+        def stats(self):
+            return {}
+
+    with pytest.raises(UserError, match="runner.concurrency"):
+        run_method(EchoMethod(), RECORDS[:2], tmp_path / "r.jsonl", backend=Sequential(),
+                   scorer=scorer, progress=False, concurrency=2)
+
+
+def test_an_error_in_one_concurrent_question_keeps_the_others(tmp_path):
+    class Concurrent:
+        concurrent = True
+
+        def stats(self):
+            return {}
+
+    class Failing(EchoMethod):
+        def run(self, record):
+            if record.id == "q01":
+                raise RuntimeError("boom")
+            time.sleep(0.02)
+            return super().run(record)
+
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(RuntimeError, match="boom"):
+        run_method(Failing(), RECORDS[:4], out, backend=Concurrent(), scorer=scorer,
+                   progress=False, concurrency=2)
+    written = {json.loads(x)["id"] for x in out.read_text().splitlines()}
+    assert "q01" not in written and "q00" in written

@@ -10,9 +10,12 @@ exactly through JSON and float32 arrays through .npy, so a hit equals the origin
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -68,6 +71,38 @@ class LLMCache:
         io.write_json(base.with_suffix(".json"), meta, indent=None)
 
 
+COUNTS = ("llm_calls", "cache_hits", "cache_misses", "prompt_tokens", "generated_tokens")
+
+
+class CallCounter:
+    """The calls of one scope (a question), made by any thread working for it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.values = dict.fromkeys(COUNTS, 0)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for k, v in counts.items():
+                self.values[k] += v
+
+
+_SCOPE: contextvars.ContextVar[CallCounter | None] = contextvars.ContextVar("seakr_llm_scope",
+                                                                             default=None)
+
+
+@contextlib.contextmanager
+def counting():
+    """Count every CachedBackend call made in this context (and threads started from a copy of
+    it) in a fresh CallCounter: per-question costs stay right when questions run concurrently."""
+    counter = CallCounter()
+    token = _SCOPE.set(counter)
+    try:
+        yield counter
+    finally:
+        _SCOPE.reset(token)
+
+
 class CachedBackend:
     """Wrap any backend with the same protocol; `enabled=False` passes every call through."""
 
@@ -82,9 +117,24 @@ class CachedBackend:
         self.enabled = enabled
         self.reset_stats()
 
+    scoped_counts = True   # the runner may count per question with `counting()`
+
     def reset_stats(self) -> None:
+        self._lock = threading.Lock()
         self.calls = self.hits = self.misses = 0
         self.prompt_tokens = self.generated_tokens = 0
+
+    def _add(self, calls=0, hits=0, misses=0, prompt_tokens=0, generated_tokens=0) -> None:
+        with self._lock:
+            self.calls += calls
+            self.hits += hits
+            self.misses += misses
+            self.prompt_tokens += prompt_tokens
+            self.generated_tokens += generated_tokens
+        scope = _SCOPE.get()
+        if scope is not None:
+            scope.add(llm_calls=calls, cache_hits=hits, cache_misses=misses,
+                      prompt_tokens=prompt_tokens, generated_tokens=generated_tokens)
 
     def stats(self) -> dict[str, int]:
         return {"llm_calls": self.calls, "cache_hits": self.hits, "cache_misses": self.misses,
@@ -96,23 +146,21 @@ class CachedBackend:
         return getattr(self.__dict__["backend"], attr)
 
     # --------------------------------------------------------------------------------
-    def _count(self, value) -> None:
+    def _count(self, value, hit: bool) -> None:
         gens = value.samples if isinstance(value, SampleSet) else [value]
-        self.calls += 1
-        self.prompt_tokens += gens[0].n_prompt_tokens if gens else 0
-        self.generated_tokens += sum(len(g.token_ids) for g in gens)
+        self._add(calls=1, hits=int(hit), misses=int(not hit),
+                  prompt_tokens=gens[0].n_prompt_tokens if gens else 0,
+                  generated_tokens=sum(len(g.token_ids) for g in gens))
 
     def _cached(self, kind: str, prompt: str, params: dict, compute):
         key = call_key(self.name, self.fingerprint, kind, prompt, params)
         value = self.cache.get(key) if self.enabled else None
-        if value is None:
+        hit = value is not None
+        if not hit:
             value = compute()
-            self.misses += 1
             if self.enabled:
                 self.cache.put(key, value)
-        else:
-            self.hits += 1
-        self._count(value)
+        self._count(value, hit)
         return value
 
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
@@ -138,10 +186,8 @@ class CachedBackend:
                 values[i] = v
                 if self.enabled:
                     self.cache.put(keys[i], v)
-        self.misses += len(todo)
-        self.hits += len(prompts) - len(todo)
-        for v in values:
-            self._count(v)
+        for i, v in enumerate(values):
+            self._count(v, hit=i not in todo)
         return values
 
     def score(self, prompt: str, continuation: str) -> Generation:

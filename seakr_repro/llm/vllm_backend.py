@@ -179,6 +179,7 @@ class VLLMBackend:
     """`Backend` over vLLM. Build it with `from_dir` or `registry.load_backend` (model.backend: vllm)."""
 
     kind = "vllm"
+    concurrent = True        # calls from several threads join one batch (see _EngineThread)
 
     def __init__(self, llm, tokenizer, name: str, fingerprint: str = ""):
         self.llm = llm

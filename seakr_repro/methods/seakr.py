@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..concurrency import parallel_map, supports_concurrency
 from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import (build_prompt, format_context, read_all_docs_prompt,
@@ -166,12 +167,15 @@ class SeaKR(Method):
             cands = cands[:1]
         texts = [st.text for st in steps]
         stops = stop_strings(bool(steps), final=False)
-        scored = []
-        for h in cands:
+
+        def score(h):
             prompt = build_prompt(self.demos, question, texts, docs + [h.text], s["mode"])
             g, u = self._call(prompt, stops, s["rerank"], self._context(steps, docs + [h.text]))
             key = (u if g.text.strip() else math.inf) if s["rerank"] else 0.0
-            scored.append((key, h, g, u))
+            return key, h, g, u
+
+        # the N candidates are independent: a batching backend (vLLM) scores them side by side
+        scored = parallel_map(score, cands, len(cands) if supports_concurrency(self.backend) else 1)
         best = min(scored, key=lambda t: t[0])   # first wins ties, as the code's stable sort
         _, hit, g, u = best
         docs.append(hit.text)
