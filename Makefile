@@ -47,6 +47,9 @@ test-vllm: $(VLLM_STAMP)  ## the vLLM backend against the transformers backend (
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
 	$(PY) -m seakr_repro.bench --profile $(PROFILE)
+	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
+	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
+	  $$BENCH_PY -m seakr_repro.bench_backends --profile $(PROFILE)
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

@@ -222,7 +222,7 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             tensor_parallel_size=v("tensor_parallel_size", "auto"),
             gpu_memory_utilization=v("gpu_memory_utilization", 0.9),
             max_model_len=v("max_model_len", None), max_num_seqs=v("max_num_seqs", None),
-            cpu_kv_cache_gib=v("cpu_kv_cache_gib", 4))
+            cpu_kv_cache_gib=v("cpu_kv_cache_gib", 4), block_size=v("block_size", None))
     elif backend_kind == "hf":
         from .hf_backend import HFBackend
         backend = HFBackend.from_dir(
