@@ -58,6 +58,8 @@ def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[
     padding precedes any row's own EOS) run as one batch on the shared cache.
     Returns {"mlp_out": L x k x d, "residual": L x k x d} float32.
     """
+    if hasattr(backend, "eos_vectors_all_layers"):     # the vLLM backend captures them itself
+        return backend.eos_vectors_all_layers(prompt, completions)
     import torch
 
     from .llm.hf_backend import _repeat

@@ -24,8 +24,9 @@ Continuous batching: one engine thread owns the engine; calls from any number of
 their requests to the running batch at the next step and wait for their own results, so
 questions run concurrently share every forward pass.
 
-Not available: DRAGIN's attention weights (vLLM computes attention in fused kernels and returns no
-weights), so `want_attention=True` raises a UserError that says to use the transformers backend.
+DRAGIN's attention: vLLM computes attention in fused kernels and returns no weights, so the
+last layer's q and k are read at the attention op's input and the weights recomputed from them
+for the (short) generated text alone, as the transformers backend does it.
 """
 from __future__ import annotations
 
@@ -154,7 +155,8 @@ class _EngineThread:
                 caps: dict = {}
                 if tags:
                     score = {t: self.score.pop(t) for t in tags if t in self.score}
-                    caps = self.llm.collective_rpc(vllm_worker.fetch, args=(tags, score))[0]
+                    per_worker = self.llm.collective_rpc(vllm_worker.fetch, args=(tags, score))
+                    caps = _combine(per_worker)
                 for o in finished:
                     job, j, tag = self.owner.pop(o.request_id)
                     job.results[j] = (o, caps.get(tag, {}) if tag else {})
@@ -173,6 +175,17 @@ class _EngineThread:
                     engine.abort_request(list(engine.output_processor.request_states), internal=True)
                 except Exception:
                     pass
+
+
+def _combine(per_worker: list[dict]) -> dict:
+    """Worker 0's captures (hidden states and logits are whole there), with DRAGIN's attention
+    averaged over the heads of every tensor-parallel worker."""
+    caps = per_worker[0]
+    for tag, item in caps.items():
+        if "attention" in item:
+            parts = [w[tag]["attention"] for w in per_worker if "attention" in w.get(tag, {})]
+            item["attention"] = (sum(p[0] for p in parts) / sum(p[1] for p in parts)).tolist()
+    return caps
 
 
 class VLLMBackend:
@@ -305,10 +318,6 @@ class VLLMBackend:
     # ------------------------------------------------------------------ protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
-        if want_attention:
-            raise UserError("the vLLM backend cannot return attention weights (DRAGIN needs them)",
-                            setting="model.backend",
-                            fix="run DRAGIN with model.backend: hf (the transformers backend)")
         ids = self._encode(prompt)
         if max_new_tokens <= 0:
             return Generation(text="", entropies=[] if want_stats else None,
@@ -322,7 +331,44 @@ class VLLMBackend:
         params = self._params(max_tokens=int(max_new_tokens), temperature=0.0,
                               stop=list(stop) or None, logprobs=0, extra_args=extra)
         (res, cap), = self._engine.run([{"prompt_token_ids": ids}], [params], [tag])
-        return self._generation(res.outputs[0], cap, stop, len(ids), want_stats)
+        gen = self._generation(res.outputs[0], cap, stop, len(ids), want_stats)
+        if want_attention:
+            gen.attention = self._attention(gen.token_ids)
+        return gen
+
+    def _attention(self, token_ids: list[int]) -> list[float]:
+        """DRAGIN's attention per generated token, as the transformers backend computes it: the
+        generated tokens alone (no prompt, no BOS) through the model; in the last layer,
+        softmax(q k^T) per head, max over the later (query) positions, mean over heads. q and k
+        are read at the attention op's input (after rotary), so no weights are needed from vLLM."""
+        if not token_ids:
+            return []
+        self._install([("attention",)])
+        tag = uuid.uuid4().hex
+        params = self._params(max_tokens=1, temperature=0.0,
+                              extra_args={vllm_worker.KEY: {"tag": tag, "attention": True}})
+        # a unique salt: every position must be computed in this request, none from the cache
+        (_res, cap), = self._engine.run([{"prompt_token_ids": list(token_ids), "cache_salt": tag}],
+                                        [params], [tag])
+        return list(cap["attention"])
+
+    def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
+        """Step 02's vectors: every layer's MLP output and residual stream at the forced EOS of
+        "prompt + completion + EOS" -> {"mlp_out": L x k x d, "residual": L x k x d} float32
+        (the last layer's residual after the final norm, as transformers' hidden_states[-1])."""
+        self._install([("all",)])
+        ids = self._encode(prompt)
+        seqs = [list(ids) + list(c) + [self.eos_token_id] for c in completions]
+        tags = [uuid.uuid4().hex for _ in seqs]
+        params = [self._params(max_tokens=1, temperature=0.0,
+                               extra_args={vllm_worker.KEY: {"tag": t, "all": True}}) for t in tags]
+        results = self._engine.run([{"prompt_token_ids": s} for s in seqs], params, tags)
+        out = {}
+        for hook in ("mlp_out", "residual"):
+            out[hook] = np.stack([np.stack([np.asarray(cap["all"][f"{layer}:{hook}"], np.float32)
+                                            for _res, cap in results])
+                                  for layer in range(self.n_layers)])
+        return out
 
     def sample(self, prompt: str, **kwargs) -> SampleSet:
         return self.sample_many([prompt], **kwargs)[0]

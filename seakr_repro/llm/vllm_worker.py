@@ -9,7 +9,10 @@ forward hooks on the worker's model, exactly like the transformers backend's hoo
 - "stats" entropy and logsumexp of each next-token distribution a request is sampled from (FLARE,
           LN-entropy, energy), read off the logits;
 - "hidden" the final (normed) hidden states of every position of a request, turned into
-          teacher-forced log-probabilities by `fetch` (`score`).
+          teacher-forced log-probabilities by `fetch` (`score`);
+- "all"   every layer's MLP output and residual stream at the last token (step 02's vectors);
+- "attention" DRAGIN's per-token attention: the last layer's softmax(q k^T) over the request's
+          own tokens, max over query positions, summed over this worker's heads.
 
 vLLM packs the tokens of all scheduled requests into one flat batch. The model runner's
 `input_batch.req_ids` and `query_start_loc` say which rows belong to which request in the forward
@@ -34,10 +37,24 @@ class _Capture:
         self.model = self.runner.get_model() if hasattr(self.runner, "get_model") else self.runner.model
         self.store: dict[str, dict[str, Any]] = {}
         self.handles: dict[tuple, Any] = {}
+        self._rows: list | None = None
+        self.fetching = False        # compute_logits in `fetch` must not feed the stats hook
+        # the tagged rows are looked up once per forward (many hooks read them); reset before
+        # the first decoder layer, since vLLM's model wrapper may call the inner model's forward
+        # directly, without firing its hooks
+        self.handles[("rows",)] = _decoder_layers(self.model)[0].register_forward_pre_hook(self._reset_rows)
+
+    def _reset_rows(self, *_args) -> None:
+        self._rows = None
 
     # ------------------------------------------------------------------ batch layout
     def tagged(self) -> list[tuple[int, dict, int, int]]:
         """(batch index, capture spec, first row, end row) of the tagged requests in this forward."""
+        if self._rows is None:
+            self._rows = self._tagged()
+        return self._rows
+
+    def _tagged(self) -> list[tuple[int, dict, int, int]]:
         r = self.runner
         n = r.input_batch.num_reqs
         if n == 0:
@@ -66,6 +83,9 @@ class _Capture:
             raise ValueError(f"layer {layer} is outside 0..{len(layers) - 1}")
         module = layers[layer].mlp if hook == "mlp_out" else layers[layer]
         want = [layer, hook]
+        # the last layer's "residual" is taken after the final norm (ensure_all), as
+        # transformers' output_hidden_states[-1] has it
+        last = layer == len(layers) - 1
 
         def _hook(_m, _inp, out):
             rows = self.tagged()
@@ -77,9 +97,13 @@ class _Capture:
                 h, res = out[0], (out[1] if len(out) > 1 else None)
                 out = h + res if (hook == "residual" and res is not None) else h
             for _i, spec, start, end in rows:
-                if spec.get("vec") == want and end > start:
-                    # chunked prefill calls this once per chunk: the last chunk's last row wins
+                if end <= start:
+                    continue
+                # chunked prefill calls this once per chunk: the last chunk's last row wins
+                if spec.get("vec") == want:
                     self.slot(spec["tag"])["vec"] = out[end - 1].float().cpu()
+                if spec.get("all") and not (hook == "residual" and last):
+                    self.slot(spec["tag"]).setdefault("all", {})[(layer, hook)] = out[end - 1].float().cpu()
 
         self.handles[key] = module.register_forward_hook(_hook)
 
@@ -88,7 +112,7 @@ class _Capture:
             return
 
         def _hook(_m, _inp, logits):
-            if logits is None:          # tensor-parallel ranks other than 0 get no logits
+            if logits is None or self.fetching:   # TP ranks other than 0 get no logits
                 return
             rows = self.tagged()
             if not rows:
@@ -121,6 +145,53 @@ class _Capture:
         self.handles[("hidden",)] = norm.register_forward_hook(_hook)
 
 
+    def ensure_all(self) -> None:
+        """Vectors of every layer at both hooks, for requests tagged "all"."""
+        layers = _decoder_layers(self.model)
+        for layer in range(len(layers)):
+            for hook in ("mlp_out", "residual"):
+                self.ensure_vec(layer, hook)
+        if ("all_norm",) in self.handles:
+            return
+        top = len(layers) - 1
+
+        def _hook(_m, _inp, out):
+            h = out[0] if isinstance(out, tuple) else out
+            for _i, spec, start, end in self.tagged():
+                if spec.get("all") and end > start:
+                    self.slot(spec["tag"]).setdefault("all", {})[(top, "residual")] = h[end - 1].float().cpu()
+
+        self.handles[("all_norm",)] = _inner(self.model).norm.register_forward_hook(_hook)
+
+    def ensure_attention(self) -> None:
+        """DRAGIN's attention from the last layer's attention op inputs (q, k after rotary)."""
+        if ("attention",) in self.handles:
+            return
+        self_attn = _decoder_layers(self.model)[-1].self_attn
+        attn = self_attn.attn
+        n_heads, n_kv = int(self_attn.num_heads), int(self_attn.num_kv_heads)
+        head_dim = int(self_attn.head_dim)
+        scale = float(getattr(attn, "scale", None) or getattr(self_attn, "scaling", head_dim ** -0.5))
+
+        def _hook(_m, args, kwargs):
+            q, k = (args[0], args[1]) if len(args) >= 2 else (kwargs["query"], kwargs["key"])
+            for _i, spec, start, end in self.tagged():
+                if not spec.get("attention") or end <= start:
+                    continue
+                t = end - start
+                qq = q[start:end].float().reshape(t, n_heads, head_dim).transpose(0, 1)
+                kk = k[start:end].float().reshape(t, n_kv, head_dim).transpose(0, 1)
+                kk = kk.repeat_interleave(n_heads // n_kv, dim=0)
+                scores = (qq @ kk.transpose(1, 2)) * scale            # heads x query x key
+                causal = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
+                att = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
+                # max over the query positions, then summed over this worker's heads; the
+                # caller divides by the total head count over all workers (tensor parallel)
+                self.slot(spec["tag"])["attention"] = (att.max(dim=1).values.sum(dim=0).cpu(), n_heads)
+
+        self.handles[("attention",)] = attn.register_forward_pre_hook(_hook, with_kwargs=True)
+
+
 def _inner(model):
     return getattr(model, "model", model)
 
@@ -142,7 +213,8 @@ def _capture(worker) -> _Capture:
 
 # ---------------------------------------------------------------------- RPC entry points
 def install(worker, what: list) -> bool:
-    """Install the hooks `what` lists: ("vec", layer, hook) | ("stats",) | ("hidden",)."""
+    """Install the hooks `what` lists: ("vec", layer, hook) | ("stats",) | ("hidden",) |
+    ("all",) | ("attention",)."""
     cap = _capture(worker)
     for item in what:
         if item[0] == "vec":
@@ -151,6 +223,10 @@ def install(worker, what: list) -> bool:
             cap.ensure_stats()
         elif item[0] == "hidden":
             cap.ensure_hidden()
+        elif item[0] == "all":
+            cap.ensure_all()
+        elif item[0] == "attention":
+            cap.ensure_attention()
         else:
             raise ValueError(f"unknown capture {item!r}")
     return True
@@ -164,6 +240,14 @@ def fetch(worker, tags: list[str], score: dict | None = None) -> dict[str, dict]
     the log-probabilities, entropies and logsumexps of the continuation tokens.
     """
     cap = _capture(worker)
+    cap.fetching = True
+    try:
+        return _fetch(cap, tags, score)
+    finally:
+        cap.fetching = False
+
+
+def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for tag in tags:
         got = cap.store.pop(tag, {})
@@ -172,6 +256,11 @@ def fetch(worker, tags: list[str], score: dict | None = None) -> dict[str, dict]
             item["vec"] = got["vec"].numpy()
         if "stats" in got:
             item["stats"] = got["stats"]
+        if "all" in got:
+            item["all"] = {f"{layer}:{hook}": v.numpy() for (layer, hook), v in got["all"].items()}
+        if "attention" in got:
+            summed, heads = got["attention"]
+            item["attention"] = (summed.numpy(), heads)
         if "hidden" in got and score and tag in score:
             n_prompt, cont = score[tag]
             h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]
