@@ -33,6 +33,7 @@ def _run(cfg, backend, searcher, dataset, records, deltas, concurrency, out_dir,
     from .experiments import method_settings
     from .runner import run_method
 
+    backend.reset_prefix_cache()        # every run starts cold: the runs share prompts and seeds
     counted = CachedBackend(backend, root=out_dir / "nocache", enabled=False)   # counts only
     method = build_method("seakr", counted, searcher, dataset, **method_settings(cfg, "seakr", deltas))
     t0 = time.perf_counter()

@@ -264,14 +264,17 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
     runs (same config, same results file). Returns (results, skipped, label/adapter summary).
     """
     from .data.registry import DATASETS
-    from .methods.kbae import bootstrap_adapter
+    from .methods.kbae import bootstrap_adapter, kbae_unavailable
     from .methods.skr_labels import build_skr_labels, labels_summary, save_labels, usable
 
     backend = pool.get()
     out = results_dir(cfg.profile) / "10-seed-methods"
     simple = [d for d in datasets if DATASETS[d].kind == "simple"] or list(datasets)
-    adapter = bootstrap_adapter(backend, train_split(cfg, simple[0], n_kbae), out / "kbae_adapter",
-                                **kbae_settings)
+    # KBAE trains a LoRA adapter with peft on the transformers model; on the vLLM backend (which
+    # holds the GPU) there is none to train, so its row is skipped with the reason
+    no_kbae = kbae_unavailable(backend)
+    adapter = None if no_kbae else bootstrap_adapter(
+        backend, train_split(cfg, simple[0], n_kbae), out / "kbae_adapter", **kbae_settings)
     frames, skipped, notes = [], {}, []
     for dataset in datasets:
         labels = build_skr_labels(backend, searcher, train_split(cfg, dataset, n_train), dataset)
@@ -284,7 +287,11 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
             skipped.update({v: f"no usable SKR labels on {dataset}: the model answered all "
                                f"{len(labels)} training questions wrongly with and without retrieval"
                             for v in ("skr-icl", "skr-cls", "skr-knn")})
-        specs += [RunSpec("taikc", "taikc"), RunSpec("taikc-kbae", "taikc-kbae", {"kbae_adapter": str(adapter)})]
+        specs += [RunSpec("taikc", "taikc")]
+        if no_kbae:
+            skipped["taikc-kbae"] = no_kbae
+        else:
+            specs += [RunSpec("taikc-kbae", "taikc-kbae", {"kbae_adapter": str(adapter)})]
         res, skip = run_grid(cfg, pool, searcher, specs, [dataset], n_questions, table="seed",
                              progress=progress)
         frames.append(res)

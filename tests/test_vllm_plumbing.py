@@ -124,3 +124,21 @@ def test_stop_cut_keeps_whole_tokens_before_the_stop():
     assert find_stop("Paris is. So", [". ", "\n"]) == 8
     assert cut_at_stop(decode, [1, 2, 3, 4], [". "]) == ("Paris is", 2)
     assert cut_at_stop(decode, [1, 2], [". "]) == ("Paris is", 2)
+
+
+def test_kbae_row_is_skipped_with_the_reason_on_the_vllm_backend(tmp_path):
+    from seakr_repro.llm.cache import CachedBackend
+    from seakr_repro.methods.kbae import kbae_unavailable
+
+    class V:
+        name, n_layers, hidden_size, eos_token_id, kind = "v", 2, 4, 0, "vllm"
+
+    class H:
+        name, n_layers, hidden_size, eos_token_id = "h", 2, 4, 0
+
+        def __init__(self):
+            self.model, self.tokenizer = object(), object()
+
+    why = kbae_unavailable(CachedBackend(V(), root=tmp_path, enabled=False))
+    assert "transformers backend" in why and "model.backend: vllm" in why
+    assert kbae_unavailable(CachedBackend(H(), root=tmp_path, enabled=False)) is None

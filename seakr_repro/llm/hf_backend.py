@@ -88,6 +88,10 @@ class HFBackend:
         return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens)
 
     # ----------------------------------------------------------------------------- helpers
+    def reset_prefix_cache(self) -> None:
+        """Forget the kept chunk-boundary KV caches (benchmarks start every run cold)."""
+        self._prefix.clear()
+
     def count_tokens(self, text: str) -> int:
         return len(self._encode(text))
 

@@ -104,12 +104,16 @@ class _EngineThread:
 
     def call(self, fn, *args) -> list:
         """Run an RPC on the workers from the engine thread, between steps."""
+        return self.call_llm(lambda llm: llm.collective_rpc(fn, args=args))
+
+    def call_llm(self, fn):
+        """Run fn(llm) on the engine thread, between steps."""
         box: dict = {}
         done = threading.Event()
 
         def task():
             try:
-                box["out"] = self.llm.collective_rpc(fn, args=args)
+                box["out"] = fn(self.llm)
             except BaseException as e:  # handed to the caller
                 box["err"] = e
             done.set()
@@ -259,6 +263,10 @@ class VLLMBackend:
         return cls(llm, tok, name, f"vllm:{_fingerprint(path, torch_dtype)}")
 
     # ------------------------------------------------------------------ helpers
+    def reset_prefix_cache(self) -> None:
+        """Forget cached prompt blocks (benchmarks start every run cold)."""
+        self._engine.call_llm(lambda llm: llm.reset_prefix_cache())
+
     def count_tokens(self, text: str) -> int:
         return len(self._encode(text))
 

@@ -244,6 +244,15 @@ def _hf_backend(backend):
                     setting="model.backend", fix="use model.backend: hf")
 
 
+def kbae_unavailable(backend) -> str | None:
+    """None when KBAE can train and run on `backend`, else why not (for the table's notes)."""
+    try:
+        _hf_backend(backend)
+    except UserError as e:
+        return f"{e.what} (this run uses model.backend: {getattr(backend, 'kind', 'other')})"
+    return None
+
+
 def load_kbae_backend(base_backend, adapter_dir):
     """A backend whose model is a COPY of `base_backend`'s with the adapter merged in, so the base
     backend keeps answering TAIKC's other prompts unadapted (the copy costs one more model in
