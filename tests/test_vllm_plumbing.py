@@ -7,6 +7,7 @@ tests/test_vllm_backend.py checks the real engine where vLLM is installed.
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -41,6 +42,7 @@ class ScriptedEngine:
         return ids
 
     def step(self):
+        time.sleep(0.001)            # a real step takes time; lets other callers join the batch
         self.batch_sizes.append(len(self.live))
         out = []
         for rid in list(self.live):
@@ -76,10 +78,19 @@ def test_engine_thread_batches_callers_and_routes_results():
 
 
 def test_engine_thread_hands_errors_back_and_keeps_running():
-    eng = ScriptedEngine(fail_on="bad")
+    """A refused request fails its own caller only; requests in flight finish normally."""
+    eng = ScriptedEngine(steps=500, fail_on="bad")
     et = _EngineThread(eng)
+    other = {}
+    t = threading.Thread(target=lambda: other.update(out=et.run(["slow"], [None], [None])))
+    t.start()
+    while not eng.counter:         # the slow request is in the engine (0.5 s of steps)
+        time.sleep(0.001)
     with pytest.raises(ValueError, match="refused"):
         et.run(["bad"], [None], [None])
+    assert eng.live                # ... and still running when the refusal came back
+    t.join(timeout=60)
+    assert other["out"][0][0].prompt == "slow"
     (out, _), = et.run(["good"], [None], [None])
     assert out.prompt == "good"
 

@@ -142,7 +142,12 @@ class _EngineThread:
                     if job is None:
                         score["task"]()
                         continue
-                    ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+                    try:
+                        ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+                    except Exception as e:   # a refused request fails its caller only
+                        job.error = e
+                        job.done.set()
+                        continue
                     for j, (rid, tag) in enumerate(zip(ids, tags)):
                         # enqueue returns the engine's id ("<counter>-<random>"); outputs carry
                         # the counter the LLM class gave the request
