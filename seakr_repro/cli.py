@@ -76,7 +76,10 @@ def cmd_datasets(args):
 def cmd_reproduce(args):
     from .pipeline import reproduce
 
-    results = reproduce(args.profile, only=args.only, force=args.force)
+    from .config import parse_override
+
+    overrides = dict(parse_override(s) for s in (args.set or []))
+    results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides)
     ran = [r for r in results if r.status == "ran"]
     print(f"[reproduce] profile {args.profile}: {len(ran)} step(s) ran, "
           f"{sum(r.status == 'up-to-date' for r in results)} up to date")

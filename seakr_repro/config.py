@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -115,10 +116,31 @@ class Config:
         return copy.deepcopy(self.data)
 
 
+OVERRIDES_ENV = "SEAKR_OVERRIDES"   # JSON {dotted key: value}: `reproduce --set` for the notebooks
+
+
 def load_config(profile: str = "default", overrides: Mapping[str, Any] | None = None,
                 params_dir: str | Path | None = None) -> Config:
+    """The profile's settings; then SEAKR_OVERRIDES (set by `reproduce --set` for the notebooks
+    it runs), then `overrides`."""
     params_dir = Path(params_dir) if params_dir else PARAMS_DIR
     data = _resolve(profile, params_dir)
     data["profile"] = profile
     cfg = Config(profile, data)
-    return cfg.with_overrides(overrides) if overrides else cfg
+    merged = {**env_overrides(), **(overrides or {})}
+    return cfg.with_overrides(merged) if merged else cfg
+
+
+def env_overrides() -> dict[str, Any]:
+    raw = os.environ.get(OVERRIDES_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{OVERRIDES_ENV} is not valid JSON ({e})", setting=OVERRIDES_ENV,
+                        fix='unset it, or give an object such as {"model.backend": "vllm"}') from None
+    if not isinstance(value, dict):
+        raise UserError(f"{OVERRIDES_ENV} must be a JSON object of dotted keys",
+                        setting=OVERRIDES_ENV, fix='e.g. {"model.backend": "vllm"}')
+    return value

@@ -8,6 +8,7 @@ fresh-looking notebook; the failed one is kept as <name>.failed.ipynb for inspec
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .config import Config, load_config
+from .config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .errors import UserError
 from .io import read_json, write_json
 from .paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
@@ -86,11 +87,30 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     return final
 
 
+@contextlib.contextmanager
+def _overrides_env(overrides: dict[str, Any]):
+    """SEAKR_OVERRIDES for the notebook kernels started inside (they inherit the environment)."""
+    before = os.environ.get(OVERRIDES_ENV)
+    if overrides:
+        os.environ[OVERRIDES_ENV] = json.dumps(overrides)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(OVERRIDES_ENV, None)
+        else:
+            os.environ[OVERRIDES_ENV] = before
+
+
 def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
               parameters: dict[str, dict] | None = None, progress: bool = True,
-              notebooks_dir: Path = NOTEBOOKS_DIR) -> list[StepResult]:
-    """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged."""
-    cfg: Config = load_config(profile)
+              notebooks_dir: Path = NOTEBOOKS_DIR,
+              overrides: dict[str, Any] | None = None) -> list[StepResult]:
+    """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged.
+
+    `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through the
+    SEAKR_OVERRIDES environment variable and enter the stamps through the config's hash."""
+    cfg: Config = load_config(profile, overrides)
     # per-profile notebook parameters (params/<profile>.yaml, section `notebooks`), then the caller's
     parameters = {name: {**(cfg.get("notebooks", {}) or {}).get(name, {}), **(parameters or {}).get(name, {})}
                   for name in {*(cfg.get("notebooks", {}) or {}), *(parameters or {})}}
@@ -123,7 +143,8 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
         if progress:
             print(f"[reproduce] {nb.stem}: running (profile {profile})", flush=True)
         t0 = time.perf_counter()
-        run_notebook(nb, profile, step_params, progress=progress)
+        with _overrides_env({**env_overrides(), **(overrides or {})}):
+            run_notebook(nb, profile, step_params, progress=progress)
         seconds = time.perf_counter() - t0
         write_json(stamp_file, {"stamp": stamp, "seconds": round(seconds, 1),
                                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})

@@ -69,3 +69,30 @@ def test_unknown_step_is_explained(steps):
     nbdir, _ = steps
     with pytest.raises(UserError, match="unknown step"):
         pipeline.reproduce("smoke", only=["07"], notebooks_dir=nbdir, progress=False)
+
+
+def test_set_overrides_reach_the_notebooks_and_the_stamps(tmp_path, monkeypatch):
+    """`reproduce --set key=value`: the notebooks' load_config sees it, and a changed override
+    re-runs the steps (it is part of the config hash in the stamps)."""
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: (tmp_path / "results" / p).resolve())
+    monkeypatch.delenv("SEAKR_OVERRIDES", raising=False)
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    out = tmp_path / "seen.txt"
+    _notebook(nbdir / "00-only.ipynb",
+              "from seakr_repro.config import load_config\n"
+              f"open({str(out)!r}, 'a').write(load_config(PROFILE)['model.backend'] + '\\n')")
+    run = lambda **kw: pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, **kw)  # noqa: E731
+    run(overrides={"model.backend": "vllm"})
+    run(overrides={"model.backend": "vllm"})              # unchanged: up to date
+    run()                                                  # override dropped: runs again
+    assert out.read_text().split() == ["vllm", "hf"]
+    import os
+    assert "SEAKR_OVERRIDES" not in os.environ            # nothing leaks into this process
+
+
+def test_bad_overrides_environment_is_explained(monkeypatch):
+    from seakr_repro.config import load_config
+    monkeypatch.setenv("SEAKR_OVERRIDES", "{not json")
+    with pytest.raises(UserError, match="SEAKR_OVERRIDES"):
+        load_config("smoke")
