@@ -80,23 +80,18 @@ class _EngineThread:
     def __init__(self, llm):
         self.llm = llm
         self.cv = threading.Condition()
-        self.queue: list[tuple[list, list, list, dict, _Job]] = []
+        self.queue: list[tuple] = []          # ("requests", prompts, params, tags, score, job) | ("task", fn)
         self.owner: dict[str, tuple[_Job, int, str | None]] = {}
         self.score: dict[str, tuple[int, list[int]]] = {}
         self.thread: threading.Thread | None = None
 
     def run(self, prompts: list, params: list, tags: list[str | None],
             score: dict | None = None) -> list[tuple[Any, dict]]:
+        """Requests of one caller -> [(RequestOutput, captures)] in their order (blocking)."""
         if not prompts:
             return []
         job = _Job(len(prompts))
-        with self.cv:
-            self.queue.append((prompts, params, tags, score or {}, job))
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._loop, name="seakr-vllm-engine",
-                                               daemon=True)
-                self.thread.start()
-            self.cv.notify()
+        self._submit(("requests", prompts, params, tags, score or {}, job))
         job.done.wait()
         if job.error is not None:
             raise job.error
@@ -107,7 +102,7 @@ class _EngineThread:
         return self.call_llm(lambda llm: llm.collective_rpc(fn, args=args))
 
     def call_llm(self, fn):
-        """Run fn(llm) on the engine thread, between steps."""
+        """Run fn(llm) on the engine thread, between steps (blocking)."""
         box: dict = {}
         done = threading.Event()
 
@@ -118,17 +113,48 @@ class _EngineThread:
                 box["err"] = e
             done.set()
 
+        self._submit(("task", task))
+        done.wait()
+        if "err" in box:
+            raise box["err"]
+        return box["out"]
+
+    def _submit(self, item: tuple) -> None:
         with self.cv:
-            self.queue.append((None, None, None, {"task": task}, None))
+            self.queue.append(item)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._loop, name="seakr-vllm-engine",
                                                daemon=True)
                 self.thread.start()
             self.cv.notify()
-        done.wait()
-        if "err" in box:
-            raise box["err"]
-        return box["out"]
+
+    def _add(self, prompts, params, tags, score, job) -> None:
+        try:
+            ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+        except Exception as e:   # a refused request fails its caller only
+            job.error = e
+            job.done.set()
+            return
+        for j, (rid, tag) in enumerate(zip(ids, tags)):
+            # enqueue returns the engine's id ("<counter>-<random>"); outputs carry the counter
+            # the LLM class gave the request
+            self.owner[str(rid).split("-", 1)[0]] = (job, j, tag)
+            if tag in score:
+                self.score[tag] = score[tag]
+
+    def _step(self) -> None:
+        finished = [o for o in self.llm.llm_engine.step() if o.finished]
+        tags = [t for t in (self.owner[o.request_id][2] for o in finished) if t]
+        caps: dict = {}
+        if tags:
+            score = {t: self.score.pop(t) for t in tags if t in self.score}
+            caps = _combine(self.llm.collective_rpc(vllm_worker.fetch, args=(tags, score)))
+        for o in finished:
+            job, j, tag = self.owner.pop(o.request_id)
+            job.results[j] = (o, caps.get(tag, {}) if tag else {})
+            job.left -= 1
+            if job.left == 0:
+                job.done.set()
 
     def _loop(self) -> None:
         engine = self.llm.llm_engine
@@ -138,43 +164,16 @@ class _EngineThread:
                     self.cv.wait()
                 batch, self.queue = self.queue, []
             try:
-                for prompts, params, tags, score, job in batch:
-                    if job is None:
-                        score["task"]()
-                        continue
-                    try:
-                        ids = self.llm.enqueue(prompts, params, use_tqdm=False)
-                    except Exception as e:   # a refused request fails its caller only
-                        job.error = e
-                        job.done.set()
-                        continue
-                    for j, (rid, tag) in enumerate(zip(ids, tags)):
-                        # enqueue returns the engine's id ("<counter>-<random>"); outputs carry
-                        # the counter the LLM class gave the request
-                        self.owner[str(rid).split("-", 1)[0]] = (job, j, tag)
-                        if tag in score:
-                            self.score[tag] = score[tag]
-                if not self.owner:
-                    continue
-                finished = [o for o in engine.step() if o.finished]
-                if not finished:
-                    continue
-                tags = [self.owner[o.request_id][2] for o in finished]
-                tags = [t for t in tags if t]
-                caps: dict = {}
-                if tags:
-                    score = {t: self.score.pop(t) for t in tags if t in self.score}
-                    per_worker = self.llm.collective_rpc(vllm_worker.fetch, args=(tags, score))
-                    caps = _combine(per_worker)
-                for o in finished:
-                    job, j, tag = self.owner.pop(o.request_id)
-                    job.results[j] = (o, caps.get(tag, {}) if tag else {})
-                    job.left -= 1
-                    if job.left == 0:
-                        job.done.set()
+                for item in batch:
+                    if item[0] == "task":
+                        item[1]()
+                    else:
+                        self._add(*item[1:])
+                if self.owner:
+                    self._step()
             except BaseException as e:   # fail every waiting caller, keep the thread alive
                 jobs = {id(j): j for j, _, _ in self.owner.values()}
-                jobs.update({id(b[4]): b[4] for b in batch if b[4] is not None})
+                jobs.update({id(b[5]): b[5] for b in batch if b[0] == "requests"})
                 self.owner.clear()
                 self.score.clear()
                 for job in jobs.values():
