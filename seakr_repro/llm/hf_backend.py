@@ -36,6 +36,7 @@ from .hooks import capture, run_until_captured
 from .registry import middle_layer
 from .sampling import warp_logits
 from .stops import cut_at_stop, find_stop
+from .tokenizing import TokenizerMixin
 
 PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
 
@@ -53,7 +54,7 @@ class _Row:
         self.finish: str | None = None
 
 
-class HFBackend:
+class HFBackend(TokenizerMixin):
     """`Backend` over a transformers causal LM. Build it with `from_dir` or `registry.load_backend`."""
 
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
@@ -91,17 +92,6 @@ class HFBackend:
     def reset_prefix_cache(self) -> None:
         """Forget the kept chunk-boundary KV caches (benchmarks start every run cold)."""
         self._prefix.clear()
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._encode(text))
-
-    def _encode(self, prompt: str) -> list[int]:
-        # add_special_tokens as vLLM does (BOS for LLaMA; SmolLM2's tokenizer adds none).
-        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
-                                     clean_up_tokenization_spaces=False)
 
     def _forward(self, ids: torch.Tensor, cache=None):
         # logits of the last position only: the LM head over a whole prompt costs as much as
@@ -243,7 +233,7 @@ class HFBackend:
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
         p_ids = self._encode(prompt)
-        c_ids = self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        c_ids = self._encode_continuation(continuation)
         if not c_ids:
             return Generation(text=continuation, entropies=[], logsumexp=[],
                               n_prompt_tokens=len(p_ids))

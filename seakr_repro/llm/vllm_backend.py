@@ -41,9 +41,10 @@ import numpy as np
 
 from ..errors import UserError
 from .base import Generation, SampleSet
+from . import vllm_worker
 from .registry import middle_layer
 from .stops import cut_at_stop
-from . import vllm_worker
+from .tokenizing import TokenizerMixin
 
 
 def vllm_available() -> str | None:
@@ -196,7 +197,7 @@ def _combine(per_worker: list[dict]) -> dict:
     return caps
 
 
-class VLLMBackend:
+class VLLMBackend(TokenizerMixin):
     """`Backend` over vLLM. Build it with `from_dir` or `registry.load_backend` (model.backend: vllm)."""
 
     kind = "vllm"
@@ -270,16 +271,6 @@ class VLLMBackend:
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt blocks (benchmarks start every run cold)."""
         self._engine.call_llm(lambda llm: llm.reset_prefix_cache())
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._encode(text))
-
-    def _encode(self, prompt: str) -> list[int]:
-        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
-                                     clean_up_tokenization_spaces=False)
 
     def _install(self, what: list[tuple]) -> None:
         with self._install_lock:
@@ -458,7 +449,7 @@ class VLLMBackend:
 
     def score(self, prompt: str, continuation: str) -> Generation:
         p_ids = self._encode(prompt)
-        c_ids = self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        c_ids = self._encode_continuation(continuation)
         if not c_ids:
             return Generation(text=continuation, entropies=[], logsumexp=[],
                               n_prompt_tokens=len(p_ids))
