@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce test test-all test-vllm smoke bench figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm smoke bench figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ $(VLLM_STAMP): requirements.txt requirements-nodeps.txt scripts/setup_vllm.sh
 
 reproduce: $(STAMP)  ## run every notebook for PROFILE (default: the embedded default) incrementally
 	$(PY) -m seakr_repro reproduce --profile $(PROFILE)
+
+reproduce-vllm: $(VLLM_STAMP)  ## `reproduce` on the vLLM backend (in .venv-vllm; any PROFILE)
+	$(VENV_VLLM)/bin/python -m seakr_repro reproduce --profile $(PROFILE) --set model.backend=vllm
 
 smoke: $(STAMP)  ## the whole pipeline at smoke size (a few minutes)
 	$(PY) -m seakr_repro reproduce --profile smoke
