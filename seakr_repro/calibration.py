@@ -138,9 +138,11 @@ def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, d
 
 def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
     """Step 02's folder; another backbone (Table 4) gets its own under 07-backbones/."""
+    # another backend's samples go apart from the transformers backend's (no mixed resume)
+    suffix = "" if cfg.get("model.backend", "hf") == "hf" else f"-{cfg['model.backend']}"
     if tag is None:
-        return results_dir(cfg.profile) / "02-extract-hidden-states"
-    return results_dir(cfg.profile) / "07-backbones" / "calibration" / tag
+        return results_dir(cfg.profile) / f"02-extract-hidden-states{suffix}"
+    return results_dir(cfg.profile) / "07-backbones" / "calibration" / f"{tag}{suffix}"
 
 
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,

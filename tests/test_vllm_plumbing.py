@@ -153,3 +153,30 @@ def test_kbae_row_is_skipped_with_the_reason_on_the_vllm_backend(tmp_path):
     why = kbae_unavailable(CachedBackend(V(), root=tmp_path, enabled=False))
     assert "transformers backend" in why and "model.backend: vllm" in why
     assert kbae_unavailable(CachedBackend(H(), root=tmp_path, enabled=False)) is None
+
+
+def test_vllm_runs_and_extractions_are_kept_apart_from_transformers_ones(tmp_path):
+    """Same profile, other backend: other run files and step-02 folder, so a vLLM run never
+    resumes (and mixes into) a transformers run; transformers keys stay as they were."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeBackend, FakeSearcher
+
+    from seakr_repro.calibration import extraction_dir
+    from seakr_repro.llm.cache import CachedBackend
+    from seakr_repro.methods import build_method
+
+    class VllmLike(FakeBackend):
+        kind = "vllm"
+
+    hf = build_method("cot", CachedBackend(FakeBackend(lambda p, s: "x"), root=tmp_path),
+                      FakeSearcher([]), "bundled-2wiki")
+    vl = build_method("cot", CachedBackend(VllmLike(lambda p, s: "x"), root=tmp_path),
+                      FakeSearcher([]), "bundled-2wiki")
+    assert "backend" not in hf.config and vl.config["backend"] == "vllm"
+    assert {k: v for k, v in vl.config.items() if k != "backend"} == hf.config
+    a = extraction_dir(load_config("smoke"))
+    b = extraction_dir(load_config("smoke", overrides={"model.backend": "vllm"}))
+    assert a.name == "02-extract-hidden-states" and b.name == "02-extract-hidden-states-vllm"

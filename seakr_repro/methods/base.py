@@ -57,8 +57,14 @@ class Method:
     @property
     def config(self) -> dict[str, Any]:
         """What determines the output: hashed by the runner to key the results file."""
-        return {"method": self.name, "dataset": self.dataset_name, "model": getattr(self.backend, "name", "?"),
-                **self.settings}
+        config = {"method": self.name, "dataset": self.dataset_name,
+                  "model": getattr(self.backend, "name", "?"), **self.settings}
+        # another backend samples differently: its runs must not resume the transformers ones
+        # (which keep their key, so existing results stay valid)
+        kind = getattr(self.backend, "kind", None)
+        if kind:
+            config["backend"] = kind
+        return config
 
     @property
     def demos(self):
