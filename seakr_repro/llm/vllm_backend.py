@@ -8,9 +8,10 @@ How each protocol call maps onto the engine:
 - `generate`: greedy decoding with the chosen token's raw log-probability (`logprobs=0`,
   `logprobs_mode="raw_logprobs"`: the model's distribution before any sampling transform, as
   the transformers backend reports); entropies and logsumexps come from a hook on the logits.
-- `sample_many`: each distinct context is pre-filled once (a max_tokens=1 request), then k
-  requests per context, each with its own seed (seed + i, as vLLM's own n > 1 does), find the
-  prompt's blocks in the prefix cache, so the prompt is computed once for its k samples. Then one request per distinct "prompt + completion + EOS" with max_tokens=1: its
+- `sample_many`: k requests per context, each with its own seed (seed + i, as vLLM's own n > 1
+  does); prefix caching lets them share the prompt's full KV blocks, even when scheduled in the
+  same step (measured: a separate pre-fill request first computed no fewer rows). Then one
+  request per distinct "prompt + completion + EOS" with max_tokens=1: its
   prompt part is a prefix-cache hit, so only the completion and the EOS are computed, and a hook
   keeps the chosen layer's vector at the EOS. All contexts go in at once.
 - `score`: one request over "prompt + continuation" whose final hidden states a hook keeps; the
@@ -389,16 +390,6 @@ class VLLMBackend(TokenizerMixin):
         encoded = [self._encode(p) for p in prompts]
         for ids in encoded:
             self._check_len(len(ids), max_new_tokens + 1)
-
-        # 0) pre-fill each distinct context once: requests scheduled in the same step do not
-        # see each other's blocks, so k identical prompts sent together would be computed
-        # several times over (measured: 3,835 rows for a 507-token prompt and k = 20, instead
-        # of one pre-fill plus the samples)
-        if k > 1:
-            distinct = list(dict.fromkeys(tuple(ids) for ids in encoded))
-            self._engine.run([{"prompt_token_ids": list(ids)} for ids in distinct],
-                             [self._params(max_tokens=1, temperature=0.0) for _ in distinct],
-                             [None] * len(distinct))
 
         # 1) k samples per context, all contexts in one batch
         reqs, params, tags = [], [], []
