@@ -149,6 +149,7 @@ def _parent(args) -> dict:
 
 
 def _child(args) -> dict:
+    """Measure one backend (args.only), built from the profile as every run builds it."""
     import json
 
     import torch
@@ -156,66 +157,46 @@ def _child(args) -> dict:
     from .config import load_config
     from .errors import UserError, report_and_exit
     from .experiments import _deltas_for
-    from .llm.hf_backend import HFBackend
-    from .llm.registry import model_dir, resolve_device, resolve_dtype
-    from .llm.vllm_backend import VLLMBackend, vllm_available
+    from .llm import load_backend
+    from .llm.registry import resolve_device
+    from .llm.vllm_backend import vllm_available
     from .paths import results_dir
     from .prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
 
-    wanted = [args.only]
+    kind = args.only
+    backend, skipped = None, {}
     try:
-        cfg = load_config(args.profile)
+        cfg = load_config(args.profile, overrides={"model.backend": kind})
         if not (results_dir(cfg.profile) / "data" / f"{args.dataset}.jsonl").is_file():
             prepare_datasets(cfg, [args.dataset])
         ensure_index(cfg)
         searcher = open_profile_searcher(cfg)
         records = load_prepared(cfg, args.dataset)[:args.n]
         deltas = _deltas_for(cfg)
-        name = cfg["model.name"]
-        path = model_dir(name, cfg)
-        device = resolve_device(cfg.get("model.device", "auto"))
-        dtype = cfg.get("model.dtype", "float32")
-        backends = {}
-        skipped = {}
-        if "vllm" in wanted:
-            why = vllm_available()
-            if why is None:
-                v = lambda key, default: cfg.get(f"model.vllm.{key}", default)   # noqa: E731
-                backends["vllm"] = VLLMBackend.from_dir(
-                    path, name=name, device=device, dtype=dtype, seed=int(cfg.get("seed", 0)),
-                    tensor_parallel_size=v("tensor_parallel_size", "auto"),
-                    gpu_memory_utilization=v("gpu_memory_utilization", 0.9),
-                    max_model_len=v("max_model_len", None), cpu_kv_cache_gib=v("cpu_kv_cache_gib", 4),
-                    block_size=v("block_size", None))
-            else:
-                skipped["vllm"] = f"vLLM is not importable ({why}): run `make setup-vllm`"
-        if "hf" in wanted:
-            backends["hf"] = HFBackend.from_dir(
-                path, name=name, device=device, dtype=resolve_dtype(dtype),
-                max_batch_rows=cfg.get("model.max_batch_rows", None),
-                prefix_cache_tokens=cfg.get("model.prefix_cache_tokens", 16384))
+        why = vllm_available() if kind == "vllm" else None
+        if why is None:
+            backend = load_backend(cfg, cache=False)
+        else:
+            skipped[kind] = f"vLLM is not importable ({why}): run `make setup-vllm`"
     except UserError as e:
         report_and_exit(e)
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="seakr-bench-") as tmp:
-        tmp = Path(tmp)
-        for b in backends.values():     # warm-up: first-call allocations, kernels, prefix caches
-            b.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)
-        if "hf" in backends:
-            rows.append(_run(cfg, backends["hf"], searcher, args.dataset, records, deltas, 1, tmp,
-                             "hf"))
-        if "vllm" in backends:
-            rows.append(_run(cfg, backends["vllm"], searcher, args.dataset, records, deltas, 1,
-                             tmp, "vllm"))
-            if args.concurrency > 1:
-                rows.append(_run(cfg, backends["vllm"], searcher, args.dataset, records, deltas,
+    if backend is not None:
+        with tempfile.TemporaryDirectory(prefix="seakr-bench-") as tmp:
+            tmp = Path(tmp)
+            # warm-up: first-call allocations, kernels, prefix caches
+            backend.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)
+            rows.append(_run(cfg, backend, searcher, args.dataset, records, deltas, 1, tmp, kind))
+            if kind == "vllm" and args.concurrency > 1:
+                rows.append(_run(cfg, backend, searcher, args.dataset, records, deltas,
                                  args.concurrency, tmp, f"vllm-x{args.concurrency}"))
     for r in rows:
         r["torch_threads"] = torch.get_num_threads()
     result = {"rows": rows, "skipped": skipped,
-              "meta": {"n": len(records), "ids": [r.id for r in records], "model": name,
-                       "dtype": dtype, "device": device}}
+              "meta": {"n": len(records), "ids": [r.id for r in records],
+                       "model": cfg["model.name"], "dtype": cfg.get("model.dtype", "float32"),
+                       "device": resolve_device(cfg.get("model.device", "auto"))}}
     Path(args.json_out).write_text(json.dumps(result))
     return result
 

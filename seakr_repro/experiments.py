@@ -143,14 +143,14 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
 
 def _concurrency(cfg: Config, backend) -> int:
     """runner.concurrency where the backend batches concurrent calls; 1 on the transformers
-    backend (which decodes one call at a time), said once so nobody wonders why."""
+    backend (which decodes one call at a time), with a warning (shown once) that says so."""
+    import warnings
+
     from .concurrency import supports_concurrency
     n = int(cfg.get("runner.concurrency", 1) or 1)
     if n > 1 and not supports_concurrency(backend):
-        if not getattr(_concurrency, "_said", False):
-            print(f"runner.concurrency {n} applies to model.backend: vllm; the transformers "
-                  "backend runs one question at a time")
-            _concurrency._said = True
+        warnings.warn(f"runner.concurrency {n} applies to model.backend: vllm; the transformers "
+                      "backend runs one question at a time", stacklevel=2)
         return 1
     return n
 

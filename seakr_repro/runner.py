@@ -7,10 +7,14 @@ middle of a write) is cut off. Nothing is duplicated and nothing finished is rec
 """
 from __future__ import annotations
 
+import contextvars
+import copy
 import hashlib
 import json
 import os
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -83,11 +87,6 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     finish, so the file order may differ from the record order. `seconds` is then each
     question's own wall time, overlapping with others'.
     """
-    import copy
-    import threading
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-    import contextvars
-
     from tqdm.auto import tqdm
 
     from .concurrency import supports_concurrency
@@ -120,7 +119,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     search_lock = threading.Lock()
 
     def one(record):
-        m = method if concurrency == 1 else _locked_copy(method, search_lock, copy)
+        m = method if concurrency == 1 else _locked_copy(method, search_lock)
         with counting() as counter:
             before = _counters(backend) if backend is not None and not scoped else {}
             t0 = time.perf_counter()
@@ -199,7 +198,7 @@ class _LockedSearcher:
         return getattr(self._searcher, attr)
 
 
-def _locked_copy(method, lock, copy):
+def _locked_copy(method, lock):
     """A shallow copy for one concurrent question: per-question state (trace, counters) lands on
     the copy; backend and settings are shared read-only; the searcher is serialised."""
     m = copy.copy(method)

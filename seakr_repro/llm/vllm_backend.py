@@ -243,7 +243,7 @@ class VLLMBackend(TokenizerMixin):
         from vllm import LLM
 
         from .hf_backend import _fingerprint
-        import torch
+        from .registry import resolve_dtype
         path = Path(path)
         kwargs: dict[str, Any] = dict(
             model=str(path), tokenizer=str(path), dtype=dtype, seed=int(seed),
@@ -264,9 +264,7 @@ class VLLMBackend(TokenizerMixin):
             kwargs["block_size"] = int(block_size or 32)
         llm = LLM(**kwargs)
         tok = AutoTokenizer.from_pretrained(path)
-        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                       "float16": torch.float16}[dtype]
-        return cls(llm, tok, name, f"vllm:{_fingerprint(path, torch_dtype)}")
+        return cls(llm, tok, name, f"vllm:{_fingerprint(path, resolve_dtype(dtype))}")
 
     # ------------------------------------------------------------------ helpers
     def reset_prefix_cache(self) -> None:
@@ -324,9 +322,7 @@ class VLLMBackend(TokenizerMixin):
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         ids = self._encode(prompt)
         if max_new_tokens <= 0:
-            return Generation(text="", entropies=[] if want_stats else None,
-                              logsumexp=[] if want_stats else None, finish_reason="length",
-                              n_prompt_tokens=len(ids))
+            return _nothing(len(ids), want_stats)
         self._check_len(len(ids), max_new_tokens)
         if want_stats:
             self._install([("stats",)])
@@ -409,9 +405,7 @@ class VLLMBackend(TokenizerMixin):
         gens = [self._generation(res.outputs[0], cap, stop, len(encoded[j // k]), want_stats)
                 for j, (res, cap) in enumerate(results)]
         if max_new_tokens <= 0:
-            gens = [Generation(text="", entropies=[] if want_stats else None,
-                               logsumexp=[] if want_stats else None, finish_reason="length",
-                               n_prompt_tokens=g.n_prompt_tokens) for g in gens]
+            gens = [_nothing(g.n_prompt_tokens, want_stats) for g in gens]
 
         # 2) forced-EOS vectors: one request per distinct "prompt + completion + EOS"
         seqs: dict[tuple, str] = {}
@@ -457,6 +451,13 @@ class VLLMBackend(TokenizerMixin):
             text=continuation, token_ids=list(c_ids), tokens=[self._decode([t]) for t in c_ids],
             logprobs=cap["logprobs"], entropies=cap["entropies"], logsumexp=cap["logsumexp"],
             finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+
+def _nothing(n_prompt: int, want_stats: bool) -> Generation:
+    """The continuation of max_new_tokens <= 0 (vLLM itself needs at least one token)."""
+    return Generation(text="", entropies=[] if want_stats else None,
+                      logsumexp=[] if want_stats else None, finish_reason="length",
+                      n_prompt_tokens=n_prompt)
 
 
 def _tensor_parallel(value: int | str, device: str) -> int:
