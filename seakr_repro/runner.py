@@ -165,10 +165,8 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                 with ThreadPoolExecutor(max_workers=concurrency) as ex:
                     running = set()
                     while queue or running:
-                        while queue and len(running) < concurrency and error is None:
+                        while queue and len(running) < concurrency:
                             running.add(ex.submit(contextvars.copy_context().run, one, queue.pop(0)))
-                        if not running:
-                            break
                         finished, running = wait(running, return_when=FIRST_COMPLETED)
                         for fut in finished:
                             try:
