@@ -161,3 +161,31 @@ def test_overlong_prompts_give_a_clear_error(pair):
         v.generate("word " * (v.max_model_len + 10), max_new_tokens=4)
     # the engine keeps working after a refused call
     assert v.generate(PROMPT, max_new_tokens=4).token_ids
+
+
+def test_k_samples_share_the_prompt_blocks(pair):
+    """Prefix caching, not recomputation: for k samples of a new context the model computes the
+    new prompt tokens once, plus per sample at most one partial KV block, its decoded tokens and
+    its forced-EOS request. Counted in rows through the first layer (no timing)."""
+    v, _ = pair
+    assert v.llm.llm_engine.vllm_config.cache_config.block_size == 32   # CPU: small partial blocks
+
+    def install(worker):
+        worker._rows = [0]
+        layer = worker.model_runner.model.model.layers[0]
+        layer.register_forward_hook(lambda m, i, o: worker._rows.__setitem__(
+            0, worker._rows[0] + (o[0] if isinstance(o, tuple) else o).shape[0]))
+
+    def take(worker):
+        n, worker._rows[0] = worker._rows[0], 0
+        return n
+
+    v._engine.call(install)
+    prompt = PROMPT2 + " " + " ".join(f"Note {i}: the planet count is eight." for i in range(40))
+    n_prompt, k, new = v.count_tokens(prompt), 8, 6
+    ss = v.sample(prompt, k=k, max_new_tokens=new, stop=[], seed=1)
+    rows = v._engine.call(take)[0]
+    generated = sum(len(g.token_ids) for g in ss.samples)
+    bound = n_prompt + k * (32 + new + 32 + 1) + generated
+    assert rows <= bound, (rows, bound)
+    assert rows < 2 * n_prompt            # recomputing the prompt per sample would be k times it
