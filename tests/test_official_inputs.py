@@ -175,3 +175,14 @@ def test_simple_qa_official_setting_checks(tmp_path):
         m = build_method("seakr", FakeBackend(lambda p, s: "x", lambda p: "high"), FakeSearcher([]), "nq",
                          simple_qa_passages="official", simple_qa_passages_path=str(DPR), simple_qa_top=3)
         m._passages.search("Who directed the film Zorro Nights?", 5)
+
+
+def test_profiles_choose_the_official_inputs_in_paper_only():
+    from seakr_repro.config import load_config
+    from seakr_repro.experiments import method_settings
+    paper, default = load_config("paper"), load_config("default")
+    s = method_settings(paper, "seakr", {})
+    assert (s["simple_qa_passages"], s["demos"], s["official_repo"]) == ("official", "official", "data/raw/SeaKR")
+    assert (paper["retrieval.scheme"], paper["retrieval.k1"], paper["retrieval.b"]) == ("es_best_fields", 1.2, 0.75)
+    d = method_settings(default, "seakr", {})
+    assert (d["simple_qa_passages"], d["demos"], default["retrieval.scheme"]) == ("bm25", "paper", "single_field")
