@@ -118,3 +118,11 @@ def test_indexed_fields_analysed_as_elasticsearch_english():
                 texts += [obj["title"], obj["text"]]
     for t in texts:
         assert list(utils.analyze(ours, t).toArray()) == list(utils.analyze(es, t).toArray()), t
+
+
+def test_es_scheme_needs_title_and_text_keys_in_the_corpus(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "contents": f"{t}\n{x}"}) + "\n" for i, t, x in DOCS))
+    with pytest.raises(UserError, match="need 'title' and 'text' keys"):
+        build_index(corpus, tmp_path / "idx", progress=False, scheme="es_best_fields")
+    assert not (tmp_path / "idx").exists()

@@ -240,6 +240,9 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
             counters = build_lucene_index(corpus_path, data_dir, threads=threads, progress=progress,
                                           fields=ES_FIELDS if scheme == "es_best_fields" else ())
             doc_count = count_lucene_docs(data_dir)
+            if scheme == "es_best_fields":   # fails when the corpus had no title/text keys
+                from .lucene import EsBestFieldsSearcher
+                EsBestFieldsSearcher(data_dir).close()
         else:
             from .bm25s_backend import build_bm25s_index
             counters = {}

@@ -193,7 +193,9 @@ class EsBestFieldsSearcher:
             raise UserError(f"the index has no indexed {' / '.join(missing)} field, which the "
                             "es_best_fields scheme searches", path=self.index_dir,
                             setting="retrieval.scheme",
-                            fix="rebuild the index for this scheme (`python -m seakr_repro index`)")
+                            fix="the corpus lines need 'title' and 'text' keys besides 'id' and "
+                                "'contents'; rebuild the corpus (`python -m seakr_repro corpus`), "
+                                "then the index for this scheme (`python -m seakr_repro index`)")
         self._searcher = autoclass("org.apache.lucene.search.IndexSearcher")(  # pick the overload
             self._reader, signature="(Lorg/apache/lucene/index/IndexReader;)V")
         self._searcher.setSimilarity(
