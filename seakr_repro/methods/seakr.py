@@ -31,9 +31,9 @@ from ..concurrency import parallel_map, supports_concurrency
 from ..data.registry import top_passages_path
 from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
-from ..retrieval.passages import PrecomputedPassages
 from ..prompts import (build_prompt, format_context, read_all_docs_prompt,
                        read_all_steps_prompt, simple_qa_stops, stop_strings)
+from ..retrieval.passages import PrecomputedPassages
 from .base import Method, MethodResult, hits_brief, step_record
 from .seakr_query import formulate_query, truncate_tokens
 from .seakr_uncertainty import Scorer, resolve_delta
