@@ -61,6 +61,9 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
             "query_prob_threshold": cfg[s + "query_prob_threshold"],
             "query_max_tokens": cfg[s + "query_max_tokens"], "top_n": cfg["retrieval.top_n"],
             "simple_qa_top": cfg[s + "simple_qa_top"],
+            "simple_qa_passages": cfg[s + "simple_qa_passages"],
+            "simple_qa_passages_path": cfg[s + "simple_qa_passages_path"],
+            "demos": cfg["prompts.demos"], "official_repo": cfg["prompts.official_repo"],
         }
     if method in ("cot", "ircot", "flare", "dragin"):
         from .methods import METHODS

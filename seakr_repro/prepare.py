@@ -103,10 +103,10 @@ def ensure_index(cfg: Config, progress: bool = True, force: bool = False) -> dic
     from .retrieval.index import build_index, index_dir_for, index_is_current, read_meta
 
     corpus_file = ensure_corpus(cfg, progress=progress)
-    backend = cfg["retrieval.backend"]
-    index_dir = index_dir_for(cfg["corpus.name"], backend)
-    if force or not index_is_current(corpus_file, index_dir, backend):
-        build_index(corpus_file, index_dir, backend=backend, progress=progress)
+    backend, scheme = cfg["retrieval.backend"], cfg["retrieval.scheme"]
+    index_dir = index_dir_for(cfg["corpus.name"], backend, scheme)
+    if force or not index_is_current(corpus_file, index_dir, backend, scheme=scheme):
+        build_index(corpus_file, index_dir, backend=backend, progress=progress, scheme=scheme)
     return read_meta(index_dir)
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import ast
 import csv
 import importlib.util
+import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..errors import DataMissingError, UserError
 from ..io import iter_jsonl, read_json, require_file
@@ -42,6 +43,12 @@ HOW_TO_GET = {
             "https://dl.fbaipublicfiles.com/dpr/data/retriever/<name>.qa.csv.gz, gunzip them and put "
             "them at data/raw/dpr/nq-test.qa.csv, trivia-test.qa.csv and squad1-test.qa.csv"),
     "fanoutqa": "run `make setup` (or `pip install fanoutqa==1.1.1`); its wheel ships the dev set",
+    "top10": ("download the SeaKR authors' packed top-10 DPR passages, singlehop_data.zip (linked from "
+              "the official README, github.com/THU-KEG/SeaKR, section \"Run SeaKR on Single QA\": "
+              "https://drive.google.com/file/d/1hn4Om_KkIGJpgG2wJjUu1mpPv9oq8M6G), unzip it and put "
+              "nq_top10.json, tq_top10.json and sq_top10.json in data/raw/singlehop_data/ (DPR's own "
+              "retriever output for a test set, a JSON list of {question, answers, ctxs}, works too: "
+              "give its path as seakr.simple_qa_passages_path)"),
 }
 
 _FIX = "check that this is {what} in its original format; re-download it if it was edited or cut short"
@@ -289,6 +296,112 @@ def _load_dpr_json(path: Path, source: str, stem: str) -> list[QuestionRecord]:
             type=_need(rec, "type", str, path, where, what, default="single-hop"),
             supporting=_unique(supporting), source=source))
     return records
+
+
+# ---------------------------------------------------------------- DPR retriever output (top passages)
+
+_CHUNK = 1 << 20
+_WS = " \t\r\n"
+
+
+def iter_json_array(path: str | Path, what: str, how_to_get: str) -> Iterator[tuple[int, Any]]:
+    """Yield (index, item) of a top-level JSON list without loading the whole file (DPR's
+    retriever output for TriviaQA test is gigabytes). A syntax error names the item."""
+    path = require_file(path, what, how_to_get)
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8") as fh:
+        buf, pos = "", 0
+
+        def fill() -> bool:
+            nonlocal buf, pos
+            more = fh.read(_CHUNK)
+            if more:
+                buf, pos = buf[pos:] + more, 0
+            return bool(more)
+
+        def next_char() -> str:   # the next non-blank character ("" at end of file), not consumed
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in _WS:
+                    pos += 1
+                if pos < len(buf) or not fill():
+                    return buf[pos] if pos < len(buf) else ""
+
+        def bad(why: str, at: str) -> UserError:
+            return UserError(f"{what} is not a well-formed JSON list ({at}): {why}", path=path,
+                             fix=_FIX.format(what=what))
+
+        if next_char() != "[":
+            raise bad("the file does not start with '['", "at its start")
+        pos += 1
+        if next_char() == "]":
+            return
+        index = 0
+        while True:
+            next_char()
+            while True:
+                try:
+                    item, end = decoder.raw_decode(buf, pos)
+                    break
+                except json.JSONDecodeError as e:
+                    if not fill():
+                        raise bad(e.msg, f"in item {index + 1}, cut short or malformed") from None
+            pos = end
+            yield index, item
+            index += 1
+            sep = next_char()
+            pos += 1
+            if sep == "]":
+                return
+            if sep != ",":
+                raise bad(f"expected ',' or ']', found {sep or 'the end of the file'!r}",
+                          f"after item {index}")
+
+
+def _ctx_passage(ctx: Any, where: str, path: Path, what: str) -> dict[str, str]:
+    """One retrieved passage: DPR's {id, title, text, score, has_answer} or the SeaKR authors'
+    packed {doc} (the string their script puts into the prompt)."""
+    if not isinstance(ctx, dict):
+        raise UserError(f"{where}: each of 'ctxs' must be a JSON object", path=path,
+                        fix=_FIX.format(what=what))
+    key = "text" if "text" in ctx else "doc"
+    text = _need(ctx, key, str, path, where, what)
+    pid = ctx.get("id", ctx.get("passage_id"))
+    title = ctx.get("title")
+    return {"id": "" if pid is None else str(pid), "title": title if isinstance(title, str) else "",
+            "text": text}
+
+
+def _top_records(path: Path, what: str) -> Iterable[tuple[int, Any]]:
+    """The records of a list file, streamed; a pandas column-oriented file ({"question": {"0": ..},
+    "ctxs": {"0": ..}}, what DataFrame.to_json writes) is read whole and turned into records."""
+    path = require_file(path, what, HOW_TO_GET["top10"])
+    with open(path, encoding="utf-8") as fh:
+        head = fh.read(4096).lstrip()
+    if not head.startswith("{"):
+        return iter_json_array(path, what, HOW_TO_GET["top10"])
+    columns = read_json(path, what, HOW_TO_GET["top10"])
+    rows = [_need(columns, k, dict, path, "the top-level object", what) for k in ("question", "ctxs")]
+    keys = sorted(rows[0], key=lambda k: int(k) if str(k).isdigit() else str(k))
+    return enumerate({"question": rows[0][k], "ctxs": rows[1].get(k, [])} for k in keys)
+
+
+def load_dpr_top_passages(path: str | Path, top: int = 10) -> dict[str, list[dict[str, str]]]:
+    """question -> its first `top` retrieved passages ({id, title, text}), from DPR's retriever
+    output (a JSON list of {question, answers, ctxs: [...]}, streamed) or the SeaKR authors'
+    packed <set>_top10.json. The prompt gets `text`: DPR's passage body, or the packed `doc`."""
+    what = "a DPR retriever-output file (a JSON list of {question, answers, ctxs})"
+    out: dict[str, list[dict[str, str]]] = {}
+    for i, rec in _top_records(Path(path), what):
+        where = _where(i)
+        question = _need(rec, "question", str, Path(path), where, what).strip()
+        ctxs = _need(rec, "ctxs", list, Path(path), where, what)
+        passages = [_ctx_passage(c, f"{where}, ctxs[{j}]", Path(path), what)
+                    for j, c in enumerate(ctxs[:top])]
+        for j, p in enumerate(passages):
+            p["id"] = p["id"] or f"q{i}-{j}"   # the packed files carry no passage ids
+        out.setdefault(question, passages)      # a repeated question has the same retrieval
+    return out
 
 
 # ---------------------------------------------------------------- FanOutQA (shipped in its wheel)

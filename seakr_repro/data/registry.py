@@ -93,6 +93,20 @@ def dataset_available(name: str) -> bool:
         return False
 
 
+# Simple QA with seakr.simple_qa_passages: official -- the authors' packed DPR top-10 files
+TOP_PASSAGES = {"nq": "nq_top10.json", "triviaqa": "tq_top10.json", "squad": "sq_top10.json"}
+
+
+def top_passages_path(name: str) -> Path:
+    """Where the official top-10 passages of a simple-QA set are expected."""
+    if name not in TOP_PASSAGES:
+        raise UserError(f"there are no official precomputed passages for data set {name!r}",
+                        setting="seakr.simple_qa_passages",
+                        fix=f"they exist for {', '.join(TOP_PASSAGES)}; for other sets use "
+                            "seakr.simple_qa_passages: bm25 or give seakr.simple_qa_passages_path")
+    return paths.RAW_DIR / "singlehop_data" / TOP_PASSAGES[name]
+
+
 def describe_missing(name: str) -> str:
     """Where the data set is expected and how to get it (one paragraph)."""
     spec = get_spec(name)
@@ -100,7 +114,11 @@ def describe_missing(name: str) -> str:
         where = ", ".join(str(p) for p in spec.required_files())
     except DataMissingError:
         where = "the installed fanoutqa package"
-    return f"{spec.description} is expected at {where}. To get it: {spec.how_to_get}."
+    text = f"{spec.description} is expected at {where}. To get it: {spec.how_to_get}."
+    if name in TOP_PASSAGES:
+        text += (f" With seakr.simple_qa_passages: official, its DPR top-10 passages are expected "
+                 f"at {top_passages_path(name)}. To get them: {HOW_TO_GET['top10']}.")
+    return text
 
 
 def load_dataset(name: str, path: str | Path | None = None, n: int | None = None,

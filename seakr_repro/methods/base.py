@@ -68,7 +68,8 @@ class Method:
 
     @property
     def demos(self):
-        return demos_for(self.dataset_name, self.settings.get("n_shot"))
+        return demos_for(self.dataset_name, self.settings.get("n_shot"),
+                         self.settings.get("demos", "paper"), self.settings.get("official_repo"))
 
     def run(self, record) -> MethodResult:  # pragma: no cover - interface
         raise NotImplementedError

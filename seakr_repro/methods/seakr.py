@@ -14,7 +14,8 @@ Complex QA, per iteration (facts, steps 1-5):
    or one containing "unknown" loses. A call without an extractable answer is re-asked with
    " So the answer is " appended.
 Simple QA (`simple_qa`): one retrieval round -- the direct answer if its U < delta, else the
-answer of the one-passage prompt (BM25 top 10) with the lowest U.
+answer of the one-passage prompt with the lowest U, over DPR's precomputed top 10
+(`simple_qa_passages: official`, as main_simpleqa.py) or BM25's top 10 from our corpus (`bm25`).
 
 Switches (Table 3): estimator, self_aware_retrieval (False: every step retrieves), rerank (False:
 BM25's top unused document), reasoning (self_aware | rationales | knowledge), mode (fixed | faithful:
@@ -27,10 +28,12 @@ import math
 from dataclasses import dataclass, field
 
 from ..concurrency import parallel_map, supports_concurrency
+from ..data.registry import top_passages_path
 from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import (build_prompt, format_context, read_all_docs_prompt,
                        read_all_steps_prompt, simple_qa_stops, stop_strings)
+from ..retrieval.passages import PrecomputedPassages
 from .base import Method, MethodResult, hits_brief, step_record
 from .seakr_query import formulate_query, truncate_tokens
 from .seakr_uncertainty import Scorer, resolve_delta
@@ -39,6 +42,7 @@ from .text import sentences
 SIMPLE_FAMILY = "simple"
 REASONING = ("self_aware", "rationales", "knowledge")
 MODES = ("fixed", "faithful")
+SIMPLE_PASSAGES = ("official", "bm25")   # DPR's precomputed top 10 (main_simpleqa.py) | our BM25
 
 
 @dataclass
@@ -65,6 +69,8 @@ class SeaKR(Method):
         "max_new_tokens": 100, "query_prob_threshold": 0.1, "query_max_tokens": 64, "top_n": 3,
         "self_aware_retrieval": True, "rerank": True, "reasoning": "self_aware",
         "simple_qa": None, "simple_qa_top": 10, "simple_qa_forced_tokens": 20,
+        "simple_qa_passages": "bm25", "simple_qa_passages_path": None,
+        "demos": "paper", "official_repo": None,
     }
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
@@ -77,6 +83,15 @@ class SeaKR(Method):
         if s["reasoning"] not in REASONING:
             raise UserError(f"unknown reasoning '{s['reasoning']}'", setting="reasoning",
                             fix=f"use one of {', '.join(REASONING)}")
+        if s["simple_qa_passages"] not in SIMPLE_PASSAGES:
+            raise UserError(f"unknown simple_qa_passages '{s['simple_qa_passages']}'",
+                            setting="seakr.simple_qa_passages",
+                            fix=f"use one of {', '.join(SIMPLE_PASSAGES)}")
+        if s["simple_qa"] and s["simple_qa_passages"] == "official":   # missing file: fail now
+            self._passages = PrecomputedPassages(
+                s["simple_qa_passages_path"] or top_passages_path(dataset_name), s["simple_qa_top"])
+            _ = self._passages.table
+        self.demos   # a missing official clone fails here, not mid-run
         s["delta"] = resolve_delta(s["delta"], s["estimator"])
         Scorer(backend, s, "")   # validates the estimator now rather than mid-run
 
@@ -259,7 +274,10 @@ class SeaKR(Method):
             return MethodResult(answer=direct_answer or "", raw_output=g0.text, trace=trace,
                                 n_retrievals=0, extra={"direct_answer": direct_answer, "direct_u": u0,
                                                        "chosen_doc": None, "passage_us": []})
-        hits = self.search(question, s["simple_qa_top"])
+        if s["simple_qa_passages"] == "official":   # the script's precomputed DPR passages
+            hits = self._passages.search(question, s["simple_qa_top"])
+        else:
+            hits = self.search(question, s["simple_qa_top"])
         self._n_search += 1
         if not s["rerank"]:
             hits = hits[:1]

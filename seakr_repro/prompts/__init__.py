@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from .examples import HOTPOTQA, IIRC, SIMPLE_QA, TWOWIKI, Demo
+from .official import official_demos
 from .seakr import (BASE_STOPS, INSTRUCTION, build_prompt, format_context, format_demo,
                     format_step, read_all_docs_prompt, read_all_steps_prompt, simple_qa_stops,
                     stop_strings)
@@ -17,6 +18,7 @@ _FAMILIES = {
     "fanoutqa": "simple", "bundled-fanoutqa": "simple",
 }
 DEMOS = {"2wiki": TWOWIKI, "hotpotqa": HOTPOTQA, "iirc": IIRC, "simple": SIMPLE_QA}
+DEMO_SOURCES = ("paper", "official")  # prompts.demos: the paper's figures | the code's lists
 
 
 def dataset_family(dataset_name: str) -> str:
@@ -28,9 +30,20 @@ def dataset_family(dataset_name: str) -> str:
     return family
 
 
-def demos_for(dataset_name: str, n_shot: int | None = None) -> list[Demo]:
-    """The in-context examples of a data set, the first `n_shot` of them (None = all)."""
-    demos = list(DEMOS[dataset_family(dataset_name)])
+def demos_for(dataset_name: str, n_shot: int | None = None, source: str = "paper",
+              official_repo: str | None = None) -> list[Demo]:
+    """The in-context examples of a data set, the first `n_shot` of them (None = all).
+
+    `source` 'paper' = the paper's figures (bundled); 'official' = the lists of the authors' code,
+    read from the clone at `official_repo` (see prompts/official.py)."""
+    family = dataset_family(dataset_name)
+    if source == "paper":
+        demos = list(DEMOS[family])
+    elif source == "official":
+        demos = list(official_demos(official_repo, family))
+    else:
+        raise UserError(f"unknown demo source {source!r}", setting="prompts.demos",
+                        fix=f"use one of {', '.join(DEMO_SOURCES)}")
     if n_shot is None:
         return demos
     if n_shot < 0:
@@ -42,4 +55,4 @@ def demos_for(dataset_name: str, n_shot: int | None = None) -> list[Demo]:
 __all__ = ["Demo", "DEMOS", "SIMPLE_QA", "TWOWIKI", "HOTPOTQA", "IIRC", "BASE_STOPS",
            "INSTRUCTION", "build_prompt", "format_context", "format_demo", "format_step",
            "read_all_docs_prompt", "read_all_steps_prompt", "simple_qa_stops", "stop_strings",
-           "dataset_family", "demos_for"]
+           "dataset_family", "demos_for", "official_demos", "DEMO_SOURCES"]

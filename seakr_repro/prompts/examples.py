@@ -12,7 +12,8 @@ sentences is two steps here). Corrections of the PDF text extraction, all eviden
 - Simple QA "The Border Surrender" example: a line break split "Mark Austin"; joined.
 - 2Wiki "Hypocrite" example: bold markers around "Answer:" dropped.
 The official code's lists differ in a few words from the figures (e.g. "Do director of film Coolie
-No. 1 ..." and "nationality is India"); we follow the paper, as the figures are what it reports.
+No. 1 ..." and "nationality is India"); these are the paper's (`prompts.demos: paper`), while
+`prompts.demos: official` reads the code's lists from a clone of its repository (official.py).
 """
 from __future__ import annotations
 

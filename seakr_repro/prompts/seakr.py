@@ -10,7 +10,10 @@ lets ". " work as the stop string of one step.
 
 Steps generated so far are written the same way in `fixed` mode. The official code writes them
 with `c.replace('.', ' '.strip())`, i.e. it *deletes* their periods and does not strip
-("Edward L Cahn died."); `faithful` mode reproduces that.
+("Edward L Cahn died."); `faithful` mode reproduces that. Not stripping matters: vLLM returns a
+later step with the space the model generated after the previous period, and the code joins steps
+with one more space, so its prompt reads "... 1959.  Ivania ..." (two spaces). `faithful` keeps
+the step text as the backend returned it; `fixed` strips it ("1959. Ivania").
 """
 from __future__ import annotations
 
@@ -56,7 +59,8 @@ def build_prompt(demos: Sequence[Demo], question: str, steps: Sequence[str] = ()
     if steps:
         body += " ".join(format_step(s, mode) for s in steps)
     text = format_context(docs) + body
-    return f"{prefix}\n\n{text}" if prefix else text
+    # the official Dataset.__call__ always writes prefix + "\n\n", even with no demos (n_shot 0)
+    return f"{prefix}\n\n{text}" if prefix or mode == "faithful" else text
 
 
 def stop_strings(has_steps: bool, final: bool) -> list[str]:

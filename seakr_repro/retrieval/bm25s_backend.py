@@ -5,6 +5,7 @@ Same `contents` field and k1 = 0.9, b = 0.4 (Lucene's BM25 variant); the analysi
 from Lucene's (Snowball instead of Porter stemming, bm25s's longer English stopword list, tokens of
 two or more characters), so scores are not comparable across backends but top passages mostly agree.
 Everything is held in memory: fine for the excerpt corpus, heavy for DPR's 21M passages.
+Only the `single_field` scheme: asking for `es_best_fields` (two fields, dis_max) is an error.
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class BM25sSearcher:
     """BM25 over an index saved by `build_bm25s_index`; passages are read lazily (mmap)."""
 
     backend = "bm25s"
+    scheme = "single_field"   # the only one: bm25s scores one field and has no dis_max
 
     def __init__(self, bm25s_dir: str | Path):
         import bm25s

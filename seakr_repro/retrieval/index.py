@@ -28,7 +28,11 @@ from ..paths import CACHE_DIR
 META_NAME = "index_meta.json"
 META_FORMAT = 1
 BACKENDS = {"pyserini": "lucene", "bm25s": "bm25s"}  # backend -> sub-directory holding its files
-DEFAULT_K1, DEFAULT_B = 0.9, 0.4  # SeaKR's BM25 (Anserini's defaults for passage retrieval)
+DEFAULT_K1, DEFAULT_B = 0.9, 0.4  # single_field: Anserini's defaults for passage retrieval
+# retrieval.scheme: single_field (one `contents` field) | es_best_fields (the official
+# Elasticsearch multi_match best_fields over title and text, tie-breaker 0.5; see lucene.py)
+SCHEMES = ("single_field", "es_best_fields")
+SCHEME_PARAMS = {"single_field": (DEFAULT_K1, DEFAULT_B), "es_best_fields": (1.2, 0.75)}  # (k1, b)
 HASH_LIMIT = 1 << 30  # corpora above 1 GiB (DPR's 13 GB) are fingerprinted by size + mtime only
 
 
@@ -62,8 +66,21 @@ class IndexInfo:
         return self.index_dir / BACKENDS[self.backend]
 
 
-def index_dir_for(corpus_name: str, backend: str) -> Path:
-    return CACHE_DIR / "indexes" / f"{corpus_name}-{backend}"
+def index_dir_for(corpus_name: str, backend: str, scheme: str = "single_field") -> Path:
+    """single_field keeps the original name, so indexes built before schemes existed stay valid."""
+    suffix = "" if scheme == "single_field" else f"-{scheme.replace('_', '-')}"
+    return CACHE_DIR / "indexes" / f"{corpus_name}-{backend}{suffix}"
+
+
+def check_scheme(scheme: str, backend: str) -> None:
+    if scheme not in SCHEMES:
+        raise UserError(f"unknown retrieval scheme '{scheme}'", setting="retrieval.scheme",
+                        fix=f"use one of {', '.join(SCHEMES)}")
+    if scheme == "es_best_fields" and backend != "pyserini":
+        raise UserError(f"the {backend} backend scores one field only, so it cannot run the "
+                        "es_best_fields scheme (title and text fields combined by dis_max)",
+                        setting="retrieval.scheme",
+                        fix="use retrieval.backend: pyserini, or retrieval.scheme: single_field")
 
 
 # --- corpus fingerprint -------------------------------------------------------------------------
@@ -140,14 +157,17 @@ def _versions(backend: str) -> dict:
 
 
 def index_is_current(corpus_path: str | Path, index_dir: str | Path, backend: str | None = None,
-                     k1: float | None = None, b: float | None = None) -> bool:
-    """True if `index_dir` holds a complete index of this corpus (and backend/params, if given)."""
+                     k1: float | None = None, b: float | None = None,
+                     scheme: str | None = None) -> bool:
+    """True if `index_dir` holds a complete index of this corpus (and backend/params/scheme, if given)."""
     index_dir = Path(index_dir)
     try:
         meta = read_meta(index_dir)
     except UserError:
         return False
     if meta.get("format") != META_FORMAT or (backend and meta["backend"] != backend):
+        return False
+    if scheme and meta.get("scheme", "single_field") != scheme:
         return False
     if not (index_dir / BACKENDS[meta["backend"]]).is_dir():
         return False
@@ -186,9 +206,10 @@ def _swap_into_place(tmp: Path, index_dir: Path) -> None:
 
 
 def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "pyserini",
-                threads: int = 2, progress: bool = True, k1: float = DEFAULT_K1,
-                b: float = DEFAULT_B) -> IndexInfo:
-    """Index the `contents` field (title + text) of a JSONL corpus; return what was built.
+                threads: int = 2, progress: bool = True, k1: float | None = None,
+                b: float | None = None, scheme: str = "single_field") -> IndexInfo:
+    """Index the `contents` field (title + text) of a JSONL corpus -- and for the es_best_fields
+    scheme `title` and `text` as fields of their own -- and return what was built.
 
     The new index replaces `index_dir` only after its document count matched the corpus's line
     count; otherwise a UserError names the index and nothing complete-looking is left behind.
@@ -196,6 +217,9 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
     if backend not in BACKENDS:
         raise UserError(f"unknown retrieval backend '{backend}'", setting="retrieval.backend",
                         fix=f"use one of {', '.join(BACKENDS)}")
+    check_scheme(scheme, backend)
+    k1 = SCHEME_PARAMS[scheme][0] if k1 is None else k1   # recorded; Lucene applies them at search
+    b = SCHEME_PARAMS[scheme][1] if b is None else b
     corpus_path = require_file(corpus_path, "corpus JSONL",
                                "build it with `python -m seakr_repro corpus`")
     index_dir = Path(index_dir)
@@ -212,8 +236,13 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
         data_dir = tmp / BACKENDS[backend]
         if backend == "pyserini":
             from .lucene import build_lucene_index, count_lucene_docs
-            counters = build_lucene_index(corpus_path, data_dir, threads=threads, progress=progress)
+            from .lucene import ES_FIELDS
+            counters = build_lucene_index(corpus_path, data_dir, threads=threads, progress=progress,
+                                          fields=ES_FIELDS if scheme == "es_best_fields" else ())
             doc_count = count_lucene_docs(data_dir)
+            if scheme == "es_best_fields":   # fails when the corpus had no title/text keys
+                from .lucene import EsBestFieldsSearcher
+                EsBestFieldsSearcher(data_dir).close()
         else:
             from .bm25s_backend import build_bm25s_index
             counters = {}
@@ -227,8 +256,11 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
                             fix="check the corpus for lines without an id or with empty contents "
                                 "(`python -m seakr_repro corpus` rebuilds it) and free disk space, "
                                 "then build the index again")
-        meta = {"format": META_FORMAT, "backend": backend, **stats, "doc_count": doc_count,
-                "params": {"k1": k1, "b": b, "field": "contents (title + newline + text)",
+        field = ("contents (title + newline + text)" if scheme == "single_field" else
+                 "title and text (searched), contents (title + newline + text)")
+        meta = {"format": META_FORMAT, "backend": backend, "scheme": scheme, **stats,
+                "doc_count": doc_count,
+                "params": {"k1": k1, "b": b, "field": field,
                            "analyzer": ("Anserini DefaultEnglishAnalyzer: Porter stemmer, Lucene "
                                         "English stopwords") if backend == "pyserini" else
                            "bm25s tokenizer: Snowball English stemmer, bm25s English stopwords"},
@@ -245,8 +277,10 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
 # --- open ---------------------------------------------------------------------------------------
 
 def open_searcher(index_dir: str | Path, k1: float | None = None, b: float | None = None,
-                  rebuild_hint: str = "`python -m seakr_repro index --profile <profile>`") -> Searcher:
-    """Open the index in `index_dir` with the backend its index_meta.json names.
+                  rebuild_hint: str = "`python -m seakr_repro index --profile <profile>`",
+                  scheme: str | None = None) -> Searcher:
+    """Open the index in `index_dir` with the backend (and scheme, unless given) its
+    index_meta.json names.
 
     Checks again that the index holds as many documents as the corpus had lines and that the
     corpus has not changed since; `k1`/`b` default to the values recorded at build time.
@@ -257,6 +291,13 @@ def open_searcher(index_dir: str | Path, k1: float | None = None, b: float | Non
                                path=index_dir, fix=f"build it: run {rebuild_hint}")
     meta = read_meta(index_dir)
     backend, params = meta["backend"], meta.get("params", {})
+    built = meta.get("scheme", "single_field")
+    scheme = scheme or built
+    check_scheme(scheme, backend)
+    if scheme == "es_best_fields" and built != scheme:
+        raise UserError(f"the index {index_dir} was built for the {built} scheme and has no "
+                        "separate title and text fields", path=index_dir / META_NAME,
+                        setting="retrieval.scheme", fix=f"rebuild it: run {rebuild_hint}")
     k1 = params.get("k1", DEFAULT_K1) if k1 is None else k1
     b = params.get("b", DEFAULT_B) if b is None else b
     stale = corpus_changed(meta)
@@ -272,9 +313,12 @@ def open_searcher(index_dir: str | Path, k1: float | None = None, b: float | Non
     if not data_dir.is_dir():
         raise UserError(f"the index {index_dir} lacks its {data_dir.name}/ directory",
                         path=index_dir, fix=f"delete it and rebuild: run {rebuild_hint}")
-    if backend == "pyserini":
+    if backend == "pyserini" and scheme == "es_best_fields":
+        from .lucene import EsBestFieldsSearcher
+        searcher: Searcher = EsBestFieldsSearcher(data_dir, k1=k1, b=b)
+    elif backend == "pyserini":
         from .lucene import PyseriniSearcher
-        searcher: Searcher = PyseriniSearcher(data_dir, k1=k1, b=b)
+        searcher = PyseriniSearcher(data_dir, k1=k1, b=b)
     else:
         from .bm25s_backend import BM25sSearcher
         searcher = BM25sSearcher(data_dir)
@@ -292,19 +336,22 @@ _open: dict[tuple, Searcher] = {}
 
 
 def searcher_for(cfg) -> Searcher:
-    """The searcher a Config asks for (`retrieval.backend`, `corpus.name`), opened once per process."""
+    """The searcher a Config asks for (`retrieval.backend`, `.scheme`, `corpus.name`), opened
+    once per process."""
     backend, corpus_name = cfg["retrieval.backend"], cfg["corpus.name"]
     if backend not in BACKENDS:
         raise UserError(f"unknown retrieval backend '{backend}'", setting="retrieval.backend",
                         fix=f"use one of {', '.join(BACKENDS)}")
+    scheme = cfg.get("retrieval.scheme", "single_field")
+    check_scheme(scheme, backend)
     k1, b = float(cfg.get("retrieval.k1", DEFAULT_K1)), float(cfg.get("retrieval.b", DEFAULT_B))
-    index_dir = index_dir_for(corpus_name, backend)
-    key = (str(index_dir), k1, b)
+    index_dir = index_dir_for(corpus_name, backend, scheme)
+    key = (str(index_dir), k1, b, scheme)
     if key not in _open:
         hint = f"`python -m seakr_repro index --profile {cfg.profile}`"
         if not (index_dir / META_NAME).is_file():
             raise DataMissingError(f"the {backend} index of corpus '{corpus_name}' has not been built",
                                    path=index_dir, setting="retrieval.backend",
                                    fix=f"run {hint}")
-        _open[key] = open_searcher(index_dir, k1=k1, b=b, rebuild_hint=hint)
+        _open[key] = open_searcher(index_dir, k1=k1, b=b, rebuild_hint=hint, scheme=scheme)
     return _open[key]

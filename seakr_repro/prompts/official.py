@@ -1,0 +1,93 @@
+"""The official code's in-context examples, read at run time from the user's clone of THU-KEG/SeaKR.
+
+`prompts.demos: official` uses the example lists the authors' code prompts with (they differ in a
+few words from the paper's figures). None of that text ships with this package: it is read from
+`<official_repo>/SEAKR/dataset.py`, where each data set class holds a literal `examples` list of
+{"question", "cot", "answer"} dicts. The file is parsed with `ast` and the list evaluated with
+`ast.literal_eval`, so nothing of the clone is imported or executed.
+"""
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+from .. import paths
+from ..errors import DataMissingError, UserError
+from .examples import Demo
+
+DATASET_FILE = "SEAKR/dataset.py"
+# family -> the class of SEAKR/dataset.py holding its list
+CLASSES = {"2wiki": "TwoWikiHop", "hotpotqa": "HotpotQA", "iirc": "IIRC", "simple": "SingleQA"}
+HOW_TO_GET = ("clone the authors' repository (`git clone https://github.com/THU-KEG/SeaKR`) and "
+              "set prompts.official_repo to the clone's directory")
+_KEYS = {"question": str, "cot": list, "answer": str}
+
+
+def _examples_node(tree: ast.Module, cls: str) -> ast.expr | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign):
+                    target, value = stmt.target, stmt.value
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    target, value = stmt.targets[0], stmt.value
+                else:
+                    continue
+                if isinstance(target, ast.Name) and target.id == "examples" and value is not None:
+                    return value
+    return None
+
+
+def _to_demo(item, path: Path, cls: str, i: int) -> Demo:
+    where = f"{cls}.examples[{i}]"
+    if not isinstance(item, dict):
+        raise UserError(f"{where} is not a dict", path=path, fix=f"restore the file: {HOW_TO_GET}")
+    for key, typ in _KEYS.items():
+        if not isinstance(item.get(key), typ):
+            raise UserError(f"{where} has no {typ.__name__} '{key}'", path=path,
+                            fix=f"restore the file: {HOW_TO_GET}")
+    if not all(isinstance(s, str) for s in item["cot"]):
+        raise UserError(f"{where}: 'cot' must be a list of strings", path=path,
+                        fix=f"restore the file: {HOW_TO_GET}")
+    return Demo(item["question"], tuple(item["cot"]), item["answer"])
+
+
+@lru_cache(maxsize=16)
+def _parse(path: Path, mtime_ns: int, family: str) -> tuple[Demo, ...] | None:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as e:
+        raise UserError(f"the official dataset file cannot be parsed ({type(e).__name__}: {e})",
+                        path=path, fix=f"restore the file: {HOW_TO_GET}") from None
+    cls = CLASSES[family]
+    node = _examples_node(tree, cls)
+    if node is None:
+        return None
+    try:
+        items = ast.literal_eval(node)
+    except ValueError:
+        raise UserError(f"{cls}.examples is not a literal list", path=path, line=node.lineno,
+                        fix=f"restore the file: {HOW_TO_GET}") from None
+    if not isinstance(items, list):
+        raise UserError(f"{cls}.examples is not a list", path=path, line=node.lineno,
+                        fix=f"restore the file: {HOW_TO_GET}")
+    return tuple(_to_demo(x, path, cls, i) for i, x in enumerate(items))
+
+
+def official_demos(repo: str | Path | None, family: str) -> tuple[Demo, ...]:
+    """The official example list of a family ('2wiki' | 'hotpotqa' | 'iirc' | 'simple')."""
+    if not repo:
+        raise DataMissingError("prompts.demos is 'official' but no clone of the official "
+                               "repository was given", setting="prompts.official_repo",
+                               fix=HOW_TO_GET)
+    root = Path(repo).expanduser()
+    path = (root if root.is_absolute() else paths.REPO_ROOT / root) / DATASET_FILE
+    if not path.is_file():
+        raise DataMissingError(f"the official repository's {DATASET_FILE} was not found", path=path,
+                               setting="prompts.official_repo", fix=HOW_TO_GET)
+    demos = _parse(path.resolve(), path.stat().st_mtime_ns, family)
+    if demos is None:
+        raise UserError(f"class {CLASSES[family]} with an `examples` list was not found",
+                        path=path, fix=f"use an unmodified clone: {HOW_TO_GET}")
+    return demos

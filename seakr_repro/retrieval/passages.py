@@ -1,0 +1,49 @@
+"""Simple QA's passages as the official script takes them: DPR's precomputed top 10 per question.
+
+`main_simpleqa.py` does not search: it scores the 10 passages DPR's dense retriever returned for
+each question (the authors' packed <set>_top10.json). `PrecomputedPassages` serves them with the
+searcher's `search(question, k)` signature, looking the question up by its exact text.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from .. import paths
+from ..errors import UserError
+from .index import Hit
+
+
+@lru_cache(maxsize=4)
+def _table(path: str, mtime_ns: int, top: int) -> dict:
+    from ..data.loaders import load_dpr_top_passages
+    return load_dpr_top_passages(path, top)
+
+
+class PrecomputedPassages:
+    backend = "precomputed"
+
+    def __init__(self, path: str | Path, top: int = 10):
+        path = Path(path).expanduser()
+        self.path, self.top = path if path.is_absolute() else paths.REPO_ROOT / path, int(top)
+
+    @property
+    def table(self) -> dict:
+        from ..data.loaders import HOW_TO_GET
+        from ..io import require_file
+        path = require_file(self.path, "the precomputed top passages", HOW_TO_GET["top10"])
+        return _table(str(path.resolve()), path.stat().st_mtime_ns, self.top)
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        if k > self.top:
+            raise UserError(f"{k} passages per question were asked for but only the top {self.top} "
+                            "are read from the file", setting="seakr.simple_qa_top",
+                            fix=f"set seakr.simple_qa_top to at most {self.top}")
+        found = self.table.get(query.strip())
+        if found is None:
+            raise UserError(f"the question {query[:80]!r} is not in the precomputed passages",
+                            path=self.path, setting="seakr.simple_qa_passages",
+                            fix="use the passages file of the same data set as the questions "
+                                "(nq_top10.json for nq, tq_top10.json for triviaqa, sq_top10.json "
+                                "for squad), or set seakr.simple_qa_passages: bm25")
+        return [Hit(p["id"], 0.0, p["title"], p["text"]) for p in found[:k]]
