@@ -293,8 +293,12 @@ def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict
         if "attention" in got:
             summed, heads = got["attention"]
             item["attention"] = (summed.numpy(), heads)
-        if "rows" in got:                        # the kept keys ("_keys") stay behind
-            item["rows"] = ({p: r.numpy() for p, r in got["rows"].items()}, got["heads"])
+        if "rows" in got:
+            # a row from an early prefill chunk saw only the keys so far: the rest are 0 (causal);
+            # the kept keys ("_keys") stay behind
+            n = got["_keys"].shape[1]
+            item["rows"] = ({p: torch.nn.functional.pad(r, (0, n - r.shape[0])).numpy()
+                             for p, r in got["rows"].items()}, got["heads"])
         if "hidden" in got and score and tag in score:
             n_prompt, cont = score[tag]
             h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]
