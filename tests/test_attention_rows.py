@@ -147,7 +147,7 @@ def test_vllm_backend_attention_rows_average_the_tensor_parallel_heads():
 
 
 @pytest.mark.slow
-def test_dragin_faithful_runs_on_the_real_model(backend, tmp_path):
+def test_dragin_faithful_runs_on_the_real_model(backend):
     """End to end on SmolLM2: a threshold of 0 makes the first chunk retrieve, with a query from
     the real attention rows."""
     import sys

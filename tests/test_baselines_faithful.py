@@ -1,7 +1,5 @@
 """The baselines in `baselines.mode: faithful`, i.e. as DRAGIN's code (src/generate.py, src/eval.py)
 runs them, with the scripted backend; and DRAGIN's answer extraction."""
-import math
-
 import pytest
 
 from fakes import FakeBackend, FakeSearcher, fake_tokens, gen, hit
@@ -96,6 +94,7 @@ def test_dragin_retrieves_when_a_stop_word_exceeds_the_threshold():
                            scored("So the answer is Ann Lee.")))
     s = FakeSearcher(DOCS)
     r = build_method("dragin", b, s, "bundled-2wiki", keep_top_k=4, **FAITHFUL).run(Q)
+    # "by": attention share 0.9 / 1.2 x entropy 3.0 x 7 words = 15.75 > 1.0
     assert r.trace[0]["flagged"] == [] and ["by", 15.75] in r.trace[0]["scores"]
     assert s.queries == ["directed film Zorro Nights?"]
     assert b.attention_calls == []                       # nothing flagged: no rows to read
@@ -184,4 +183,3 @@ def test_baselines_mode_reaches_the_methods():
     assert s["mode"] == "fixed" and s["answer_extraction"] == "fixed"
     with pytest.raises(UserError, match="baselines.mode"):
         build_method("flare", FakeBackend(Script()), FakeSearcher(DOCS), "bundled-2wiki", mode="x")
-    assert math.isfinite(load_config("paper")["retrieval.top_n"])
