@@ -69,8 +69,8 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
         from .methods import METHODS
 
         b = cfg.get("baselines", {}) or {}
-        out = {"mode": cfg["evaluation.answer_extraction"], "top_k_docs": cfg["retrieval.top_n"],
-               **{k: v for k, v in b.items() if v is not None}}
+        out = {"answer_extraction": cfg["evaluation.answer_extraction"],
+               "top_k_docs": cfg["retrieval.top_n"], **{k: v for k, v in b.items() if v is not None}}
         known = METHODS[method].DEFAULTS       # CoT has no retrieval settings, for instance
         return {k: v for k, v in out.items() if k in known}
     return {}

@@ -17,14 +17,31 @@ import numpy as np
 from seakr_repro.llm.base import Generation, SampleSet
 
 SURE = math.log(0.99)
+_VOCAB: dict[str, int] = {}          # fake token text <-> id, shared by gen() and FakeBackend
+_PIECES: dict[int, str] = {}
+
+
+def fake_ids(tokens) -> list[int]:
+    out = []
+    for t in tokens:
+        if t not in _VOCAB:
+            _VOCAB[t] = len(_VOCAB) + 1
+            _PIECES[_VOCAB[t]] = t
+        out.append(_VOCAB[t])
+    return out
+
+
+def fake_tokens(text: str) -> list[str]:
+    """The fake tokenizer: whitespace-led words."""
+    return re.findall(r"\s*\S+", text)
 
 
 def gen(text: str, probs=None, attention=None, entropies=None, logsumexp=None) -> Generation:
     """A Generation whose tokens are the whitespace-led words of `text` (p = 0.99 unless given)."""
-    tokens = re.findall(r"\s*\S+", text)
+    tokens = fake_tokens(text)
     lps = [SURE] * len(tokens) if probs is None else [math.log(p) for p in probs]
     assert len(lps) == len(tokens), (tokens, lps)
-    return Generation(text=text, token_ids=list(range(1, len(tokens) + 1)), tokens=tokens,
+    return Generation(text=text, token_ids=fake_ids(tokens), tokens=tokens,
                       logprobs=lps, attention=attention, entropies=entropies,
                       logsumexp=logsumexp if logsumexp is not None else [10.0] * len(tokens))
 
@@ -34,14 +51,21 @@ class FakeBackend:
     hidden_size = 16
     eos_token_id = 0
 
-    def __init__(self, respond, level=lambda prompt: "low", score=None, name="fake-model"):
+    def __init__(self, respond, level=lambda prompt: "low", score=None, name="fake-model",
+                 attend=None):
         self.respond, self.level, self.score_fn, self.name = respond, level, score, name
+        # attend(tokens, position) -> the attention row of `position` over `tokens` (DRAGIN's
+        # query); default: uniform over the tokens up to the position
+        self.attend = attend
+        self.attention_calls: list[tuple[list[str], list[int]]] = []
         self.generate_calls: list[tuple[str, list[str]]] = []
+        self.max_new_tokens: list[int] = []
         self.sample_calls: list[dict] = []
         self.score_calls: list[tuple[str, str]] = []
 
     def generate(self, prompt, *, max_new_tokens, stop=(), want_stats=False, want_attention=False):
         self.generate_calls.append((prompt, list(stop)))
+        self.max_new_tokens.append(max_new_tokens)
         out = self.respond(prompt, list(stop))
         return out if isinstance(out, Generation) else gen(out)
 
@@ -72,6 +96,20 @@ class FakeBackend:
 
     def count_tokens(self, text):
         return len(text.split())
+
+    def encode(self, text):
+        return fake_ids(fake_tokens(text))
+
+    def words(self, token_ids):
+        """Every fake token is one word."""
+        return [(i, i, _PIECES[t].strip()) for i, t in enumerate(token_ids)]
+
+    def attention_rows(self, token_ids, positions):
+        tokens = [_PIECES[t] for t in token_ids]
+        self.attention_calls.append((tokens, list(positions)))
+        if self.attend is not None:
+            return [list(self.attend(tokens, p)) for p in positions]
+        return [[1.0 / (p + 1) if j <= p else 0.0 for j in range(len(tokens))] for p in positions]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from fakes import FakeBackend, FakeSearcher, gen, hit
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.errors import DataMissingError, UserError
 from seakr_repro.methods import build_method
-from seakr_repro.methods.dragin import word_scores
+from seakr_repro.methods.dragin import flagged_sentence
 from seakr_repro.methods.flare import flare_query
 
 Q = QuestionRecord(id="q1", question="Who directed the film Zorro Nights?", answers=["Ann Lee"])
@@ -50,7 +50,9 @@ def test_flare_trigger_and_masked_query():
         return gen("Zorro was made by Tom", probs=[0.99, 0.99, 0.99, 0.99, 0.2])
     b, s = FakeBackend(respond), FakeSearcher(DOCS)
     r = build_method("flare", b, s, "bundled-2wiki").run(Q)
-    assert s.queries == ["Zorro was made by"]
+    # the documents served step 1's regeneration only: step 2 starts without them, and the
+    # uncertain step 2 retrieves again
+    assert s.queries == ["Zorro was made by", "Zorro was made by"]
     assert r.trace[0]["regenerated"] == "Zorro was made by Ann Lee" and r.answer == "Ann Lee"
     # confident steps never retrieve
     b, s = FakeBackend(lambda p, stop: "So the answer is Ann Lee." if "Lee." in tail(p) else "Made by Ann Lee"), FakeSearcher(DOCS)
@@ -58,26 +60,33 @@ def test_flare_trigger_and_masked_query():
     assert s.queries == [] and r.answer == "Ann Lee"
 
 
-def test_dragin_token_scores_and_trigger():
-    text = "Zorro Nights was directed by Tom Hux"
-    att = [0.1, 0.1, 0.05, 0.1, 0.05, 0.5, 0.1]
-    ent = [0.1, 0.1, 0.1, 0.2, 0.1, 2.0, 0.1]
-    rows = word_scores(text, gen(text).tokens, att, ent)[0]
-    scores = {w: sc for w, _, _, sc, _ in rows}
-    # Tom: attention 0.5 / 1.0 x entropy 2.0 x 7 words = 7.0
-    assert scores["Tom"] == pytest.approx(7.0) and scores["Hux"] == pytest.approx(0.07)
+TEXT = "Zorro Nights was directed by Tom Hux"
+ATT = [0.1, 0.1, 0.05, 0.1, 0.05, 0.5, 0.1]
+ENT = [0.1, 0.1, 0.1, 0.2, 0.1, 2.0, 0.1]
 
+
+def test_dragin_word_scores_flag_the_sentence():
+    words = TEXT.split()
+    before, sent, flags, scores = flagged_sentence(TEXT, words, ATT, ENT, 1.0, content_first=True)
+    # Tom: attention 0.5 / 1.0 x entropy 2.0 x 7 words = 7.0
+    assert scores[5] == pytest.approx(7.0) and scores[6] == pytest.approx(0.07)
+    assert before == "" and sent == words and flags == [0, 0, 0, 0, 0, 1, 0]
+
+
+def test_dragin_fixed_regenerates_the_step_with_the_attention_query():
     def respond(p, stop):
         if "Context:" in p:
             return "So the answer is Ann Lee." if "Lee." in tail(p) else "Zorro Nights was directed by Ann Lee"
-        return gen(text, attention=att, entropies=ent)
+        return gen(TEXT, attention=ATT, entropies=ENT)
     b, s = FakeBackend(respond), FakeSearcher(DOCS)
     m = build_method("dragin", b, s, "bundled-2wiki")
     r = m.run(Q)
     assert m.settings["threshold"] == 1.0 and m.settings["keep_top_k"] == 25
     assert r.trace[0]["flagged"] == ["Tom"]
-    assert len(s.queries) == 1 and "Tom" not in s.queries[0].split()
-    assert s.queries[0].startswith("directed film Zorro Nights") and "Hux" in s.queries[0]
+    # the query: content words of question + steps + sentence (uniform fake attention: all tie),
+    # minus the flagged word, in text order
+    assert s.queries[0].split()[:3] == ["directed", "film", "Zorro"] and "Tom" not in s.queries[0].split()
+    assert "Hux" in s.queries[0].split()
     assert r.answer == "Ann Lee"
 
 

@@ -118,3 +118,53 @@ def answer_from_forced(continuation: str | None, mode: str = "fixed") -> str:
     if mode == "faithful":
         return text
     return _clean(text[:_sentence_end(text, 0)])
+
+
+# ---------------------------------------------------------------------------------------------
+# DRAGIN's answer extraction (its evaluation script), used by the baselines in `baselines.mode:
+# faithful`. The whole prediction is scored in two stages:
+#   1. `dragin_trim`: cut the prediction before "Question:", "#10000000" or "Note:" (each, in
+#      turn, where it occurs after the first character). If it then contains "the answer is"
+#      (case-sensitive) it is kept; otherwise the model is asked again with " So the answer is "
+#      appended for 20 new tokens (`DRAGIN_REASK_TOKENS`), and `dragin_reasked` joins the two and
+#      cuts before those markers again (now also at the first character).
+#   2. `dragin_answer`: the text after the FIRST "the answer is" (one character skipped after it)
+#      to the end of the prediction, a trailing "</s>", "<|endoftext|>" and "." removed (IIRC: also
+#      a trailing newline, in that order). No "the answer is": 2Wiki scores the whole prediction,
+#      the others score "".
+DRAGIN_CUE = "the answer is"
+DRAGIN_REASK = " So the answer is "
+DRAGIN_REASK_TOKENS = 20
+DRAGIN_SPLITS = ("Question:", "#10000000", "Note:")
+_DRAGIN_TAILS = {"iirc": ("</s>", "<|endoftext|>", "\n", ".")}
+
+
+def dragin_trim(prediction: str, *, first_char: bool = False) -> str:
+    """The prediction cut before each split marker in turn (at index 0 too when `first_char`)."""
+    for word in DRAGIN_SPLITS:
+        at = prediction.find(word)
+        if at > 0 or (first_char and at == 0):
+            prediction = prediction[:at]
+    return prediction
+
+
+def dragin_needs_reask(trimmed: str) -> bool:
+    return DRAGIN_CUE not in trimmed
+
+
+def dragin_reasked(trimmed: str, continuation: str) -> str:
+    """The prediction after the re-ask: trimmed text + the cue + the stripped continuation."""
+    return dragin_trim(trimmed + DRAGIN_REASK + continuation.strip(), first_char=True)
+
+
+def dragin_answer(prediction: str, family: str) -> str:
+    """DRAGIN's answer of a (trimmed or re-asked) prediction for a data-set family
+    ('2wiki' | 'hotpotqa' | 'iirc'; other families follow HotpotQA)."""
+    at = prediction.find(DRAGIN_CUE)
+    if at < 0:
+        return prediction if family == "2wiki" else ""
+    answer = prediction[at + len(DRAGIN_CUE) + 1:]
+    for tail in _DRAGIN_TAILS.get(family, ("</s>", "<|endoftext|>", ".")):
+        if answer.endswith(tail):
+            answer = answer[:-len(tail)]
+    return answer

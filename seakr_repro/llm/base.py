@@ -9,6 +9,9 @@ Two calls matter:
 - `sample`: k sampled continuations of ONE context, each with the vector of the forced EOS token
   ("context + completion truncated at the stop + EOS") at a chosen layer and hook. This is what
   SeaKR's uncertainty U(c) is computed from. `sample_many` does several contexts in one go.
+
+DRAGIN's query needs two more: `words` (its merge of tokens into words) and `attention_rows` (the
+last layer's attention of chosen positions over a whole token sequence).
 """
 from __future__ import annotations
 
@@ -80,4 +83,18 @@ class Backend(Protocol):
         ...
 
     def count_tokens(self, text: str) -> int:
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` as a prompt is encoded (special tokens added)."""
+        ...
+
+    def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        """DRAGIN's words of a token sequence: (first token, last token, text) each
+        (`llm.attention.merge_words`)."""
+        ...
+
+    def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
+        """The last layer's attention, averaged over heads, of each query position in `positions`
+        over every key of `token_ids` (len(token_ids) values; 0 after the position)."""
         ...

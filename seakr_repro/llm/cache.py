@@ -43,7 +43,7 @@ class LLMCache:
     def _base(self, key: str) -> Path:
         return self.root / key[:2] / key
 
-    def get(self, key: str) -> Generation | SampleSet | None:
+    def get(self, key: str) -> Generation | SampleSet | list | None:
         base = self._base(key)
         meta_path = base.with_suffix(".json")
         if not meta_path.is_file():
@@ -52,15 +52,19 @@ class LLMCache:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta["type"] == "generation":
                 return Generation(**meta["value"])
+            if meta["type"] == "rows":
+                return meta["value"]
             vectors = np.load(base.with_suffix(".npy"), allow_pickle=False)
             return SampleSet(samples=[Generation(**g) for g in meta["samples"]], vectors=vectors,
                              layer=meta["layer"], hook=meta["hook"])
         except (OSError, EOFError, ValueError, KeyError, TypeError):
             return None   # unreadable entry (e.g. written by an older layout): recompute it
 
-    def put(self, key: str, value: Generation | SampleSet) -> None:
+    def put(self, key: str, value: Generation | SampleSet | list) -> None:
         base = self._base(key)
-        if isinstance(value, SampleSet):
+        if isinstance(value, list):              # attention rows
+            meta = {"type": "rows", "value": value}
+        elif isinstance(value, SampleSet):
             # through a file handle: np.save would append ".npy" to the temporary name
             with io.atomic_open(base.with_suffix(".npy"), "wb") as fh:
                 np.save(fh, np.asarray(value.vectors, dtype=np.float32), allow_pickle=False)
@@ -196,6 +200,24 @@ class CachedBackend:
 
     def count_tokens(self, text: str) -> int:
         return self.backend.count_tokens(text)
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text)
+
+    def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        return self.backend.words(token_ids)
+
+    def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
+        ids, pos = [int(t) for t in token_ids], [int(p) for p in positions]
+        key = call_key(self.name, self.fingerprint, "attention_rows", "", {"ids": ids, "positions": pos})
+        rows = self.cache.get(key) if self.enabled else None
+        hit = rows is not None
+        if not hit:
+            rows = [list(map(float, r)) for r in self.backend.attention_rows(ids, pos)]
+            if self.enabled:
+                self.cache.put(key, rows)
+        self._add(calls=1, hits=int(hit), misses=int(not hit), prompt_tokens=len(ids))
+        return rows
 
     def _sample_params(self, kwargs: dict) -> dict:
         # Fill in the protocol's defaults so that sample(p, k=20) and sample(p, k=20, seed=42)

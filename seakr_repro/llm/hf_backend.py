@@ -36,6 +36,7 @@ from .hooks import capture, run_until_captured
 from .registry import middle_layer
 from .sampling import warp_logits
 from .stops import cut_at_stop, find_stop
+from .attention import WordsMixin
 from .tokenizing import TokenizerMixin
 
 PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
@@ -54,7 +55,7 @@ class _Row:
         self.finish: str | None = None
 
 
-class HFBackend(TokenizerMixin):
+class HFBackend(WordsMixin, TokenizerMixin):
     """`Backend` over a transformers causal LM. Build it with `from_dir` or `registry.load_backend`."""
 
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
@@ -268,20 +269,32 @@ class HFBackend(TokenizerMixin):
         return out.float().cpu().numpy()
 
     @torch.inference_mode()
+    def _last_attention(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """The last layer's attention weights (heads x query x key, float32) of `token_ids` run
+        alone through the model."""
+        before = self.model.config._attn_implementation
+        self.model.set_attn_implementation("eager")   # only eager returns attention weights
+        try:
+            out = self.model(input_ids=torch.tensor([list(token_ids)], device=self.device),
+                             output_attentions=True)
+        finally:
+            self.model.set_attn_implementation(before)
+        return out.attentions[-1][0].float()
+
     def _attention(self, token_ids: list[int]) -> list[float]:
         """DRAGIN's attention per generated token: last layer, over the generated tokens only,
         max over the later positions attending to it, then mean over heads (its "max" solver)."""
         if not token_ids:
             return []
-        before = self.model.config._attn_implementation
-        self.model.set_attn_implementation("eager")   # only eager returns attention weights
-        try:
-            out = self.model(input_ids=torch.tensor([token_ids], device=self.device),
-                             output_attentions=True)
-        finally:
-            self.model.set_attn_implementation(before)
-        att = out.attentions[-1][0].float()            # heads x query x key
-        return att.max(dim=1).values.mean(dim=0).tolist()
+        return self._last_attention(token_ids).max(dim=1).values.mean(dim=0).tolist()
+
+    def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
+        """Rows of the head-averaged last-layer attention of `token_ids` at `positions` (DRAGIN's
+        query formulation reads these for the tokens that triggered retrieval)."""
+        if not positions:
+            return []
+        att = self._last_attention(token_ids).mean(dim=0)     # query x key
+        return att[torch.tensor(list(positions), device=att.device)].tolist()
 
 
 def _ids_key(ids: Sequence[int]) -> bytes:

@@ -45,6 +45,7 @@ from .base import Generation, SampleSet
 from . import vllm_worker
 from .registry import middle_layer
 from .stops import cut_at_stop
+from .attention import WordsMixin
 from .tokenizing import TokenizerMixin
 
 
@@ -195,10 +196,14 @@ def _combine(per_worker: list[dict]) -> dict:
         if "attention" in item:
             parts = [w[tag]["attention"] for w in per_worker if "attention" in w.get(tag, {})]
             item["attention"] = (sum(p[0] for p in parts) / sum(p[1] for p in parts)).tolist()
+        if "rows" in item:
+            parts = [w[tag]["rows"] for w in per_worker if "rows" in w.get(tag, {})]
+            heads = sum(p[1] for p in parts)
+            item["rows"] = {pos: (sum(p[0][pos] for p in parts) / heads).tolist() for pos in parts[0][0]}
     return caps
 
 
-class VLLMBackend(TokenizerMixin):
+class VLLMBackend(WordsMixin, TokenizerMixin):
     """`Backend` over vLLM. Build it with `from_dir` or `registry.load_backend` (model.backend: vllm)."""
 
     kind = "vllm"
@@ -351,6 +356,23 @@ class VLLMBackend(TokenizerMixin):
         (_res, cap), = self._engine.run([{"prompt_token_ids": list(token_ids), "cache_salt": tag}],
                                         [params], [tag])
         return list(cap["attention"])
+
+    def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
+        """Rows of the head-averaged last-layer attention of `token_ids` at `positions`, recomputed
+        from q and k as `_attention` does (the worker keeps the keys across prefill chunks)."""
+        if not positions:
+            return []
+        ids = [int(t) for t in token_ids]
+        self._check_len(len(ids), 1)
+        self._install([("attention",)])
+        tag = uuid.uuid4().hex
+        want = sorted({int(p) for p in positions})
+        params = self._params(max_tokens=1, temperature=0.0,
+                              extra_args={vllm_worker.KEY: {"tag": tag, "rows": want}})
+        # a unique salt: every position must be computed in this request, none from the cache
+        (_res, cap), = self._engine.run([{"prompt_token_ids": ids, "cache_salt": tag}], [params], [tag])
+        rows = cap["rows"]
+        return [list(rows[int(p)]) for p in positions]
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
         """Step 02's vectors: every layer's MLP output and residual stream at the forced EOS of

@@ -12,7 +12,8 @@ forward hooks on the worker's model, exactly like the transformers backend's hoo
           teacher-forced log-probabilities by `fetch` (`score`);
 - "all"   every layer's MLP output and residual stream at the last token (step 02's vectors);
 - "attention" DRAGIN's per-token attention: the last layer's softmax(q k^T) over the request's
-          own tokens, max over query positions, summed over this worker's heads.
+          own tokens, max over query positions, summed over this worker's heads; a request with
+          "rows" gets the rows of chosen query positions instead (DRAGIN's query formulation).
 
 vLLM packs the tokens of all scheduled requests into one flat batch. The model runner's
 `input_batch.req_ids` and `query_start_loc` say which rows belong to which request in the forward
@@ -176,20 +177,51 @@ class _Capture:
         def _hook(_m, args, kwargs):
             q, k = (args[0], args[1]) if len(args) >= 2 else (kwargs["query"], kwargs["key"])
             for _i, spec, start, end in self.tagged():
-                if not spec.get("attention") or end <= start:
+                if end <= start:
                     continue
                 t = end - start
-                qq = q[start:end].float().reshape(t, n_heads, head_dim).transpose(0, 1)
-                kk = k[start:end].float().reshape(t, n_kv, head_dim).transpose(0, 1)
-                kk = kk.repeat_interleave(n_heads // n_kv, dim=0)
-                scores = (qq @ kk.transpose(1, 2)) * scale            # heads x query x key
-                causal = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
-                att = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
-                # max over the query positions, then summed over this worker's heads; the
-                # caller divides by the total head count over all workers (tensor parallel)
-                self.slot(spec["tag"])["attention"] = (att.max(dim=1).values.sum(dim=0).cpu(), n_heads)
+                if spec.get("attention"):
+                    qq = q[start:end].float().reshape(t, n_heads, head_dim).transpose(0, 1)
+                    kk = k[start:end].float().reshape(t, n_kv, head_dim).transpose(0, 1)
+                    kk = kk.repeat_interleave(n_heads // n_kv, dim=0)
+                    scores = (qq @ kk.transpose(1, 2)) * scale            # heads x query x key
+                    causal = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
+                    att = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
+                    # max over the query positions, then summed over this worker's heads; the
+                    # caller divides by the total head count over all workers (tensor parallel)
+                    self.slot(spec["tag"])["attention"] = (att.max(dim=1).values.sum(dim=0).cpu(), n_heads)
+                if spec.get("rows") is not None:
+                    attention_rows(self.slot(spec["tag"]), spec["rows"], q[start:end], k[start:end],
+                                   n_heads, n_kv, head_dim, scale)
 
         self.handles[("attention",)] = attn.register_forward_pre_hook(_hook, with_kwargs=True)
+
+
+def attention_rows(slot: dict, rows, q: torch.Tensor, k: torch.Tensor, n_heads: int, n_kv: int,
+                   head_dim: int, scale: float) -> None:
+    """The rows (query positions `rows`) of one request's last-layer attention, summed over this
+    worker's heads, from the q and k of one forward. A prefill split into chunks calls this once
+    per chunk, in order: the keys of earlier chunks are kept in the slot, so a row always sees
+    every key before it."""
+    t = q.shape[0]
+    kk = k.float().reshape(t, n_kv, head_dim).transpose(0, 1).repeat_interleave(n_heads // n_kv, dim=0)
+    keys = slot.get("_keys")
+    keys = kk if keys is None else torch.cat([keys, kk], dim=1)    # heads x (all keys so far) x d
+    slot["_keys"] = keys
+    first = keys.shape[1] - t                   # absolute position of this chunk's first token
+    want = [int(p) for p in rows if first <= int(p) < first + t]
+    if not want:
+        return
+    idx = torch.tensor([p - first for p in want], device=q.device)
+    qq = q.float().reshape(t, n_heads, head_dim).transpose(0, 1)[:, idx]          # heads x w x d
+    scores = (qq @ keys.transpose(1, 2)) * scale                                   # heads x w x K
+    pos = torch.tensor(want, device=q.device)[:, None]
+    later = torch.arange(keys.shape[1], device=q.device)[None, :] > pos           # w x K
+    att = scores.masked_fill(later, float("-inf")).softmax(dim=-1).sum(dim=0).cpu()
+    got = slot.setdefault("rows", {})
+    for j, p in enumerate(want):
+        got[p] = att[j]
+    slot["heads"] = n_heads
 
 
 def _inner(model):
@@ -261,6 +293,12 @@ def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict
         if "attention" in got:
             summed, heads = got["attention"]
             item["attention"] = (summed.numpy(), heads)
+        if "rows" in got:
+            # a row from an early prefill chunk saw only the keys so far: the rest are 0 (causal);
+            # the kept keys ("_keys") stay behind
+            n = got["_keys"].shape[1]
+            item["rows"] = ({p: torch.nn.functional.pad(r, (0, n - r.shape[0])).numpy()
+                             for p, r in got["rows"].items()}, got["heads"])
         if "hidden" in got and score and tag in score:
             n_prompt, cont = score[tag]
             h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]

@@ -12,8 +12,10 @@ from typing import Any, Mapping
 from ..errors import UserError
 from ..prompts import dataset_family, demos_for
 
-# DRAGIN's published configs for LLaMA-2-7b-chat (the facts' table). The simple-QA sets are not in
-# that table; they take HotpotQA's row (the closest in answer style) -- stated in `config`.
+# DRAGIN's published configs for LLaMA-2-7b-chat (its config/Llama2-7b-chat/<set>/*.json: fewshot,
+# generate_max_length, DRAGIN's hallucination_threshold and retrieve_keep_top_k, FLARE's threshold),
+# used by both baselines modes. The simple-QA sets are not in those configs; they take HotpotQA's
+# row (the closest in answer style) -- stated in `config`.
 BASELINE_TABLE = {
     "2wiki": {"n_shot": 6, "max_new_tokens": 64, "dragin_threshold": 1.0, "dragin_keep_top_k": 25,
               "flare_threshold": 0.1},

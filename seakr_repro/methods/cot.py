@@ -1,28 +1,56 @@
-"""Chain-of-thought without retrieval: SeaKR's demos and prompt, no context, one final-mode call
-(the same call as SeaKR's knowledge path when nothing was retrieved)."""
+"""Chain-of-thought without retrieval.
+
+faithful -- DRAGIN's "non-retrieval" (wo-RAG), whose numbers SeaKR's Table 1 reports as CoT:
+DRAGIN's prompt with its per-dataset few-shot count, one call of `max_new_tokens` tokens without
+stop strings, DRAGIN's answer extraction (a 20-token re-ask when no "the answer is").
+fixed -- as SeaKR's paper describes CoT: SeaKR's demos and prompt, no context, one final-mode call
+(the same call as SeaKR's knowledge path when nothing was retrieved), SeaKR's extractor.
+"""
 from __future__ import annotations
 
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import build_prompt, stop_strings
-from .base import Method, MethodResult, step_record
+from . import dragin_code
+from .base import BASELINE_TABLE, Method, MethodResult, step_record
+from .stepwise import check_mode
 
 
 class CoT(Method):
     name = "cot"
-    DEFAULTS = {"n_shot": 10, "max_new_tokens": 100, "mode": "fixed"}
+    DEFAULTS = {"n_shot": 10, "max_new_tokens": 100, "mode": "fixed", "answer_extraction": "fixed"}
+
+    def __init__(self, backend, searcher, dataset_name, settings=None):
+        super().__init__(backend, searcher, dataset_name, settings)
+        check_mode(self.settings["mode"])
+        if self.settings["mode"] == "faithful":    # DRAGIN's per-dataset values unless set
+            row = BASELINE_TABLE[self.family]
+            for key in ("n_shot", "max_new_tokens"):
+                if key not in (settings or {}) or (settings or {})[key] is None:
+                    self.settings[key] = row[key]
 
     def run(self, record) -> MethodResult:
-        s = self.settings
+        if self.settings["mode"] == "faithful":
+            return self._run_faithful(record)
+        s, ext = self.settings, self.settings["answer_extraction"]
         prompt = build_prompt(self.demos, record.question)
         stops = stop_strings(False, final=True)
         gen = self.backend.generate(prompt, max_new_tokens=s["max_new_tokens"], stop=stops)
         trace = [step_record("cot", prompt, gen.text)]
-        answer, raw = extract_answer(gen.text, s["mode"]), gen.text
+        answer, raw = extract_answer(gen.text, ext), gen.text
         if not answer:
-            base = prompt if s["mode"] == "faithful" else prompt + gen.text
+            base = prompt if ext == "faithful" else prompt + gen.text
             forced = self.backend.generate(base + " So the answer is ", max_new_tokens=s["max_new_tokens"],
                                            stop=[*stops, "\n"])
-            answer = answer_from_forced(forced.text, s["mode"])
+            answer = answer_from_forced(forced.text, ext)
             trace.append(step_record("forced_answer", base, forced.text))
             raw += f" So the answer is {forced.text}"
         return MethodResult(answer=answer or "", raw_output=raw, trace=trace, n_retrievals=0)
+
+    def _run_faithful(self, record) -> MethodResult:
+        q = record.question
+        prompt = dragin_code.demo_block(self.demos) + dragin_code.case(q)
+        gen = self.backend.generate(prompt, max_new_tokens=self.settings["max_new_tokens"], stop=[])
+        trace = [step_record("cot", prompt, gen.text)]
+        answer, final = dragin_code.finish(self, q, gen.text, trace)
+        return MethodResult(answer=answer, raw_output=final, trace=trace, n_retrievals=0,
+                            extra={"text": gen.text})

@@ -1,38 +1,107 @@
-"""DRAGIN (Su et al.): retrieval triggered by real-time information needs.
+"""DRAGIN (Su et al.): retrieval triggered by real-time information needs, as its code runs it.
 
-Per sentence of a step, each word's score is (its last-layer attention received, max over heads,
-normalised over the sentence's words) x (mean entropy of its tokens) x (number of words); a
-content word (NOUN ADJ VERB PROPN NUM) scoring above the threshold triggers retrieval; sentences of
-<= 3 words and steps mentioning "answer" are skipped (as DRAGIN's code does).
+Words: the generated tokens merged into DRAGIN's words (`Backend.words`). A word's attention is
+the sum over its tokens of the last-layer attention each token receives (over the generated tokens
+alone: max over the later positions, mean over heads; `Generation.attention`); its weight is the
+mean entropy of its tokens. The chunk's sentences take consecutive runs of words (a sentence ends
+at the first word whose text, joined with the run, contains the sentence; the last sentence takes
+the rest); a word's score is (attention / the sentence's total) x weight x (words in the sentence).
 
-Query: DRAGIN ranks the words of question + text by the attention the flagged tokens pay them,
-which needs a full attention pass the backend protocol does not expose. Here the question's content
-words are always kept and the rest of the keep-k budget goes to the step's non-flagged content
-words with the most attention received (`Generation.attention`), in text order.
+faithful (DRAGIN's `AttnWeightRAG`, check_real_words on): the first sentence in which ANY word
+scores over the threshold triggers retrieval; only then are the flags of words that contain no
+content word (NOUN ADJ VERB PROPN NUM, substring test) cleared -- if none is left, the query's
+attention is undefined (0/0) and the ranking falls back to text order, as in the code.
+fixed: the paper's definition: only content words can trigger (the flags are cleared first).
+
+Query (both modes, DRAGIN's "real_words"): the text "question + text so far + sentences before +
+the flagged sentence's words" is run through the model; for each flagged word, each of its tokens'
+predicting position gives its last-layer attention (mean over heads) over the tokens before the
+word, normalised to 1; these are averaged per word, summed per word of the whole text, and
+averaged over the flagged words. The words that contain a content word of the whole text, minus
+the flagged ones, are ranked by that attention; the top keep-k, in text order, are the query.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..errors import UserError
 from .base import BASELINE_TABLE
+from .dragin_code import sentences_of
 from .stepwise import StepLoop
-from .text import align_words, nlp
+from .text import nlp
 
 REAL_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM"})
 
 
-def word_scores(text: str, tokens: list[str], attention: list[float], entropies: list[float]):
-    """Per sentence: [(word, attention, entropy, score, is_content)]."""
-    out = []
-    for sent in align_words(text, tokens):
-        attn = [sum(attention[i] for i in idx) for _, idx in sent]
-        ent = [sum(entropies[i] for i in idx) / len(idx) for _, idx in sent]
-        total, n = sum(attn), len(sent)
-        rows = []
-        for (w, _), a, h in zip(sent, attn, ent):
-            norm = a / total if total > 0 else 0.0
-            rows.append((w.text, a, h, norm * h * n, w.pos_ in REAL_POS))
-        out.append(rows)
-    return out
+def real_words(text: str) -> set[str]:
+    return {t.text for t in nlp()(text) if t.pos_ in REAL_POS}
+
+
+def contains_real(word: str, real: set[str]) -> bool:
+    """DRAGIN's test: some content word is a substring of the word."""
+    return any(r in word for r in real)
+
+
+def flagged_sentence(text: str, words: list[str], attention: list[float], weights: list[float],
+                     threshold: float, content_first: bool):
+    """(sentences before, the sentence's words, their flags, their scores) of the first sentence
+    that triggers retrieval, or None (module doc)."""
+    sents = sentences_of(text)
+    tid = 0
+    for sid, sent in enumerate(sents):
+        lo = hi = tid
+        if sid == len(sents) - 1:
+            hi = len(words)
+        else:
+            for i in range(tid + 1, len(words)):
+                if sent in " ".join(words[lo:i]):
+                    hi = i
+                    break
+            tid = hi
+        att = attention[lo:hi]
+        total = sum(att)
+        n = hi - lo
+        scores = [(a / total if total else math.nan) * weights[lo + j] * n for j, a in enumerate(att)]
+        flags = [1 if v > threshold else 0 for v in scores]
+        if content_first or 1 in flags:
+            real = real_words(sent)
+            flags = [f if contains_real(words[lo + j], real) else 0 for j, f in enumerate(flags)]
+            if content_first and 1 not in flags:
+                continue
+            before = "" if sid == 0 else " ".join(sents[:sid])
+            return before, words[lo:hi], flags, scores
+    return None
+
+
+def attention_query(backend, prefix: str, sentence_words: list[str], flags: list[int],
+                    keep_top_k: int) -> tuple[str, dict]:
+    """DRAGIN's query from the attention of the flagged words over `prefix` + the sentence."""
+    all_text = prefix + " " + " ".join(sentence_words)
+    ids = backend.encode(all_text)
+    spans = backend.words(ids)
+    start = len(spans) - len(sentence_words)
+    flagged = [spans[start + j] for j, f in enumerate(flags) if f]
+    positions = sorted({i - 1 for a, b, _ in flagged for i in range(a, b + 1) if i > 0})
+    rows = dict(zip(positions, backend.attention_rows(ids, positions))) if positions else {}
+    forward = np.zeros(len(spans))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for a, b, _ in flagged:
+            att = np.zeros(len(ids))
+            for i in range(max(a, 1), b + 1):
+                v = np.asarray(rows[i - 1][:a], dtype=np.float64)
+                att[:a] += v / v.sum()
+            att /= (b - a + 1)
+            forward += np.array([att[x:y + 1].sum() for x, y, _ in spans])
+        forward = forward / len(flagged)          # no flagged word: 0/0, every value NaN
+    real = real_words(all_text)
+    pairs = [(float(forward[i]), w, i) for i, (_, _, w) in enumerate(spans)
+             if not (i >= start and flags[i - start]) and contains_real(w, real)]
+    # NaN compares false both ways, so a NaN ranking keeps text order (what the code gets)
+    top = sorted(pairs, key=lambda p: p[0], reverse=True)[:min(keep_top_k, len(pairs))]
+    query = " ".join(w for _, w, _ in sorted(top, key=lambda p: p[2]))
+    return query, {"query_positions": positions, "n_words": len(spans)}
 
 
 class DRAGIN(StepLoop):
@@ -40,6 +109,8 @@ class DRAGIN(StepLoop):
     DEFAULTS = {**StepLoop.DEFAULTS, "threshold": None, "keep_top_k": None}
     want_stats = True
     want_attention = True
+    join_nonempty = True
+    first_sentence_only = True
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
         super().__init__(backend, searcher, dataset_name, settings)
@@ -49,31 +120,34 @@ class DRAGIN(StepLoop):
         if self.settings["keep_top_k"] is None:
             self.settings["keep_top_k"] = row["dragin_keep_top_k"]
 
-    def trigger(self, question, steps, gen):
-        if "answer" in gen.text.lower() or not gen.text.strip():
-            return None, {}
+    def _flag(self, gen, content_first: bool):
         if gen.attention is None or gen.entropies is None:
             raise UserError("DRAGIN needs per-token attention and entropies from the backend",
                             setting="model.backend", fix="use a backend that supports want_attention "
-                            "and want_stats (the transformers backend)")
-        sents = word_scores(gen.text, gen.tokens, gen.attention, gen.entropies)
-        thr = self.settings["threshold"]
-        for i, rows in enumerate(sents):
-            if len(rows) <= 3:
-                continue
-            flagged = {j for j, r in enumerate(rows) if r[4] and r[3] > thr}
-            if flagged:
-                info = {"scores": [[r[0], round(r[3], 4)] for r in rows],
-                        "flagged": [rows[j][0] for j in sorted(flagged)]}
-                return self._query(question, sents[:i], rows, flagged), info
-        return None, {}
+                            "and want_stats (transformers or vLLM)")
+        spans = self.backend.words(gen.token_ids)
+        words = [w for _, _, w in spans]
+        att = [sum(gen.attention[a:b + 1]) for a, b, _ in spans]
+        ent = [sum(gen.entropies[a:b + 1]) / (b - a + 1) for a, b, _ in spans]
+        return flagged_sentence(gen.text, words, att, ent, self.settings["threshold"], content_first)
 
-    def _query(self, question, before, rows, flagged) -> str:
-        k = self.settings["keep_top_k"]
-        q_words = [t.text for t in nlp()(question) if t.pos_ in REAL_POS][:k]
-        pool = [(r[1], pos, r[0]) for pos, r in enumerate([x for s in before for x in s])
-                if r[4]]
-        base = len(pool)
-        pool += [(r[1], base + j, r[0]) for j, r in enumerate(rows) if r[4] and j not in flagged]
-        top = sorted(pool, key=lambda t: -t[0])[:max(0, k - len(q_words))]
-        return " ".join(q_words + [w for _, _, w in sorted(top, key=lambda t: t[1])])
+    def _query(self, prefix: str, found) -> tuple[str, str, dict]:
+        before, sent_words, flags, scores = found
+        query, more = attention_query(self.backend, prefix + " " + before, sent_words, flags,
+                                      self.settings["keep_top_k"])
+        info = {"scores": [[w, round(v, 4)] for w, v in zip(sent_words, scores)],
+                "flagged": [w for w, f in zip(sent_words, flags) if f], **more}
+        return before, query, info
+
+    def detect(self, question, text, gen):
+        found = self._flag(gen, content_first=False)
+        return None if found is None else self._query(question + " " + text, found)
+
+    def trigger(self, question, steps, gen):
+        if not gen.text.strip():
+            return None, {}
+        found = self._flag(gen, content_first=True)
+        if found is None:
+            return None, {}
+        _before, query, info = self._query(question + " " + " ".join(steps), found)
+        return query or question, info

@@ -1,9 +1,22 @@
-"""IRCoT (Trivedi et al.): retrieve top-3 with the question first, then with every new step;
-the context accumulates the distinct paragraphs (IRCoT caps it at 15)."""
+"""IRCoT (Trivedi et al.): retrieve with the question first, then with every new sentence.
+
+faithful -- DRAGIN's "fix-sentence retrieval" (FS-RAG), whose numbers SeaKR's Table 1 reports as
+IR-CoT: each round retrieves the top documents for the current query (the question, then the last
+sentence added), shows ONLY those documents (the official prompt's instruction line reads "Answer
+in t he same format as before." -- kept, typo included), generates `max_new_tokens` tokens without
+stop strings and keeps only the first sentence, which becomes the next query; DRAGIN's end rule
+and answer extraction.
+
+fixed -- the package's variant after IRCoT's paper: SeaKR's prompt and step loop; the context
+accumulates the distinct paragraphs of every retrieval (IRCoT caps it at 15).
+"""
 from __future__ import annotations
 
-from .base import hits_brief
+from . import dragin_code
+from .base import MethodResult, hits_brief, step_record
 from .stepwise import StepLoop
+
+FS_RAG_INSTRUCTION = "Answer in t he same format as before.\n"
 
 
 class IRCoT(StepLoop):
@@ -24,3 +37,27 @@ class IRCoT(StepLoop):
 
     def next_docs(self, question, step, docs, trace):
         return self._add(step, docs, trace, "retrieve_step")
+
+    def run_faithful(self, record) -> MethodResult:
+        q, n = record.question, self.settings["max_new_tokens"]
+        demos, case = dragin_code.demo_block(self.demos), dragin_code.case(q)
+        trace: list[dict] = []
+        text, query = "", q
+        while True:
+            old_len = len(text)
+            hits = self.retrieve(query)
+            docs = [h.text for h in hits]
+            prompt = demos + dragin_code.context(docs, FS_RAG_INSTRUCTION) + case + " " + text
+            new = self._generate(prompt, (), n).text.strip()
+            sents = dragin_code.sentences_of(new)
+            trace.append(step_record("sentence", prompt, new, query=query, hits=hits_brief(hits),
+                                     kept=sents[0] if sents else ""))
+            if not sents:
+                break
+            text = text.strip() + " " + sents[0]
+            query = sents[0]
+            if dragin_code.finished(self.backend, text, n, old_len):
+                break
+        answer, final = dragin_code.finish(self, q, text, trace)
+        return MethodResult(answer=answer, raw_output=final, trace=trace,
+                            n_retrievals=self._n_search, extra={"text": text})

@@ -1,27 +1,46 @@
-"""The step loop shared by the retrieval baselines (IRCoT, FLARE, DRAGIN) and plain CoT.
+"""The loops shared by the retrieval baselines (IRCoT, FLARE, DRAGIN); `mode` picks one.
 
-All use SeaKR's demos and prompt (so differences come from the retrieval policy, not templates),
-with DRAGIN's published per-dataset few-shot count and generation length (`BASELINE_TABLE`).
-One step = one greedy call stopping at ". " (or a newline once steps exist). The loop ends when a
-step states "the answer is", a step is empty, max_steps is reached, or the steps together reach
-`max_new_tokens` tokens (DRAGIN's generation budget). No stated answer: re-ask with
-" So the answer is " appended.
+faithful -- as DRAGIN's code runs them (`dragin_code`): chunks of `max_new_tokens` without stop
+strings on DRAGIN's prompt; when a method finds the sentence that needs retrieval, the text before
+it is kept, the documents retrieved for it are shown for ONE regeneration and then dropped; the
+loop ends on DRAGIN's rule and the answer is DRAGIN's extraction.
+
+fixed -- the package's variant, deliberate: SeaKR's demos and prompt, one step per greedy call
+stopping at ". " (or a newline once steps exist), so the baselines differ from SeaKR only in
+their retrieval policy; the loop ends when a step states an answer (SeaKR's extractor,
+`answer_extraction`), a step is empty, max_steps is reached, or the steps reach `max_new_tokens`
+tokens; no stated answer: re-ask with " So the answer is " appended. Documents retrieved for a
+step are likewise used for its regeneration only (IRCoT keeps its own running context).
+
+In both modes the few-shot count and generation length are DRAGIN's published per-dataset values
+(`BASELINE_TABLE`) unless the profile sets them, and a query keeps its last 64 tokens (DRAGIN's
+retriever truncates queries so).
 """
 from __future__ import annotations
 
+from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import BASE_STOPS, build_prompt, stop_strings
+from . import dragin_code
 from .base import BASELINE_TABLE, Method, MethodResult, hits_brief, step_record
+from .seakr_query import truncate_tokens
+
+BASELINE_MODES = ("faithful", "fixed")
 
 
 class StepLoop(Method):
     DEFAULTS = {"n_shot": None, "max_new_tokens": None, "top_k_docs": 3, "max_steps": 10,
-                "mode": "fixed"}
+                "mode": "fixed", "answer_extraction": "fixed"}
     want_stats = False
     want_attention = False
+    # faithful: DRAGIN's DRAGIN joins prompt parts skipping empty ones and keeps only the first
+    # sentence of a regeneration; its FLARE does neither
+    join_nonempty = False
+    first_sentence_only = False
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
         super().__init__(backend, searcher, dataset_name, settings)
+        check_mode(self.settings["mode"])
         row = BASELINE_TABLE[self.family]
         for key in ("n_shot", "max_new_tokens"):
             if self.settings[key] is None:
@@ -32,30 +51,79 @@ class StepLoop(Method):
         return []
 
     def trigger(self, question: str, steps: list[str], gen) -> tuple[str | None, dict]:
-        """A query when the step must be regenerated with retrieved documents, else None."""
+        """fixed: a query when the step must be regenerated with retrieved documents, else None."""
         return None, {}
+
+    def detect(self, question: str, text: str, gen) -> tuple[str, str, dict] | None:
+        """faithful: (text before the flagged sentence, query, trace info), or None."""
+        return None
 
     def next_docs(self, question: str, step: str, docs: list[str], trace: list) -> list[str]:
         return docs
 
-    # loop -------------------------------------------------------------------------------------
-    def _generate(self, prompt: str, stops, max_new_tokens: int):
+    # shared -----------------------------------------------------------------------------------
+    def _generate(self, prompt: str, stops, max_new_tokens: int, stats: bool = True):
         return self.backend.generate(prompt, max_new_tokens=max_new_tokens, stop=list(stops),
-                                     want_stats=self.want_stats, want_attention=self.want_attention)
+                                     want_stats=self.want_stats and stats,
+                                     want_attention=self.want_attention and stats)
 
     def retrieve(self, query: str) -> list:
         self._n_search += 1
+        query = truncate_tokens(query, dragin_code.QUERY_MAX_TOKENS,
+                                getattr(self.backend, "count_tokens", None))
         return self.search(query, self.settings["top_k_docs"])
 
     def run(self, record) -> MethodResult:
-        s, q = self.settings, record.question
         self._n_search = 0
+        if self.settings["mode"] == "faithful":
+            return self.run_faithful(record)
+        return self.run_fixed(record)
+
+    # faithful ---------------------------------------------------------------------------------
+    def _join(self, *parts: str) -> str:
+        return " ".join(p for p in parts if p) if self.join_nonempty else " ".join(parts)
+
+    def run_faithful(self, record) -> MethodResult:
+        s, q = self.settings, record.question
+        demos, case = dragin_code.demo_block(self.demos), dragin_code.case(q)
+        n = s["max_new_tokens"]
+        trace: list[dict] = []
+        text = ""
+        while True:
+            old_len = len(text)
+            prompt = demos + self._join(case, text)
+            gen = self._generate(prompt, (), n)
+            found = self.detect(q, text, gen)
+            entry = step_record("chunk", prompt, gen.text)
+            if found is None:
+                text = text.strip() + " " + gen.text.strip()
+            else:
+                before, query, info = found
+                hits = self.retrieve(query)
+                docs = [h.text for h in hits]
+                prompt = demos + dragin_code.context(docs) + self._join(case, text, before.strip())
+                new = self._generate(prompt, (), n, stats=False).text
+                if self.first_sentence_only:
+                    new = dragin_code.first_sentence(new)
+                text = self._join(text.strip(), before.strip(), new.strip())
+                entry.update(info, kept=before, query=query, hits=hits_brief(hits), regenerated=new)
+            trace.append(entry)
+            if dragin_code.finished(self.backend, text, n, old_len):
+                break
+        answer, final = dragin_code.finish(self, q, text, trace)
+        return MethodResult(answer=answer, raw_output=final, trace=trace,
+                            n_retrievals=self._n_search, extra={"text": text})
+
+    # fixed ------------------------------------------------------------------------------------
+    def run_fixed(self, record) -> MethodResult:
+        s, q = self.settings, record.question
+        ext = s["answer_extraction"]
         trace: list[dict] = []
         steps: list[str] = []
         docs = self.initial_docs(q, trace)
         used = 0
         for _ in range(s["max_steps"]):
-            prompt = build_prompt(self.demos, q, steps, docs, s["mode"])
+            prompt = build_prompt(self.demos, q, steps, docs, ext)
             stops = stop_strings(bool(steps), final=False)
             budget = max(1, s["max_new_tokens"] - used)
             gen = self._generate(prompt, stops, budget)
@@ -63,30 +131,35 @@ class StepLoop(Method):
             entry = step_record("step", prompt, gen.text, **info)
             if query is not None:
                 hits = self.retrieve(query)
-                docs = [h.text for h in hits]
-                prompt = build_prompt(self.demos, q, steps, docs, s["mode"])
-                gen = self._generate(prompt, stops, budget)
+                prompt = build_prompt(self.demos, q, steps, [h.text for h in hits], ext)
+                gen = self._generate(prompt, stops, budget, stats=False)
                 entry.update(query=query, hits=hits_brief(hits), regenerated=gen.text)
             trace.append(entry)
             if not gen.text.strip():
                 break
             steps.append(gen.text)
             used += len(gen.token_ids) or len(gen.tokens)
-            if extract_answer(gen.text, s["mode"]) or used >= s["max_new_tokens"]:
+            if extract_answer(gen.text, ext) or used >= s["max_new_tokens"]:
                 break
             docs = self.next_docs(q, gen.text, docs, trace)
         return self._finish(q, steps, docs, trace)
 
     def _finish(self, q, steps, docs, trace) -> MethodResult:
-        mode = self.settings["mode"]
+        ext = self.settings["answer_extraction"]
         text = " ".join(steps)
-        answer = extract_answer(text, mode)
+        answer = extract_answer(text, ext)
         if not answer:
-            prompt = build_prompt(self.demos, q, steps, docs, mode) + " So the answer is "
+            prompt = build_prompt(self.demos, q, steps, docs, ext) + " So the answer is "
             forced = self.backend.generate(prompt, max_new_tokens=self.settings["max_new_tokens"],
                                            stop=["\n", *BASE_STOPS])
-            answer = answer_from_forced(forced.text, mode)
+            answer = answer_from_forced(forced.text, ext)
             trace.append(step_record("forced_answer", prompt, forced.text))
             text += f" So the answer is {forced.text}"
         return MethodResult(answer=answer or "", raw_output=text, trace=trace,
                             n_retrievals=self._n_search, extra={"steps": steps})
+
+
+def check_mode(mode: str) -> None:
+    if mode not in BASELINE_MODES:
+        raise UserError(f"unknown baselines.mode '{mode}'", setting="baselines.mode",
+                        fix="use 'faithful' (as DRAGIN's code runs the baselines) or 'fixed'")

@@ -1,0 +1,56 @@
+"""DRAGIN's view of a token sequence: words made of tokens, shared by the backends.
+
+DRAGIN works on "words" built from tokens: a new word starts at the first token, at a token whose
+piece carries the tokenizer's word-start marker ("▁" for SentencePiece, "Ġ" for byte-level BPE),
+at the newline token, and after an EOS token; the word's text is its pieces joined with the marker
+removed. `merge_words` does that on any tokenizer's pieces; `WordsMixin` gives a backend with a
+Hugging Face `self.tokenizer` the protocol calls `encode` and `words`.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Sequence
+
+
+def merge_words(ids: Sequence[int], pieces: Sequence[str], marker: str, newline_id: int | None,
+                eos_id: int | None) -> list[tuple[int, int, str]]:
+    """[(first token, last token, word text)] of a token sequence, DRAGIN's merge."""
+    ranges: list[list[int]] = []
+    for i, (tid, piece) in enumerate(zip(ids, pieces)):
+        if (i == 0 or (marker and piece.startswith(marker)) or tid == newline_id
+                or ids[i - 1] == eos_id):
+            ranges.append([i, i])
+        else:
+            ranges[-1][1] = i
+    return [(a, b, "".join(pieces[a:b + 1]).replace(marker, "") if marker else
+             "".join(pieces[a:b + 1])) for a, b in ranges]
+
+
+class WordsMixin:
+    """`encode` and `words` for backends with a Hugging Face `self.tokenizer` (and `_encode`)."""
+
+    tokenizer: object
+    eos_token_id: int
+
+    @cached_property
+    def _word_marker(self) -> str:
+        # SentencePiece tokenizers mark word starts with "▁"; byte-level BPE puts the space into
+        # the piece ("Ġ"), which is the piece of " " alone (DRAGIN's rule for non-LLaMA models)
+        if any(p.startswith("\u2581") for p in self.tokenizer.tokenize("a b")):
+            return "\u2581"
+        pieces = self.tokenizer.tokenize(" ")
+        return pieces[0] if pieces else ""
+
+    @cached_property
+    def _newline_id(self) -> int | None:
+        ids = self.tokenizer("\n", add_special_tokens=False)["input_ids"]
+        return ids[-1] if ids else None        # LLaMA: "<0x0A>" (13), the id DRAGIN's code tests
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` as a prompt is encoded (special tokens added)."""
+        return list(self._encode(text))
+
+    def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        ids = [int(t) for t in token_ids]
+        pieces = self.tokenizer.convert_ids_to_tokens(ids)
+        return merge_words(ids, pieces, self._word_marker, self._newline_id, self.eos_token_id)
