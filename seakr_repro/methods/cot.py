@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..evaluation import answer_from_forced, extract_answer
-from ..prompts import build_prompt, stop_strings
+from ..prompts import PromptFitter, stop_strings
 from .base import Method, MethodResult, step_record
 
 
@@ -13,16 +13,20 @@ class CoT(Method):
 
     def run(self, record) -> MethodResult:
         s = self.settings
-        prompt = build_prompt(self.demos, record.question)
+        fit = PromptFitter(self.backend)     # demonstrations dropped only if the context is short
+        prompt = fit(self.demos, record.question, reserve=s["max_new_tokens"])
         stops = stop_strings(False, final=True)
         gen = self.backend.generate(prompt, max_new_tokens=s["max_new_tokens"], stop=stops)
         trace = [step_record("cot", prompt, gen.text)]
         answer, raw = extract_answer(gen.text, s["mode"]), gen.text
         if not answer:
-            base = prompt if s["mode"] == "faithful" else prompt + gen.text
-            forced = self.backend.generate(base + " So the answer is ", max_new_tokens=s["max_new_tokens"],
+            first = "" if s["mode"] == "faithful" else gen.text
+            reask = fit(self.demos, record.question, suffix=first + " So the answer is ",
+                        reserve=s["max_new_tokens"])
+            forced = self.backend.generate(reask, max_new_tokens=s["max_new_tokens"],
                                            stop=[*stops, "\n"])
             answer = answer_from_forced(forced.text, s["mode"])
-            trace.append(step_record("forced_answer", base, forced.text))
+            trace.append(step_record("forced_answer", reask, forced.text))
             raw += f" So the answer is {forced.text}"
-        return MethodResult(answer=answer or "", raw_output=raw, trace=trace, n_retrievals=0)
+        return MethodResult(answer=answer or "", raw_output=raw, trace=trace, n_retrievals=0,
+                            extra=fit.record())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from .examples import HOTPOTQA, IIRC, SIMPLE_QA, TWOWIKI, Demo
+from .fit import PromptFitter
 from .seakr import (BASE_STOPS, INSTRUCTION, build_prompt, format_context, format_demo,
                     format_step, read_all_docs_prompt, read_all_steps_prompt, simple_qa_stops,
                     stop_strings)
@@ -42,4 +43,4 @@ def demos_for(dataset_name: str, n_shot: int | None = None) -> list[Demo]:
 __all__ = ["Demo", "DEMOS", "SIMPLE_QA", "TWOWIKI", "HOTPOTQA", "IIRC", "BASE_STOPS",
            "INSTRUCTION", "build_prompt", "format_context", "format_demo", "format_step",
            "read_all_docs_prompt", "read_all_steps_prompt", "simple_qa_stops", "stop_strings",
-           "dataset_family", "demos_for"]
+           "dataset_family", "demos_for", "PromptFitter"]
