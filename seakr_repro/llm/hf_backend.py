@@ -19,6 +19,10 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   seed, same bits.
 - Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
   (temperature 1, no top-k/top-p), whatever the sampling parameters were.
+- Texts and token strings are decoded after the prompt's last tokens (`tokenizing.decode_pieces`),
+  as vLLM does, so a sentencepiece (LLaMA) continuation keeps its leading space.
+- `max_context` (the config's max_position_embeddings): a prompt that does not fit with the
+  tokens to generate is refused (`tokenizing.ContextOverflowError`), never run past it.
 """
 from __future__ import annotations
 

@@ -18,8 +18,10 @@ How each protocol call maps onto the engine:
   worker turns them into teacher-forced log-probabilities. It carries a unique cache salt so that
   no position is skipped by the prefix cache.
 - Stop strings are applied by vLLM (to stop early) and then cut by `stops.cut_at_stop` on our own
-  decoding of the token ids, exactly as the transformers backend cuts, so both backends return the
-  same text and tokens for the same ids.
+  decoding of the token ids after the prompt's last tokens (`tokenizing.decode_pieces`), exactly
+  as the transformers backend cuts, so both backends return the same text and tokens for the
+  same ids. `max_context` = max_model_len; longer prompts are refused (ContextOverflowError).
+- `close()` shuts the engine down so another model can load (`experiments.BackendPool`).
 
 Continuous batching: one engine thread owns the engine; calls from any number of threads add
 their requests to the running batch at the next step and wait for their own results, so
