@@ -165,3 +165,10 @@ def test_vllm_generation_decodes_like_the_transformers_backend(backend, tok):
         h = backend.generate(PROMPT, max_new_tokens=30, stop=[". "])
     assert g.text == h.text == " Ivania went to Zürich"
     assert g.tokens == h.tokens and g.token_ids == h.token_ids and g.n_prompt_tokens == len(p_ids)
+
+
+def test_a_stop_string_that_starts_with_the_leading_space_is_cut(backend, tok):
+    cont = ids_of(tok, "Ivania went home")            # " Ivania ..." only in context
+    with scripted(backend, [(cont, None)]):
+        gen = backend.generate(PROMPT, max_new_tokens=20, stop=[" Ivania"])
+    assert gen.text == "" and gen.token_ids == [] and gen.finish_reason == "stop"

@@ -193,13 +193,16 @@ class HFBackend(TokenizerMixin):
         """Cut a decoded row before its stop string and build the Generation; text and tokens
         are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does."""
         pieces = self._pieces(r.ids, prompt_ids)
-        text, n = cut_at_stop(pieces, stop if r.finish == "stop" else ())
+        # cut wherever the text in context holds a stop string, even one the decode loop's
+        # check (on the ids alone) could not see, e.g. one that starts with the leading space
+        text, n = cut_at_stop(pieces, stop)
+        finish = "stop" if len(text) < sum(map(len, pieces)) else (r.finish or "length")
         return Generation(
             text=text, token_ids=r.ids[:n], tokens=pieces[:n],
             logprobs=r.logprobs[:n],
             entropies=r.entropies[:n] if want_stats else None,
             logsumexp=r.lse[:n] if want_stats else None,
-            finish_reason=r.finish or "length", n_prompt_tokens=len(prompt_ids))
+            finish_reason=finish, n_prompt_tokens=len(prompt_ids))
 
     # ----------------------------------------------------------------------------- protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
