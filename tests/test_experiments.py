@@ -90,3 +90,46 @@ def test_grid_runs_all_data_sets_of_a_model_before_the_next():
              RunSpec("own", "cot", model="llama-2-7b-chat")]
     order = [s.label for s in model_order(specs, "llama-2-7b-chat")]
     assert order == ["seakr", "cot", "own", "self_rag", "b"]
+
+
+def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path):
+    """Self-RAG's row between two rows of the profile's model, on two data sets: the profile's
+    model is never reloaded and the other one is loaded once (no swapping per data set)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeBackend, FakeSearcher
+
+    import seakr_repro.prepare as prepare
+    import seakr_repro.runner as runner
+    from seakr_repro.data.records import QuestionRecord
+    from seakr_repro.experiments import BackendPool, RunSpec, run_grid
+
+    record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
+    monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
+    monkeypatch.setattr(experiments, "_deltas_for", lambda cfg: {"eigen": -6.0})
+    monkeypatch.setattr(experiments, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(runner, "run_path", lambda p, d, label, c: tmp_path / d / f"{label}.jsonl")
+    ran = []
+
+    def run_method(method, records, path, **kw):
+        ran.append((method.backend.name, path.parent.name))
+        return [{"id": "q1", "answer": "Ann", "golds": ["Ann"], "em": 1, "f1": 1, "n_retrievals": 0,
+                 "llm_calls": 1, "tokens": 1, "seconds": 0.0}]
+    monkeypatch.setattr(runner, "run_method", run_method)
+    events = []
+
+    def loader(cfg, name):
+        events.append(("load", name))
+        b = FakeBackend(lambda p, s: "So the answer is Ann.", name=name)
+        b.close = lambda: events.append(("close", name))
+        return b
+    cfg = load_config("smoke")
+    own = cfg["model.name"]
+    pool = BackendPool(cfg, loader=loader)
+    specs = [RunSpec("cot", "cot"), RunSpec("other", "cot", model="other-model"), RunSpec("ircot", "ircot")]
+    res, skipped = run_grid(cfg, pool, FakeSearcher([]), specs, ["bundled-2wiki", "bundled-hotpotqa"],
+                            progress=False)
+    assert not skipped and len(res) == 3 * 2 * 2
+    assert events == [("load", own), ("close", own), ("load", "other-model")]
+    assert [m for m, _ in ran] == [own] * 4 + ["other-model"] * 2
