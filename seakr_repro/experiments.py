@@ -83,22 +83,63 @@ def _deltas_for(cfg: Config) -> dict[str, float]:
 
 
 class BackendPool:
-    """One loaded backend per model name (the profile's model first)."""
+    """The ONE loaded backend (the profile's model first): asking for another model closes the
+    current one before loading it, so Self-RAG or a Table 4 backbone never shares the GPU with
+    LLaMA-2-chat; asking for the profile's model again reloads it. `loader(cfg, name)` builds a
+    backend (default: `llm.load_backend`); model directories come from `model.path` for the
+    profile's model and `model.paths.<name>` for the others (`llm.registry.model_dir`)."""
 
-    def __init__(self, cfg: Config, primary=None):
-        self.cfg, self._pool = cfg, {}
-        if primary is not None:
-            self._pool[cfg["model.name"]] = primary
+    def __init__(self, cfg: Config, primary=None, loader=None):
+        self.cfg = cfg
+        self._loader = loader or _load_backend
+        self._name, self._backend = (cfg["model.name"], primary) if primary is not None else (None, None)
+        self.loads = 0                       # backends loaded by the pool (a primary given is not)
 
     def get(self, name: str | None = None):
-        from .llm import load_backend
-
         name = name or self.cfg["model.name"]
-        if name not in self._pool:
-            paths = self.cfg.get("model.paths", {}) or {}
-            sub = self.cfg.with_overrides({"model.name": name, "model.path": paths.get(name)})
-            self._pool[name] = load_backend(sub)
-        return self._pool[name]
+        if name != self._name:
+            self.close()
+            self._backend = self._loader(self.cfg, name)
+            self._name = name
+            self.loads += 1
+        return self._backend
+
+    def close(self) -> None:
+        """Free the loaded backend's model (and its GPU memory) now."""
+        backend, self._backend, self._name = self._backend, None, None
+        if backend is None:
+            return
+        close = getattr(backend, "close", None)   # CachedBackend passes it to the backend it wraps
+        if callable(close):
+            close()
+        del backend, close
+        free_accelerator_memory()
+
+
+def _load_backend(cfg: Config, name: str):
+    from .llm import load_backend
+
+    return load_backend(cfg, name=name)
+
+
+def free_accelerator_memory() -> None:
+    """Collect what was dropped and hand the CUDA caching allocator's free blocks back."""
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def model_order(specs: Sequence["RunSpec"], primary: str) -> list["RunSpec"]:
+    """The specs grouped by model, the profile's model first, order kept within each group:
+    every data set of one model runs before the next model is loaded (one load per model)."""
+    models = list(dict.fromkeys([primary] + [s.model or primary for s in specs]))
+    return sorted(specs, key=lambda s: models.index(s.model or primary))
 
 
 def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
@@ -113,7 +154,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
 
     deltas = _deltas_for(cfg)
     rows, skipped = [], {}
-    for spec in specs:
+    for spec in model_order(specs, cfg["model.name"]):   # one model load per model, not per spec
         for dataset in datasets:
             if spec.label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple":
                 continue   # self-aware reasoning applies to complex QA only (paper, Table 3)
@@ -214,7 +255,8 @@ def run_backbones(cfg: Config, pool: BackendPool, searcher, models: Sequence[str
     """Table 4: SeaKR on each backbone, each with its own calibrated delta. Returns (results,
     {model: why it has no numbers}, calibration summary)."""
     frames, skipped, calib = [], {}, []
-    for model in models:
+    primary = cfg["model.name"]
+    for model in sorted(models, key=lambda m: m != primary):   # the loaded profile model first
         try:
             backend = pool.get(model)
         except DataMissingError as err:

@@ -40,3 +40,96 @@ def test_train_split_is_disjoint_from_the_evaluation_sample(tmp_path, monkeypatc
     train = experiments.train_split(cfg, "bundled-single", 20)
     assert len(train) == 20 and not evaluated & {r.id for r in train}
     assert [r.id for r in train] == [r.id for r in experiments.train_split(cfg, "bundled-single", 20)]
+
+
+class _Loaded:
+    """A backend that logs its load and close into `events`."""
+
+    def __init__(self, name, events):
+        self.name, self.events, self.n_layers, self.hidden_size, self.eos_token_id = name, events, 2, 4, 0
+        events.append(("load", name))
+
+    def close(self):
+        self.events.append(("close", self.name))
+
+
+def test_backend_pool_holds_one_model_at_a_time(tmp_path):
+    from seakr_repro.llm.cache import CachedBackend
+    events = []
+    cfg = load_config("paper")            # model.name: llama-2-7b-chat
+    primary = CachedBackend(_Loaded("llama-2-7b-chat", events), root=tmp_path)
+    pool = experiments.BackendPool(
+        cfg, primary, loader=lambda c, name: CachedBackend(_Loaded(name, events), root=tmp_path))
+    assert pool.get() is primary and pool.get("llama-2-7b-chat") is primary
+    selfrag = pool.get("selfrag-llama2-7b")
+    assert selfrag.name == "selfrag-llama2-7b" and pool.get("selfrag-llama2-7b") is selfrag
+    again = pool.get()                    # the profile's model is reloaded when asked again
+    assert again is not primary and again.name == "llama-2-7b-chat"
+    pool.close()
+    assert events == [("load", "llama-2-7b-chat"), ("close", "llama-2-7b-chat"),
+                      ("load", "selfrag-llama2-7b"), ("close", "selfrag-llama2-7b"),
+                      ("load", "llama-2-7b-chat"), ("close", "llama-2-7b-chat")]
+    assert pool.loads == 2
+
+
+def test_the_default_loader_reads_other_models_from_model_paths(monkeypatch, tmp_path):
+    from seakr_repro.llm import registry
+    seen = []
+    monkeypatch.setattr(registry, "model_dir", lambda name, cfg: seen.append(name) or tmp_path)
+    monkeypatch.setattr("seakr_repro.llm.hf_backend.HFBackend.from_dir",
+                        classmethod(lambda cls, path, **kw: _Loaded(kw["name"], [])))
+    cfg = load_config("smoke", {"cache.enabled": False})
+    pool = experiments.BackendPool(cfg)
+    assert pool.get("gemma-3-270m").name == "gemma-3-270m" and seen == ["gemma-3-270m"]
+
+
+def test_grid_runs_all_data_sets_of_a_model_before_the_next():
+    from seakr_repro.experiments import RunSpec, model_order
+    specs = [RunSpec("seakr", "seakr"), RunSpec("self_rag", "self_rag", model="selfrag-llama2-7b"),
+             RunSpec("cot", "cot"), RunSpec("b", "seakr", model="llama-3-8b"),
+             RunSpec("own", "cot", model="llama-2-7b-chat")]
+    order = [s.label for s in model_order(specs, "llama-2-7b-chat")]
+    assert order == ["seakr", "cot", "own", "self_rag", "b"]
+
+
+def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path):
+    """Self-RAG's row between two rows of the profile's model, on two data sets: the profile's
+    model is never reloaded and the other one is loaded once (no swapping per data set)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeBackend, FakeSearcher
+
+    import seakr_repro.prepare as prepare
+    import seakr_repro.runner as runner
+    from seakr_repro.data.records import QuestionRecord
+    from seakr_repro.experiments import BackendPool, RunSpec, run_grid
+
+    record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
+    monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
+    monkeypatch.setattr(experiments, "_deltas_for", lambda cfg: {"eigen": -6.0})
+    monkeypatch.setattr(experiments, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(runner, "run_path", lambda p, d, label, c: tmp_path / d / f"{label}.jsonl")
+    ran = []
+
+    def run_method(method, records, path, **kw):
+        ran.append((method.backend.name, path.parent.name))
+        return [{"id": "q1", "answer": "Ann", "golds": ["Ann"], "em": 1, "f1": 1, "n_retrievals": 0,
+                 "llm_calls": 1, "tokens": 1, "seconds": 0.0}]
+    monkeypatch.setattr(runner, "run_method", run_method)
+    events = []
+
+    def loader(cfg, name):
+        events.append(("load", name))
+        b = FakeBackend(lambda p, s: "So the answer is Ann.", name=name)
+        b.close = lambda: events.append(("close", name))
+        return b
+    cfg = load_config("smoke")
+    own = cfg["model.name"]
+    pool = BackendPool(cfg, loader=loader)
+    specs = [RunSpec("cot", "cot"), RunSpec("other", "cot", model="other-model"), RunSpec("ircot", "ircot")]
+    res, skipped = run_grid(cfg, pool, FakeSearcher([]), specs, ["bundled-2wiki", "bundled-hotpotqa"],
+                            progress=False)
+    assert not skipped and len(res) == 3 * 2 * 2
+    assert events == [("load", own), ("close", own), ("load", "other-model")]
+    assert [m for m, _ in ran] == [own] * 4 + ["other-model"] * 2

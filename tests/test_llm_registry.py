@@ -35,10 +35,62 @@ def test_missing_llama_names_model_path_and_how_to_download(monkeypatch, tmp_pat
 
 
 def test_a_wrong_model_path_is_named(tmp_path):
-    cfg = load_config("paper", {"model.path": str(tmp_path)})
+    cfg = load_config("paper", {"model.path": str(tmp_path), "model.name": "llama-3-8b"})
     with pytest.raises(DataMissingError, match="model.path") as err:
         registry.model_dir("llama-3-8b", cfg)
     assert str(tmp_path) in str(err.value)
+    cfg = load_config("paper", {"model.paths": {"llama-3-8b": str(tmp_path / "x")}})
+    with pytest.raises(DataMissingError, match="model.paths.llama-3-8b") as err:
+        registry.model_dir("llama-3-8b", cfg)
+    assert str(tmp_path / "x") in str(err.value)
+
+
+def _hf_dir(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def test_model_path_and_its_variable_name_the_profiles_own_model_only(monkeypatch, tmp_path):
+    """With LLaMA-2-chat under model.path / SEAKR_MODEL_PATH, the Self-RAG and backbone rows must
+    not silently run it: other models come from model.paths only."""
+    monkeypatch.delenv("SEAKR_MODEL_PATH", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    chat = _hf_dir(tmp_path / "llama-2-7b-chat")
+    for cfg in (load_config("paper", {"model.path": str(chat)}), load_config("paper")):
+        if cfg.get("model.path") is None:
+            monkeypatch.setenv("SEAKR_MODEL_PATH", str(chat))
+        assert cfg["model.name"] == "llama-2-7b-chat"
+        assert registry.model_dir("llama-2-7b-chat", cfg) == chat
+        for other in ("llama-3-8b", "llama-2-7b"):
+            with pytest.raises(DataMissingError, match=f"model.paths.{other}"):
+                registry.model_dir(other, cfg)
+    base = _hf_dir(tmp_path / "llama-2-7b")
+    cfg = load_config("paper", {"model.path": str(chat), "model.paths": {"llama-2-7b": str(base)}})
+    assert registry.model_dir("llama-2-7b", cfg) == base
+
+
+def test_a_self_rag_checkpoint_needs_its_reflection_tokens(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from llama_tok import build_tokenizer
+
+    from seakr_repro.methods.self_rag import SCORED_TOKENS, check_reflection_tokens
+    plain = build_tokenizer(tmp_path / "plain")           # an ordinary LLaMA-style vocabulary
+    with pytest.raises(UserError, match=r"not a Self-RAG checkpoint.*\[Retrieval\]") as err:
+        check_reflection_tokens(plain, tmp_path / "plain")
+    assert "model.paths.selfrag-llama2-7b" in str(err.value)
+    plain.add_special_tokens({"additional_special_tokens": list(SCORED_TOKENS)})
+    check_reflection_tokens(plain, tmp_path / "plain")     # Self-RAG's added tokens: accepted
+    # through the registry: model.paths names a directory holding a plain LLaMA tokenizer
+    d = tmp_path / "not-selfrag"
+    build_tokenizer(d).save_pretrained(d)
+    (d / "config.json").write_text("{}")
+    cfg = load_config("paper", {"model.paths": {"selfrag-llama2-7b": str(d)}})
+    with pytest.raises(UserError, match="not a Self-RAG checkpoint"):
+        registry.model_dir("selfrag-llama2-7b", cfg)
 
 
 def test_device_and_dtype_settings_are_checked():

@@ -130,11 +130,12 @@ def test_tensor_parallel_setting():
 
 
 def test_stop_cut_keeps_whole_tokens_before_the_stop():
-    pieces = {1: "Paris", 2: " is", 3: ".", 4: " So"}
-    decode = lambda ids: "".join(pieces[i] for i in ids)   # noqa: E731
     assert find_stop("Paris is. So", [". ", "\n"]) == 8
-    assert cut_at_stop(decode, [1, 2, 3, 4], [". "]) == ("Paris is", 2)
-    assert cut_at_stop(decode, [1, 2], [". "]) == ("Paris is", 2)
+    assert cut_at_stop(["Paris", " is", ".", " So"], [". "]) == ("Paris is", 2)
+    assert cut_at_stop(["Paris", " is"], [". "]) == ("Paris is", 2)
+    assert cut_at_stop([" Paris", " is.", " So"], [". "]) == (" Paris is", 1)   # a token across it
+    # the first byte of "é" (decoded "" until complete) goes with its character, after the cut
+    assert cut_at_stop([" Caf", "", "é", ". So"], ["\u00e9. "]) == (" Caf", 1)
 
 
 def test_kbae_row_is_skipped_with_the_reason_on_the_vllm_backend(tmp_path):
@@ -180,3 +181,17 @@ def test_vllm_runs_and_extractions_are_kept_apart_from_transformers_ones(tmp_pat
     a = extraction_dir(load_config("smoke"))
     b = extraction_dir(load_config("smoke", overrides={"model.backend": "vllm"}))
     assert a.name == "02-extract-hidden-states" and b.name == "02-extract-hidden-states-vllm"
+
+
+def test_close_stops_the_engine_thread_and_shuts_the_engine_down():
+    eng = ScriptedEngine(steps=2)
+    calls = []
+    eng.shutdown = lambda: calls.append("shutdown")
+    b = VLLMBackend.__new__(VLLMBackend)
+    b.llm, b._engine = eng, _EngineThread(eng)
+    (out, _), = b._engine.run(["a"], [None], [None])
+    thread = b._engine.thread
+    b.close()
+    assert calls == ["shutdown"] and not thread.is_alive() and b.llm is None
+    b.close()                                  # twice is harmless
+    assert calls == ["shutdown"]

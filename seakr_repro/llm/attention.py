@@ -53,4 +53,7 @@ class WordsMixin:
     def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
         ids = [int(t) for t in token_ids]
         pieces = self.tokenizer.convert_ids_to_tokens(ids)
-        return merge_words(ids, pieces, self._word_marker, self._newline_id, self.eos_token_id)
+        spans = merge_words(ids, pieces, self._word_marker, self._newline_id, self.eos_token_id)
+        # a word's text is its tokens decoded together, so byte-fallback pieces ("<0xC3><0xBC>")
+        # read as the character they spell rather than as piece names
+        return [(a, b, self.tokenizer.decode(ids[a:b + 1]).strip()) for a, b, _ in spans]

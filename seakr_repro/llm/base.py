@@ -27,7 +27,7 @@ class Generation:
 
     text: str
     token_ids: list[int] = field(default_factory=list)
-    tokens: list[str] = field(default_factory=list)        # each token decoded on its own
+    tokens: list[str] = field(default_factory=list)        # the text each token adds, decoded in context
     logprobs: list[float] = field(default_factory=list)    # log p(token | prefix), natural log
     entropies: list[float] | None = None                   # entropy of the next-token distribution
     logsumexp: list[float] | None = None                   # logsumexp of the raw logits (energy)

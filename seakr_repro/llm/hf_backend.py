@@ -19,6 +19,10 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   seed, same bits.
 - Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
   (temperature 1, no top-k/top-p), whatever the sampling parameters were.
+- Texts and token strings are decoded after the prompt's last tokens (`tokenizing.decode_pieces`),
+  as vLLM does, so a sentencepiece (LLaMA) continuation keeps its leading space.
+- `max_context` (the config's max_position_embeddings): a prompt that does not fit with the
+  tokens to generate is refused (`tokenizing.ContextOverflowError`), never run past it.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from .registry import middle_layer
 from .sampling import warp_logits
 from .stops import cut_at_stop, find_stop
 from .attention import WordsMixin
-from .tokenizing import TokenizerMixin
+from .tokenizing import TokenizerMixin, check_fits
 
 PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
 
@@ -70,6 +74,10 @@ class HFBackend(WordsMixin, TokenizerMixin):
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
         self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
         self.device = next(model.parameters()).device
+        # the context the model was trained for: longer prompts are refused (check_fits), not
+        # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
+        n_ctx = getattr(cfg, "max_position_embeddings", None)
+        self.max_context: int | None = int(n_ctx) if n_ctx else None
         # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
         # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
         self.max_batch_rows = max_batch_rows
@@ -88,6 +96,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens)
+
+    def close(self) -> None:
+        """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
+        backend is unusable afterwards (`experiments.BackendPool` loads a new one)."""
+        self._prefix.clear()
+        self.model = None
 
     # ----------------------------------------------------------------------------- helpers
     def reset_prefix_cache(self) -> None:
@@ -175,25 +189,31 @@ class HFBackend(WordsMixin, TokenizerMixin):
                 active = [active[j] for j in keep]
             logits = self._forward(nxt[:, None], cache).logits[:, -1, :]
 
-    def _finish(self, r: _Row, stop: Sequence[str], n_prompt: int, want_stats: bool) -> Generation:
-        """Cut a decoded row before its stop string and build the Generation."""
-        text, n = cut_at_stop(self._decode, r.ids, stop if r.finish == "stop" else ())
-        ids = r.ids[:n]
+    def _finish(self, r: _Row, stop: Sequence[str], prompt_ids: Sequence[int],
+                want_stats: bool) -> Generation:
+        """Cut a decoded row before its stop string and build the Generation; text and tokens
+        are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does."""
+        pieces = self._pieces(r.ids, prompt_ids)
+        # cut wherever the text in context holds a stop string, even one the decode loop's
+        # check (on the ids alone) could not see, e.g. one that starts with the leading space
+        text, n = cut_at_stop(pieces, stop)
+        finish = "stop" if len(text) < sum(map(len, pieces)) else (r.finish or "length")
         return Generation(
-            text=text, token_ids=ids, tokens=[self._decode([t]) for t in ids],
+            text=text, token_ids=r.ids[:n], tokens=pieces[:n],
             logprobs=r.logprobs[:n],
             entropies=r.entropies[:n] if want_stats else None,
             logsumexp=r.lse[:n] if want_stats else None,
-            finish_reason=r.finish or "length", n_prompt_tokens=n_prompt)
+            finish_reason=finish, n_prompt_tokens=len(prompt_ids))
 
     # ----------------------------------------------------------------------------- protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         ids = self._encode(prompt)
+        check_fits(len(ids), max(0, max_new_tokens), self.max_context, self.name)
         cache, logits = self._prefill(ids)
         row = self._decode_rows(cache, logits, 1, max_new_tokens, stop,
                                 lambda lg: lg.argmax(-1), want_stats)[0]
-        gen = self._finish(row, stop, len(ids), want_stats)
+        gen = self._finish(row, stop, ids, want_stats)
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
@@ -204,6 +224,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
                want_stats: bool = False) -> SampleSet:
         layer = middle_layer(self.n_layers) if layer is None else int(layer)
         ids = self._encode(prompt)
+        # + 1: the forced EOS after the longest completion
+        check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
         prompt_cache, logits = self._prefill(ids)
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
@@ -222,7 +244,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
             rows = self._decode_rows(cache, logits.expand(n, -1), n, max_new_tokens, stop,
                                      pick, want_stats)
             del cache
-            part = [self._finish(r, stop, len(ids), want_stats) for r in rows]
+            part = [self._finish(r, stop, ids, want_stats) for r in rows]
             vectors.append(self._eos_vectors(prompt_cache, [g.token_ids for g in part], layer, hook))
             samples.extend(part)
         vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
@@ -238,12 +260,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
         if not c_ids:
             return Generation(text=continuation, entropies=[], logsumexp=[],
                               n_prompt_tokens=len(p_ids))
+        check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
         ids = torch.tensor([p_ids + c_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
         logp = torch.log_softmax(logits, dim=-1)
         tgt = torch.tensor(c_ids, device=self.device)
         return Generation(
-            text=continuation, token_ids=list(c_ids), tokens=[self._decode([t]) for t in c_ids],
+            text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
             entropies=(-(logp.exp() * logp).nan_to_num().sum(-1)).tolist(),
             logsumexp=torch.logsumexp(logits, dim=-1).tolist(),

@@ -4,7 +4,8 @@ Two models ship inside pip packages as GGUF files (SmolLM2-135M-Instruct, Gemma-
 transformers dequantises a GGUF to float on every load (about 22 s for SmolLM2 on 2 cores), so
 the first load converts it ONCE to safetensors under CACHE_DIR/models/<name>/ and later loads
 read that (about 1 s). The paper's models (LLaMA-2/3, Self-RAG) cannot ship: they are read from
-a local directory (`model.path`, env SEAKR_MODEL_PATH) or an existing offline Hugging Face cache.
+a local directory or an existing offline Hugging Face cache: `model.path` (env SEAKR_MODEL_PATH)
+for the profile's own model, `model.paths.<name>` for every other one (Self-RAG, Table 4).
 
 SeaKR's prompts are raw few-shot completion text (the official code fed them to vLLM as is), so
 the backends never apply a chat template; `ModelSpec.chat` only records what the model is.
@@ -124,27 +125,43 @@ def _converted_dir(spec: ModelSpec, gguf_of: Callable[[ModelSpec], Path]) -> Pat
 # --------------------------------------------------------------------------------------------
 # Local models (the paper's backbones)
 
+def _given_dir(spec: ModelSpec, cfg: Any) -> tuple[str | None, str]:
+    """(directory the user named for this model, the setting that named it).
+
+    `model.path` and SEAKR_MODEL_PATH name the profile's OWN model (model.name) only; any other
+    model (the Self-RAG checkpoint, the Table 4 backbones) comes from `model.paths.<name>`, so a
+    directory meant for LLaMA-2-chat can never stand in for another model."""
+    own = cfg is None or cfg.get("model.name") == spec.name
+    if own:
+        given = (cfg.get("model.path") if cfg is not None else None) or os.environ.get("SEAKR_MODEL_PATH")
+        if given:
+            return given, "model.path"
+    other = ((cfg.get("model.paths", {}) or {}) if cfg is not None else {}).get(spec.name)
+    return other, f"model.paths.{spec.name}"
+
+
 def _local_dir(spec: ModelSpec, cfg: Any) -> Path:
-    given = (cfg.get("model.path") if cfg is not None else None) or os.environ.get("SEAKR_MODEL_PATH")
+    given, setting = _given_dir(spec, cfg)
+    how = (f"`model.path: DIR` (or SEAKR_MODEL_PATH=DIR)" if setting == "model.path"
+           else f"`model.paths: {{{spec.name}: DIR}}` (model.path names model.name only)")
     if given:
         path = Path(given).expanduser()
         if not (path / "config.json").is_file():
             raise DataMissingError(
                 f"no Hugging Face model (config.json) for {spec.name} in {path}", path=path,
-                setting="model.path",
-                fix=f"point model.path (or SEAKR_MODEL_PATH) at a directory holding {spec.hf_id} "
-                    f"as downloaded by `huggingface-cli download {spec.hf_id} --local-dir DIR`")
+                setting=setting,
+                fix=f"point {setting} at a directory holding {spec.hf_id} as downloaded by "
+                    f"`huggingface-cli download {spec.hf_id} --local-dir DIR`")
         return path
     with contextlib.suppress(Exception):   # an offline HF cache the user already has
         from huggingface_hub import snapshot_download
         return Path(snapshot_download(spec.hf_id, local_files_only=True))
     raise DataMissingError(
         f"the weights of {spec.name} are not on this machine (they cannot ship in a package)",
-        setting="model.path",
+        setting=setting,
         fix=f"accept the licence of {spec.hf_id} on huggingface.co, run `huggingface-cli download "
-            f"{spec.hf_id} --local-dir DIR` on a machine with internet, then set model.path: DIR "
-            f"in your profile (or SEAKR_MODEL_PATH=DIR); an existing Hugging Face cache is used "
-            f"offline when present")
+            f"{spec.hf_id} --local-dir DIR` on a machine with internet, then set {how} in your "
+            f"profile; an existing Hugging Face cache is used offline when present")
 
 
 def _llama(name: str, n_layers: int, hidden: int, chat: bool, hf_id: str) -> ModelSpec:
@@ -197,9 +214,17 @@ def resolve_dtype(dtype: str):
 
 
 def model_dir(name: str, cfg: Any = None) -> Path:
-    """The directory holding the model in Hugging Face format (converting a GGUF if needed)."""
+    """The directory holding the model in Hugging Face format (converting a GGUF if needed).
+    A Self-RAG checkpoint is checked for the reflection tokens the method reads."""
     spec = get_spec(name)
-    return spec.loader(spec, cfg)
+    path = spec.loader(spec, cfg)
+    if spec.name.startswith("selfrag"):
+        from transformers import AutoTokenizer
+
+        from ..methods.self_rag import check_reflection_tokens
+        check_reflection_tokens(AutoTokenizer.from_pretrained(path), path,
+                                _given_dir(spec, cfg)[1])
+    return path
 
 
 def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None = None,

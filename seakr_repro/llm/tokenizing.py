@@ -1,7 +1,63 @@
-"""Prompt text <-> token ids, the same way in every backend, so that backends see identical ids."""
+"""Prompt text <-> token ids, the same way in every backend, so that backends see identical ids.
+
+Generated tokens are decoded IN CONTEXT, as vLLM's detokeniser does: the text a token adds is
+decode(context + ids[:i+1]) minus decode(context + ids[:i]). Decoding a token alone is wrong for
+sentencepiece tokenizers (LLaMA), whose decoder strips the leading space of the first token of
+whatever it decodes: "▁director" alone reads "director", so FLARE's query came out
+"ThedirectorofMaddalenais" and a continuation "▁Ivania" after "1959." lost its space. The context
+is the prompt's last tokens, so the first generated token gets its space too.
+"""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
+
+from ..errors import UserError
+
+CONTEXT_TOKENS = 6       # prompt tokens decoded before a continuation (vLLM keeps 5)
+INCOMPLETE = "\ufffd"    # what a byte-fallback piece decodes to until its character is complete
+
+
+def decode_pieces(decode: Callable[[Sequence[int]], str], ids: Sequence[int],
+                  context: Sequence[int] = ()) -> list[str]:
+    """The text each token of `ids` adds after `context` (usually the prompt's ids).
+
+    "".join(result) is the continuation's text as vLLM returns it. Incremental: each token costs
+    two decodes of a few tokens (the window restarts after every completed piece). Byte-fallback
+    tokens that form one character together add "" until the last of them, which adds the whole
+    character (as vLLM holds back text ending in an incomplete UTF-8 sequence).
+    """
+    window = list(context)[-CONTEXT_TOKENS:] + list(ids)
+    start = len(window) - len(ids)
+    prefix, read, before = 0, start, None      # window[prefix:read]: text already handed out
+    pieces = []
+    for i in range(start, len(window)):
+        if before is None:
+            before = decode(window[prefix:read])
+        text = decode(window[prefix:i + 1])
+        if len(text) <= len(before) or text.endswith(INCOMPLETE):
+            pieces.append("")                 # nothing complete yet: wait for the next token
+            continue
+        pieces.append(text[len(before):])
+        prefix, read, before = read, i + 1, None
+    return pieces
+
+
+class ContextOverflowError(UserError):
+    """A prompt plus the tokens to generate does not fit in the model's context, even after the
+    methods dropped what they may drop (prompts.fit_prompt); never truncated silently."""
+
+
+def check_fits(n_prompt: int, n_new: int, max_context: int | None, model: str,
+               setting: str = "model.name") -> None:
+    """Raise ContextOverflowError when n_prompt + n_new tokens exceed `max_context` (None: the
+    model states no context length and nothing is checked)."""
+    if max_context is not None and n_prompt + n_new > max_context:
+        raise ContextOverflowError(
+            f"a prompt of {n_prompt} tokens plus {n_new} tokens to generate exceeds the "
+            f"{max_context}-token context of {model}, even with the oldest passages and few-shot "
+            f"demonstrations dropped", setting=setting,
+            fix="use a model with a longer context, or fewer/shorter steps and passages "
+                "(seakr.max_docs, seakr.max_reasoning_steps, seakr.max_new_tokens)")
 
 
 class TokenizerMixin:
@@ -22,3 +78,7 @@ class TokenizerMixin:
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False,
                                      clean_up_tokenization_spaces=False)
+
+    def _pieces(self, ids: Sequence[int], context: Sequence[int] = ()) -> list[str]:
+        """Each token's text in context (see `decode_pieces`)."""
+        return decode_pieces(self._decode, ids, context)

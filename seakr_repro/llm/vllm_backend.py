@@ -18,8 +18,10 @@ How each protocol call maps onto the engine:
   worker turns them into teacher-forced log-probabilities. It carries a unique cache salt so that
   no position is skipped by the prefix cache.
 - Stop strings are applied by vLLM (to stop early) and then cut by `stops.cut_at_stop` on our own
-  decoding of the token ids, exactly as the transformers backend cuts, so both backends return the
-  same text and tokens for the same ids.
+  decoding of the token ids after the prompt's last tokens (`tokenizing.decode_pieces`), exactly
+  as the transformers backend cuts, so both backends return the same text and tokens for the
+  same ids. `max_context` = max_model_len; longer prompts are refused (ContextOverflowError).
+- `close()` shuts the engine down so another model can load (`experiments.BackendPool`).
 
 Continuous batching: one engine thread owns the engine; calls from any number of threads add
 their requests to the running batch at the next step and wait for their own results, so
@@ -46,7 +48,7 @@ from . import vllm_worker
 from .registry import middle_layer
 from .stops import cut_at_stop
 from .attention import WordsMixin
-from .tokenizing import TokenizerMixin
+from .tokenizing import TokenizerMixin, check_fits
 
 
 def vllm_available() -> str | None:
@@ -122,6 +124,16 @@ class _EngineThread:
             raise box["err"]
         return box["out"]
 
+    def stop(self, timeout: float = 60.0) -> None:
+        """End the engine thread (callers still waiting get an error) and drop the engine."""
+        with self.cv:
+            self.queue.append(("stop",))
+            self.cv.notify()
+            thread = self.thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout)
+        self.llm = None
+
     def _submit(self, item: tuple) -> None:
         with self.cv:
             self.queue.append(item)
@@ -166,6 +178,13 @@ class _EngineThread:
                 while not self.queue and not self.owner:
                     self.cv.wait()
                 batch, self.queue = self.queue, []
+            if any(item[0] == "stop" for item in batch):
+                for item in batch:           # a queued task's caller waits for it: run it
+                    if item[0] == "task":
+                        item[1]()
+                self._fail([b[5] for b in batch if b[0] == "requests"],
+                           RuntimeError("the vLLM backend was closed"))
+                return
             try:
                 for item in batch:
                     if item[0] == "task":
@@ -175,17 +194,21 @@ class _EngineThread:
                 if self.owner:
                     self._step()
             except BaseException as e:   # fail every waiting caller, keep the thread alive
-                jobs = {id(j): j for j, _, _ in self.owner.values()}
-                jobs.update({id(b[5]): b[5] for b in batch if b[0] == "requests"})
-                self.owner.clear()
-                self.score.clear()
-                for job in jobs.values():
-                    job.error = e
-                    job.done.set()
+                self._fail([b[5] for b in batch if b[0] == "requests"], e)
                 try:
                     engine.abort_request(list(engine.output_processor.request_states), internal=True)
                 except Exception:
                     pass
+
+    def _fail(self, queued: list, error: BaseException) -> None:
+        """Hand `error` to every caller in flight and to the `queued` jobs."""
+        jobs = {id(j): j for j, _, _ in self.owner.values()}
+        jobs.update({id(j): j for j in queued})
+        self.owner.clear()
+        self.score.clear()
+        for job in jobs.values():
+            job.error = error
+            job.done.set()
 
 
 def _combine(per_worker: list[dict]) -> dict:
@@ -221,6 +244,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
         self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
+        self.max_context: int | None = self.max_model_len   # the protocol's name for it
         self._engine = _EngineThread(llm)
         self._installed: set[tuple] = set()
         self._install_lock = threading.Lock()
@@ -271,6 +295,31 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         tok = AutoTokenizer.from_pretrained(path)
         return cls(llm, tok, name, f"vllm:{_fingerprint(path, resolve_dtype(dtype))}")
 
+    def close(self) -> None:
+        """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
+        model loads (`experiments.BackendPool`). vLLM has changed how it tears down between
+        releases: the first shutdown entry point that exists is used."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.stop()
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        core = getattr(llm, "llm_engine", None)
+        for owner, attr in ((llm, "shutdown"), (core, "shutdown"),
+                            (getattr(core, "engine_core", None), "shutdown")):
+            fn = getattr(owner, attr, None)
+            if callable(fn):
+                fn()
+                break
+        try:   # the process-wide parallel groups an in-process engine set up
+            from vllm.distributed.parallel_state import (destroy_distributed_environment,
+                                                         destroy_model_parallel)
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        except Exception:  # noqa: BLE001 - absent or already torn down in this vLLM release
+            pass
+
     # ------------------------------------------------------------------ helpers
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt blocks (benchmarks start every run cold)."""
@@ -284,19 +333,15 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                 self._installed.update(todo)
 
     def _check_len(self, n_prompt: int, max_new_tokens: int) -> None:
-        if n_prompt + max_new_tokens > self.max_model_len:
-            raise UserError(
-                f"a prompt of {n_prompt} tokens plus {max_new_tokens} new tokens exceeds the vLLM "
-                f"engine's max_model_len of {self.max_model_len}", setting="model.vllm.max_model_len",
-                fix="raise model.vllm.max_model_len (within the model's context), or shorten the "
-                    "prompt (fewer demonstrations or retrieved passages)")
+        check_fits(n_prompt, max_new_tokens, self.max_context, self.name,
+                   setting="model.vllm.max_model_len")
 
     @staticmethod
     def _params(**kw):
         from vllm import SamplingParams
         return SamplingParams(skip_special_tokens=False, spaces_between_special_tokens=False, **kw)
 
-    def _generation(self, out, cap: dict, stop: Sequence[str], n_prompt: int,
+    def _generation(self, out, cap: dict, stop: Sequence[str], prompt_ids: Sequence[int],
                     want_stats: bool) -> Generation:
         """A vLLM CompletionOutput -> Generation, cut as the transformers backend cuts."""
         ids = list(out.token_ids)
@@ -309,18 +354,21 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             ids, finish = ids[:-1], "eos"          # EOS ends the text and is not part of it
         elif out.finish_reason == "stop":
             finish = "stop"
-        text, n = cut_at_stop(self._decode, ids, stop if finish == "stop" else ())
+        # text and tokens decoded after the prompt's last tokens, as vLLM and the transformers
+        # backend do (tokenizing.decode_pieces)
+        pieces = self._pieces(ids, prompt_ids)
+        text, n = cut_at_stop(pieces, stop if finish == "stop" else ())
         if finish != "stop" and stop:
             # vLLM found no stop string; if our decoding does, cut there all the same
-            cut, m = cut_at_stop(self._decode, ids, stop)
+            cut, m = cut_at_stop(pieces, stop)
             if cut != text:
                 text, n, finish = cut, m, "stop"
         ids = ids[:n]
         return Generation(
-            text=text, token_ids=ids, tokens=[self._decode([t]) for t in ids], logprobs=lps[:n],
+            text=text, token_ids=ids, tokens=pieces[:n], logprobs=lps[:n],
             entropies=[s[0] for s in stats[:n]] if want_stats else None,
             logsumexp=[s[1] for s in stats[:n]] if want_stats else None,
-            finish_reason=finish, n_prompt_tokens=n_prompt)
+            finish_reason=finish, n_prompt_tokens=len(prompt_ids))
 
     # ------------------------------------------------------------------ protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
@@ -336,7 +384,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         params = self._params(max_tokens=int(max_new_tokens), temperature=0.0,
                               stop=list(stop) or None, logprobs=0, extra_args=extra)
         (res, cap), = self._engine.run([{"prompt_token_ids": ids}], [params], [tag])
-        gen = self._generation(res.outputs[0], cap, stop, len(ids), want_stats)
+        gen = self._generation(res.outputs[0], cap, stop, ids, want_stats)
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
@@ -424,7 +472,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                     seed=int(seed) + i, extra_args=extra))
                 tags.append(tag)
         results = self._engine.run(reqs, params, tags)
-        gens = [self._generation(res.outputs[0], cap, stop, len(encoded[j // k]), want_stats)
+        gens = [self._generation(res.outputs[0], cap, stop, encoded[j // k], want_stats)
                 for j, (res, cap) in enumerate(results)]
         if max_new_tokens <= 0:
             gens = [_nothing(g.n_prompt_tokens, want_stats) for g in gens]
@@ -470,7 +518,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         (_res, cap), = self._engine.run([prompt_in], [params], [tag],
                                         score={tag: (len(p_ids), list(c_ids))})
         return Generation(
-            text=continuation, token_ids=list(c_ids), tokens=[self._decode([t]) for t in c_ids],
+            text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=cap["logprobs"], entropies=cap["entropies"], logsumexp=cap["logsumexp"],
             finish_reason="stop", n_prompt_tokens=len(p_ids))
 

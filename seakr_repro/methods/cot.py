@@ -9,7 +9,7 @@ fixed -- as SeaKR's paper describes CoT: SeaKR's demos and prompt, no context, o
 from __future__ import annotations
 
 from ..evaluation import answer_from_forced, extract_answer
-from ..prompts import build_prompt, stop_strings
+from ..prompts import PromptFitter, stop_strings
 from . import dragin_code
 from .base import BASELINE_TABLE, Method, MethodResult, step_record
 from .stepwise import check_mode
@@ -32,19 +32,23 @@ class CoT(Method):
         if self.settings["mode"] == "faithful":
             return self._run_faithful(record)
         s, ext = self.settings, self.settings["answer_extraction"]
-        prompt = build_prompt(self.demos, record.question)
+        fit = PromptFitter(self.backend)     # demonstrations dropped only if the context is short
+        prompt = fit(self.demos, record.question, reserve=s["max_new_tokens"])
         stops = stop_strings(False, final=True)
         gen = self.backend.generate(prompt, max_new_tokens=s["max_new_tokens"], stop=stops)
         trace = [step_record("cot", prompt, gen.text)]
         answer, raw = extract_answer(gen.text, ext), gen.text
         if not answer:
-            base = prompt if ext == "faithful" else prompt + gen.text
-            forced = self.backend.generate(base + " So the answer is ", max_new_tokens=s["max_new_tokens"],
+            first = "" if ext == "faithful" else gen.text
+            reask = fit(self.demos, record.question, suffix=first + " So the answer is ",
+                        reserve=s["max_new_tokens"])
+            forced = self.backend.generate(reask, max_new_tokens=s["max_new_tokens"],
                                            stop=[*stops, "\n"])
             answer = answer_from_forced(forced.text, ext)
-            trace.append(step_record("forced_answer", base, forced.text))
+            trace.append(step_record("forced_answer", reask, forced.text))
             raw += f" So the answer is {forced.text}"
-        return MethodResult(answer=answer or "", raw_output=raw, trace=trace, n_retrievals=0)
+        return MethodResult(answer=answer or "", raw_output=raw, trace=trace, n_retrievals=0,
+                            extra=fit.record())
 
     def _run_faithful(self, record) -> MethodResult:
         q = record.question

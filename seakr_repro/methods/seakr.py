@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..concurrency import parallel_map, supports_concurrency
 from ..data.registry import top_passages_path
 from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
-from ..prompts import (build_prompt, format_context, read_all_docs_prompt,
+from ..prompts import (PromptFitter, format_context, read_all_docs_prompt,
                        read_all_steps_prompt, simple_qa_stops, stop_strings)
 from ..retrieval.passages import PrecomputedPassages
 from .base import Method, MethodResult, hits_brief, step_record
@@ -114,6 +115,12 @@ class SeaKR(Method):
             question = question.replace(".", " ")   # the reasoner does this to every question
         self._scorer = Scorer(self.backend, self.settings, question)
         self._n_search = 0
+        # every prompt of this question fits the context with room for the longest call made
+        # on it (greedy, k samples + the forced EOS, or the simple-QA re-ask)
+        s = self.settings
+        self._fitter = PromptFitter(self.backend)
+        self._fit = partial(self._fitter, reserve=max(
+            s["max_new_tokens"], s["sample_max_tokens"] + 1, s["simple_qa_forced_tokens"]))
         if self.settings["simple_qa"]:
             return self._run_simple(question)
         return self._run_complex(question)
@@ -132,7 +139,7 @@ class SeaKR(Method):
         stop_reason = "max_steps"
         while True:
             texts = [st.text for st in steps]
-            prompt = build_prompt(demos, question, texts, docs, s["mode"])
+            prompt = self._fit(demos, question, texts, docs, s["mode"])
             stops = stop_strings(bool(steps), final=False)
             gen, u = self._call(prompt, stops, s["self_aware_retrieval"], self._context(steps, docs))
             failed = (not gen.text.strip()) or (not s["self_aware_retrieval"]) or u > s["delta"]
@@ -184,7 +191,7 @@ class SeaKR(Method):
         stops = stop_strings(bool(steps), final=False)
 
         def score(h):
-            prompt = build_prompt(self.demos, question, texts, docs + [h.text], s["mode"])
+            prompt = self._fit(self.demos, question, texts, docs + [h.text], s["mode"])
             g, u = self._call(prompt, stops, s["rerank"], self._context(steps, docs + [h.text]))
             key = (u if g.text.strip() else math.inf) if s["rerank"] else 0.0
             return key, h, g, u
@@ -211,14 +218,16 @@ class SeaKR(Method):
         last = " ".join(kept)
         return texts[:-1] + [last] if last.strip() else texts[:-1]
 
-    def _final_path(self, kind, prompt, stop, reask_stop, u_from_reask: bool, trace):
+    def _final_path(self, kind, build, stop, reask_stop, u_from_reask: bool, trace):
+        """`build(suffix)`: the path's prompt + suffix, fitted to the context."""
+        prompt = build("")
         gen, u = self._call(prompt, stop, True)
         answer = self._extract(gen.text)
         full = gen.text
         reasked = answer is None or (kind == "rationales" and not answer)
         if reasked:
-            base = prompt if self.settings["mode"] == "faithful" else prompt + gen.text
-            forced, u2 = self._call(base + " So the answer is ", reask_stop, u_from_reask)
+            first = "" if self.settings["mode"] == "faithful" else gen.text
+            forced, u2 = self._call(build(first + " So the answer is "), reask_stop, u_from_reask)
             answer = answer_from_forced(forced.text, self.settings["mode"])
             full += f" So the answer is {forced.text}"
             if u_from_reask:
@@ -228,11 +237,16 @@ class SeaKR(Method):
 
     def _reason(self, question, steps, docs, doc_ids, trace, stop_reason) -> MethodResult:
         s, faithful = self.settings, self.settings["mode"] == "faithful"
-        p_r, stop_r = read_all_steps_prompt(self.demos, question, self._filtered_steps(steps))
-        ans_r, u_r, full_r = self._final_path("rationales", p_r, stop_r, stop_r, False, trace)
-        p_k, stop_k = read_all_docs_prompt(self.demos, question, docs)
+        rationale = self._filtered_steps(steps)
+        build_r = lambda sfx: read_all_steps_prompt(   # noqa: E731
+            self.demos, question, rationale, build=partial(self._fit, suffix=sfx))[0]
+        stop_r = read_all_steps_prompt(self.demos, question, rationale)[1]
+        ans_r, u_r, full_r = self._final_path("rationales", build_r, stop_r, stop_r, False, trace)
+        build_k = lambda sfx: read_all_docs_prompt(   # noqa: E731
+            self.demos, question, docs, build=partial(self._fit, suffix=sfx))[0]
+        stop_k = read_all_docs_prompt(self.demos, question, docs)[1]
         # the code re-asks the knowledge path with "\n" added and keeps the re-ask's U
-        ans_k, u_k, full_k = self._final_path("knowledge", p_k, stop_k, [*stop_k, "\n"], faithful, trace)
+        ans_k, u_k, full_k = self._final_path("knowledge", build_k, stop_k, [*stop_k, "\n"], faithful, trace)
         if s["reasoning"] == "rationales":
             choice = "rationales"
         elif s["reasoning"] == "knowledge":
@@ -246,15 +260,17 @@ class SeaKR(Method):
         answer, raw = (ans_r, full_r) if choice == "rationales" else (ans_k, full_k)
         extra = {"rationale_answer": ans_r, "rationale_u": u_r, "knowledge_answer": ans_k,
                  "knowledge_u": u_k, "choice": choice, "stop_reason": stop_reason,
-                 "steps": [st.text for st in steps], "doc_ids": list(doc_ids), "n_docs": len(docs)}
+                 "steps": [st.text for st in steps], "doc_ids": list(doc_ids), "n_docs": len(docs),
+                 **self._fitter.record()}
         return MethodResult(answer=answer or "", raw_output=raw, trace=trace,
                             n_retrievals=self._n_search, extra=extra)
 
     # -- simple QA ------------------------------------------------------------------------------
-    def _simple_answer(self, prompt, gen):
+    def _simple_answer(self, build, gen):
+        """`build(suffix)`: the call's prompt + suffix, fitted to the context."""
         answer = self._extract(gen.text)
         if answer is None or not answer.strip():   # the script re-asks on None or blank
-            forced, _ = self._call(prompt + gen.text + " So the answer is ", simple_qa_stops(), False,
+            forced, _ = self._call(build(gen.text + " So the answer is "), simple_qa_stops(), False,
                                    max_new_tokens=self.settings["simple_qa_forced_tokens"])
             answer = answer_from_forced(forced.text, self.settings["mode"])
         return answer
@@ -262,18 +278,20 @@ class SeaKR(Method):
     def _run_simple(self, question: str) -> MethodResult:
         s, demos, stops = self.settings, self.demos, simple_qa_stops()
         trace: list[dict] = []
-        direct_prompt = build_prompt(demos, question)
+        direct = partial(self._fit, demos, question)
+        direct_prompt = direct()
         g0, u0 = self._call(direct_prompt, stops, True)
         trace.append(step_record("direct", direct_prompt, g0.text, u=u0, delta=s["delta"]))
         keep_direct = s["self_aware_retrieval"] and u0 < s["delta"]
-        direct_answer = self._simple_answer(direct_prompt, g0)
+        direct_answer = self._simple_answer(lambda sfx: direct(suffix=sfx), g0)
         if keep_direct:
             # The official script scores all 10 passages regardless; their U cannot change a kept
             # direct answer, so we skip that work (same answers, honest retrieval counts).
             trace.append(step_record("choice", "", g0.text, chosen=None, kept_direct=True))
             return MethodResult(answer=direct_answer or "", raw_output=g0.text, trace=trace,
                                 n_retrievals=0, extra={"direct_answer": direct_answer, "direct_u": u0,
-                                                       "chosen_doc": None, "passage_us": []})
+                                                       "chosen_doc": None, "passage_us": [],
+                                                       **self._fitter.record()})
         if s["simple_qa_passages"] == "official":   # the script's precomputed DPR passages
             hits = self._passages.search(question, s["simple_qa_top"])
         else:
@@ -283,20 +301,20 @@ class SeaKR(Method):
             hits = hits[:1]
         cands = []
         for h in hits:
-            p = build_prompt(demos, question, docs=[h.text])
+            p = self._fit(demos, question, docs=[h.text])
             g, u = self._call(p, stops, s["rerank"], format_context([h.text]))
             key = (u if g.text.strip() else math.inf) if s["rerank"] else 0.0
-            cands.append((key, h, p, g, u))
+            cands.append((key, h, partial(self._fit, demos, question, docs=[h.text]), g, u))
         trace.append(step_record("passages", "", "", hits=hits_brief(hits),
                                  candidates=[{"id": h.id, "u": u, "output": g.text}
                                              for _, h, _, g, u in cands]))
         if not cands:
             answer, raw, chosen = direct_answer, g0.text, None
         else:
-            _, h, p, g, _ = min(cands, key=lambda t: t[0])
-            answer, raw, chosen = self._simple_answer(p, g), g.text, h.id
+            _, h, build, g, _ = min(cands, key=lambda t: t[0])
+            answer, raw, chosen = self._simple_answer(lambda sfx: build(suffix=sfx), g), g.text, h.id
         trace.append(step_record("choice", "", raw, chosen=chosen, kept_direct=chosen is None))
         extra = {"direct_answer": direct_answer, "direct_u": u0, "chosen_doc": chosen,
-                 "passage_us": [u for _, _, _, _, u in cands]}
+                 "passage_us": [u for _, _, _, _, u in cands], **self._fitter.record()}
         return MethodResult(answer=answer or "", raw_output=raw, trace=trace,
                             n_retrievals=self._n_search, extra=extra)

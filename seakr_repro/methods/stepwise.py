@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
-from ..prompts import BASE_STOPS, build_prompt, stop_strings
+from ..prompts import BASE_STOPS, PromptFitter, stop_strings
 from . import dragin_code
 from .base import BASELINE_TABLE, Method, MethodResult, hits_brief, step_record
 from .seakr_query import truncate_tokens
@@ -118,20 +118,21 @@ class StepLoop(Method):
     def run_fixed(self, record) -> MethodResult:
         s, q = self.settings, record.question
         ext = s["answer_extraction"]
+        self._fit = PromptFitter(self.backend)   # this question's prompts fit the context
         trace: list[dict] = []
         steps: list[str] = []
         docs = self.initial_docs(q, trace)
         used = 0
         for _ in range(s["max_steps"]):
-            prompt = build_prompt(self.demos, q, steps, docs, ext)
             stops = stop_strings(bool(steps), final=False)
             budget = max(1, s["max_new_tokens"] - used)
+            prompt = self._fit(self.demos, q, steps, docs, ext, reserve=budget)
             gen = self._generate(prompt, stops, budget)
             query, info = self.trigger(q, steps, gen)
             entry = step_record("step", prompt, gen.text, **info)
             if query is not None:
                 hits = self.retrieve(query)
-                prompt = build_prompt(self.demos, q, steps, [h.text for h in hits], ext)
+                prompt = self._fit(self.demos, q, steps, [h.text for h in hits], ext, reserve=budget)
                 gen = self._generate(prompt, stops, budget, stats=False)
                 entry.update(query=query, hits=hits_brief(hits), regenerated=gen.text)
             trace.append(entry)
@@ -149,14 +150,15 @@ class StepLoop(Method):
         text = " ".join(steps)
         answer = extract_answer(text, ext)
         if not answer:
-            prompt = build_prompt(self.demos, q, steps, docs, ext) + " So the answer is "
+            prompt = self._fit(self.demos, q, steps, docs, ext, suffix=" So the answer is ",
+                               reserve=self.settings["max_new_tokens"])
             forced = self.backend.generate(prompt, max_new_tokens=self.settings["max_new_tokens"],
                                            stop=["\n", *BASE_STOPS])
             answer = answer_from_forced(forced.text, ext)
             trace.append(step_record("forced_answer", prompt, forced.text))
             text += f" So the answer is {forced.text}"
         return MethodResult(answer=answer or "", raw_output=text, trace=trace,
-                            n_retrievals=self._n_search, extra={"steps": steps})
+                            n_retrievals=self._n_search, extra={"steps": steps, **self._fit.record()})
 
 
 def check_mode(mode: str) -> None:

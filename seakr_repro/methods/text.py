@@ -6,7 +6,7 @@ from functools import lru_cache
 
 CONTENT_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM", "ADV"})   # SeaKR's query filter
 QUERY_STOPWORDS = frozenset({"thus", "answer", "is", "so"})                # case-sensitive, as the code
-_ALNUM = re.compile(r"[A-Za-z0-9]")
+_ALNUM = re.compile(r"[^\W_]")          # a letter or digit, accented ones included
 
 
 @lru_cache(maxsize=1)
@@ -31,15 +31,26 @@ def content_words(text: str, pos: frozenset = CONTENT_POS, stop: frozenset = QUE
 
 def token_spans(text: str, tokens: list[str]) -> list[tuple[int, int] | None]:
     """Character span of each generated token in `text` (None for whitespace/punctuation-only
-    tokens or tokens that cannot be found), by a left-to-right search of its stripped text."""
-    spans, pos = [], 0
+    tokens or tokens that cannot be found), by a left-to-right search of its stripped text.
+    Tokens are decoded in context (`llm.tokenizing.decode_pieces`): the leading byte-fallback
+    tokens of a character decode to "" and share the span of the token that completes it."""
+    spans: list[tuple[int, int] | None] = []
+    pos, pending = 0, []
     for tok in tokens:
+        if tok == "":
+            pending.append(len(spans))
+            spans.append(None)
+            continue
         piece = tok.replace("\u2581", " ").strip()
         idx = text.find(piece, pos) if piece and _ALNUM.search(piece) else -1
         if idx < 0:
             spans.append(None)
+            pending = []
             continue
         spans.append((idx, idx + len(piece)))
+        for i in pending:
+            spans[i] = spans[-1]
+        pending = []
         pos = idx + len(piece)
     return spans
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from .examples import HOTPOTQA, IIRC, SIMPLE_QA, TWOWIKI, Demo
+from .fit import PromptFitter
 from .official import official_demos
 from .seakr import (BASE_STOPS, INSTRUCTION, build_prompt, format_context, format_demo,
                     format_step, read_all_docs_prompt, read_all_steps_prompt, simple_qa_stops,
@@ -55,4 +56,4 @@ def demos_for(dataset_name: str, n_shot: int | None = None, source: str = "paper
 __all__ = ["Demo", "DEMOS", "SIMPLE_QA", "TWOWIKI", "HOTPOTQA", "IIRC", "BASE_STOPS",
            "INSTRUCTION", "build_prompt", "format_context", "format_demo", "format_step",
            "read_all_docs_prompt", "read_all_steps_prompt", "simple_qa_stops", "stop_strings",
-           "dataset_family", "demos_for", "official_demos", "DEMO_SOURCES"]
+           "dataset_family", "demos_for", "official_demos", "DEMO_SOURCES", "PromptFitter"]

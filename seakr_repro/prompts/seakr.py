@@ -17,7 +17,7 @@ the step text as the backend returned it; `fixed` strips it ("1959. Ivania").
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .examples import Demo
 
@@ -73,21 +73,21 @@ def stop_strings(has_steps: bool, final: bool) -> list[str]:
     return stops
 
 
-def read_all_steps_prompt(demos: Sequence[Demo], question: str,
-                          steps: Sequence[str]) -> tuple[str, list[str]]:
+def read_all_steps_prompt(demos: Sequence[Demo], question: str, steps: Sequence[str],
+                          build: Callable = build_prompt) -> tuple[str, list[str]]:
     """Self-aware reasoning, rationale path: the steps are given as the context documents.
 
     Stops: the non-final set without ". " and with "\n" (the official code builds the non-final
-    stops, then appends "\n" and removes ". ").
+    stops, then appends "\n" and removes ". "). `build`: build_prompt or a `PromptFitter`.
     """
-    prompt = build_prompt(demos, question, docs=list(steps))
+    prompt = build(demos, question, docs=list(steps))
     return prompt, [*BASE_STOPS, "\n"]
 
 
-def read_all_docs_prompt(demos: Sequence[Demo], question: str,
-                         docs: Sequence[str]) -> tuple[str, list[str]]:
+def read_all_docs_prompt(demos: Sequence[Demo], question: str, docs: Sequence[str],
+                         build: Callable = build_prompt) -> tuple[str, list[str]]:
     """Self-aware reasoning, knowledge path: all selected documents, a full answer (final mode)."""
-    return build_prompt(demos, question, docs=list(docs)), stop_strings(False, final=True)
+    return build(demos, question, docs=list(docs)), stop_strings(False, final=True)
 
 
 def simple_qa_stops() -> list[str]:
