@@ -56,7 +56,7 @@ def test_null_and_union_keys_of_base_have_a_declared_type():
     ({"model": 3}, ["'model' is a section"]),
     ({"model.paths.selfrag-llama2-7b": 7}, ["model.paths.selfrag-llama2-7b", "string"]),
     ({"datasets.simple": ["nq", "trivia"]}, ["trivia", "triviaqa"]),
-    ({"notebooks.06-ablatons.N_QUESTIONS": 4}, ["06-ablatons", "06-ablations"]),
+    ({"notebooks.04-complx-qa.N_QUESTIONS": 4}, ["04-complx-qa", "04-complex-qa"]),
     ({"notebooks.10-seed-methods.N_TRAINS": 4}, ["N_TRAINS", "N_TRAIN"]),
 ])
 def test_a_bad_override_is_refused_with_the_key_and_the_fix(override, words):
@@ -72,7 +72,7 @@ def test_a_bad_override_is_refused_with_the_key_and_the_fix(override, words):
     {"uncertainty.layer": 15}, {"uncertainty.layer": "middle"}, {"uncertainty.delta": -6},
     {"datasets.n_questions": None}, {"datasets.n_questions": 100}, {"model.path": "/models/llama"},
     {"model.paths.selfrag-llama2-7b": "/models/selfrag"}, {"model.vllm": {"max_num_seqs": 64}},
-    {"notebooks.06-ablations.N_QUESTIONS": 4}, {"analysis.datasets": ["2wiki", "nq"]},
+    {"notebooks.04-complex-qa.N_QUESTIONS": 4}, {"analysis.datasets": ["2wiki", "nq"]},
     {"description": "mine"}, {"profile": "smoke"},
 ])
 def test_good_overrides_pass(override):
@@ -120,13 +120,13 @@ def test_a_typo_in_a_parent_profile_is_found_through_extends(params):
 def test_extends_description_and_profile_keys_still_work(params):
     (params / "child.yaml").write_text('extends: smoke\ndescription: "mine"\nprofile: child\n'
                                        "uncertainty:\n  k: 6\nmodel:\n  paths: {llama-3-8b: /m/l3}\n"
-                                       "notebooks:\n  06-ablations: {N_QUESTIONS: 2}\n")
+                                       "notebooks:\n  04-complex-qa: {N_QUESTIONS: 2}\n")
     cfg = load_config("child", params_dir=params)
     smoke = load_config("smoke")
     assert cfg["uncertainty.k"] == 6 and cfg["uncertainty.max_tokens"] == smoke["uncertainty.max_tokens"]
     assert cfg["description"] == "mine" and cfg["profile"] == "child"
     assert cfg["model.paths"] == {"llama-3-8b": "/m/l3"}
-    assert cfg["notebooks"]["06-ablations"] == {"N_QUESTIONS": 2}
+    assert cfg["notebooks"]["04-complex-qa"] == {"N_QUESTIONS": 2}
     assert cfg["notebooks"]["10-seed-methods"] == smoke["notebooks"]["10-seed-methods"]   # merged
 
 
