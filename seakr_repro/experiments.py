@@ -110,8 +110,8 @@ def select_questions(cfg: Config, dataset: str, n: int | None) -> list:
         return records
     if n > len(records):
         cap = cfg["datasets.n_questions"]
-        more = (f"prepare more with --set datasets.n_questions={n} (or null for the whole set), then "
-                "run step 00 again" if cap is not None and cap < n else
+        more = (f"prepare more: add --set datasets.n_questions={n} (or null for the whole set) and "
+                "run step 00 or `prepare` again (`run` prepares by itself)" if cap is not None and cap < n else
                 f"{dataset} holds {len(records)} questions in all: ask for {len(records)} or fewer")
         raise UserError(f"{n} questions of {dataset} were asked for, but profile '{cfg.profile}' "
                         f"prepared {len(records)}", setting="datasets.n_questions", fix=more)
