@@ -223,6 +223,8 @@ class _Checker:
                     raise src.error(f"{dotted}.{name}", f"the directory of model '{name}' is "
                                     f"{_value_name(where)}", "give the model's local directory as a string")
             return
+        if not Path(self.notebooks_dir).is_dir():     # the package without its notebooks
+            return
         known = notebook_names(self.notebooks_dir)
         for name, params in value.items():
             inner = f"{dotted}.{name}"
