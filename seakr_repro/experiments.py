@@ -273,7 +273,7 @@ def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[
     evaluation uses every question and there is no training file, DataMissingError says where to
     put one."""
     from .data.records import sample
-    from .data.registry import TRAIN_SPLITS, dataset_available, describe_missing, load_dataset
+    from .data.registry import TRAIN_SPLITS, dataset_available, get_spec, load_dataset
     from .prepare import load_prepared
 
     seed = cfg["datasets.sample_seed"]
@@ -285,14 +285,14 @@ def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[
     permuted = sample(everything, len(everything), seed)   # prefix = the evaluation sample
     rest = [r for r in permuted if r.id not in evaluated]
     if not rest:
-        where = (describe_missing(official) if official else
-                 f"{dataset} has no training split known to seakr_repro.data.registry")
+        spec = get_spec(official) if official else None
+        where = (" or ".join(str(p) for p in spec.required_files() if not p.is_file()) + " is missing" if spec else
+                 "it has no known training split")
         raise DataMissingError(
             f"no training questions for {dataset}: the evaluation set uses all {len(everything)} "
-            f"questions of its file, and there is no training file. {where}",
-            setting="datasets.n_questions",
-            fix=("put the training file where it says" if official else "add a training split") +
-                ", or evaluate on a sample (e.g. PROFILE=paper-sample) so the rest can train")
+            f"questions of its file, and {where}", setting="datasets.n_questions",
+            fix=(f"{spec.how_to_get}; " if spec else "") +
+                "or evaluate on a sample (e.g. PROFILE=paper-sample) so that the rest can train")
     return (rest[:n_train] if n_train is not None else rest), \
         f"{dataset} questions outside the evaluation sample"
 
