@@ -71,7 +71,9 @@ _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str:
 
 
 def _kind_name(kind) -> str:
-    return repr(kind) if isinstance(kind, str) else _KIND_NAMES.get(kind, getattr(kind, "__name__", str(kind)))
+    if isinstance(kind, str):
+        return repr(kind)
+    return _KIND_NAMES.get(kind, getattr(kind, "__name__", str(kind)))
 
 
 def _value_name(value) -> str:
@@ -150,7 +152,9 @@ class _Checker:
     def unknown(self, dotted: str, src: _Source, full: str | None = None) -> UserError:
         """`dotted` is not in base.yaml (`full`: the whole key it starts, for an override)."""
         full = full or dotted
-        what = f"unknown setting '{full}'" + (f" (params/base.yaml has no '{dotted}')" if full != dotted else "")
+        what = f"unknown setting '{full}'"
+        if full != dotted:
+            what += f" (params/base.yaml has no '{dotted}')"
         rule = ("every setting must exist in params/base.yaml; a new one is added there with a "
                 "one-line comment")
         hint = _suggest(full, self.known)
@@ -232,7 +236,8 @@ class _Checker:
                 close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
                 raise src.error(inner, f"there is no notebook '{name}' in {self.notebooks_dir}",
                                 (f"did you mean {close[0]}? " if close else "") +
-                                "use a notebook's name without .ipynb, e.g. " + (known[0] if known else "04-complex-qa"))
+                                "use a notebook's name without .ipynb, e.g. "
+                                + (known[0] if known else "04-complex-qa"))
             if params is None:
                 continue
             if not isinstance(params, dict):

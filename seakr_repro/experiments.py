@@ -110,9 +110,11 @@ def select_questions(cfg: Config, dataset: str, n: int | None) -> list:
         return records
     if n > len(records):
         cap = cfg["datasets.n_questions"]
-        more = (f"prepare more: add --set datasets.n_questions={n} (or null for the whole set) and "
-                "run step 00 or `prepare` again (`run` prepares by itself)" if cap is not None and cap < n else
-                f"{dataset} holds {len(records)} questions in all: ask for {len(records)} or fewer")
+        if cap is not None and cap < n:
+            more = (f"prepare more: add --set datasets.n_questions={n} (or null for the whole set) "
+                    "and run step 00 or `prepare` again (`run` prepares by itself)")
+        else:
+            more = f"{dataset} holds {len(records)} questions in all: ask for {len(records)} or fewer"
         raise UserError(f"{n} questions of {dataset} were asked for, but profile '{cfg.profile}' "
                         f"prepared {len(records)}", setting="datasets.n_questions", fix=more)
     return sample(records, n, cfg["datasets.sample_seed"])
@@ -286,8 +288,8 @@ def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[
     rest = [r for r in permuted if r.id not in evaluated]
     if not rest:
         spec = get_spec(official) if official else None
-        where = (" or ".join(str(p) for p in spec.required_files() if not p.is_file()) + " is missing" if spec else
-                 "it has no known training split")
+        where = (" or ".join(str(p) for p in spec.required_files() if not p.is_file()) + " is missing"
+                 if spec else "it has no known training split")
         raise DataMissingError(
             f"no training questions for {dataset}: the evaluation set uses all {len(everything)} "
             f"questions of its file, and {where}", setting="datasets.n_questions",

