@@ -353,7 +353,8 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
         else:
             labels = build_skr_labels(backend, searcher, train, dataset)
             save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
-            notes.append({"dataset": dataset, "train_source": source, **labels_summary(labels)})
+            notes.append({"dataset": dataset, "train_source": source, "train_questions": len(train),
+                          **labels_summary(labels)})
             if usable(labels):
                 specs += [RunSpec(v, v, {"labelled": labels}) for v in ("skr-icl", "skr-cls", "skr-knn")]
             else:   # every training question was discarded (wrong with and without retrieval)
