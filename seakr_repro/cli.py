@@ -64,13 +64,42 @@ def cmd_search(args):
 
 
 def cmd_datasets(args):
-    from .data.registry import DATASETS, dataset_available, describe_missing
+    from .data.registry import DATASETS, TRAIN_SPLITS, dataset_available, describe_missing
+    from .paths import RESULTS_ROOT
+    from .prepare import profile_datasets
 
-    for name, spec in DATASETS.items():
+    cfg = _config(args)
+    used = profile_datasets(cfg)
+    analysis = cfg.get("analysis.datasets") or used
+    trains = {TRAIN_SPLITS[d]: d for d in used if d in TRAIN_SPLITS}
+    n, seed = cfg["datasets.n_questions"], cfg["datasets.sample_seed"]
+    print(f"profile {cfg.profile}: " + (f"a sample of {n} questions per data set (seed {seed})"
+                                        if n is not None else "every question of each data set"))
+    names = list(DATASETS) if args.all else used + list(trains)
+    rows = []
+    for name in names:
+        spec = DATASETS[name]
+        role = ("evaluated" + (", analysis" if name in analysis else "") if name in used else
+                f"training split of {trains[name]}" if name in trains else "-")
+        prepared = RESULTS_ROOT / cfg.profile / "data" / f"{name}.jsonl"
+        count = (sum(1 for line in prepared.open(encoding="utf-8") if line.strip())
+                 if name in used and prepared.is_file() else None)
         ok = dataset_available(name)
-        print(f"{name:18s} {spec.kind:8s} {'available' if ok else 'missing'}")
+        rows.append((name, spec.kind, role, "yes" if ok else "missing",
+                     "-" if count is None else f"{count:,}",
+                     "-" if spec.paper_size is None else f"{spec.paper_size:,}"))
         if not ok and args.verbose:
-            print("    " + describe_missing(name))
+            rows.append(("", "", "", "", "", "    " + describe_missing(name)))
+    header = ("data set", "kind", "use in this profile", "on disk", "prepared", "paper (Table 6)")
+    widths = [max(len(r[i]) for r in [header, *rows] if i < 5 or r[0]) for i in range(6)]
+    for row in [header, *rows]:
+        if not row[0]:          # the download note under a missing data set
+            print(row[5])
+            continue
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    missing = [r[0] for r in rows if r[3] == "missing" and r[0] in used]
+    if missing and not args.verbose:
+        print(f"missing: {', '.join(missing)} (-v says where to get them and where to put them)")
 
 
 def cmd_reproduce(args):
@@ -87,12 +116,13 @@ def cmd_reproduce(args):
 
 def cmd_run(args):
     from .config import parse_override
-    from .experiments import BackendPool, RunSpec, run_grid
+    from .experiments import BackendPool, RunSpec, run_grid, select_questions
     from .llm import load_backend
     from .prepare import ensure_index, open_profile_searcher, prepare_datasets
 
     cfg = _config(args)
     prepare_datasets(cfg, [args.dataset])
+    select_questions(cfg, args.dataset, args.n)     # -n beyond the prepared set: say so now
     ensure_index(cfg, progress=not args.quiet)
     overrides = dict(parse_override(s) for s in (args.method_set or []))
     model = "selfrag-llama2-7b" if args.method in ("self_rag", "self-rag") else None
@@ -147,8 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=3, help="number of passages (default 3)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
 
-    p = add("datasets", cmd_datasets, "list the known data sets and whether they are on disk")
+    p = add("datasets", cmd_datasets, "the profile's data sets: their use, whether they are on disk, "
+            "how many questions were prepared")
     p.add_argument("--verbose", "-v", action="store_true", help="show download instructions")
+    p.add_argument("--all", action="store_true", help="every known data set, not only the profile's")
 
     p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
     p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
@@ -158,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", required=True,
                    help="cot | ircot | flare | dragin | self_rag | seakr | skr-prompt")
     p.add_argument("--dataset", required=True, help="a name from `datasets`, e.g. bundled-2wiki or 2wiki")
-    p.add_argument("-n", type=int, default=None, help="first n questions of the prepared set")
+    p.add_argument("-n", type=int, default=None,
+                   help="a seeded random sample of n questions of the prepared set (default: all)")
     p.add_argument("--label", help="name of the run in the results (default: the method)")
     p.add_argument("--method-set", action="append", metavar="KEY=VALUE",
                    help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")

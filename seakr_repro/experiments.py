@@ -142,6 +142,42 @@ def model_order(specs: Sequence["RunSpec"], primary: str) -> list["RunSpec"]:
     return sorted(specs, key=lambda s: models.index(s.model or primary))
 
 
+def select_questions(cfg: Config, dataset: str, n: int | None) -> list:
+    """The questions a run evaluates: the prepared set (step 00), or a seeded random sample of `n`
+    of it (seed datasets.sample_seed; a smaller sample is part of a larger one). Asking for more
+    than were prepared is an error that says how to prepare more, never a silently smaller run."""
+    from .data.records import sample
+    from .prepare import load_prepared
+
+    records = load_prepared(cfg, dataset)
+    if n is None:
+        return records
+    if n > len(records):
+        cap = cfg["datasets.n_questions"]
+        if cap is not None and cap < n:
+            more = (f"prepare more: add --set datasets.n_questions={n} (or null for the whole set) "
+                    "and run step 00 or `prepare` again (`run` prepares by itself)")
+        else:
+            more = f"{dataset} holds {len(records)} questions in all: ask for {len(records)} or fewer"
+        raise UserError(f"{n} questions of {dataset} were asked for, but profile '{cfg.profile}' "
+                        f"prepared {len(records)}", setting="datasets.n_questions", fix=more)
+    return sample(records, n, cfg["datasets.sample_seed"])
+
+
+def analysis_datasets(cfg: Config) -> list[str]:
+    """The data sets of Tables 3/4 (notebooks 06, 07): `analysis.datasets`, null = the profile's."""
+    from .prepare import profile_datasets
+
+    own = profile_datasets(cfg)
+    chosen = cfg.get("analysis.datasets") or own
+    missing = [d for d in chosen if d not in own]
+    if missing:
+        raise UserError(f"analysis.datasets names {', '.join(missing)}, which profile "
+                        f"'{cfg.profile}' does not prepare", setting="analysis.datasets",
+                        fix="add them to datasets.complex / datasets.simple, or remove them")
+    return list(chosen)
+
+
 def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
              datasets: Sequence[str], n_questions: int | None = None, table: str = "",
              progress: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -149,7 +185,6 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     from .data.registry import DATASETS
     from .evaluation import score_predictions
     from .methods import build_method
-    from .prepare import load_prepared
     from .runner import run_method, run_path, summarise
 
     deltas = _deltas_for(cfg)
@@ -158,7 +193,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
         for dataset in datasets:
             if spec.label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple":
                 continue   # self-aware reasoning applies to complex QA only (paper, Table 3)
-            records = load_prepared(cfg, dataset)[:n_questions]
+            records = select_questions(cfg, dataset, n_questions)
             try:
                 backend = pool.get(spec.model)
                 settings = {**method_settings(cfg, spec.method, deltas), **spec.overrides}
@@ -207,10 +242,9 @@ def paper_dataset_name(dataset: str) -> str:
 def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: Sequence[str],
                        n_questions: int, progress: bool = True) -> pd.DataFrame:
     """Table 7: wall time, LLM calls, tokens and retrievals per question, measured with the LLM
-    call cache OFF (a cached re-run would time nothing), on the first `n_questions` of each set."""
+    call cache OFF (a cached re-run would time nothing), on `n_questions` of each set."""
     from .llm import CachedBackend, load_backend
     from .methods import build_method
-    from .prepare import load_prepared
     from .runner import config_hash, run_method, summarise
 
     backend = CachedBackend(load_backend(cfg, cache=False), enabled=False)  # counts, never caches
@@ -219,7 +253,7 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
     rows = []
     for name in methods:
         for dataset in datasets:
-            records = load_prepared(cfg, dataset)[:n_questions]
+            records = select_questions(cfg, dataset, n_questions)
             method = build_method(name, backend, searcher, dataset, **method_settings(cfg, name, deltas))
             path = out_dir / dataset / f"{name}-{config_hash(method.config)}.jsonl"
             costs = summarise(run_method(method, records, path, backend=backend, progress=progress,
@@ -278,22 +312,41 @@ def run_backbones(cfg: Config, pool: BackendPool, searcher, models: Sequence[str
     return results, skipped, pd.DataFrame(calib)
 
 
-def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
-    """Training questions for the methods that learn (SKR's labels, TAIKC's KBAE): the questions
-    of `dataset` that are NOT in the profile's evaluation sample (same seeded permutation), so
-    training and evaluation never share a question."""
+def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[list, str]:
+    """Training questions for the methods that learn (SKR's labels, TAIKC's KBAE) and where they
+    came from. The data set's official training split when it is on disk (a seeded sample of
+    `n_train`); else the questions of its evaluation file that are NOT in the profile's evaluation
+    sample (same seeded permutation), so training and evaluation never share a question. When the
+    evaluation uses every question and there is no training file, DataMissingError says where to
+    put one."""
     from .data.records import sample
-    from .data.registry import load_dataset
+    from .data.registry import TRAIN_SPLITS, dataset_available, get_spec, load_dataset
     from .prepare import load_prepared
 
+    seed = cfg["datasets.sample_seed"]
+    official = TRAIN_SPLITS.get(dataset)
+    if official and dataset_available(official):
+        return load_dataset(official, n=n_train, seed=seed), f"{official} (official training split)"
     evaluated = {r.id for r in load_prepared(cfg, dataset)}
     everything = load_dataset(dataset)
-    permuted = sample(everything, len(everything), cfg["datasets.sample_seed"])  # prefix = the eval sample
+    permuted = sample(everything, len(everything), seed)   # prefix = the evaluation sample
     rest = [r for r in permuted if r.id not in evaluated]
     if not rest:
-        raise UserError(f"no questions of {dataset} are left for training: the evaluation sample uses all",
-                        setting="datasets.n_questions", fix="evaluate on fewer questions")
-    return rest[:n_train] if n_train is not None else rest
+        spec = get_spec(official) if official else None
+        where = (" or ".join(str(p) for p in spec.required_files() if not p.is_file()) + " is missing"
+                 if spec else "it has no known training split")
+        raise DataMissingError(
+            f"no training questions for {dataset}: the evaluation set uses all {len(everything)} "
+            f"questions of its file, and {where}", setting="datasets.n_questions",
+            fix=(f"{spec.how_to_get}; " if spec else "") +
+                "or evaluate on a sample (e.g. PROFILE=paper-sample) so that the rest can train")
+    return (rest[:n_train] if n_train is not None else rest), \
+        f"{dataset} questions outside the evaluation sample"
+
+
+def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
+    """The records of `training_questions`."""
+    return training_questions(cfg, dataset, n_train)[0]
 
 
 SEED_METHODS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn", "taikc", "taikc-kbae")
@@ -304,8 +357,9 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
     """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
 
-    SKR's labels come from each data set's training split (questions outside the evaluation
-    sample); KBAE's adapter from the single-hop training split. SeaKR's rows reuse step 04/05's
+    SKR's labels come from each data set's training questions (`training_questions`); KBAE's
+    adapter from the first single-hop set's. A data set without training questions skips the rows
+    that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
     runs (same config, same results file). Returns (results, skipped, label/adapter summary).
     """
     from .data.registry import DATASETS
@@ -315,30 +369,51 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
     backend = pool.get()
     out = results_dir(cfg.profile) / "10-seed-methods"
     simple = [d for d in datasets if DATASETS[d].kind == "simple"] or list(datasets)
+    skipped: dict[str, str] = {}
+
+    def skip(label: str, why: str) -> None:       # one label may miss on several data sets
+        if label not in skipped:
+            skipped[label] = why
+        elif why not in skipped[label]:
+            skipped[label] += "; " + why
+
     # KBAE trains a LoRA adapter with peft on the transformers model; on the vLLM backend (which
     # holds the GPU) there is none to train, so its row is skipped with the reason
-    no_kbae = kbae_unavailable(backend)
-    adapter = None if no_kbae else bootstrap_adapter(
-        backend, train_split(cfg, simple[0], n_kbae), out / "kbae_adapter", **kbae_settings)
-    frames, skipped, notes = [], {}, []
+    adapter, no_kbae = None, kbae_unavailable(backend)
+    if not no_kbae:
+        try:
+            kbae_train, _ = training_questions(cfg, simple[0], n_kbae)
+            adapter = bootstrap_adapter(backend, kbae_train, out / "kbae_adapter", **kbae_settings)
+        except DataMissingError as err:     # no training questions: the row says why, the rest runs
+            no_kbae = err.what
+    frames, notes = [], []
     for dataset in datasets:
-        labels = build_skr_labels(backend, searcher, train_split(cfg, dataset, n_train), dataset)
-        save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
-        notes.append({"dataset": dataset, **labels_summary(labels)})
         specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt")]
-        if usable(labels):
-            specs += [RunSpec(v, v, {"labelled": labels}) for v in ("skr-icl", "skr-cls", "skr-knn")]
-        else:   # every training question was discarded (wrong with and without retrieval)
-            skipped.update({v: f"no usable SKR labels on {dataset}: the model answered all "
-                               f"{len(labels)} training questions wrongly with and without retrieval"
-                            for v in ("skr-icl", "skr-cls", "skr-knn")})
+        try:
+            train, source = training_questions(cfg, dataset, n_train)
+        except DataMissingError as err:
+            for v in ("skr-icl", "skr-cls", "skr-knn"):
+                skip(v, err.what)
+            notes.append({"dataset": dataset, "train_source": None, "skipped": err.what})
+        else:
+            labels = build_skr_labels(backend, searcher, train, dataset)
+            save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
+            notes.append({"dataset": dataset, "train_source": source, "train_questions": len(train),
+                          **labels_summary(labels)})
+            if usable(labels):
+                specs += [RunSpec(v, v, {"labelled": labels}) for v in ("skr-icl", "skr-cls", "skr-knn")]
+            else:   # every training question was discarded (wrong with and without retrieval)
+                for v in ("skr-icl", "skr-cls", "skr-knn"):
+                    skip(v, f"no usable SKR labels on {dataset}: the model answered all {len(labels)} "
+                            "training questions wrongly with and without retrieval")
         specs += [RunSpec("taikc", "taikc")]
         if no_kbae:
-            skipped["taikc-kbae"] = no_kbae
+            skip("taikc-kbae", no_kbae)
         else:
             specs += [RunSpec("taikc-kbae", "taikc-kbae", {"kbae_adapter": str(adapter)})]
-        res, skip = run_grid(cfg, pool, searcher, specs, [dataset], n_questions, table="seed",
-                             progress=progress)
+        res, skip_grid = run_grid(cfg, pool, searcher, specs, [dataset], n_questions, table="seed",
+                                  progress=progress)
         frames.append(res)
-        skipped.update(skip)
+        for label, why in skip_grid.items():
+            skip(label, why)
     return pd.concat(frames, ignore_index=True), skipped, pd.DataFrame(notes)

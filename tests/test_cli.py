@@ -42,3 +42,39 @@ def test_unknown_profile_is_explained():
 def test_bad_override_names_the_setting():
     res = run_cli("prepare", "--set", "nokey", "--quiet")
     assert res.returncode == 2 and "nokey" in res.stderr
+
+
+def test_an_unknown_setting_is_refused_before_anything_runs():
+    res = run_cli("datasets", "--set", "no.such.key=1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "no.such.key" in res.stderr and "base.yaml" in res.stderr
+
+
+def test_datasets_shows_the_profile_its_overrides_and_prepared_sizes(tmp_path):
+    import os
+
+    data = tmp_path / "smoke" / "data"
+    data.mkdir(parents=True)
+    (data / "bundled-single.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"}\n')
+    env = {**os.environ, "SEAKR_RESULTS_DIR": str(tmp_path)}
+    res = run_cli("datasets", "--profile", "smoke", env=env)
+    assert res.returncode == 0, res.stderr
+    rows = {line.split()[0]: line for line in res.stdout.splitlines()[2:]}
+    assert "sample of 3 questions" in res.stdout
+    assert set(rows) == {"bundled-2wiki", "bundled-hotpotqa", "bundled-single"}
+    assert rows["bundled-single"].split()[-2:] == ["3", "-"] and "evaluated" in rows["bundled-single"]
+    res = run_cli("datasets", "--profile", "smoke", "--set", "datasets.simple=[nq]", env=env)
+    rows = {line.split()[0]: line for line in res.stdout.splitlines()[2:] if line.strip()}
+    assert "nq" in rows and "missing" in rows["nq"] and "training split of nq" in rows["nq-train"]
+    assert "bundled-single" not in rows
+
+
+def test_run_asking_for_more_questions_than_prepared_says_how_to_get_more(tmp_path):
+    import os
+
+    env = {**os.environ, "SEAKR_RESULTS_DIR": str(tmp_path)}
+    res = run_cli("run", "--profile", "smoke", "--method", "cot", "--dataset", "bundled-single",
+                  "-n", "6", "--quiet", env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    text = " ".join(res.stderr.split())
+    assert "prepared 3" in text and "datasets.n_questions=6" in text

@@ -3,6 +3,7 @@ import pytest
 
 from seakr_repro import experiments
 from seakr_repro.config import load_config
+from seakr_repro.errors import DataMissingError, UserError
 from seakr_repro.methods import METHODS
 
 
@@ -133,3 +134,94 @@ def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path
     assert not skipped and len(res) == 3 * 2 * 2
     assert events == [("load", own), ("close", own), ("load", "other-model")]
     assert [m for m, _ in ran] == [own] * 4 + ["other-model"] * 2
+@pytest.fixture
+def results_in(tmp_path, monkeypatch):
+    import seakr_repro.prepare as prepare
+
+    monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(experiments, "results_dir", lambda p: tmp_path / p)
+    return tmp_path
+
+
+def test_an_official_training_split_is_used_when_on_disk(results_in, monkeypatch):
+    """bundled-single stands in for a training file: the records come from it, not from the
+    evaluation file's remainder."""
+    import seakr_repro.data.registry as registry
+    import seakr_repro.prepare as prepare
+
+    monkeypatch.setitem(registry.TRAIN_SPLITS, "bundled-hotpotqa", "bundled-single")
+    cfg = load_config("smoke")
+    prepare.prepare_datasets(cfg, ["bundled-hotpotqa"])
+    train, source = experiments.training_questions(cfg, "bundled-hotpotqa", 5)
+    assert len(train) == 5 and {r.source for r in train} == {"bundled-single"}
+    assert "official training split" in source
+
+
+def test_no_training_questions_when_evaluation_uses_every_question(results_in, monkeypatch):
+    import seakr_repro.data.registry as registry
+    import seakr_repro.prepare as prepare
+
+    cfg = load_config("smoke", {"datasets.n_questions": None})
+    prepare.prepare_datasets(cfg, ["bundled-single"])
+    with pytest.raises(DataMissingError, match="uses all .* questions"):
+        experiments.train_split(cfg, "bundled-single", 4)
+    monkeypatch.setattr(registry.paths, "RAW_DIR", results_in / "no-raw")    # nq-train is absent
+    monkeypatch.setitem(registry.TRAIN_SPLITS, "bundled-single", "nq-train")
+    with pytest.raises(DataMissingError, match="nq-train.qa.csv"):   # says where to put it
+        experiments.train_split(cfg, "bundled-single", 4)
+
+
+def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_in, monkeypatch):
+    """The whole evaluation set and no training file: SKR's learned variants and TAIKC-KBAE are
+    skipped with the reason; SeaKR, SKR-prompt and TAIKC still run; no exception."""
+    import pandas as pd
+
+    import seakr_repro.methods.kbae as kbae
+    import seakr_repro.prepare as prepare
+
+    cfg = load_config("smoke", {"datasets.n_questions": None})
+    names = ["bundled-hotpotqa", "bundled-single"]
+    prepare.prepare_datasets(cfg, names)
+    ran = []
+
+    def fake_grid(cfg, pool, searcher, specs, datasets, n, table="", progress=True):
+        ran.extend((s.label, d) for s in specs for d in datasets)
+        return pd.DataFrame([{"method": s.label, "dataset": d} for s in specs for d in datasets]), {}
+
+    class Pool:
+        def get(self, name=None):
+            return object()
+
+    monkeypatch.setattr(experiments, "run_grid", fake_grid)
+    monkeypatch.setattr(kbae, "kbae_unavailable", lambda backend: None)
+    monkeypatch.setattr(kbae, "bootstrap_adapter", lambda *a, **k: pytest.fail("KBAE trained without data"))
+    results, skipped, notes = experiments.run_seed_methods(cfg, Pool(), None, names, 1, 4, 4, {},
+                                                           progress=False)
+    assert {label for label, _ in ran} == {"seakr", "skr-prompt", "taikc"}
+    assert set(skipped) == {"skr-icl", "skr-cls", "skr-knn", "taikc-kbae"}
+    assert all("no training questions" in why for why in skipped.values())
+    assert "bundled-hotpotqa" in skipped["skr-icl"] and "bundled-single" in skipped["skr-icl"]
+    assert list(notes["dataset"]) == names and notes["train_source"].isna().all()
+
+
+def test_select_questions_is_a_seeded_sample_and_never_silently_smaller(results_in):
+    import seakr_repro.prepare as prepare
+
+    cfg = load_config("smoke")                 # prepares 3 questions
+    prepare.prepare_datasets(cfg, ["bundled-single"])
+    prepared = [r.id for r in prepare.load_prepared(cfg, "bundled-single")]
+    assert [r.id for r in experiments.select_questions(cfg, "bundled-single", None)] == prepared
+    two = [r.id for r in experiments.select_questions(cfg, "bundled-single", 2)]
+    assert set(two) <= set(prepared) and two == [r.id for r in experiments.select_questions(
+        cfg, "bundled-single", 2)]
+    with pytest.raises(UserError, match="prepared 3") as err:
+        experiments.select_questions(cfg, "bundled-single", 6)
+    assert "datasets.n_questions=6" in err.value.paragraph()
+
+
+def test_analysis_data_sets_are_a_setting():
+    assert experiments.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
+    smoke = load_config("smoke")
+    assert experiments.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-hotpotqa", "bundled-single"]
+    with pytest.raises(UserError, match="does not prepare"):
+        experiments.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))

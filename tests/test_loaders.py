@@ -247,3 +247,36 @@ def test_bundled_sets_load_when_present(name):
     recs = load_dataset(name)
     assert recs and len({r.id for r in recs}) == len(recs)
     assert all(r.question and r.answers and r.source == name for r in recs)
+
+
+def test_training_splits_load_from_their_places_in_the_original_formats(tmp_path, monkeypatch):
+    """Each evaluation set names its training split; the files sit beside the dev files, in the
+    dev files' formats (the fixtures copied under the training names stand in for them)."""
+    import shutil
+
+    from seakr_repro.data.registry import TRAIN_SPLITS
+
+    assert set(TRAIN_SPLITS) == {"2wiki", "hotpotqa", "iirc", "nq", "triviaqa", "squad"}
+    assert all(DATASETS[t].kind == DATASETS[d].kind for d, t in TRAIN_SPLITS.items())
+    monkeypatch.setattr(paths, "RAW_DIR", tmp_path)
+    assert not any(dataset_available(t) for t in TRAIN_SPLITS.values())
+    assert "hotpot_train_v1.1.json" in describe_missing("hotpotqa-train")
+    assert "biencoder-squad1-train.json" in describe_missing("squad-train")
+    (tmp_path / "2wikimultihopqa").mkdir()
+    shutil.copy(FIX / "2wikimultihopqa" / "dev.json", tmp_path / "2wikimultihopqa" / "train.json")
+    shutil.copy(FIX / "2wikimultihopqa" / "id_aliases.json", tmp_path / "2wikimultihopqa")
+    (tmp_path / "hotpotqa").mkdir()
+    shutil.copy(FIX / "hotpotqa" / "hotpot_dev_distractor_v1.json", tmp_path / "hotpotqa" / "hotpot_train_v1.1.json")
+    (tmp_path / "dpr").mkdir()
+    shutil.copy(FIX / "dpr" / "nq-test.qa.csv", tmp_path / "dpr" / "nq-train.qa.csv")
+    shutil.copy(FIX / "dpr" / "nq-dev.json", tmp_path / "dpr" / "biencoder-squad1-train.json")
+    for name, like in (("2wiki-train", "2wikimultihopqa/dev.json"),
+                       ("hotpotqa-train", "hotpotqa/hotpot_dev_distractor_v1.json"),
+                       ("nq-train", "dpr/nq-test.qa.csv"), ("squad-train", "dpr/nq-dev.json")):
+        assert dataset_available(name)
+        records = load_dataset(name)
+        assert records and {r.source for r in records} == {name}
+        assert [r.question for r in records] == [r.question for r in load_dataset(
+            name.split("-")[0] if name != "squad-train" else "nq", path=FIX / like)]
+    assert {r.id for r in load_dataset("nq-train")}.isdisjoint(
+        {r.id for r in load_dataset("nq", path=FIX / "dpr" / "nq-test.qa.csv")})

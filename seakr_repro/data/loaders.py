@@ -49,6 +49,20 @@ HOW_TO_GET = {
               "nq_top10.json, tq_top10.json and sq_top10.json in data/raw/singlehop_data/ (DPR's own "
               "retriever output for a test set, a JSON list of {question, answers, ctxs}, works too: "
               "give its path as seakr.simple_qa_passages_path)"),
+    # training splits: only SKR and TAIKC (notebook 10) read them, to learn from questions that are
+    # never evaluated
+    "2wiki-train": ("the zip that holds 2WikiMultihopQA's dev.json (data_ids_april7.zip) also holds "
+                    "train.json: put it beside dev.json and id_aliases.json in data/raw/2wikimultihopqa/"),
+    "hotpotqa-train": ("download the HotpotQA training set (wget http://curtis.ml.cmu.edu/datasets/hotpot/"
+                       "hotpot_train_v1.1.json) and put it at data/raw/hotpotqa/hotpot_train_v1.1.json"),
+    "iirc-train": ("the IIRC archive (iirc_train_dev.tgz) also holds train.json: put it at "
+                   "data/raw/iirc/train.json"),
+    "dpr-train": ("download DPR's training questions from https://dl.fbaipublicfiles.com/dpr/data/retriever/ "
+                  "(or with the DPR repository's data/download_data.py): nq-train.qa.csv "
+                  "(--resource data.retriever.qas.nq-train), trivia-train.qa.csv.gz "
+                  "(data.retriever.qas.trivia-train) and, as SQuAD has no .qa.csv training file, "
+                  "biencoder-squad1-train.json.gz (data.retriever.squad1-train); gunzip them and put "
+                  "them in data/raw/dpr/"),
 }
 
 _FIX = "check that this is {what} in its original format; re-download it if it was edited or cut short"
@@ -167,6 +181,12 @@ def load_2wiki(path: str | Path, source: str = "2wiki") -> list[QuestionRecord]:
             extra={"answer_id": answer_id, "demonyms": demonyms, "supporting_titles": titles,
                    "evidences": _need(rec, "evidences", list, dev, where, what, default=[])}))
     return records
+
+
+def load_2wiki_train(path: str | Path, source: str = "2wiki-train") -> list[QuestionRecord]:
+    """2WikiMultihopQA train.json (or the folder holding it with id_aliases.json): dev.json's format."""
+    path = Path(path)
+    return load_2wiki(path / "train.json" if path.is_dir() else path, source=source)
 
 
 def load_hotpotqa(path: str | Path, source: str = "hotpotqa") -> list[QuestionRecord]:

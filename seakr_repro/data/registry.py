@@ -12,8 +12,8 @@ from typing import Callable
 
 from .. import paths
 from ..errors import DataMissingError, UserError
-from .loaders import (HOW_TO_GET, fanoutqa_path, load_2wiki, load_dpr_qa, load_fanoutqa,
-                      load_hotpotqa, load_iirc)
+from .loaders import (HOW_TO_GET, fanoutqa_path, load_2wiki, load_2wiki_train, load_dpr_qa,
+                      load_fanoutqa, load_hotpotqa, load_iirc)
 from .records import QuestionRecord, sample
 
 _BUNDLED_FIX = ("it ships with the repository; restore it from version control "
@@ -62,6 +62,20 @@ DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
                 HOW_TO_GET["dpr"], "TriviaQA test (DPR's split)"),
     DatasetSpec("squad", load_dpr_qa, "raw", "dpr/squad1-test.qa.csv", "simple", 7357,
                 HOW_TO_GET["dpr"], "SQuAD v1.1 test (DPR's split)"),
+    # official training splits (notebook 10: SKR's labels, TAIKC's KBAE adapter); never evaluated
+    DatasetSpec("2wiki-train", load_2wiki_train, "raw", "2wikimultihopqa", "complex", None,
+                HOW_TO_GET["2wiki-train"], "2WikiMultihopQA train (DRAGIN's preparation)",
+                ("train.json", "id_aliases.json")),
+    DatasetSpec("hotpotqa-train", load_hotpotqa, "raw", "hotpotqa/hotpot_train_v1.1.json", "complex",
+                None, HOW_TO_GET["hotpotqa-train"], "HotpotQA train v1.1"),
+    DatasetSpec("iirc-train", load_iirc, "raw", "iirc/train.json", "complex", None,
+                HOW_TO_GET["iirc-train"], "IIRC train set (answerable questions)"),
+    DatasetSpec("nq-train", load_dpr_qa, "raw", "dpr/nq-train.qa.csv", "simple", None,
+                HOW_TO_GET["dpr-train"], "Natural Questions train (DPR's split)"),
+    DatasetSpec("triviaqa-train", load_dpr_qa, "raw", "dpr/trivia-train.qa.csv", "simple", None,
+                HOW_TO_GET["dpr-train"], "TriviaQA train (DPR's split)"),
+    DatasetSpec("squad-train", load_dpr_qa, "raw", "dpr/biencoder-squad1-train.json", "simple", None,
+                HOW_TO_GET["dpr-train"], "SQuAD v1.1 train (DPR's retriever JSON)"),
     DatasetSpec("fanoutqa", functools.partial(load_fanoutqa, "dev", "top"), "package",
                 "fanoutqa/data/fanout-final-dev.json", "complex", None, HOW_TO_GET["fanoutqa"],
                 "FanOutQA dev, 310 multi-hop questions (shipped in the fanoutqa wheel; closed-book here)"),
@@ -75,6 +89,11 @@ DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
     _bundled("bundled-single", load_dpr_qa, "single/single-dev.json", "simple",
              "the bundled single-hop set (DPR retriever JSON format)"),
 )}
+
+
+# evaluation set -> its official training split (questions SKR and TAIKC may learn from)
+TRAIN_SPLITS = {"2wiki": "2wiki-train", "hotpotqa": "hotpotqa-train", "iirc": "iirc-train",
+                "nq": "nq-train", "triviaqa": "triviaqa-train", "squad": "squad-train"}
 
 
 def get_spec(name: str) -> DatasetSpec:

