@@ -45,6 +45,7 @@ DECLARED_TYPES: dict[str, tuple] = {
     "baselines.max_steps": (int, None),
     "analysis.datasets": (list, None),
     "analysis.n_questions": (int, None),
+    "seakr.simple_qa_passages_path": (str, None),
 }
 
 # Sections whose keys are not fixed by base.yaml: model name -> local directory; notebook name ->
