@@ -235,13 +235,11 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through the
     SEAKR_OVERRIDES environment variable and enter the stamps through the config's hash.
     `cell_timeout` (seconds) overrides reproduce.cell_timeout; neither enters the stamps.
-    With `preflight`, everything the profile needs is checked first (`preflight.check`)."""
+    With `preflight`, everything the profile needs is checked before the first step that runs
+    (`preflight.check`): all missing pieces in one error, before anything long starts."""
     cfg: Config = load_config(profile, overrides)
     if cell_timeout is None:
         cell_timeout = cfg.get("reproduce.cell_timeout")
-    if preflight:
-        from .preflight import check
-        check(cfg, announce=progress)
     # how the steps are run (time limit) is not an input of their results
     settings = {k: v for k, v in cfg.data.items() if k != "reproduce"}
     settings_hash = _sha(json.dumps(settings, sort_keys=True, default=str).encode())
@@ -274,6 +272,10 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
             if progress:
                 print(f"[reproduce] {nb.stem}: {results[-1].status}", flush=True)
             continue
+        if preflight:           # once, before the first step that runs (none: nothing to check)
+            from .preflight import check
+            check(cfg, announce=progress)
+            preflight = False
         if progress:
             print(f"[reproduce] {nb.stem}: running (profile {profile})", flush=True)
         t0 = time.perf_counter()

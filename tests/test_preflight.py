@@ -117,3 +117,25 @@ def test_cli_exit_2_without_traceback(bare_machine, capsys):
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and captured.err.startswith("error: profile 'paper'")
     assert "will be skipped: the Self-RAG rows" in captured.out
+
+
+
+def test_up_to_date_steps_need_no_preflight(monkeypatch, tmp_path):
+    """Every step up to date: nothing to run, so nothing is checked and nothing fails."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from seakr_repro import pipeline
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: tmp_path / "results" / p)
+    (tmp_path / "nbs").mkdir()
+    nb = new_notebook(cells=[new_code_cell("pass")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "nbs" / "00-x.ipynb")
+    run = lambda: [r.status for r in pipeline.reproduce("smoke", notebooks_dir=tmp_path / "nbs",  # noqa: E731
+                                                         progress=False)]
+    calls = []
+    real = preflight.run_checks
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert run() == ["ran"] and calls == [1]
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: pytest.fail("checked"))
+    assert run() == ["up-to-date"]
