@@ -62,3 +62,16 @@ def test_render_all_goes_on_around_a_running_step(half_run, monkeypatch):
     assert done["table1_complex_qa"] == "partial"
     assert done["table2_simple_qa"] == "no"          # nothing of 05 yet
     assert done["table7_efficiency"] == "yes"
+
+
+def test_seakr_runs_first_in_the_method_notebooks():
+    import nbformat
+
+    from seakr_repro import experiments
+    from seakr_repro.paths import NOTEBOOKS_DIR
+    assert experiments.run_order(experiments.TABLE1_METHODS) == \
+        ["seakr", "cot", "ircot", "self_rag", "flare", "dragin"]
+    assert experiments.run_order(["cot", "flare"]) == ["cot", "flare"]
+    for name, methods in (("04-complex-qa", "TABLE1_METHODS"), ("05-simple-qa", "TABLE2_METHODS")):
+        source = "\n".join(c.source for c in nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", 4).cells)
+        assert f"run_order(experiments.{methods})" in source
