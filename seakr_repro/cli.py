@@ -108,10 +108,28 @@ def cmd_reproduce(args):
     from .config import parse_override
 
     overrides = dict(parse_override(s) for s in (args.set or []))
-    results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides)
+    results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
+                        cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
+                        progress=not args.quiet)
     ran = [r for r in results if r.status == "ran"]
     print(f"[reproduce] profile {args.profile}: {len(ran)} step(s) ran, "
           f"{sum(r.status == 'up-to-date' for r in results)} up to date")
+
+
+def cmd_preflight(args):
+    from .preflight import check, run_checks
+
+    cfg = _config(args)
+    report = run_checks(cfg, strict=args.strict)
+    print("\n".join(line for line in report.text().splitlines() if "MISSING" not in line), flush=True)
+    check(cfg, announce=False, report=report)     # all missing pieces in one paragraph, exit 2
+    print(f"[preflight] profile {args.profile}: everything needed is in place")
+
+
+def cmd_status(args):
+    from .status import report
+
+    print(report(_config(args), cache=args.cache))
 
 
 def cmd_run(args):
@@ -185,6 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
     p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
     p.add_argument("--force", action="store_true", help="re-run even if up to date")
+    p.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a notebook cell after this many seconds (default: "
+                        "reproduce.cell_timeout, null = no limit)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the check of models, corpus, data sets, disk and GPU before starting")
+
+    p = add("preflight", cmd_preflight,
+            "check that everything the profile needs is in place (models, corpus, data, disk, GPU)")
+    p.add_argument("--strict", action="store_true",
+                   help="optional models (Self-RAG, Table 4 backbones) are required too")
+
+    p = add("status", cmd_status,
+            "progress of a (running) reproduce: steps, questions done, EM/F1 so far, ETA, disk")
+    p.add_argument("--cache", action="store_true", help="also measure the cache directory (slow at paper scale)")
 
     p = add("run", cmd_run, "run one method on one data set (resumable), print EM/F1 and costs")
     p.add_argument("--method", required=True,

@@ -20,6 +20,12 @@ from .paths import results_dir
 TABLE1_METHODS = ("cot", "ircot", "self_rag", "flare", "dragin", "seakr")
 TABLE2_METHODS = ("cot", "self_rag", "flare", "dragin", "seakr")
 
+
+def run_order(methods: Sequence[str]) -> list[str]:
+    """SeaKR first, then the rest in the paper's order: a days-long run gives the headline number
+    first. The rendered tables keep the paper's row order (`side_by_side`)."""
+    return sorted(methods, key=lambda m: m != "seakr")
+
 # Table 3 rows (ids as in data/paper/seakr_table3.csv) -> SeaKR switches.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "seakr": {},

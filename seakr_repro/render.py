@@ -1,8 +1,9 @@
 """Step 90: every table and figure from saved results alone, beside the paper's numbers.
 
 Each table spec names the results CSV a compute notebook saved, the paper table it sits beside, and
-its caption. A table whose results are missing is listed as not rendered (with the step to run),
-never silently left out.
+its caption. A table whose notebook has not finished is rendered from its run files as they stand
+(rows marked "partial: n of N"), so a days-long step does not hold back the others; a table with
+neither is listed as not rendered (with the step to run), never silently left out.
 """
 from __future__ import annotations
 
@@ -57,23 +58,106 @@ def ours_for_table(df: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     return out
 
 
+def _table_runs(cfg: Config, spec: TableSpec) -> tuple[list[str], list[str]]:
+    """(run labels, data sets) whose run files make up a table's rows (Tables 1-4)."""
+    from .experiments import ABLATIONS, TABLE1_METHODS, TABLE2_METHODS
+    from .prepare import profile_datasets
+
+    step = spec.results.split("/")[0]
+    if step == "04-complex-qa":
+        return list(TABLE1_METHODS), list(cfg["datasets.complex"])
+    if step == "05-simple-qa":
+        return list(TABLE2_METHODS), list(cfg["datasets.simple"])
+    if step == "06-ablations":
+        return list(ABLATIONS), profile_datasets(cfg)
+    if step == "07-backbones":
+        return list(cfg.get("backbones.models", []) or []), profile_datasets(cfg)
+    return [], []
+
+
+def partial_results(cfg: Config, spec: TableSpec) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Tidy rows from the run files of a step that has not finished, and {row: "partial: n of N
+    ..."}. Per (label, data set) the newest run file is read (the one being written); only the
+    questions of the prepared set count."""
+    from .evaluation import score_predictions
+    from .prepare import load_prepared
+    from .runner import read_results
+    from .status import run_total
+
+    labels, datasets = _table_runs(cfg, spec)
+    runs = results_dir(cfg.profile) / "runs"
+    rows, counts = [], {}
+    for dataset in datasets:
+        prepared = None
+        for label in labels:
+            files = sorted(runs.glob(f"{dataset}/{label}-*.jsonl"), key=lambda p: p.stat().st_mtime)
+            files = [f for f in files if f.stem.rsplit("-", 1)[0] == label]   # not "seakr-x" for "seakr"
+            if not files:
+                continue
+            if prepared is None:
+                prepared = [r.id for r in load_prepared(cfg, dataset)]
+            total = run_total(cfg, dataset, label) or len(prepared)
+            wanted = set(prepared[:total])
+            done = [r for r in read_results(files[-1]) if r["id"] in wanted]
+            if not done:
+                continue
+            score = score_predictions([r["answer"] for r in done], [r["golds"] for r in done],
+                                      n_boot=cfg["evaluation.bootstrap_samples"], seed=cfg["seed"])
+            for metric in ("em", "f1"):
+                rows.append({"method": label, "model": label if spec.rows == "model" else cfg["model.name"],
+                             "dataset": dataset, "metric": metric, "value": score[metric],
+                             "low": score[f"{metric}_low"], "high": score[f"{metric}_high"],
+                             "n": score["n"]})
+            counts.setdefault(label, {})[dataset] = (len(done), total)
+    notes = {}
+    for label, by_dataset in counts.items():      # a row is partial until every data set is done
+        parts, complete = [], True
+        for dataset in datasets:
+            done, total = by_dataset.get(dataset, (0, run_total(cfg, dataset, label)))
+            complete &= total is not None and done >= total
+            name = _column_name(dataset)
+            parts.append(f"{done:,} of {total:,} questions on {name}" if total is not None
+                         else f"{name} not started")
+        if not complete:
+            notes[label] = "partial: " + ", ".join(parts) + " (run in progress)"
+    return pd.DataFrame(rows), notes
+
+
+def _column_name(dataset: str) -> str:
+    from .experiments import paper_dataset_name
+    from .reporting.tables import DATASET_NAMES
+
+    name = paper_dataset_name(dataset)
+    return DATASET_NAMES.get(name, name)
+
+
+PARTIAL_CAPTION = ("Partial: its notebook has not finished; rows marked (partial) count the "
+                   "questions done so far (footnotes).")
+
+
 def render_table(cfg: Config, spec: TableSpec, out_dir: Path | None = None) -> tuple[Path, Path] | None:
     from .io import read_json
     from .reporting import load_paper_table, save_table, side_by_side
 
     path = results_dir(cfg.profile) / spec.results
-    if not path.is_file():
-        return None
-    ours = ours_for_table(pd.read_csv(path), spec)
+    partial: dict[str, str] = {}
+    if path.is_file():
+        ours = ours_for_table(pd.read_csv(path), spec)
+    else:
+        found, partial = partial_results(cfg, spec)
+        if found.empty:
+            return None
+        ours = ours_for_table(found, spec)
     paper = load_paper_table(spec.paper) if spec.paper else ours.iloc[:0]
     if spec.rows == "method" and "model" in paper.columns and paper["model"].nunique() > 1:
         paper = paper[paper["model"] == paper["model"].mode()[0]]
     skipped_file = path.with_name("skipped.json")
     reasons = read_json(skipped_file) if skipped_file.is_file() else None
     wide = side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
-                        reasons=reasons, show_ci="low" in ours.columns)
+                        reasons=reasons, show_ci="low" in ours.columns, partial=partial)
+    caption = spec.caption + (" " + PARTIAL_CAPTION if partial else "")
     return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile,
-                      caption=spec.caption, differs_because=differs_because(cfg))
+                      caption=caption, differs_because=differs_because(cfg))
 
 
 def render_all(cfg: Config) -> pd.DataFrame:
@@ -81,7 +165,9 @@ def render_all(cfg: Config) -> pd.DataFrame:
     status = []
     for spec in TABLES:
         files = render_table(cfg, spec)
-        status.append({"table": spec.stem, "rendered": files is not None,
+        finished = (results_dir(cfg.profile) / spec.results).is_file()
+        status.append({"table": spec.stem,
+                       "rendered": "no" if files is None else "yes" if finished else "partial",
                        "files": ", ".join(str(p) for p in files) if files else
                        f"missing {spec.results}: run its notebook first"})
     return pd.DataFrame(status)

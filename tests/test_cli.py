@@ -15,7 +15,8 @@ def run_cli(*args, **kw):
 def test_every_subcommand_has_help():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    assert {"corpus", "prepare", "index", "search", "reproduce", "datasets"} <= set(commands)
+    assert {"corpus", "prepare", "index", "search", "reproduce", "datasets", "preflight",
+            "status", "render"} <= set(commands)
     for name in commands:
         with pytest.raises(SystemExit) as exit_:
             parser.parse_args([name, "--help"])
@@ -78,3 +79,15 @@ def test_run_asking_for_more_questions_than_prepared_says_how_to_get_more(tmp_pa
     assert res.returncode == 2 and "Traceback" not in res.stderr
     text = " ".join(res.stderr.split())
     assert "prepared 3" in text and "datasets.n_questions=6" in text
+
+
+def test_reproduce_passes_the_cell_timeout_and_preflight_switch(monkeypatch):
+    """--cell-timeout reaches the pipeline as a run setting (not an override: stamps unchanged)."""
+    from seakr_repro import pipeline
+    from seakr_repro.cli import main
+    seen = {}
+    monkeypatch.setattr(pipeline, "reproduce", lambda profile, **kw: seen.update(kw) or [])
+    assert main(["reproduce", "--profile", "smoke", "--cell-timeout", "90", "--no-preflight"]) == 0
+    assert seen["cell_timeout"] == 90 and seen["preflight"] is False and seen["overrides"] == {}
+    assert main(["reproduce", "--profile", "smoke"]) == 0
+    assert seen["cell_timeout"] is None and seen["preflight"] is True   # the profile's setting

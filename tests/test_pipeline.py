@@ -96,3 +96,120 @@ def test_bad_overrides_environment_is_explained(monkeypatch):
     monkeypatch.setenv("SEAKR_OVERRIDES", "{not json")
     with pytest.raises(UserError, match="SEAKR_OVERRIDES"):
         load_config("smoke")
+
+
+# --- cell timeout, dead kernel, streamed output -------------------------------------------------
+
+@pytest.fixture
+def nbdir(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: (tmp_path / "results" / p).resolve())
+    d = tmp_path / "nbs"
+    d.mkdir()
+    return d
+
+
+def test_a_cell_past_the_timeout_setting_ends_in_one_paragraph_and_keeps_the_notebook(nbdir, tmp_path):
+    _notebook(nbdir / "00-slow.ipynb", "import time\nprint('started', flush=True)\ntime.sleep(30)")
+    with pytest.raises(UserError) as err:     # the setting, as a profile or --set would give it
+        pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, preflight=False,
+                           overrides={"reproduce.cell_timeout": 1})
+    assert "cell timeout of 1 s" in str(err.value) and "reproduce.cell_timeout" in str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__   # no chained traceback
+    out = tmp_path / "results" / "smoke" / "notebooks"
+    assert (out / "00-slow.failed.ipynb").is_file() and not (out / "00-slow.ipynb").exists()
+    assert not list(out.glob(".*running*"))
+    assert "started" in (out / "00-slow.failed.ipynb").read_text()   # its output is kept
+
+
+def test_no_cell_timeout_unless_asked(nbdir, tmp_path):
+    """The old one-hour limit is gone: by default nothing is stopped (a short sleep stands in for
+    a days-long cell), and the time limit is not an input of the steps' stamps."""
+    import inspect
+
+    from seakr_repro.config import load_config
+    assert load_config("paper")["reproduce.cell_timeout"] is None
+    assert inspect.signature(pipeline.run_notebook).parameters["timeout"].default is None
+    _notebook(nbdir / "00-wait.ipynb", "import time\ntime.sleep(1.5)")
+    run = lambda **kw: pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,  # noqa: E731
+                                          preflight=False, **kw)
+    assert [r.status for r in run()] == ["ran"]
+    assert [r.status for r in run(cell_timeout=600)] == ["up-to-date"]
+
+
+def test_a_dead_kernel_ends_in_one_paragraph(nbdir, tmp_path):
+    _notebook(nbdir / "00-die.ipynb", "import os\nos._exit(1)")
+    with pytest.raises(UserError, match="kernel running notebook 00-die.ipynb died"):
+        pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, preflight=False)
+    assert (tmp_path / "results" / "smoke" / "notebooks" / "00-die.failed.ipynb").is_file()
+
+
+def test_kernel_output_is_streamed_and_noise_dropped(tmp_path):
+    import io
+    nb = tmp_path / "00-talk.ipynb"
+    _notebook(nb, "import sys\nfrom tqdm.auto import tqdm\nprint('hello from the kernel')\n"
+                  "print('Kernel is running over TCP without encryption', file=sys.stderr)\n"
+                  "for _ in tqdm(range(3), desc='questions'):\n    pass")
+    out, err = io.StringIO(), io.StringIO()
+    pipeline.run_notebook(nb, "smoke", out_dir=tmp_path / "out", stdout=out, stderr=err)
+    assert "[00] hello from the kernel\n" in out.getvalue()
+    assert "questions: 100%" in err.getvalue() and "3/3" in err.getvalue()
+    assert "TCP" not in err.getvalue() and "IProgress" not in err.getvalue()
+
+
+def test_kernel_start_up_warnings_do_not_reach_the_terminal(tmp_path):
+    """The kernel process writes its own warnings straight to the inherited stderr: run the
+    pipeline in a child and look at what the terminal would get."""
+    import os
+    import subprocess
+    import sys
+    nb = tmp_path / "00-hi.ipynb"
+    _notebook(nb, "print('hi')")
+    code = ("from pathlib import Path; from seakr_repro import pipeline; "
+            f"pipeline.run_notebook(Path({str(nb)!r}), 'smoke', out_dir=Path({str(tmp_path / 'o')!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "[00] hi" in proc.stdout
+    assert "TCP" not in proc.stderr and "frozen" not in proc.stderr, proc.stderr
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_progress_redraws_are_throttled_in_a_log():
+    import io
+    clock, out = _Clock(), io.StringIO()
+    echo = pipeline.KernelEcho(out, "[04] ", interval=30, clock=clock)
+    for i in range(100):                     # a tqdm bar redrawn 100 times within a second
+        echo.write(f"\rseakr on 2wiki: {i}%")
+    clock.t = 31
+    echo.write("\rseakr on 2wiki: 100%")
+    echo.write("\rseakr on 2wiki: 100% done\n")   # the bar's last state always shows
+    echo.write("one line\nanother ")
+    echo.write("line\n")
+    echo.close()
+    assert out.getvalue().splitlines() == ["[04] seakr on 2wiki: 0%", "[04] seakr on 2wiki: 100%",
+                                           "[04] seakr on 2wiki: 100% done", "[04] one line",
+                                           "[04] another line"]
+
+
+def test_progress_is_redrawn_in_place_on_a_terminal():
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    clock, out = _Clock(), Tty()
+    echo = pipeline.KernelEcho(out, "", clock=clock)     # 1 s on a terminal
+    echo.write("\r10%")
+    echo.write("\r20%")                                  # within the second: not drawn
+    clock.t = 2
+    echo.write("\r30%")
+    echo.write("next\n")
+    assert out.getvalue() == "\r10%\x1b[K\r30%\x1b[K\n30%next\n"

@@ -94,3 +94,14 @@ def test_decimals_follow_the_paper_per_metric():
     assert t.loc["DRAGIN", ("HotpotQA", "s/question")] == "– | 19.25 | –"
     assert side_by_side(ours, load_paper_table("seakr_table7"), decimals=1).loc[
         "SEAKR", ("2Wiki", "s/question")] == "5.1 | 4.9 | +0.2"
+
+
+def test_partial_rows_are_labelled_and_footnoted():
+    wide = side_by_side(OURS, load_paper_table("seakr_table1"),
+                        reasons={"self-rag": "checkpoint not supplied"},
+                        partial={"seakr": "partial: 40 of 12,576 on 2Wiki"})
+    assert "SEAKR (partial)" in wide.index and "SEAKR" not in wide.index
+    assert wide.loc["SEAKR (partial)", ("2Wiki", "F1")] == "33.0 | 36.0 | -3.0"
+    md = to_markdown(wide, "Table 1.")
+    assert "| SEAKR (partial) (" in md and ": partial: 40 of 12,576 on 2Wiki" in md
+    assert "checkpoint not supplied" in md       # the other footnotes stay

@@ -56,18 +56,22 @@ def _keyed(df: pd.DataFrame, rows: str, who: str, needed: Sequence[str]) -> pd.D
 def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
                  decimals: int | None = None,
                  show_ci: bool = False, reasons: Mapping[str, str] | None = None,
-                 order: Sequence[str] | None = None) -> pd.DataFrame:
+                 order: Sequence[str] | None = None,
+                 partial: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Wide table: one row per `rows` value, columns (dataset, metric), cells "ours | paper | delta".
 
     `ours` is tidy (rows, dataset, metric, value[, low, high]) in the paper's units (percent);
     with `show_ci` the interval follows our value. `decimals` None prints each metric as the
     paper does (`DECIMALS`, else 1). `reasons` maps a row name to why it has no
     numbers of ours; `order` fixes the row order (default: the paper's, then ours).
+    `partial` maps a row to a note such as "partial: 40 of 1,200 questions": the row is labelled
+    "(partial)" and the note becomes its footnote.
     Row labels come from the paper's `label` column, else ours, else the id.
     """
     o = _keyed(ours, rows, "our", ["value"])
     p = _keyed(paper, rows, "paper", ["value"])
     reasons = {canonical(k): v for k, v in (reasons or {}).items()}
+    partial = {canonical(k): v for k, v in (partial or {}).items()}
     row_ids = list(dict.fromkeys([*(canonical(r) for r in order or []), *p["_row"], *o["_row"], *reasons]))
     cols = list(dict.fromkeys(zip(pd.concat([p["_ds"], o["_ds"]]), pd.concat([p["_m"], o["_m"]]))))
     labels = {}
@@ -90,10 +94,13 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
                     cell += f" [{lo:.{places}f}, {hi:.{places}f}]"
             column.append(SEP.join([cell, _fmt(pv, places), _fmt(ov - pv, places, sign=True)]))
         table[(DATASET_NAMES.get(ds, ds), METRIC_NAMES.get(m, m.upper() if len(m) <= 3 else m))] = column
-    index = pd.Index([labels.get(r, r) for r in row_ids], name=rows)
+    shown = {r: labels.get(r, r) + (" (partial)" if r in partial else "") for r in row_ids}
+    index = pd.Index([shown[r] for r in row_ids], name=rows)
     out = pd.DataFrame(table, index=index)
     out.columns = pd.MultiIndex.from_tuples(out.columns, names=["dataset", "metric"])
-    out.attrs["footnotes"] = {labels.get(r, r): why for r, why in reasons.items()}
+    notes = {r: "; ".join(x for x in (partial.get(r), reasons.get(r)) if x)
+             for r in row_ids if r in partial or r in reasons}
+    out.attrs["footnotes"] = {shown[r]: why for r, why in notes.items()}
     return out
 
 

@@ -1,0 +1,141 @@
+"""Preflight: everything a profile needs is checked before anything long starts, and every
+missing piece is reported at once, each with where to get it and where to put it."""
+import pytest
+
+from seakr_repro import paths, preflight, prepare
+from seakr_repro.config import load_config
+from seakr_repro.errors import DataMissingError
+
+GiB = 1024 ** 3
+
+
+@pytest.fixture
+def bare_machine(tmp_path, monkeypatch):
+    """Nothing downloaded: empty data/raw and cache, no HF cache, 10 GiB free, no GPU."""
+    import torch
+    monkeypatch.setattr(paths, "RAW_DIR", tmp_path / "raw")
+    monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr("seakr_repro.retrieval.index.CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.delenv("SEAKR_MODEL_PATH", raising=False)
+    monkeypatch.setattr(preflight, "free_bytes", lambda path: 10 * GiB)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    return tmp_path
+
+
+def _paper(tmp_path, **extra):
+    return load_config("paper", {"model.path": str(tmp_path / "models" / "llama"),
+                                 "corpus.tsv_path": str(tmp_path / "dpr" / "psgs_w100.tsv"), **extra})
+
+
+def test_every_missing_piece_in_one_error(bare_machine):
+    with pytest.raises(DataMissingError) as err:
+        preflight.check(_paper(bare_machine), announce=False)
+    text = str(err.value)
+    assert "10 missing pieces" in text
+    for piece in ("model llama-2-7b-chat", "models/llama", "huggingface-cli download",   # model
+                  "psgs_w100.tsv", "corpus.tsv_path",                                    # corpus
+                  "data set 2wiki", "data set hotpotqa", "data set iirc", "data set nq",
+                  "data set triviaqa", "data set squad", "hotpot_dev_distractor_v1.json",
+                  "disk: the paper profile needs about", "10.0 GiB is free",
+                  "torch sees no CUDA GPU"):
+        assert piece in text, piece
+    assert "selfrag" not in text        # optional rows are skipped, not missing
+
+
+def test_optional_models_are_skipped_with_the_reason_unless_strict(bare_machine):
+    cfg = _paper(bare_machine)
+    report = preflight.run_checks(cfg)
+    skipped = "\n".join(report.skipped)
+    assert "Self-RAG rows of Tables 1/2" in skipped and "model.paths.selfrag-llama2-7b" in skipped
+    assert "llama-3-8b row of Table 4" in skipped
+    assert not any("llama-2-7b-chat" in s for s in report.skipped)   # the profile's own model
+    strict = preflight.run_checks(cfg, strict=True)
+    assert any("selfrag-llama2-7b" in p for p in strict.problems)
+
+
+def test_model_path_serves_the_profiles_own_model_only(bare_machine):
+    """model.path names the profile's model; Self-RAG comes from model.paths only."""
+    llama = bare_machine / "models" / "llama"
+    llama.mkdir(parents=True)
+    (llama / "config.json").write_text("{}")
+    report = preflight.run_checks(_paper(bare_machine))
+    assert "model llama-2-7b-chat" in report.ok
+    assert any("selfrag" in s for s in report.skipped)
+    selfrag = bare_machine / "models" / "selfrag"
+    selfrag.mkdir()
+    (selfrag / "config.json").write_text("{}")
+    cfg = _paper(bare_machine, **{"model.paths": {"selfrag-llama2-7b": str(selfrag)}})
+    assert "model selfrag-llama2-7b" in preflight.run_checks(cfg).ok
+
+
+def test_a_small_gpu_is_named(bare_machine, monkeypatch):
+    import torch
+    from types import SimpleNamespace
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=16 * GiB))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Tiny GPU")
+    problems = preflight.run_checks(_paper(bare_machine)).problems
+    gpu = [p for p in problems if p.startswith("GPU")]
+    assert len(gpu) == 1 and "Tiny GPU has 16.0 GiB" in gpu[0] and "bfloat16" in gpu[0]
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=24 * GiB))
+    assert not any(p.startswith("GPU") for p in preflight.run_checks(_paper(bare_machine)).problems)
+
+
+def test_built_parts_are_not_counted_again(bare_machine):
+    cfg = _paper(bare_machine)
+    before = preflight.disk_need_bytes(cfg)
+    corpus = prepare.corpus_path(cfg)
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text("{}\n")
+    need = preflight.DISK_NEEDS_GIB["dpr-wiki"]
+    assert before == int(sum(need.values()) * GiB)
+    assert preflight.disk_need_bytes(cfg) == int((sum(need.values()) - need["corpus"]) * GiB)
+    assert any("corpus dpr-wiki (built" in x for x in preflight.run_checks(cfg).ok)
+
+
+def test_shipped_profiles_pass(monkeypatch):
+    monkeypatch.setattr(preflight, "free_bytes", lambda path: 100 * GiB)
+    report = preflight.check(load_config("smoke"), announce=False)
+    assert not report.problems and "data set bundled-2wiki" in report.ok
+
+
+def test_reproduce_stops_before_any_notebook(bare_machine, tmp_path, monkeypatch):
+    from seakr_repro import pipeline
+    monkeypatch.setattr(pipeline, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    monkeypatch.setenv("SEAKR_MODEL_PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(DataMissingError, match="missing pieces"):
+        pipeline.reproduce("paper", progress=False)
+
+
+def test_cli_exit_2_without_traceback(bare_machine, capsys):
+    from seakr_repro.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["preflight", "--profile", "paper", "--set", f"model.path={bare_machine}/m"])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.err.startswith("error: profile 'paper'")
+    assert "will be skipped: the Self-RAG rows" in captured.out
+
+
+
+def test_up_to_date_steps_need_no_preflight(monkeypatch, tmp_path):
+    """Every step up to date: nothing to run, so nothing is checked and nothing fails."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from seakr_repro import pipeline
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: tmp_path / "results" / p)
+    (tmp_path / "nbs").mkdir()
+    nb = new_notebook(cells=[new_code_cell("pass")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "nbs" / "00-x.ipynb")
+    run = lambda: [r.status for r in pipeline.reproduce("smoke", notebooks_dir=tmp_path / "nbs",  # noqa: E731
+                                                         progress=False)]
+    calls = []
+    real = preflight.run_checks
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert run() == ["ran"] and calls == [1]
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: pytest.fail("checked"))
+    assert run() == ["up-to-date"]

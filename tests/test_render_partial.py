@@ -1,0 +1,77 @@
+"""`render` while a method notebook is still running: its table comes from the run files as they
+stand, rows marked "partial: n of N", in the paper's row order; other tables are not held back."""
+import json
+
+import pytest
+
+from seakr_repro import prepare, render, status
+from seakr_repro.config import load_config
+
+
+@pytest.fixture
+def half_run(tmp_path, monkeypatch):
+    for module in (render, prepare):
+        monkeypatch.setattr(module, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
+    res = tmp_path / "default"
+    (res / "data").mkdir(parents=True)
+    (res / "data" / "bundled-2wiki.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "question": "?", "answers": ["Paris"]}) + "\n" for i in range(5)))
+    runs = res / "runs" / "bundled-2wiki"
+    runs.mkdir(parents=True)
+
+    def write(name, n, correct):
+        (runs / name).write_text("".join(json.dumps(
+            {"id": f"q{i}", "answer": "Paris" if correct else "Rome", "golds": ["Paris"]}) + "\n"
+            for i in range(n)))
+    write("cot-aaaa.jsonl", 5, False)           # finished
+    write("seakr-old0.jsonl", 1, False)         # an earlier configuration ...
+    write("seakr-bbbb.jsonl", 3, True)          # ... and the run being written now (newest)
+    import os
+    os.utime(runs / "seakr-old0.jsonl", (1, 1))
+    # a finished Table 7, to show the partial table does not hold back the others
+    eff = res / "09-efficiency"
+    eff.mkdir()
+    eff.joinpath("results.csv").write_text("table,method,dataset,metric,value\n"
+                                           "table7,seakr,bundled-2wiki,seconds_per_question,1.5\n")
+    return tmp_path
+
+
+def test_partial_table_from_run_files(half_run):
+    cfg = load_config("default")
+    frame, notes = render.partial_results(cfg, render.TABLES[0])
+    f1 = frame[frame.metric == "f1"].set_index("method")
+    assert f1.loc["seakr", "value"] == 100.0 and f1.loc["seakr", "n"] == 3   # the newest file
+    assert f1.loc["cot", "value"] == 0.0 and f1.loc["cot", "n"] == 5
+    one_set = cfg.with_overrides({"datasets.complex": ["bundled-2wiki"]})
+    assert set(render.partial_results(one_set, render.TABLES[0])[1]) == {"seakr"}   # cot is done
+    assert notes["seakr"] == ("partial: 3 of 5 questions on 2Wiki, HotpotQA not started "
+                              "(run in progress)")     # HotpotQA is not even prepared here
+    assert "cot" in notes                               # done on 2Wiki, not on HotpotQA
+    md, _ = render.render_table(cfg, render.TABLES[0], out_dir=half_run / "tables")
+    text = md.read_text()
+    assert "SEAKR (partial)" in text and "partial: 3 of 5 questions on 2Wiki" in text
+    assert "Partial: its notebook has not finished" in text
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")][1:]
+    assert rows.index("CoT (partial) (a)") < rows.index("SEAKR (partial) (b)")   # the paper's order
+
+
+def test_render_all_goes_on_around_a_running_step(half_run, monkeypatch):
+    monkeypatch.setattr(render, "TABLES_DIR", half_run / "tables")
+    done = render.render_all(load_config("default")).set_index("table")["rendered"]
+    assert done["table1_complex_qa"] == "partial"
+    assert done["table2_simple_qa"] == "no"          # nothing of 05 yet
+    assert done["table7_efficiency"] == "yes"
+
+
+def test_seakr_runs_first_in_the_method_notebooks():
+    import nbformat
+
+    from seakr_repro import experiments
+    from seakr_repro.paths import NOTEBOOKS_DIR
+    assert experiments.run_order(experiments.TABLE1_METHODS) == \
+        ["seakr", "cot", "ircot", "self_rag", "flare", "dragin"]
+    assert experiments.run_order(["cot", "flare"]) == ["cot", "flare"]
+    for name, methods in (("04-complex-qa", "TABLE1_METHODS"), ("05-simple-qa", "TABLE2_METHODS")):
+        source = "\n".join(c.source for c in nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", 4).cells)
+        assert f"run_order(experiments.{methods})" in source

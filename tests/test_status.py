@@ -1,0 +1,80 @@
+"""`python -m seakr_repro status` on a fabricated results directory: partial and torn run files,
+steps in every state, totals capped by a notebook's N_QUESTIONS."""
+import json
+
+import pytest
+
+from seakr_repro import status
+from seakr_repro.config import load_config
+
+
+def _row(i, correct, seconds=2.0):
+    return {"id": f"q{i}", "answer": "Paris" if correct else "Rome", "golds": ["Paris"],
+            "em": float(correct), "f1": float(correct), "n_retrievals": 1, "llm_calls": 1,
+            "tokens": 5, "seconds": seconds}
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
+    res = tmp_path / "default"
+    (res / "data").mkdir(parents=True)
+    (res / "data" / "bundled-2wiki.jsonl").write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": "?", "answers": ["Paris"]}) + "\n" for i in range(10)))
+    runs = res / "runs" / "bundled-2wiki"
+    runs.mkdir(parents=True)
+    rows = [_row(i, i % 2 == 0) for i in range(4)]
+    (runs / "seakr-abc123.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + '{"id": "q4", "answ')   # torn: being written
+    (runs / "cot-def456.jsonl").write_text(json.dumps(_row(0, True)) + "\n{broken\n" +
+                                           json.dumps(_row(1, True)) + "\n")
+    (runs / "estimator-prompt-0a1b2c.jsonl").write_text(json.dumps(_row(0, True)) + "\n")
+    (res / "stamps").mkdir()
+    (res / "stamps" / "00-prepare-data.json").write_text(
+        json.dumps({"stamp": "x", "seconds": 3725.0, "finished": "2026-01-01T00:00:00"}))
+    nbs = res / "notebooks"
+    nbs.mkdir()
+    (nbs / ".01-build-bm25-index.running.ipynb").write_text("{}")
+    (nbs / "02-extract-hidden-states.failed.ipynb").write_text("{}")
+    return res
+
+
+def test_runs_done_total_scores_pace_eta(results):
+    runs = status.run_status(load_config("default")).set_index("run")
+    seakr = runs.loc["seakr"]
+    assert (seakr["done"], seakr["total"]) == (4, 10)          # the torn line is not counted
+    assert seakr["em"].startswith("50.0 [") and seakr["f1"].startswith("50.0 [")
+    assert seakr["s/question"] == "2.00" and seakr["eta"] == "12s"   # 6 left x 2 s
+    assert runs.loc["cot", "em"] == "unreadable: line 2"
+    # an ablation's total is capped by 06-ablations' N_QUESTIONS (3 in the default profile)
+    assert (runs.loc["estimator-prompt", "done"], runs.loc["estimator-prompt", "total"]) == (1, 3)
+    assert runs.loc["estimator-prompt", "eta"] == "4s"
+    assert status.run_total(load_config("smoke"), "bundled-2wiki", "seakr") is None   # not prepared
+    (results.parent / "smoke" / "data").mkdir(parents=True)
+    (results.parent / "smoke" / "data" / "bundled-2wiki.jsonl").write_bytes(
+        (results / "data" / "bundled-2wiki.jsonl").read_bytes())
+    assert status.run_total(load_config("smoke"), "bundled-2wiki", "seakr") == 1   # 04's cap
+    # status only reads: the torn line is still there for the runner to repair
+    assert (results / "runs" / "bundled-2wiki" / "seakr-abc123.jsonl").read_text().endswith('"answ')
+
+
+def test_steps_in_every_state(results):
+    steps = status.step_status(load_config("default")).set_index("step")
+    assert steps.loc["00-prepare-data", "state"] == "done"
+    assert steps.loc["00-prepare-data", "took"] == "1h 02m"
+    assert steps.loc["01-build-bm25-index", "state"] == "running"
+    assert steps.loc["02-extract-hidden-states", "state"] == "failed"
+    assert steps.loc["90-render", "state"] == "not run"
+
+
+def test_report_and_cli(results, capsys):
+    from seakr_repro.cli import main
+    assert main(["status", "--profile", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "| bundled-2wiki | seakr" in out and "running" in out and "disk: results/default" in out
+
+
+def test_no_results_yet(tmp_path, monkeypatch):
+    monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
+    text = status.report(load_config("smoke"))
+    assert "runs: none yet" in text and not (tmp_path / "smoke").exists()   # creates nothing
