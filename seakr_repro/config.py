@@ -46,6 +46,7 @@ DECLARED_TYPES: dict[str, tuple] = {
     "analysis.datasets": (list, None),
     "analysis.n_questions": (int, None),
     "seakr.simple_qa_passages_path": (str, None),
+    "reproduce.cell_timeout": (int, float, None),
 }
 
 # Sections whose keys are not fixed by base.yaml: model name -> local directory; notebook name ->

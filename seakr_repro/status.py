@@ -86,8 +86,11 @@ def _step_of(cfg: Config, label: str) -> str | None:
 
 def _cap(cfg: Config, label: str, dataset_kind: str) -> int | None:
     notebooks = cfg.get("notebooks", {}) or {}
-    if _step_of(cfg, label) is not None:
-        return (notebooks.get(_step_of(cfg, label)) or {}).get("N_QUESTIONS")
+    step = _step_of(cfg, label)
+    if step in ("06-ablations", "07-backbones"):   # Tables 3/4 run on the analysis sample
+        return cfg.get("analysis.n_questions")
+    if step is not None:
+        return (notebooks.get(step) or {}).get("N_QUESTIONS")
     step = "04-complex-qa" if dataset_kind == "complex" else "05-simple-qa"
     return (notebooks.get(step) or {}).get("N_QUESTIONS")
 

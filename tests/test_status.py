@@ -46,7 +46,7 @@ def test_runs_done_total_scores_pace_eta(results):
     assert seakr["em"].startswith("50.0 [") and seakr["f1"].startswith("50.0 [")
     assert seakr["s/question"] == "2.00" and seakr["eta"] == "12s"   # 6 left x 2 s
     assert runs.loc["cot", "em"] == "unreadable: line 2"
-    # an ablation's total is capped by 06-ablations' N_QUESTIONS (3 in the default profile)
+    # an ablation's total is capped by analysis.n_questions (3 in the default profile)
     assert (runs.loc["estimator-prompt", "done"], runs.loc["estimator-prompt", "total"]) == (1, 3)
     assert runs.loc["estimator-prompt", "eta"] == "4s"
     assert status.run_total(load_config("smoke"), "bundled-2wiki", "seakr") is None   # not prepared
