@@ -237,4 +237,4 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     if not use_cache:
         return backend
     from .cache import CachedBackend
-    return CachedBackend(backend)
+    return CachedBackend(backend, vectors=get("cache.vectors", "gram"))
