@@ -1,6 +1,8 @@
-"""Corpora as pyserini JSONL: one passage per line, {"id", "title", "text", "contents"}.
+"""Corpora as pyserini JSONL: one passage per line, {"id", "title", "contents"}.
 
-`contents` is "title\\ntext" so BM25 searches title + text (as the original multi_match did).
+`contents` is "title\\ntext" so BM25 searches title + text (as the original multi_match did). The
+text is stored once: the file holds no separate "text" field (it would double DPR's 21M passages
+on disk and be indexed a second time); readers split `contents` at its first newline.
 Two sources:
 - the embedded default: the real English Wikipedia excerpt that ships inside gensim 4.4.0,
   cleaned with gensim's `filter_wiki` and split into ~100-word passages (DPR's recipe);
@@ -81,6 +83,14 @@ def iter_wiki_excerpt(words_per_passage: int = 100, min_words: int = 20) -> Iter
                 yield make_passage(f"{pageid}_{i}", title, passage)
 
 
+STORED_FIELDS = ("id", "title", "contents")     # what a corpus line holds (text = contents' tail)
+
+
+def passage_text(obj: dict) -> str:
+    """A corpus line's text: its "text" field (older files) or `contents` after the title line."""
+    return obj["text"] if "text" in obj else obj.get("contents", "").partition("\n")[2]
+
+
 def make_passage(pid: str, title: str, text: str) -> dict:
     return {"id": str(pid), "title": title, "text": text, "contents": f"{title}\n{text}"}
 
@@ -93,7 +103,7 @@ def write_corpus(passages, out_path: str | Path, progress: bool = True, total: i
     with atomic_open(out_path) as fh:
         for p in tqdm(passages, total=total, desc=f"writing {Path(out_path).name}",
                       unit="psg", disable=not progress, mininterval=2.0):
-            fh.write(json.dumps(p, ensure_ascii=False) + "\n")
+            fh.write(json.dumps({k: p[k] for k in STORED_FIELDS}, ensure_ascii=False) + "\n")
             n += 1
         if n == 0:
             raise UserError("the corpus is empty: no passage was produced", path=out_path,
@@ -148,6 +158,7 @@ def load_corpus(path: str | Path) -> dict[str, dict]:
         if missing:
             raise UserError(f"corpus line lacks {sorted(missing)}", path=path, line=lineno,
                             fix="each line needs id and contents (rebuild the corpus)")
+        obj.setdefault("text", passage_text(obj))
         passages[str(obj["id"])] = obj
     if not passages:
         raise UserError("the corpus is empty", path=path, fix="rebuild it")
@@ -163,7 +174,7 @@ def corpus_summary(path: str | Path, progress: bool = False) -> dict:
     for _, obj in tqdm(iter_jsonl(path, "corpus JSONL"), desc="summarising corpus", unit="psg",
                        disable=not progress, mininterval=2.0):
         n += 1
-        words += len(obj.get("text", obj.get("contents", "")).split())
+        words += len(passage_text(obj).split())
         if len(titles) < 5_000_000:
             titles.add(obj.get("title", ""))
     if n == 0:
