@@ -147,6 +147,11 @@ def iter_dpr_tsv(tsv_path: str | Path, progress: bool = True) -> Iterator[dict]:
 
 def convert_dpr_tsv(tsv_path: str | Path, out_path: str | Path, progress: bool = True) -> int:
     """psgs_w100.tsv -> pyserini JSONL, streaming; nothing is left half-written on error."""
+    from ..disk import require_free_space
+
+    tsv = require_file(tsv_path, "DPR passages TSV (psgs_w100.tsv)", DPR_TSV_HELP)
+    # each line gains its JSON keys and a second copy of its title (~10%, an estimate): ask 1.25x
+    require_free_space(out_path, int(tsv.stat().st_size * 1.25), "the corpus JSONL")
     return write_corpus(iter_dpr_tsv(tsv_path, progress), out_path, progress=False)
 
 
