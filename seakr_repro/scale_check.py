@@ -282,7 +282,7 @@ def main(argv=None) -> int:
     p.add_argument("--passages", type=int, default=1_000_000, help="synthetic corpus size")
     p.add_argument("--questions", type=int, default=3, help="questions per data set and method")
     p.add_argument("--calibration", type=int, default=10, help="step-02 questions (synthetic)")
-    p.add_argument("--vector-questions", type=int, default=200,
+    p.add_argument("--vector-questions", type=int, default=100,
                    help="questions of the paper-shaped step-03 store (10.5 MB each on disk)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples in step 03 (notebook 03's)")
     p.add_argument("--methods", nargs="+", default=None, help="default: every Table 1/2 method")
