@@ -303,7 +303,7 @@ def main(argv=None) -> int:
         return 0
 
     import shutil
-    from .disk import human_bytes, require_free_space
+    from .disk import require_free_space
     from .experiments import TABLE1_METHODS
 
     methods = a.methods or list(TABLE1_METHODS)
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
         env = {"SEAKR_RESULTS_DIR": str(work / "results"), "SEAKR_CACHE_DIR": str(work / "cache")}
         m["runs"] = _spawn(["--child", "runs", "--workdir", str(work), "--questions", str(a.questions),
                             "--calibration", str(a.calibration), "--methods", *methods], env)
-        print(f"[scale-check] step 03 over paper-shaped vectors ...", flush=True)
+        print("[scale-check] step 03 over paper-shaped vectors ...", flush=True)
         sizes = []
         for n in (max(a.vector_questions // 2, 1), a.vector_questions):
             store = work / f"store-{n}"

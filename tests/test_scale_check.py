@@ -2,9 +2,6 @@
 the report holds every measurement and the arithmetic."""
 import json
 
-import numpy as np
-import pytest
-
 from seakr_repro import scale_check
 from seakr_repro.llm.base import Backend
 from seakr_repro.llm.synthetic import SyntheticBackend, synthetic_passages
@@ -54,8 +51,8 @@ def test_extrapolation_is_per_unit_arithmetic():
     assert ex["step03_rss_gib_at_1788"] == round((1.1e9 + 1e6 * 1588) / 1024 ** 3, 2)
 
 
-@pytest.mark.slow
 def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys):
+    # ~20 s: a 200-passage Lucene index and three child processes, as `make scale-check` runs
     out = tmp_path / "scale.json"
     assert scale_check.main(["--passages", "200", "--questions", "1", "--calibration", "1",
                              "--vector-questions", "2", "--n-boot", "5", "--methods", "cot", "seakr",
