@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm smoke bench figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm smoke bench scale-check figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the 
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
 	  $$BENCH_PY -m seakr_repro.bench_backends --profile $(PROFILE)
+
+scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shapes, 1M passages): RSS, disk, hours
+	$(PY) -m seakr_repro.scale_check $(SCALE_CHECK_ARGS)
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

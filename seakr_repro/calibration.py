@@ -6,13 +6,20 @@ Here the calibration set is real: FanOutQA's single-value sub-questions (closed-
 package does not ship their pages) plus the bundled single-hop questions. Each question gets:
 a greedy answer (correct = F1 >= 0.5 against the golds and aliases), k samples of the same context
 with their per-token log-probs, and the forced-EOS vector of every sample at EVERY layer for both
-hooks (MLP output and residual stream), stored as float16. Extraction is resumable: one .npz per
+hooks (MLP output and residual stream), stored as float16. Extraction is resumable: one .npy per
 question plus one JSON line, skipped when both exist.
+
+Host memory is bounded at paper scale (1,788 questions x 2 hooks x 32 layers x 20 samples x 4,096
+dims = 18.7 GB in float16): each question's vectors are ONE uncompressed float16 .npy of shape
+hooks x L x k x d, written atomically before its JSON line, and `load_extraction` returns a
+`VectorStore` that reads one (hook, layer) at a time through memory maps (q x k x d float32,
+586 MB at paper scale), never the whole set.
 """
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Sequence
 
@@ -147,21 +154,28 @@ def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
 
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,
                    tag: str | None = None) -> Path:
-    """Extract every record not yet done; one .npz + one JSON line per question."""
+    """Extract every record not yet done; one float16 .npy + one JSON line per question.
+
+    A crash mid-question leaves nothing half-written: the .npy appears by an atomic rename, the
+    JSON line after it (a torn last line is dropped on resume), and a question lacking either is
+    redone."""
     from tqdm.auto import tqdm
 
     out = extraction_dir(cfg, tag)
     (out / "vectors").mkdir(parents=True, exist_ok=True)
     rows_path = out / "questions.jsonl"
+    _drop_torn_tail(rows_path)
     done = {row["id"] for _, row in iter_jsonl(rows_path)} if rows_path.is_file() else set()
-    todo = [r for r in records if not (r.id in done and (out / "vectors" / f"{_safe(r.id)}.npz").is_file())]
+    todo = [r for r in records if not (r.id in done and vector_path(out, r.id).is_file())]
+    if todo:
+        from .disk import require_free_space
+        need = len(todo) * 2 * len(HOOKS) * backend.n_layers * cfg["uncertainty.k"] * backend.hidden_size
+        require_free_space(out, need, f"step 02 ({len(todo)} questions of float16 vectors)")
     with open(rows_path, "a", encoding="utf-8") as fh:
         for record in tqdm(todo, desc="closed-book samples + EOS vectors", unit="q",
                            disable=not progress, mininterval=2.0):
             row, arrays = extract_question(backend, record, cfg, n_shot)
-            tmp = out / "vectors" / f".{_safe(record.id)}.tmp.npz"
-            np.savez_compressed(tmp, **arrays)
-            os.replace(tmp, out / "vectors" / f"{_safe(record.id)}.npz")
+            write_vectors(out, record.id, arrays)
             if record.id not in done:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 fh.flush()
@@ -172,9 +186,108 @@ def _safe(qid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
 
 
+def vector_path(out: Path, qid: str) -> Path:
+    return Path(out) / "vectors" / f"{_safe(qid)}.npy"
+
+
+def write_vectors(out: Path, qid: str, arrays: dict) -> Path:
+    """One question's {hook: L x k x d} as one float16 .npy (hooks x L x k x d), atomically."""
+    from .io import atomic_open
+
+    stacked = np.stack([np.asarray(arrays[h], dtype=np.float16) for h in HOOKS])
+    path = vector_path(out, qid)
+    with atomic_open(path, "wb") as fh:     # a handle: np.save would add ".npy" to a temp name
+        np.save(fh, stacked, allow_pickle=False)
+    return path
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last JSON line left without its newline by a crash (its question is redone)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
+        fh.seek(0)
+        data = fh.read()
+        fh.truncate(data.rfind(b"\n") + 1)
+
+
+class VectorStore:
+    """The step-02 vectors of `rows`, read one (hook, layer) at a time from per-question memory
+    maps: host memory holds one q x k x d float32 layer, not the whole q x 2 x L x k x d set."""
+
+    def __init__(self, out: Path, rows: Sequence[dict]):
+        self.out, self.rows = Path(out), list(rows)
+        self.paths = [vector_path(self.out, r["id"]) for r in self.rows]
+        missing = [p for p in self.paths if not p.is_file()]
+        if missing:
+            old = missing[0].with_suffix(".npz").is_file()
+            raise UserError(
+                f"{len(missing)} of {len(self.paths)} questions have no vector file "
+                + ("(they are in the old compressed .npz layout, which is no longer read)" if old
+                   else "(step 02 was interrupted or its files were deleted)"),
+                path=missing[0],
+                fix="re-run notebook 02-extract-hidden-states: it redoes exactly the questions "
+                    "whose .npy is missing")
+        first = np.load(self.paths[0], mmap_mode="r")
+        self.n_hooks, self.n_layers, self.k, self.hidden = first.shape
+        del first
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def layer(self, hook: str, layer: int) -> np.ndarray:
+        """q x k x d float32 vectors of one hook at one layer (rows of empty samples included)."""
+        if hook not in HOOKS:
+            raise UserError(f"unknown hook {hook!r}", setting="hook", fix=f"use one of {HOOKS}")
+        if not 0 <= layer < self.n_layers:
+            raise UserError(f"layer {layer} outside 0..{self.n_layers - 1}", setting="layer",
+                            fix="pick a layer of the extracted model")
+        h = HOOKS.index(hook)
+        out = np.empty((len(self.paths), self.k, self.hidden), dtype=np.float32)
+        for q, path in enumerate(self.paths):
+            m = np.load(path, mmap_mode="r")
+            if m.shape != (self.n_hooks, self.n_layers, self.k, self.hidden):
+                raise UserError(f"vectors of shape {m.shape}, expected "
+                                f"{(self.n_hooks, self.n_layers, self.k, self.hidden)}", path=path,
+                                fix="delete the file and re-run notebook 02 (the question is redone)")
+            out[q] = m[h, layer]
+            del m                     # unmap: the page cache, not this process, keeps the bytes
+        return out
+
+    def nonempty(self, hook: str, layer: int) -> list[np.ndarray]:
+        """Per question, the vectors of its non-empty samples (what U(c) uses) at one layer."""
+        v = self.layer(hook, layer)
+        return [v[q][np.asarray(r["nonempty"], dtype=bool)] for q, r in enumerate(self.rows)]
+
+    def by_layer(self, hook: str) -> "LayerView":
+        """{layer: per-question non-empty vectors}, each layer read only when asked for."""
+        return LayerView(self, hook)
+
+
+class LayerView(Mapping):
+    """A lazy Mapping layer -> `VectorStore.nonempty(hook, layer)` (for `quality_vs_layer`)."""
+
+    def __init__(self, store: VectorStore, hook: str):
+        self.store, self.hook = store, hook
+
+    def __getitem__(self, layer: int) -> list[np.ndarray]:
+        if not isinstance(layer, (int, np.integer)) or not 0 <= layer < self.store.n_layers:
+            raise KeyError(layer)
+        return self.store.nonempty(self.hook, int(layer))
+
+    def __iter__(self):
+        return iter(range(self.store.n_layers))
+
+    def __len__(self) -> int:
+        return self.store.n_layers
+
+
 def load_extraction(cfg: Config, ids: Sequence[str] | None = None,
-                    tag: str | None = None) -> tuple[list[dict], dict]:
-    """Rows and stacked vectors {hook: q x L x k x d float32} of the extracted questions."""
+                    tag: str | None = None) -> tuple[list[dict], VectorStore]:
+    """Rows of the extracted questions and their vectors as a `VectorStore` (read per layer)."""
     out = extraction_dir(cfg, tag)
     rows = [row for _, row in iter_jsonl(out / "questions.jsonl", "step-02 results",
                                          "run notebook 02-extract-hidden-states")]
@@ -184,21 +297,19 @@ def load_extraction(cfg: Config, ids: Sequence[str] | None = None,
     if not rows:
         raise UserError("no extracted questions found", path=out / "questions.jsonl",
                         fix="run notebook 02-extract-hidden-states first")
-    arrays = {h: [] for h in HOOKS}
-    for row in rows:
-        with np.load(out / "vectors" / f"{_safe(row['id'])}.npz") as z:
-            for h in HOOKS:
-                arrays[h].append(z[h].astype(np.float32))
-    return rows, {h: np.stack(v) for h, v in arrays.items()}
+    return rows, VectorStore(out, rows)
 
 
 # ---------------------------------------------------------------------- estimators and delta
-def estimator_scores(rows: list[dict], vectors: dict, layer: int, alpha: float) -> dict[str, np.ndarray]:
+def estimator_scores(rows: list[dict], vectors: VectorStore, layer: int,
+                     alpha: float) -> dict[str, np.ndarray]:
     """Every estimator's U per question, oriented so that higher = more uncertain."""
     from . import uncertainty as unc
 
+    at_layer = {h: vectors.layer(h, layer) for h in HOOKS}   # one layer per hook in memory
+
     def nonempty(q, hook, l):
-        v = vectors[hook][q, l]
+        v = at_layer[hook][q]
         return v[np.asarray(rows[q]["nonempty"], dtype=bool)]
 
     scores: dict[str, list[float]] = {name: [] for name in (

@@ -33,3 +33,61 @@ def require_free_space(path: str | Path, need_bytes: int, what: str) -> None:
                         f"{human_bytes(free)} is free", path=path,
                         fix="free some space on that disk, or point the output elsewhere "
                             "(SEAKR_CACHE_DIR / SEAKR_RESULTS_DIR)")
+
+
+# Per-unit sizes, MEASURED (README, "Disk and memory"): per passage on the default corpus (real
+# Wikipedia text, 4,810 passages: JSONL 3,384,093 B, Lucene index with -storeContents 2,757,991 B);
+# per question per method by `make scale-check` (call cache in its default "gram" form, run file).
+JSONL_BYTES_PER_PASSAGE = 704
+INDEX_BYTES_PER_PASSAGE = 574
+PASSAGES = {"wiki-excerpt": 4_810, "dpr-wiki": 21_015_324}
+CACHE_BYTES_PER_QUESTION = {"cot": 1_179, "ircot": 6_137, "self_rag": 17_488, "flare": 11_750,
+                            "dragin": 17_582, "seakr": 95_200}
+RUN_BYTES_PER_QUESTION = {"cot": 800, "ircot": 5_886, "self_rag": 2_295, "flare": 7_196,
+                          "dragin": 8_900, "seakr": 5_642}
+FANOUT_SINGLE_VALUE = 1_788       # step 02's calibration questions when N_FANOUT is null (all)
+
+
+def _questions(cfg, name: str) -> int:
+    from .data.registry import DATASETS, load_dataset
+
+    n = cfg.get("datasets.n_questions")
+    spec = DATASETS[name]
+    if spec.paper_size is not None and spec.root == "raw":
+        total = spec.paper_size                 # a dev set to download: the paper's count
+    else:
+        total = len(load_dataset(name))         # bundled: count it
+    return min(n, total) if n is not None else total
+
+
+def estimate_needs(cfg) -> dict[str, int]:
+    """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
+    step 02's vectors and the run files of Tables 1/2 and the Table 3 ablations. Arithmetic from
+    the per-unit sizes above times the profile's counts (model shapes from the model registry)."""
+    from .experiments import ABLATIONS, TABLE1_METHODS, TABLE2_METHODS
+    from .llm.registry import MODELS
+
+    passages = PASSAGES.get(cfg["corpus.name"], 0)
+    nb = lambda key: (cfg.get("notebooks", {}) or {}).get(key, {}) or {}   # noqa: E731
+    complex_q = sum(_questions(cfg, d) for d in cfg["datasets.complex"])
+    simple_q = sum(_questions(cfg, d) for d in cfg["datasets.simple"])
+    n06 = nb("06-ablations").get("N_QUESTIONS")
+    n_datasets = len(cfg["datasets.complex"]) + len(cfg["datasets.simple"])
+    abl_q = n06 * n_datasets if n06 is not None else complex_q + simple_q
+    cache = run = 0
+    for m in set(TABLE1_METHODS) | set(TABLE2_METHODS):
+        n = complex_q * (m in TABLE1_METHODS) + simple_q * (m in TABLE2_METHODS)
+        cache += n * CACHE_BYTES_PER_QUESTION[m]
+        run += n * RUN_BYTES_PER_QUESTION[m]
+    cache += abl_q * CACHE_BYTES_PER_QUESTION["seakr"]           # ablations mostly share its calls
+    run += abl_q * (len(ABLATIONS) - 1) * RUN_BYTES_PER_QUESTION["seakr"]
+    n02 = nb("02-extract-hidden-states")
+    fan, bundled = n02.get("N_FANOUT", 60), n02.get("N_BUNDLED", 40)
+    n_cal = (FANOUT_SINGLE_VALUE if fan is None else fan) + (bundled or 0)
+    spec = MODELS.get(cfg["model.name"])
+    layers, hidden = (spec.n_layers, spec.hidden) if spec else (32, 4096)
+    return {"corpus_jsonl": passages * JSONL_BYTES_PER_PASSAGE,
+            "index": passages * INDEX_BYTES_PER_PASSAGE,
+            "call_cache": int(cache),
+            "step02_vectors": n_cal * 2 * layers * int(cfg["uncertainty.k"]) * hidden * 2,
+            "run_files": int(run)}

@@ -9,8 +9,14 @@ from .io import write_jsonl
 from .paths import CACHE_DIR, REPO_ROOT, results_dir
 
 
+def _with_text(cfg: Config) -> bool:
+    """The two-field BM25 needs the passage text under a key of its own (corpus.WITH_TEXT_FIELDS)."""
+    return cfg.get("retrieval.scheme", "single_field") == "es_best_fields"
+
+
 def corpus_path(cfg: Config) -> Path:
-    return CACHE_DIR / "corpus" / f"{cfg['corpus.name']}.jsonl"
+    suffix = "-fields" if _with_text(cfg) else ""
+    return CACHE_DIR / "corpus" / f"{cfg['corpus.name']}{suffix}.jsonl"
 
 
 def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> Path:
@@ -21,12 +27,14 @@ def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> 
     if out.is_file() and not rebuild:
         return out
     name = cfg["corpus.name"]
+    fields = corpus.WITH_TEXT_FIELDS if _with_text(cfg) else corpus.STORED_FIELDS
     if name == "wiki-excerpt":
-        corpus.build_wiki_excerpt_corpus(out, cfg["corpus.words_per_passage"], progress=progress)
+        corpus.build_wiki_excerpt_corpus(out, cfg["corpus.words_per_passage"], progress=progress,
+                                         fields=fields)
     elif name == "dpr-wiki":
         tsv = Path(cfg["corpus.tsv_path"])
         tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
-        corpus.convert_dpr_tsv(tsv, out, progress=progress)
+        corpus.convert_dpr_tsv(tsv, out, progress=progress, fields=fields)
     else:
         raise UserError(f"unknown corpus '{name}'", setting="corpus.name",
                         fix="use wiki-excerpt or dpr-wiki")

@@ -44,7 +44,9 @@ def test_dpr_tsv_conversion_streams_every_line(tmp_path):
     assert corpus.convert_dpr_tsv(tsv, out, progress=False) == 3
     rows = [json.loads(l) for l in out.read_text().splitlines()]
     assert rows[0]["id"] == "1" and rows[0]["title"] == "Aaron"
-    assert rows[0]["text"].startswith('Aaron Aaron ( or ; "Ahärôn")')
+    assert set(rows[0]) == {"id", "title", "contents"}          # the text is stored once
+    assert corpus.passage_text(rows[0]).startswith('Aaron Aaron ( or ; "Ahärôn")')
+    assert corpus.load_corpus(out)["1"]["text"] == corpus.passage_text(rows[0])
     assert rows[2]["contents"] == "Apollo 11\nThe Apollo 11 mission landed on the Moon in July 1969."
     assert corpus.corpus_summary(out)["passages"] == 3
 

@@ -20,3 +20,16 @@ def test_require_free_space_names_the_need_and_the_path(tmp_path):
         disk.require_free_space(tmp_path, 1 << 60, "the Lucene index")
     text = err.value.paragraph()
     assert "the Lucene index needs about" in text and str(tmp_path) in text and "Fix:" in text
+
+
+def test_estimate_needs_per_profile():
+    from seakr_repro.config import load_config
+
+    paper = disk.estimate_needs(load_config("paper"))
+    assert set(paper) == {"corpus_jsonl", "index", "call_cache", "step02_vectors", "run_files"}
+    # 1,788 calibration questions x 2 hooks x 32 layers x 20 samples x 4,096 dims x 2 bytes
+    assert paper["step02_vectors"] == 1788 * 2 * 32 * 20 * 4096 * 2
+    assert paper["corpus_jsonl"] == 21_015_324 * disk.JSONL_BYTES_PER_PASSAGE
+    default = disk.estimate_needs(load_config("default"))
+    assert all(default[k] < paper[k] for k in paper)
+    assert default["step02_vectors"] == 40 * 2 * 30 * 10 * 576 * 2      # SmolLM2, N = 30 + 10

@@ -38,7 +38,10 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def passages(corpus) -> list[dict]:
-    return [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from seakr_repro.data.corpus import passage_text
+
+    rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{**p, "text": passage_text(p)} for p in rows]
 
 
 @pytest.fixture(scope="session")

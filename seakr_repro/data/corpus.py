@@ -1,6 +1,8 @@
-"""Corpora as pyserini JSONL: one passage per line, {"id", "title", "text", "contents"}.
+"""Corpora as pyserini JSONL: one passage per line, {"id", "title", "contents"}.
 
-`contents` is "title\\ntext" so BM25 searches title + text (as the original multi_match did).
+`contents` is "title\\ntext" so BM25 searches title + text (as the original multi_match did). The
+text is stored once: the file holds no separate "text" field (it would double DPR's 21M passages
+on disk and be indexed a second time); readers split `contents` at its first newline.
 Two sources:
 - the embedded default: the real English Wikipedia excerpt that ships inside gensim 4.4.0,
   cleaned with gensim's `filter_wiki` and split into ~100-word passages (DPR's recipe);
@@ -16,7 +18,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ..errors import DataMissingError, UserError
 from ..io import atomic_open, iter_jsonl, require_file
@@ -81,19 +83,33 @@ def iter_wiki_excerpt(words_per_passage: int = 100, min_words: int = 20) -> Iter
                 yield make_passage(f"{pageid}_{i}", title, passage)
 
 
+STORED_FIELDS = ("id", "title", "contents")     # what a corpus line holds (text = contents' tail)
+
+
+def passage_text(obj: dict) -> str:
+    """A corpus line's text: its "text" field (older files) or `contents` after the title line."""
+    return obj["text"] if "text" in obj else obj.get("contents", "").partition("\n")[2]
+
+
 def make_passage(pid: str, title: str, text: str) -> dict:
     return {"id": str(pid), "title": title, "text": text, "contents": f"{title}\n{text}"}
 
 
-def write_corpus(passages, out_path: str | Path, progress: bool = True, total: int | None = None) -> int:
-    """Write passages as JSONL atomically; refuse an empty corpus."""
+# the two-field BM25 of the paper profile (retrieval.scheme: es_best_fields) indexes title and text
+# as fields of their own, and Anserini reads each from its own JSON key: those corpora keep "text"
+WITH_TEXT_FIELDS = STORED_FIELDS + ("text",)
+
+
+def write_corpus(passages, out_path: str | Path, progress: bool = True, total: int | None = None,
+                 fields: Sequence[str] = STORED_FIELDS) -> int:
+    """Write passages (their `fields`) as JSONL atomically; refuse an empty corpus."""
     from tqdm.auto import tqdm
 
     n = 0
     with atomic_open(out_path) as fh:
         for p in tqdm(passages, total=total, desc=f"writing {Path(out_path).name}",
                       unit="psg", disable=not progress, mininterval=2.0):
-            fh.write(json.dumps(p, ensure_ascii=False) + "\n")
+            fh.write(json.dumps({k: p[k] for k in fields}, ensure_ascii=False) + "\n")
             n += 1
         if n == 0:
             raise UserError("the corpus is empty: no passage was produced", path=out_path,
@@ -102,8 +118,9 @@ def write_corpus(passages, out_path: str | Path, progress: bool = True, total: i
 
 
 def build_wiki_excerpt_corpus(out_path: str | Path, words_per_passage: int = 100,
-                              progress: bool = True) -> int:
-    return write_corpus(iter_wiki_excerpt(words_per_passage), out_path, progress=progress)
+                              progress: bool = True, fields: Sequence[str] = STORED_FIELDS) -> int:
+    return write_corpus(iter_wiki_excerpt(words_per_passage), out_path, progress=progress,
+                        fields=fields)
 
 
 def iter_dpr_tsv(tsv_path: str | Path, progress: bool = True) -> Iterator[dict]:
@@ -135,9 +152,16 @@ def iter_dpr_tsv(tsv_path: str | Path, progress: bool = True) -> Iterator[dict]:
             yield make_passage(pid.strip(), title, text)
 
 
-def convert_dpr_tsv(tsv_path: str | Path, out_path: str | Path, progress: bool = True) -> int:
+def convert_dpr_tsv(tsv_path: str | Path, out_path: str | Path, progress: bool = True,
+                    fields: Sequence[str] = STORED_FIELDS) -> int:
     """psgs_w100.tsv -> pyserini JSONL, streaming; nothing is left half-written on error."""
-    return write_corpus(iter_dpr_tsv(tsv_path, progress), out_path, progress=False)
+    from ..disk import require_free_space
+
+    tsv = require_file(tsv_path, "DPR passages TSV (psgs_w100.tsv)", DPR_TSV_HELP)
+    # each line gains its JSON keys and a second copy of its title (~10%, an estimate): ask 1.25x
+    factor = 2.25 if "text" in fields else 1.25       # a second copy of the text with "text"
+    require_free_space(out_path, int(tsv.stat().st_size * factor), "the corpus JSONL")
+    return write_corpus(iter_dpr_tsv(tsv_path, progress), out_path, progress=False, fields=fields)
 
 
 def load_corpus(path: str | Path) -> dict[str, dict]:
@@ -148,6 +172,7 @@ def load_corpus(path: str | Path) -> dict[str, dict]:
         if missing:
             raise UserError(f"corpus line lacks {sorted(missing)}", path=path, line=lineno,
                             fix="each line needs id and contents (rebuild the corpus)")
+        obj.setdefault("text", passage_text(obj))
         passages[str(obj["id"])] = obj
     if not passages:
         raise UserError("the corpus is empty", path=path, fix="rebuild it")
@@ -163,7 +188,7 @@ def corpus_summary(path: str | Path, progress: bool = False) -> dict:
     for _, obj in tqdm(iter_jsonl(path, "corpus JSONL"), desc="summarising corpus", unit="psg",
                        disable=not progress, mininterval=2.0):
         n += 1
-        words += len(obj.get("text", obj.get("contents", "")).split())
+        words += len(passage_text(obj).split())
         if len(titles) < 5_000_000:
             titles.add(obj.get("title", ""))
     if n == 0:

@@ -238,7 +238,10 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     get = (lambda key, default: cfg.get(key, default)) if cfg is not None else (lambda k, d: d)
     name = name or get("model.name", "smollm2-135m-instruct")
     backend_kind = get("model.backend", "hf")
-    if backend_kind == "vllm":
+    if backend_kind == "synthetic" or name.startswith("synthetic-"):
+        from .synthetic import SyntheticBackend   # make scale-check: real shapes, random outputs
+        backend = SyntheticBackend.for_model(name)
+    elif backend_kind == "vllm":
         from .vllm_backend import VLLMBackend
         v = lambda key, default: get(f"model.vllm.{key}", default)   # noqa: E731
         backend = VLLMBackend.from_dir(
@@ -258,9 +261,9 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             prefix_cache_tokens=get("model.prefix_cache_tokens", 16384))   # KV tokens kept for prefix reuse
     else:
         raise UserError(f"unknown model.backend '{backend_kind}'", setting="model.backend",
-                        fix="use hf (transformers) or vllm")
+                        fix="use hf (transformers), vllm or synthetic (scale check)")
     use_cache = get("cache.enabled", True) if cache is None else cache
     if not use_cache:
         return backend
     from .cache import CachedBackend
-    return CachedBackend(backend)
+    return CachedBackend(backend, vectors=get("cache.vectors", "gram"))

@@ -66,12 +66,18 @@ ES_TIE_BREAKER = 0.5
 def build_lucene_index(corpus_path: str | Path, out_dir: str | Path, threads: int = 2,
                        progress: bool = True, fields: Sequence[str] = ()) -> dict:
     """Run Anserini's IndexCollection (what `python -m pyserini.index.lucene` calls) in a
-    subprocess, storing the raw JSON of each passage; return its final counters. `fields` are
-    JSON keys indexed as fields of their own besides `contents`."""
+    subprocess; return its final counters. Only `contents` (title + newline + text) is stored:
+    -storeRaw would store the passage's JSON, a second copy of the text (see the README, "Disk
+    and memory", for the sizes). `fields` are JSON keys indexed as fields of their own besides
+    `contents` (indexed, not stored)."""
+    from ..disk import require_free_space
+
     out_dir = Path(out_dir)
+    # measured: the index takes ~0.82 x the JSONL (README, "Disk and memory"); ask for 1x
+    require_free_space(out_dir, Path(corpus_path).stat().st_size, "the Lucene index")
     cmd = [str(java_binary()), *quiet_jvm_options(), "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
            "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
-           "-threads", str(max(1, int(threads))), "-storeRaw", "-index", str(out_dir)]
+           "-threads", str(max(1, int(threads))), "-storeContents", "-index", str(out_dir)]
     if fields:
         cmd += ["-fields", *fields]
     tail: deque[str] = deque(maxlen=40)
@@ -112,6 +118,15 @@ def _raw_hit(doc_id: str, score: float, raw: str | None) -> Hit:
     return Hit(str(doc_id), float(score), title, text)
 
 
+def _stored_hit(doc_id: str, score: float, document) -> Hit:
+    """A Hit from a Lucene document: its stored `contents`, or the raw JSON of an index built
+    with -storeRaw (before the text was stored once)."""
+    raw = document.get("raw")
+    if raw is None:
+        raw = json.dumps({"contents": document.get("contents") or ""})
+    return _raw_hit(doc_id, score, raw)
+
+
 class PyseriniSearcher:
     """BM25 over a Lucene index built by `build_lucene_index`. One JVM per process, shared."""
 
@@ -133,7 +148,7 @@ class PyseriniSearcher:
         self.num_docs = int(self._searcher.get_total_num_docs())
 
     def _hits(self, scored) -> list[Hit]:
-        return [_raw_hit(h.docid, h.score, h.lucene_document.get("raw")) for h in scored]
+        return [_stored_hit(h.docid, h.score, h.lucene_document) for h in scored]
 
     def search(self, query: str, k: int = 3) -> list[Hit]:
         query = clean_query(query)
@@ -159,7 +174,7 @@ class PyseriniSearcher:
 
     def doc(self, doc_id: str) -> Hit | None:
         document = self._searcher.doc(str(doc_id))
-        return None if document is None else _raw_hit(doc_id, 0.0, document.get("raw"))
+        return None if document is None else _stored_hit(doc_id, 0.0, document)
 
     def close(self) -> None:
         self._searcher.close()
@@ -223,7 +238,7 @@ class EsBestFieldsSearcher:
         hits = []
         for sd in self._searcher.search(lucene_query, int(k)).scoreDocs:
             doc = self._stored.document(sd.doc)
-            hits.append(_raw_hit(doc.get("id"), sd.score, doc.get("raw")))
+            hits.append(_stored_hit(doc.get("id"), sd.score, doc))
         return hits
 
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 2) -> list[list[Hit]]:
@@ -237,7 +252,7 @@ class EsBestFieldsSearcher:
         docs = found.scoreDocs
         if not docs:
             return None
-        return _raw_hit(doc_id, 0.0, self._stored.document(docs[0].doc).get("raw"))
+        return _stored_hit(doc_id, 0.0, self._stored.document(docs[0].doc))
 
     def close(self) -> None:
         self._reader.close()

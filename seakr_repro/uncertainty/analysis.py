@@ -127,14 +127,18 @@ def quality_vs_k(vectors_per_question, incorrect, ks: Sequence[int], alpha: floa
 def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: float = 1e-3,
                      variant: str = "seakr", n_boot: int = 0, seed: int = 0) -> pd.DataFrame:
     """AUROC of eigen_score per layer. `vectors_by_layer`: {layer: per-question vectors} or a
-    sequence indexed by layer (each as in `quality_vs_k`); `k` limits to the first k samples."""
+    sequence indexed by layer (each as in `quality_vs_k`); `k` limits to the first k samples.
+    A lazy Mapping (`calibration.VectorStore.by_layer`) is read one layer at a time: each layer
+    is dropped before the next is loaded, so host memory holds about one layer."""
     items = (vectors_by_layer.items() if isinstance(vectors_by_layer, Mapping)
              else enumerate(vectors_by_layer))
     rows = []
     for layer, vecs in items:
         qs = _per_question(vecs)
+        del vecs
         kk = k or max((len(z) for z in qs), default=1)
         row = quality_vs_k(qs, incorrect, [kk], alpha, variant, n_boot, seed).iloc[0]
+        del qs
         rows.append({"layer": int(layer), "auroc": row["auroc"], "lo": row["lo"],
                      "hi": row["hi"]})
     return pd.DataFrame(rows, columns=["layer", "auroc", "lo", "hi"])

@@ -1,0 +1,196 @@
+"""A synthetic backend with a real model's shapes and instant, deterministic random outputs.
+
+`make scale-check` drives the paper profile's own code (methods, runner, cache, step 02) with it
+to measure what does not depend on the model: host memory, disk per question, Python overhead,
+without a GPU or weights. Selected by `model.backend: synthetic` (the shapes of `model.name`,
+e.g. LLaMA-2-7B's 32 layers x 4,096) or `model.name: synthetic-llama-2-7b`.
+
+Every output is drawn from a generator seeded by a hash of (call kind, prompt, parameters): the
+same call always gives the same answer. Texts are sentences of words (the synthetic corpus's
+vocabulary, so queries retrieve something), ending in "So the answer is X." about a third of the
+time, so the methods' loops both continue and stop. Sample vectors are, per context, either tight
+(all samples near one point: U below the official delta = -6, "no retrieval") or spread out, so
+both branches of SeaKR run.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from .base import Generation, SampleSet
+
+WORDS = ("river city army king film album band court bridge island novel church school war prize "
+         "station museum league party north south old new great first second early late red blue "
+         "stone green black white").split()
+ANSWER_RATE = 0.35           # share of generations that end with "So the answer is X."
+_TOKEN = re.compile(r"\s*\S+|\n")
+
+
+def _rng(*parts) -> np.random.Generator:
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def synthetic_word(i: int) -> str:
+    """The i-th word of the synthetic vocabulary: real words, then numbered ones."""
+    return WORDS[i] if i < len(WORDS) else f"{WORDS[i % len(WORDS)]}{i // len(WORDS)}"
+
+
+class SyntheticBackend:
+    """The Backend protocol with `n_layers` x `hidden_size` shapes and random outputs."""
+
+    fingerprint = "synthetic-v1"
+
+    def __init__(self, name: str = "synthetic-llama-2-7b", n_layers: int = 32, hidden_size: int = 4096,
+                 vocab: int = 5000):
+        self.name, self.n_layers, self.hidden_size = name, int(n_layers), int(hidden_size)
+        self.eos_token_id, self.vocab = 2, int(vocab)
+        self._pieces: dict[int, str] = {}       # token id -> its text, for `words`
+
+    @classmethod
+    def for_model(cls, name: str) -> "SyntheticBackend":
+        """The shapes of a registered model (LLaMA-2-7B's for synthetic-* names)."""
+        from .registry import MODELS
+        spec = MODELS.get(name) or MODELS["llama-2-7b"]
+        return cls(name=name, n_layers=spec.n_layers, hidden_size=spec.hidden)
+
+    max_context = 4096           # LLaMA-2's context
+
+    # ------------------------------------------------------------------------------ text
+    def count_tokens(self, text: str) -> int:
+        return len(_TOKEN.findall(text))
+
+    def _token_id(self, piece: str) -> int:
+        tid = 3 + int.from_bytes(hashlib.blake2b(piece.encode(), digest_size=4).digest(), "little") % 31997
+        if len(self._pieces) > 1_000_000:      # bounded: a long run must not grow without limit
+            self._pieces.clear()
+        self._pieces[tid] = piece
+        return tid
+
+    def encode(self, text: str) -> list[int]:
+        return [1] + [self._token_id(t) for t in _TOKEN.findall(text)]     # BOS = 1, as LLaMA
+
+    def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        """One word per token (each synthetic token is a whitespace-led word)."""
+        return [(i, i, self._pieces.get(int(t), "").strip()) for i, t in enumerate(token_ids)]
+
+    def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
+        """Causal rows of random attention that sum to one, seeded by the sequence."""
+        ids, n = list(map(int, token_ids)), len(token_ids)
+        rng = _rng("attention", ids)
+        rows = []
+        for p in positions:
+            row = np.zeros(n)
+            row[: p + 1] = rng.random(p + 1)
+            rows.append((row / row.sum()).tolist())
+        return rows
+
+    def close(self) -> None:
+        self._pieces.clear()
+
+    def _text(self, rng: np.random.Generator, max_new_tokens: int) -> str:
+        words = []
+        for _ in range(int(rng.integers(1, 3))):
+            n = int(rng.integers(6, 16))
+            sentence = " ".join(synthetic_word(int(i)) for i in rng.zipf(1.3, n) % self.vocab)
+            words.append(sentence[:1].upper() + sentence[1:] + ".")
+        if rng.random() < ANSWER_RATE:
+            words.append(f"So the answer is {synthetic_word(int(rng.integers(0, 200))).title()}.")
+        return " ".join(words)[: 8 * max_new_tokens]
+
+    def _generation(self, rng, prompt: str, text: str, stop: Sequence[str], max_new_tokens: int,
+                    want_stats: bool, want_attention: bool) -> Generation:
+        reason = "eos"
+        cuts = [text.find(s) for s in stop if s and s in text]
+        if cuts:
+            text, reason = text[:min(cuts)], "stop"
+        tokens = _TOKEN.findall(text)
+        if len(tokens) > max_new_tokens:
+            tokens, reason = tokens[:max_new_tokens], "length"
+            text = "".join(tokens)
+        n = len(tokens)
+        return Generation(
+            text=text, token_ids=[self._token_id(t) for t in tokens],
+            tokens=tokens, logprobs=(-rng.exponential(0.6, n)).tolist(),
+            entropies=rng.exponential(1.0, n).tolist() if want_stats else None,
+            logsumexp=rng.normal(20.0, 2.0, n).tolist() if want_stats else None,
+            finish_reason=reason, attention=rng.random(n).tolist() if want_attention else None,
+            n_prompt_tokens=self.count_tokens(prompt))
+
+    def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
+                 want_stats: bool = False, want_attention: bool = False) -> Generation:
+        rng = _rng("generate", prompt, max_new_tokens)
+        return self._generation(rng, prompt, self._text(rng, max_new_tokens), stop, max_new_tokens,
+                                want_stats, want_attention)
+
+    def score(self, prompt: str, continuation: str) -> Generation:
+        rng = _rng("score", prompt, continuation)
+        tokens = _TOKEN.findall(continuation)
+        gen = self._generation(rng, prompt, continuation, (), max(len(tokens), 1), True, False)
+        return gen
+
+    # ------------------------------------------------------------------------------ samples
+    def _vectors(self, rng: np.random.Generator, k: int, tight: bool) -> np.ndarray:
+        base = rng.standard_normal(self.hidden_size, dtype=np.float32)
+        noise = rng.standard_normal((k, self.hidden_size), dtype=np.float32)
+        if tight:      # near-identical small vectors: U ~ -6.4, below the official delta
+            return base * np.float32(0.01) + noise * np.float32(1e-4)
+        return base + noise * np.float32(0.5)
+
+    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
+               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
+               layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False) -> SampleSet:
+        from .registry import middle_layer
+
+        layer = middle_layer(self.n_layers) if layer is None else layer
+        rng = _rng("sample", prompt, k, max_new_tokens, temperature, top_k, top_p, seed, layer, hook)
+        tight = bool(rng.random() < 0.5)
+        texts = [self._text(rng, max_new_tokens) for _ in range(1 if tight else k)]
+        samples = [self._generation(rng, prompt, texts[0 if tight else i], stop, max_new_tokens,
+                                    want_stats, False) for i in range(k)]
+        return SampleSet(samples=samples, vectors=self._vectors(rng, k, tight), layer=layer, hook=hook)
+
+    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
+        return [self.sample(p, **kwargs) for p in prompts]
+
+    def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
+        """{hook: L x k x d float32}, as step 02 reads them from a real model."""
+        rng = _rng("eos", prompt, [list(c) for c in completions])
+        k = len(completions)
+        tight = bool(rng.random() < 0.5)
+        return {h: np.stack([self._vectors(rng, k, tight) for _ in range(self.n_layers)])
+                for h in ("mlp_out", "residual")}
+
+
+@lru_cache(maxsize=1)
+def _vocab(n: int = 5000) -> list[str]:
+    return [synthetic_word(i) for i in range(n)]
+
+
+def synthetic_passages(n: int, words: int = 100, seed: int = 0):
+    """Passages 0..n-1 of the synthetic corpus (titles + `words` Zipf-distributed words),
+    deterministic in (n, seed); drawn in blocks for speed."""
+    from ..data.corpus import make_passage
+
+    vocab, block = _vocab(), 10_000
+    for start in range(0, n, block):
+        ids = _rng("passages", seed, start).zipf(1.3, (min(block, n - start), words + 2)) % len(vocab)
+        for j, row in enumerate(ids.tolist()):
+            i = start + j
+            title = f"{vocab[row[0]].title()} {vocab[row[1]].title()} {i // 7}"
+            yield make_passage(str(i), title, " ".join([vocab[w] for w in row[2:]]))
+
+
+def synthetic_question(dataset: str, i: int) -> dict:
+    """A question in the real record format (what step 00 writes), for absent dev sets."""
+    rng = _rng("question", dataset, i)
+    topic = " ".join(synthetic_word(int(j)) for j in rng.zipf(1.3, 6) % 5000)
+    answer = synthetic_word(int(rng.integers(0, 200))).title()
+    return {"id": f"synthetic-{dataset}-{i}", "question": f"Which {topic} is older?",
+            "answers": [answer], "aliases": [], "type": "synthetic", "supporting": [],
+            "source": dataset, "extra": {}}
+

@@ -1,0 +1,72 @@
+"""`make scale-check` at smoke size: the synthetic backend drives the paper profile's code, and
+the report holds every measurement and the arithmetic."""
+import json
+
+from seakr_repro import scale_check
+from seakr_repro.llm.base import Backend
+from seakr_repro.llm.synthetic import SyntheticBackend, synthetic_passages
+
+
+def test_synthetic_backend_is_a_deterministic_llama_shaped_backend():
+    b = SyntheticBackend.for_model("synthetic-llama-2-7b")
+    assert isinstance(b, Backend) and (b.n_layers, b.hidden_size) == (32, 4096)
+    g = b.generate("Q: x\nA:", max_new_tokens=50, stop=["\n"], want_stats=True, want_attention=True)
+    assert g == b.generate("Q: x\nA:", max_new_tokens=50, stop=["\n"], want_stats=True, want_attention=True)
+    assert len(g.tokens) == len(g.logprobs) == len(g.entropies) == len(g.attention) <= 50
+    texts = [b.generate(f"q{i}", max_new_tokens=100).text for i in range(40)]
+    assert 3 < sum("So the answer is" in t for t in texts) < 30
+    ss = b.sample("p", k=20, max_new_tokens=30, layer=15)
+    assert ss.vectors.shape == (20, 4096) and len(ss.samples) == 20
+    from seakr_repro.uncertainty import u_from_sampleset
+    us = [u_from_sampleset(b.sample(f"p{i}", k=20, max_new_tokens=30)) for i in range(20)]
+    assert min(us) < -6 < max(us)                     # both of SeaKR's branches are exercised
+    v = b.eos_vectors_all_layers("p", [[5, 6]] * 3)
+    assert v["mlp_out"].shape == v["residual"].shape == (32, 3, 4096)
+    assert b.score("p", " a b").logprobs and b.count_tokens("a b\nc") == 3
+    p = list(synthetic_passages(3))
+    assert p == list(synthetic_passages(3)) and len(p[0]["contents"].split("\n", 1)[1].split()) == 100
+
+
+def test_step03_child_reads_a_paper_shaped_store_layer_by_layer(tmp_path):
+    rows = scale_check.write_synthetic_store(tmp_path, 2)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = scale_check._child_step03(tmp_path, n_boot=5)
+    assert got["questions"] == 2 and got["rss_bytes"] > 0
+    assert (tmp_path / "vectors" / "q1.npy").stat().st_size == 2 * 32 * 20 * 4096 * 2 + 128
+
+
+def test_extrapolation_is_per_unit_arithmetic():
+    m = {"index": {"passages": 1000, "index_bytes": 500_000, "corpus_bytes": 700_000,
+                   "index_passages_per_s": 1000.0},
+         "runs": {"methods": {"seakr": {"wall_s_per_q": 2.0, "cache_bytes_per_q": 1000,
+                                        "run_file_bytes_per_q": 100}},
+                  "step02": {"vector_bytes_per_q": 10 * 1024 ** 2}},
+         "step03": {"sizes": [{"questions": 100, "rss_bytes": 1_000_000_000},
+                              {"questions": 200, "rss_bytes": 1_100_000_000}]}}
+    ex = scale_check.extrapolate(m)
+    assert ex["index_build_hours"] == round(21_015_324 / 1000 / 3600, 2)
+    n = 12_576 + 7_405 + 954 + 3_610 + 11_313 + 7_357          # SeaKR runs every paper set
+    assert ex["python_overhead_hours_per_method"]["seakr"] == round(n * 2.0 / 3600, 2)
+    assert ex["step03_rss_bytes_per_question"] == 1_000_000
+    assert ex["step03_rss_gib_at_1788"] == round((1.1e9 + 1e6 * 1588) / 1024 ** 3, 2)
+
+
+def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys):
+    # ~20 s: a 200-passage Lucene index and three child processes, as `make scale-check` runs
+    out = tmp_path / "scale.json"
+    assert scale_check.main(["--passages", "200", "--questions", "1", "--calibration", "1",
+                             "--vector-questions", "2", "--n-boot", "5", "--methods", "cot", "seakr",
+                             "--workdir", str(tmp_path / "work"), "--out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["index"]["indexed"] == 200 and m["index"]["index_passages_per_s"] > 0
+    assert set(m["runs"]["methods"]) == {"cot", "seakr"}
+    seakr = m["runs"]["methods"]["seakr"]
+    assert seakr["questions"] == 6 and seakr["llm_calls_per_q"] > 1 and seakr["cache_bytes_per_q"] > 0
+    # step 02 writes 2 hooks x 32 layers x k x 4,096 float16 per question (+ the .npy header)
+    assert m["runs"]["step02"]["vector_bytes_per_q"] == 2 * 32 * 20 * 4096 * 2 + 128
+    assert [s["questions"] for s in m["step03"]["sizes"]] == [1, 2]
+    ex = m["extrapolation"]
+    assert ex["note"].startswith("arithmetic") and ex["index_build_hours"] > 0
+    assert set(ex["python_overhead_hours_per_method"]) == {"cot", "seakr"}
+    printed = capsys.readouterr().out
+    assert "MEASURED" in printed and "ARITHMETIC" in printed
