@@ -16,7 +16,8 @@ Complex QA, per iteration (facts, steps 1-5):
 Simple QA (`simple_qa`): one retrieval round -- the direct answer if its U < delta, else the
 answer of the one-passage prompt (BM25 top 10) with the lowest U.
 
-Switches (Table 3): estimator, self_aware_retrieval (False: every step retrieves), rerank (False:
+Switches (Table 3): estimator (`uncertainty.registry`), forced_eos (replace_last: the official
+engine's forced-EOS sequence | append), self_aware_retrieval (False: every step retrieves), rerank (False:
 BM25's top unused document), reasoning (self_aware | rationales | knowledge), mode (fixed | faithful:
 the code's bugs -- last-sentence query, comma-truncating extraction, periods deleted from steps and
 replaced in the question, re-ask prompt without the first output, knowledge-path U from the re-ask).
@@ -33,6 +34,7 @@ from ..prompts import (build_prompt, format_context, read_all_docs_prompt,
                        read_all_steps_prompt, simple_qa_stops, stop_strings)
 from .base import Method, MethodResult, hits_brief, step_record
 from .seakr_query import formulate_query, truncate_tokens
+from ..llm.stops import check_forced_eos
 from .seakr_uncertainty import Scorer, resolve_delta
 from .text import sentences
 
@@ -61,7 +63,7 @@ class SeaKR(Method):
     DEFAULTS = {
         "estimator": "eigen", "delta": None, "k": 20, "temperature": 1.0, "top_k": 50, "top_p": 0.9,
         "seed": 42, "sample_max_tokens": 100, "layer": "middle", "hook": "mlp_out", "alpha": 1e-3,
-        "variant": "seakr", "mode": "fixed", "n_shot": 10, "max_reasoning_steps": 7, "max_docs": 5,
+        "variant": "seakr", "forced_eos": "append", "mode": "fixed", "n_shot": 10, "max_reasoning_steps": 7, "max_docs": 5,
         "max_new_tokens": 100, "query_prob_threshold": 0.1, "query_max_tokens": 64, "top_n": 3,
         "self_aware_retrieval": True, "rerank": True, "reasoning": "self_aware",
         "simple_qa": None, "simple_qa_top": 10, "simple_qa_forced_tokens": 20,
@@ -77,6 +79,7 @@ class SeaKR(Method):
         if s["reasoning"] not in REASONING:
             raise UserError(f"unknown reasoning '{s['reasoning']}'", setting="reasoning",
                             fix=f"use one of {', '.join(REASONING)}")
+        check_forced_eos(s["forced_eos"])
         s["delta"] = resolve_delta(s["delta"], s["estimator"])
         Scorer(backend, s, "")   # validates the estimator now rather than mid-run
 
