@@ -84,6 +84,16 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
     return {}
 
 
+def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A row's switches with `delta: CALIBRATED` replaced by step 03's thresholds
+    (DataMissingError, i.e. a skipped row with the reason, before step 03 ran)."""
+    out = dict(overrides)
+    if out.get("delta") == CALIBRATED:
+        from .calibration import calibrated_deltas
+        out["delta"] = calibrated_deltas(cfg)
+    return out
+
+
 def _deltas_for(cfg: Config) -> dict[str, float]:
     from .calibration import read_deltas
 
@@ -128,11 +138,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
             records = load_prepared(cfg, dataset)[:n_questions]
             try:
                 backend = pool.get(spec.model)
-                overrides = dict(spec.overrides)
-                if overrides.get("delta") == CALIBRATED:
-                    from .calibration import calibrated_deltas
-                    overrides["delta"] = calibrated_deltas(cfg)
-                settings = {**method_settings(cfg, spec.method, deltas), **overrides}
+                settings = {**method_settings(cfg, spec.method, deltas),
+                            **row_overrides(cfg, spec.overrides)}
                 method = build_method(spec.method, backend, searcher, dataset, **settings)
             except DataMissingError as err:
                 skipped[spec.label] = err.what
