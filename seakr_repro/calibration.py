@@ -8,8 +8,8 @@ a greedy answer (correct = F1 >= 0.5 against the golds and aliases), k samples o
 with the statistics every estimator of `uncertainty.registry` needs, and the forced-EOS vector
 (sequence per `uncertainty.forced_eos`) of every sample at EVERY layer for both hooks (MLP output
 and residual stream), stored as float16. Step 03 scores the configured hook, layer and variant
-through the same registry as the methods, so delta is calibrated on the U that gates retrieval. Extraction is resumable: one .npz per
-question plus one JSON line, skipped when both exist.
+through the same registry as the methods, so delta is calibrated on the U that gates retrieval.
+Extraction is resumable: one .npz per question plus one JSON line, skipped when both exist.
 """
 from __future__ import annotations
 
@@ -139,9 +139,7 @@ def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, d
         "id": record.id, "question": record.question, "golds": record.golds, "source": record.source,
         "greedy": greedy.text, "answer": answer, "em": exact_match(answer or "", record.golds),
         "f1": f1, "correct": bool(f1 >= CORRECT_F1),
-        "greedy_logprobs": unc.content_logprobs(greedy, eos), "greedy_logsumexp": greedy.logsumexp or [],
         "samples": [g.text for g in ss.samples],
-        "sample_logprobs": [unc.content_logprobs(g, eos) for g in ss.samples],
         "nonempty": [bool(g.text.strip()) for g in ss.samples],
         "prompt_uncertainty": judgement.uncertainty, "prompt_tokens": greedy.n_prompt_tokens,
         # what the estimator registry scores (the same functions the methods' Scorer uses)
