@@ -5,9 +5,11 @@ The paper tuned its hyper-parameters on NQ-train questions answered closed-book 
 Here the calibration set is real: FanOutQA's single-value sub-questions (closed-book here, since the
 package does not ship their pages) plus the bundled single-hop questions. Each question gets:
 a greedy answer (correct = F1 >= 0.5 against the golds and aliases), k samples of the same context
-with their per-token log-probs, and the forced-EOS vector of every sample at EVERY layer for both
-hooks (MLP output and residual stream), stored as float16. Extraction is resumable: one .npy per
-question plus one JSON line, skipped when both exist.
+with the statistics every estimator of `uncertainty.registry` needs, and the forced-EOS vector
+(sequence per `uncertainty.forced_eos`) of every sample at EVERY layer for both hooks (MLP output
+and residual stream), stored as float16. Step 03 scores the configured hook, layer and variant
+through the same registry as the methods, so delta is calibrated on the U that gates retrieval.
+Extraction is resumable: one .npy per question plus one JSON line, skipped when both exist.
 
 Host memory is bounded at paper scale (1,788 questions x 2 hooks x 32 layers x 20 samples x 4,096
 dims = 18.7 GB in float16): each question's vectors are ONE uncompressed float16 .npy of shape
@@ -59,7 +61,8 @@ def _hf(backend):
 
 
 def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
-    """Forced-EOS vectors of "prompt + completion + EOS" at every layer, for both hooks.
+    """Vectors at the EOS of "prompt + completion + EOS" at every layer, for both hooks; each
+    completion is a sample's forced-EOS sequence minus its EOS (`forced_eos_prefixes`).
 
     One pass: the prompt is pre-filled once, the k completions (+EOS, right-padded with EOS so no
     padding precedes any row's own EOS) run as one batch on the shared cache.
@@ -97,6 +100,13 @@ def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[
     return {"mlp_out": mlp.float().cpu().numpy(), "residual": resid.float().cpu().numpy()}
 
 
+def forced_eos_prefixes(samples, eos_token_id: int, mode: str) -> list[list[int]]:
+    """Each sample's forced-EOS sequence (`stops.forced_eos_ids`) without its final EOS."""
+    from .llm.stops import forced_eos_of
+
+    return [forced_eos_of(g, eos_token_id, mode)[:-1] for g in samples]
+
+
 def closed_book_answer(backend, prompt: str, max_new_tokens: int, mode: str) -> tuple:
     """Greedy closed-book answer as the methods extract it (re-asking when no pattern is found)."""
     from .evaluation import answer_from_forced, extract_answer
@@ -118,6 +128,7 @@ def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, d
     from .evaluation import exact_match, f1_score
     from .prompts import demos_for
     from .prompts.seakr import build_prompt, simple_qa_stops
+    from .uncertainty import registry
 
     prompt = build_prompt(demos_for("bundled-single", n_shot), record.question)
     greedy, answer = closed_book_answer(backend, prompt, cfg["seakr.max_new_tokens"],
@@ -126,19 +137,21 @@ def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, d
     ss = backend.sample(prompt, k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
                         stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
                         top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"],
-                        seed=cfg["seed"], want_stats=True)
+                        seed=cfg["seed"], want_stats=True, forced_eos=cfg["uncertainty.forced_eos"])
     eos = backend.eos_token_id
-    vectors = eos_vectors_all_layers(backend, prompt, [g.token_ids for g in ss.samples])
+    vectors = eos_vectors_all_layers(backend, prompt,
+                                     forced_eos_prefixes(ss.samples, eos, cfg["uncertainty.forced_eos"]))
     judgement = unc.prompt_uncertainty(backend, record.question)
     row = {
         "id": record.id, "question": record.question, "golds": record.golds, "source": record.source,
         "greedy": greedy.text, "answer": answer, "em": exact_match(answer or "", record.golds),
         "f1": f1, "correct": bool(f1 >= CORRECT_F1),
-        "greedy_logprobs": unc.content_logprobs(greedy, eos), "greedy_logsumexp": greedy.logsumexp or [],
         "samples": [g.text for g in ss.samples],
-        "sample_logprobs": [unc.content_logprobs(g, eos) for g in ss.samples],
         "nonempty": [bool(g.text.strip()) for g in ss.samples],
         "prompt_uncertainty": judgement.uncertainty, "prompt_tokens": greedy.n_prompt_tokens,
+        # what the estimator registry scores (the same functions the methods' Scorer uses)
+        "greedy_stats": registry.to_json(registry.greedy_stats(greedy, eos)),
+        "sample_stats": registry.to_json([registry.sample_stats(g, eos) for g in ss.samples]),
     }
     return row, {h: v.astype(np.float16) for h, v in vectors.items()}
 
@@ -301,40 +314,35 @@ def load_extraction(cfg: Config, ids: Sequence[str] | None = None,
 
 
 # ---------------------------------------------------------------------- estimators and delta
-def estimator_scores(rows: list[dict], vectors: VectorStore, layer: int,
-                     alpha: float) -> dict[str, np.ndarray]:
-    """Every estimator's U per question, oriented so that higher = more uncertain."""
-    from . import uncertainty as unc
-
-    at_layer = {h: vectors.layer(h, layer) for h in HOOKS}   # one layer per hook in memory
-
-    def nonempty(q, hook, l):
-        v = at_layer[hook][q]
-        return v[np.asarray(rows[q]["nonempty"], dtype=bool)]
-
-    scores: dict[str, list[float]] = {name: [] for name in (
-        "eigen (SeaKR: MLP out)", "eigen (residual)", "INSIDE EigenScore", "perplexity",
-        "multi-perplexity", "LN-entropy (official)", "LN-entropy (true)", "energy", "prompt")}
-    for q, row in enumerate(rows):
-        kept = [lp for lp, ok in zip(row["sample_logprobs"], row["nonempty"]) if ok]
-        scores["eigen (SeaKR: MLP out)"].append(unc.eigen_score(nonempty(q, "mlp_out", layer), alpha))
-        scores["eigen (residual)"].append(unc.eigen_score(nonempty(q, "residual", layer), alpha))
-        scores["INSIDE EigenScore"].append(unc.eigen_score(nonempty(q, "residual", layer), alpha,
-                                                           variant="inside"))
-        scores["perplexity"].append(unc.perplexity(row["greedy_logprobs"]))
-        scores["multi-perplexity"].append(unc.multi_perplexity(kept))
-        scores["LN-entropy (official)"].append(unc.ln_entropy_official(kept))
-        scores["LN-entropy (true)"].append(unc.ln_entropy(kept))
-        scores["energy"].append(unc.oriented(unc.energy(row["greedy_logsumexp"]), unc.energy))
-        scores["prompt"].append(row["prompt_uncertainty"])
-    return {k: np.asarray(v, dtype=np.float64) for k, v in scores.items()}
+def u_params(cfg: Config) -> dict:
+    """The estimator parameters of the profile (the same keys the methods' settings carry)."""
+    return {"alpha": cfg["uncertainty.alpha"], "variant": cfg["uncertainty.variant"]}
 
 
-# Names the methods' Scorer uses for each estimator of the ablation.
-METHOD_ESTIMATOR = {"eigen": "eigen (SeaKR: MLP out)", "perplexity": "perplexity",
-                    "multi_perplexity": "multi-perplexity", "ln_entropy": "LN-entropy (true)",
-                    "ln_entropy_official": "LN-entropy (official)", "energy": "energy",
-                    "prompt": "prompt"}
+def u_layer(cfg: Config, n_layers: int) -> int:
+    """`uncertainty.layer` resolved for a model of n_layers ("middle" = L/2 - 1)."""
+    layer = cfg["uncertainty.layer"]
+    layer = n_layers // 2 - 1 if layer == "middle" else int(layer)
+    if not 0 <= layer < n_layers:
+        raise UserError(f"uncertainty.layer {layer} is outside 0..{n_layers - 1}",
+                        setting="uncertainty.layer", fix="use middle or a layer of the model")
+    return layer
+
+
+def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, params: dict,
+                     names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """U per question for each registered estimator (`names`, default all), oriented so that
+    higher = more uncertain, keyed by the estimator's setting name. `vectors`: per question the
+    k x d vectors of the configured hook and layer (as stored), e.g. `vectors[hook][:, layer]`
+    of `load_extraction`; params: `u_params(cfg)`."""
+    from .uncertainty import registry
+
+    vecs = [None] * len(rows) if vectors is None else vectors
+    if len(vecs) != len(rows):
+        raise UserError(f"{len(vecs)} vector sets for {len(rows)} questions",
+                        fix="pass one k x d array per row of load_extraction")
+    stats = [registry.stats_from_row(row, v) for row, v in zip(rows, vecs)]
+    return registry.score_all(stats, params, names)
 
 
 def delta_path(cfg: Config) -> Path:
@@ -346,11 +354,24 @@ def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Pa
                                         "diagnostics": diagnostics})
 
 
-def read_deltas(cfg: Config) -> dict[str, float]:
-    """The thresholds the methods use: calibrated per estimator when step 03 ran (and
-    `uncertainty.use_calibrated_delta`), else the official eigen delta from the profile."""
+def calibrated_deltas(cfg: Config) -> dict[str, float]:
+    """The per-estimator thresholds step 03 wrote (DataMissingError before it ran)."""
+    from .errors import DataMissingError
+    from .io import read_json
+
     path = delta_path(cfg)
-    if cfg["uncertainty.use_calibrated_delta"] and path.is_file():
-        from .io import read_json
-        return {k: float(v) for k, v in read_json(path)["deltas"].items()}
-    return {"eigen": float(cfg["uncertainty.delta"])}
+    if not path.is_file():
+        raise DataMissingError("no calibrated delta yet", path=path,
+                               fix="run notebook 03-uncertainty-estimators")
+    return {k: float(v) for k, v in read_json(path)["deltas"].items()}
+
+
+def read_deltas(cfg: Config) -> dict[str, float]:
+    """The thresholds the methods use. eigen: step 03's calibrated delta when
+    `uncertainty.use_calibrated_delta` and step 03 ran, else `uncertainty.delta` (the paper
+    profile: -6, fixed, as the official scripts). The other estimators have no official threshold:
+    theirs always come from step 03 when it ran."""
+    deltas = calibrated_deltas(cfg) if delta_path(cfg).is_file() else {}
+    if not (cfg["uncertainty.use_calibrated_delta"] and "eigen" in deltas):
+        deltas["eigen"] = float(cfg["uncertainty.delta"])
+    return deltas

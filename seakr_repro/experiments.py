@@ -26,20 +26,31 @@ def run_order(methods: Sequence[str]) -> list[str]:
     first. The rendered tables keep the paper's row order (`side_by_side`)."""
     return sorted(methods, key=lambda m: m != "seakr")
 
-# Table 3 rows (ids as in data/paper/seakr_table3.csv) -> SeaKR switches.
+
+# SeaKR as the official code runs it, and with its deviations corrected (README, "Faithful and
+# fixed"); both run in every profile, side by side, whatever the profile's own mode.
+FAITHFUL = {"mode": "faithful", "forced_eos": "replace_last"}
+FIXED = {"mode": "fixed", "forced_eos": "append"}
+CALIBRATED = "calibrated"          # an ABLATIONS delta resolved to step 03's thresholds at run time
+
+# Table 3 rows (ids as in data/paper/seakr_table3.csv; the paper has no cell for the rows marked
+# "ours") -> SeaKR switches on top of the profile's settings.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "seakr": {},
     "estimator-prompt": {"estimator": "prompt"},
-    "estimator-perplexity": {"estimator": "perplexity"},
+    "estimator-perplexity": {"estimator": "perplexity_official"},   # what the paper's code computes
+    "estimator-perplexity-true": {"estimator": "perplexity"},       # ours: the returned text's
     "estimator-multi-perplexity": {"estimator": "multi_perplexity"},
     "estimator-ln-entropy": {"estimator": "ln_entropy_official"},   # what the paper's code computes
-    "estimator-ln-entropy-true": {"estimator": "ln_entropy"},       # Malinin & Gales, for comparison
+    "estimator-ln-entropy-true": {"estimator": "ln_entropy"},       # ours: Malinin & Gales
     "estimator-energy": {"estimator": "energy"},
     "no-sa-retrieval": {"self_aware_retrieval": False},
     "no-sa-rerank": {"rerank": False},
     "rationales-only": {"reasoning": "rationales"},
     "knowledge-only": {"reasoning": "knowledge"},
-    "faithful": {"mode": "faithful"},                                # the official code's bugs
+    "calibrated-delta": {"delta": CALIBRATED},                       # ours: step 03's delta
+    "faithful": FAITHFUL,                                            # ours: the official code
+    "fixed": FIXED,                                                  # ours: corrected
 }
 REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
 
@@ -61,6 +72,7 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
             "top_p": cfg[u + "top_p"], "sample_max_tokens": cfg[u + "max_tokens"],
             "layer": cfg[u + "layer"], "hook": cfg[u + "hook"], "alpha": cfg[u + "alpha"],
             "variant": cfg[u + "variant"], "seed": cfg["seed"], "delta": dict(deltas),
+            "forced_eos": cfg[u + "forced_eos"],
             "mode": cfg[s + "mode"], "n_shot": cfg[s + "n_shot"],
             "max_reasoning_steps": cfg[s + "max_reasoning_steps"], "max_docs": cfg[s + "max_docs"],
             "max_new_tokens": cfg[s + "max_new_tokens"],
@@ -80,6 +92,16 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
         known = METHODS[method].DEFAULTS       # CoT has no retrieval settings, for instance
         return {k: v for k, v in out.items() if k in known}
     return {}
+
+
+def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A row's switches with `delta: CALIBRATED` replaced by step 03's thresholds
+    (DataMissingError, i.e. a skipped row with the reason, before step 03 ran)."""
+    out = dict(overrides)
+    if out.get("delta") == CALIBRATED:
+        from .calibration import calibrated_deltas
+        out["delta"] = calibrated_deltas(cfg)
+    return out
 
 
 def _deltas_for(cfg: Config) -> dict[str, float]:
@@ -202,7 +224,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
             records = select_questions(cfg, dataset, n_questions)
             try:
                 backend = pool.get(spec.model)
-                settings = {**method_settings(cfg, spec.method, deltas), **spec.overrides}
+                settings = {**method_settings(cfg, spec.method, deltas),
+                            **row_overrides(cfg, spec.overrides)}
                 method = build_method(spec.method, backend, searcher, dataset, **settings)
             except DataMissingError as err:
                 skipped[spec.label] = err.what
@@ -280,10 +303,12 @@ def calibrate_backbone(cfg: Config, backend, records, n_shot: int, progress: boo
     tag = backend.name
     calibration.run_extraction(backend, records, cfg, n_shot, progress=progress, tag=tag)
     rows, vectors = calibration.load_extraction(cfg, [r.id for r in records], tag=tag)
-    layer = backend.n_layers // 2 - 1
-    scores = calibration.estimator_scores(rows, vectors, layer, cfg["uncertainty.alpha"])
+    # the U that gates SeaKR's retrieval: the profile's hook, layer and variant
+    layer = calibration.u_layer(cfg, backend.n_layers)
+    scores = calibration.estimator_scores(rows, vectors.layer(cfg["uncertainty.hook"], layer),
+                                          calibration.u_params(cfg), names=["eigen"])
     correct = [int(r["correct"]) for r in rows]
-    cal = calibrate_delta(scores[calibration.METHOD_ESTIMATOR["eigen"]], correct)
+    cal = calibrate_delta(scores["eigen"], correct)
     return {"model": tag, "delta": float(cal.delta), "rule_used": cal.rule_used,
             "retrieval_rate": float(cal.retrieval_rate), "closed_book_accuracy": sum(correct) / len(correct),
             "n_calibration": len(rows)}

@@ -58,6 +58,7 @@ def check_datasets_available(names) -> None:
 
 def prepare_datasets(cfg: Config, names=None) -> dict:
     """Load each data set of the profile (sampled per datasets.n_questions) and save it as JSONL."""
+    from .data.loaders import twowiki_golds
     from .data.registry import load_dataset
 
     names = list(names or profile_datasets(cfg))
@@ -66,6 +67,7 @@ def prepare_datasets(cfg: Config, names=None) -> dict:
     loaded = {}
     for name in names:
         records = load_dataset(name, n=cfg["datasets.n_questions"], seed=cfg["datasets.sample_seed"])
+        records = twowiki_golds(records, cfg["evaluation.twowiki_golds"])
         write_jsonl(out_dir / f"{name}.jsonl", (r.to_dict() for r in records))
         loaded[name] = records
     return loaded

@@ -150,9 +150,13 @@ def write_synthetic_store(out: Path, n: int, seed: int = 0) -> list[dict]:
         base = rng.standard_normal((L, 1, d), dtype=np.float32)
         write_vectors(out, f"q{q}", {h: base + spread * rng.standard_normal((L, k, d), dtype=np.float32)
                                      for h in HOOKS})
-        rows.append({"id": f"q{q}", "correct": bool(q % 2 == 0), "nonempty": [True] * (k - 1) + [q % 3 > 0],
-                     "sample_logprobs": [[-1.0, -0.5]] * k, "greedy_logprobs": [-0.3, -0.2],
-                     "greedy_logsumexp": [20.0, 21.0], "prompt_uncertainty": 0.5})
+        nonempty = [True] * (k - 1) + [q % 3 > 0]
+        rows.append({"id": f"q{q}", "correct": bool(q % 2 == 0), "nonempty": nonempty,
+                     "greedy_stats": {"logprobs": [-0.3, -0.2], "official_logprobs": [-0.3],
+                                      "logsumexp": [20.0, 21.0]},
+                     "sample_stats": [{"nonempty": ok, "logprobs": [-1.0, -0.5],
+                                       "official_logprobs": [-1.0]} for ok in nonempty],
+                     "prompt_uncertainty": 0.5})
     return rows
 
 
@@ -171,7 +175,7 @@ def _step03(out: Path, n_boot: int) -> dict:
     store = VectorStore(out, rows)
     incorrect = np.array([not r["correct"] for r in rows], dtype=int)
     layer = store.n_layers // 2 - 1
-    scores = estimator_scores(rows, store, layer, 1e-3)
+    scores = estimator_scores(rows, store.layer("mlp_out", layer), {"alpha": 1e-3, "variant": "seakr"})
     unc.estimator_aurocs(scores, incorrect, n_boot=n_boot, seed=0)
     del scores
     mid = store.nonempty("mlp_out", layer)

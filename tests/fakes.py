@@ -42,7 +42,7 @@ def gen(text: str, probs=None, attention=None, entropies=None, logsumexp=None) -
     lps = [SURE] * len(tokens) if probs is None else [math.log(p) for p in probs]
     assert len(lps) == len(tokens), (tokens, lps)
     return Generation(text=text, token_ids=fake_ids(tokens), tokens=tokens,
-                      logprobs=lps, attention=attention, entropies=entropies,
+                      logprobs=lps, warped_logprobs=list(lps), attention=attention, entropies=entropies,
                       logsumexp=logsumexp if logsumexp is not None else [10.0] * len(tokens))
 
 
@@ -70,8 +70,9 @@ class FakeBackend:
         return out if isinstance(out, Generation) else gen(out)
 
     def sample(self, prompt, *, k, max_new_tokens, stop=(), temperature=1.0, top_k=50, top_p=0.9,
-               seed=42, layer=None, hook="mlp_out", want_stats=False):
-        self.sample_calls.append({"prompt": prompt, "k": k, "layer": layer, "stop": list(stop)})
+               seed=42, layer=None, hook="mlp_out", want_stats=False, forced_eos="append"):
+        self.sample_calls.append({"prompt": prompt, "k": k, "layer": layer, "stop": list(stop),
+                                  "hook": hook, "forced_eos": forced_eos})
         takes_stop = self.level.__code__.co_argcount - len(self.level.__defaults__ or ()) >= 2
         level = self.level(prompt, list(stop)) if takes_stop else self.level(prompt)
         rng = np.random.default_rng(zlib.crc32(prompt.encode()))

@@ -70,11 +70,13 @@ def test_crash_mid_question_resumes_and_reads_one_layer(cfg, monkeypatch):
         view[L]
     with pytest.raises(UserError, match="layer 9"):
         store.layer("mlp_out", 9)
-    scores = calibration.estimator_scores(
-        [{**r, "sample_logprobs": [[-1.0], [], [-2.0]], "greedy_logprobs": [-1.0],
-          "greedy_logsumexp": [3.0], "prompt_uncertainty": 0.5} for r in rows], store, 1, 1e-3)
+    stats = [{**r, "greedy_stats": {"logprobs": [-1.0], "official_logprobs": None, "logsumexp": [3.0]},
+              "sample_stats": [{"nonempty": ok, "logprobs": [-1.0], "official_logprobs": None}
+                               for ok in r["nonempty"]], "prompt_uncertainty": 0.5} for r in rows]
+    scores = calibration.estimator_scores(stats, store.layer("mlp_out", 1),
+                                          {"alpha": 1e-3, "variant": "seakr"}, names=["eigen"])
     expected = [eigen_score(v, 1e-3) for v in nonempty]
-    np.testing.assert_allclose(scores["eigen (SeaKR: MLP out)"], expected)
+    np.testing.assert_allclose(scores["eigen"], expected)
 
 
 def test_old_npz_layout_asks_to_rerun_step_02(cfg):

@@ -47,7 +47,7 @@ def test_2wiki_aliases_demonyms_and_supporting():
                                     "d4a91b100bdd11eba7f7acde48001122"]
     first = recs[0]
     assert first.answers == ["Cincinnati"] and first.type == "compositional"
-    assert first.aliases == ["Cincinnati, Ohio", "Queen City", "Porkopolis", "Cincinnatian"]
+    assert first.aliases == ["Cincinnati, Ohio", "Queen City", "Porkopolis"]   # the official golds
     assert first.extra["demonyms"] == ["Cincinnatian"]
     assert first.supporting == ["Jaws (film)", "Steven Spielberg"]
     assert recs[1].golds == ["Jaws", "Jaws (film)"]  # the alias equal to the answer is not repeated
@@ -55,6 +55,20 @@ def test_2wiki_aliases_demonyms_and_supporting():
     assert recs[2].aliases == [] and recs[2].supporting == ["wiki-1204", "wiki-87"]
     assert recs[2].extra["supporting_titles"] == ["Niels Bohr", "Albert Einstein"]
     assert load_2wiki(FIX / "2wikimultihopqa" / "dev.json")[0] == first  # the file path works too
+
+
+def test_2wiki_golds_are_the_aliases_as_the_official_evaluation_reads_them():
+    from seakr_repro.data.loaders import twowiki_golds
+    from seakr_repro.evaluation import exact_match
+    recs = load_2wiki(FIX / "2wikimultihopqa")
+    official = twowiki_golds(recs, "official")
+    assert exact_match("Queen City", official[0].golds) == 1
+    assert exact_match("Cincinnatian", official[0].golds) == 0      # a demonym is not a gold there
+    both = twowiki_golds(recs, "with_demonyms")
+    assert both[0].aliases == ["Cincinnati, Ohio", "Queen City", "Porkopolis", "Cincinnatian"]
+    assert exact_match("Cincinnatian", both[0].golds) == 1 and recs[0].aliases == official[0].aliases
+    with pytest.raises(UserError, match="twowiki_golds"):
+        twowiki_golds(recs, "all")
 
 
 def test_hotpotqa_fields_and_unique_supporting_titles():

@@ -6,7 +6,7 @@ import pytest
 from seakr_repro.errors import UserError
 from seakr_repro.llm.base import Generation
 from seakr_repro.uncertainty import (build_prompt, content_logprobs, eigen_score, energy, judge,
-                                     ln_entropy, ln_entropy_official, multi_perplexity, oriented,
+                                     ln_entropy, multi_perplexity, oriented,
                                      perplexity, prompt_uncertainty)
 
 
@@ -19,10 +19,9 @@ def test_perplexity_and_eos_exclusion():
     assert perplexity([]) == math.inf
 
 
-def test_multi_perplexity_official_ln_entropy_and_true_ln_entropy():
+def test_multi_perplexity_and_true_ln_entropy():
     samples = [[math.log(0.5)] * 2, [math.log(0.25)], []]     # the empty sample is skipped
     assert multi_perplexity(samples) == pytest.approx((2 + 4) / 2)
-    assert ln_entropy_official(samples) == multi_perplexity(samples)
     # Malinin & Gales: -(1/k) sum_i (1/T_i) sum_t log p = (ln 2 + ln 4) / 2
     assert ln_entropy(samples) == pytest.approx((math.log(2) + math.log(4)) / 2)
     assert multi_perplexity([[], []]) == math.inf and ln_entropy([]) == math.inf
@@ -35,7 +34,7 @@ def test_energy_sign_and_orientation():
     assert oriented(energy(unsure), energy) > oriented(energy(confident), energy)
     assert energy([]) == -math.inf and oriented(energy([]), energy) == math.inf
     np.testing.assert_array_equal(oriented(np.array([1.0, 2.0]), False), [-1.0, -2.0])
-    for f in (perplexity, multi_perplexity, ln_entropy, ln_entropy_official, eigen_score,
+    for f in (perplexity, multi_perplexity, ln_entropy, eigen_score,
               prompt_uncertainty):
         assert f.higher_is_more_uncertain is True
     with pytest.raises(UserError):

@@ -4,9 +4,10 @@ Every loader names the file and the record (or line) when the input is not what 
 says how to get the file when it is missing. The answer conventions follow DRAGIN's data classes
 (which SeaKR's code reuses) so scores are comparable with the paper:
 
-- 2WikiMultihopQA: gold `answer`; aliases are the Wikidata aliases and demonyms of `answer_id` from
-  `id_aliases.json` (the official 2Wiki evaluation counts both; DRAGIN's copy uses aliases only,
-  so the demonyms are also kept apart in `extra["demonyms"]`).
+- 2WikiMultihopQA: gold `answer`; aliases are the Wikidata aliases of `answer_id` from
+  `id_aliases.json`, as SeaKR's and DRAGIN's evaluation count them; the demonyms are kept apart in
+  `extra["demonyms"]`, and `with_demonyms` adds them to the aliases (2Wiki's own evaluation counts
+  both; the setting `evaluation.twowiki_golds`).
 - IIRC: questions whose answer type is "none" are skipped (the answerable subset); a "span" answer
   gives one gold per answer span (the stripped span texts, each accepted on its own, as DRAGIN does,
   not joined); "value" and "binary" give `answer_value` (the unit is not appended; it is kept in
@@ -21,6 +22,7 @@ import ast
 import csv
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -176,7 +178,7 @@ def load_2wiki(path: str | Path, source: str = "2wiki") -> list[QuestionRecord]:
         supporting, titles = _supporting(rec, dev, where, what)
         records.append(QuestionRecord(
             id=rid, question=_need(rec, "question", str, dev, where, what).strip(),
-            answers=[_need(rec, "answer", str, dev, where, what)], aliases=names + demonyms,
+            answers=[_need(rec, "answer", str, dev, where, what)], aliases=list(names),
             type=_need(rec, "type", str, dev, where, what), supporting=supporting, source=source,
             extra={"answer_id": answer_id, "demonyms": demonyms, "supporting_titles": titles,
                    "evidences": _need(rec, "evidences", list, dev, where, what, default=[])}))
@@ -187,6 +189,20 @@ def load_2wiki_train(path: str | Path, source: str = "2wiki-train") -> list[Ques
     """2WikiMultihopQA train.json (or the folder holding it with id_aliases.json): dev.json's format."""
     path = Path(path)
     return load_2wiki(path / "train.json" if path.is_dir() else path, source=source)
+TWOWIKI_GOLDS = ("official", "with_demonyms")
+
+
+def twowiki_golds(records: list[QuestionRecord], mode: str) -> list[QuestionRecord]:
+    """2Wiki records with the golds of `evaluation.twowiki_golds`: "official" = answer + aliases
+    (SeaKR's eval_multihop and DRAGIN's data.py read only `aliases` of id_aliases.json),
+    "with_demonyms" = the demonyms count too (2Wiki's own evaluation). Other sets pass unchanged."""
+    if mode not in TWOWIKI_GOLDS:
+        raise UserError(f"unknown 2Wiki gold set {mode!r}", setting="evaluation.twowiki_golds",
+                        fix=f"use one of {', '.join(TWOWIKI_GOLDS)}")
+    if mode == "official":
+        return records
+    return [replace(r, aliases=list(dict.fromkeys([*r.aliases, *r.extra.get("demonyms", [])])))
+            if "demonyms" in r.extra else r for r in records]
 
 
 def load_hotpotqa(path: str | Path, source: str = "hotpotqa") -> list[QuestionRecord]:

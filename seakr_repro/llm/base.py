@@ -7,7 +7,7 @@ Two calls matter:
 - `generate`: one greedy continuation with per-token log-probabilities (and, on request, the
   statistics FLARE/DRAGIN/perplexity/energy need);
 - `sample`: k sampled continuations of ONE context, each with the vector of the forced EOS token
-  ("context + completion truncated at the stop + EOS") at a chosen layer and hook. This is what
+  at a chosen layer and hook; `forced_eos` says which tokens precede that EOS (`stops`). This is what
   SeaKR's uncertainty U(c) is computed from. `sample_many` does several contexts in one go.
 
 DRAGIN's query needs two more: `words` (its merge of tokens into words) and `attention_rows` (the
@@ -37,6 +37,15 @@ class Generation:
     # positions, then mean over heads. Filled only when attentions were asked for.
     attention: list[float] | None = None
     n_prompt_tokens: int = 0
+    # Every generated token up to and including the one that ended the continuation (the token
+    # that completed the stop string, or the max_tokens-th; a sampled EOS excluded), with its raw
+    # log-prob: the official engine's token list, from which the forced-EOS sequence and the
+    # official perplexity are built (`stops.forced_eos_ids`). None = same as token_ids.
+    all_token_ids: list[int] | None = None
+    all_logprobs: list[float] | None = None
+    # Samples only: log-prob of each of all_token_ids under the distribution it was drawn from
+    # (after temperature, top-k and top-p), which the official "LN-entropy" averages.
+    warped_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -70,8 +79,9 @@ class Backend(Protocol):
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
                layer: int | None = None, hook: str = "mlp_out",
-               want_stats: bool = False) -> SampleSet:
-        """k samples of one context (the prompt is pre-filled once), with forced-EOS vectors."""
+               want_stats: bool = False, forced_eos: str = "append") -> SampleSet:
+        """k samples of one context (the prompt is pre-filled once), with forced-EOS vectors
+        (`forced_eos`: replace_last | append, see `stops.forced_eos_ids`)."""
         ...
 
     def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:

@@ -288,7 +288,7 @@ class CachedBackend:
         # share one entry; the layer is resolved because None means "middle".
         from .registry import middle_layer
         p = dict(stop=(), temperature=1.0, top_k=50, top_p=0.9, seed=42, layer=None,
-                 hook="mlp_out", want_stats=False)
+                 hook="mlp_out", want_stats=False, forced_eos="append")
         p.update(kwargs)
         p["stop"] = list(p["stop"])
         if p["layer"] is None:

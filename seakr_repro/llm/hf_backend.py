@@ -5,12 +5,13 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   batch (plain `generate(num_return_sequences=k)` pre-fills the prompt k times, which dominates
   with a 10-shot prompt). Finished rows are dropped from the batch. All rows share one length, so
   no padding or attention mask is needed while decoding.
-- The forced-EOS vectors come from ONE more batched pass of "completion truncated at the stop +
-  EOS" on top of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
+- The forced-EOS vectors come from ONE more batched pass of each sample's forced-EOS sequence
+  (`stops.forced_eos_ids`: the last token replaced by EOS, or EOS after the kept tokens) on top
+  of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
   never sees the padding after it: no padding leaks into a vector.
 - Stop strings are searched in the generated text only (as vLLM, the official engine, does).
   The returned text is cut before the stop string; token lists keep the tokens whose text lies
-  entirely before it, so the stop string's tokens never enter a vector's sequence.
+  entirely before it; `all_token_ids` keeps every generated token (see `stops`).
 - Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
   boundary is kept (LRU, bounded in tokens) keyed by the token ids before it. Every prompt of a
   method starts with the same few-shot demonstrations, so later calls pre-fill only their own tail
@@ -18,7 +19,8 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   comes from the cache or not, results do not depend on what was called before: same prompt and
   seed, same bits.
 - Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
-  (temperature 1, no top-k/top-p), whatever the sampling parameters were.
+  (temperature 1, no top-k/top-p), whatever the sampling parameters were; samples also carry
+  `warped_logprobs`, from the very logits the sampler drew from.
 - Texts and token strings are decoded after the prompt's last tokens (`tokenizing.decode_pieces`),
   as vLLM does, so a sentencepiece (LLaMA) continuation keeps its leading space.
 - `max_context` (the config's max_position_embeddings): a prompt that does not fit with the
@@ -38,8 +40,8 @@ import torch
 from .base import Generation, SampleSet
 from .hooks import capture, run_until_captured
 from .registry import middle_layer
-from .sampling import warp_logits
-from .stops import cut_at_stop, find_stop
+from .sampling import sample_tokens
+from .stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
 from .attention import WordsMixin
 from .tokenizing import TokenizerMixin, check_fits
 
@@ -49,13 +51,14 @@ PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reu
 class _Row:
     """The growing state of one sequence during decoding."""
 
-    __slots__ = ("ids", "logprobs", "entropies", "lse", "finish")
+    __slots__ = ("ids", "logprobs", "entropies", "lse", "wlp", "finish")
 
     def __init__(self):
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.entropies: list[float] = []
         self.lse: list[float] = []
+        self.wlp: list[float] = []           # warped log-probs (samples)
         self.finish: str | None = None
 
 
@@ -159,6 +162,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
             logits = logits.float()
             logp = torch.log_softmax(logits, dim=-1)
             nxt = pick(logits)
+            nxt, wlp = nxt if isinstance(nxt, tuple) else (nxt, None)   # samples: + warped log-prob
+            wlp = wlp.tolist() if wlp is not None else None
             chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
             if want_stats:
                 ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
@@ -171,6 +176,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
                     continue
                 r.ids.append(t)
                 r.logprobs.append(chosen[j])
+                if wlp is not None:
+                    r.wlp.append(wlp[j])
                 if want_stats:
                     r.entropies.append(ent[j])
                     r.lse.append(lse[j])
@@ -198,12 +205,16 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # check (on the ids alone) could not see, e.g. one that starts with the leading space
         text, n = cut_at_stop(pieces, stop)
         finish = "stop" if len(text) < sum(map(len, pieces)) else (r.finish or "length")
+        # the uncut ids end at the token that completed the stop (the forced-EOS sequence's end)
+        end = stop_end(pieces, stop) if finish == "stop" else len(r.ids)
         return Generation(
             text=text, token_ids=r.ids[:n], tokens=pieces[:n],
             logprobs=r.logprobs[:n],
             entropies=r.entropies[:n] if want_stats else None,
             logsumexp=r.lse[:n] if want_stats else None,
-            finish_reason=finish, n_prompt_tokens=len(prompt_ids))
+            finish_reason=finish, n_prompt_tokens=len(prompt_ids),
+            all_token_ids=list(r.ids[:end]), all_logprobs=list(r.logprobs[:end]),
+            warped_logprobs=list(r.wlp[:end]) if r.wlp else None)
 
     # ----------------------------------------------------------------------------- protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
@@ -221,8 +232,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
                layer: int | None = None, hook: str = "mlp_out",
-               want_stats: bool = False) -> SampleSet:
+               want_stats: bool = False, forced_eos: str = "append") -> SampleSet:
         layer = middle_layer(self.n_layers) if layer is None else int(layer)
+        check_forced_eos(forced_eos)
         ids = self._encode(prompt)
         # + 1: the forced EOS after the longest completion
         check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
@@ -230,10 +242,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         def pick(lg):
-            if temperature <= 0:
-                return lg.argmax(-1)
-            probs = torch.softmax(warp_logits(lg, temperature, top_k, top_p), dim=-1)
-            return torch.multinomial(probs, 1, generator=gen)[:, 0]
+            return sample_tokens(lg, temperature, top_k, top_p, gen)
 
         samples: list[Generation] = []
         vectors: list[np.ndarray] = []
@@ -245,7 +254,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
                                      pick, want_stats)
             del cache
             part = [self._finish(r, stop, ids, want_stats) for r in rows]
-            vectors.append(self._eos_vectors(prompt_cache, [g.token_ids for g in part], layer, hook))
+            # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
+            seqs = [forced_eos_of(g, self.eos_token_id, forced_eos)[:-1] for g in part]
+            vectors.append(self._eos_vectors(prompt_cache, seqs, layer, hook))
             samples.extend(part)
         vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
         return SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook)
@@ -276,7 +287,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
     @torch.inference_mode()
     def _eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
                      hook: str) -> np.ndarray:
-        """Vector at the forced EOS of "prompt + completion + EOS", one batched pass for all rows."""
+        """Vector at the EOS of "prompt + completion + EOS", one batched pass for all rows."""
         n = len(completions)
         width = max(len(c) for c in completions) + 1
         # Right padding with EOS: causal attention keeps it invisible to each row's own EOS.

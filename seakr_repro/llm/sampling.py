@@ -23,3 +23,26 @@ def warp_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
         drop[..., -1:] = False
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from the warped distribution; return (token ids, their log-prob
+    under that same warped distribution). temperature <= 0 is greedy (log-prob of the raw
+    distribution, as an engine that leaves temperature-0 logits unscaled reports it)."""
+    logits = logits.float()
+    if temperature <= 0:
+        ids = logits.argmax(-1)
+        logp = torch.log_softmax(logits, dim=-1)
+    else:
+        warped = warp_logits(logits, temperature, top_k, top_p)
+        logp = torch.log_softmax(warped, dim=-1)
+        ids = torch.multinomial(torch.softmax(warped, dim=-1), 1, generator=generator)[:, 0]
+    return ids, logp.gather(1, ids[:, None])[:, 0]
+
+
+def warped_logsumexp(logits: torch.Tensor, temperature: float, top_k: int,
+                     top_p: float) -> torch.Tensor:
+    """logsumexp of the warped logits: with the raw logit l of a kept token,
+    its warped log-prob is l / temperature - this (how the vLLM worker reports it)."""
+    return torch.logsumexp(warp_logits(logits.float(), temperature, top_k, top_p), dim=-1)

@@ -1,13 +1,27 @@
-"""Where a continuation stops: shared by every backend so that they cut text identically.
+"""Where a continuation stops, and which token sequence SeaKR's forced-EOS vector is read from.
+Shared by every backend and by step 02 so that they cut text and build sequences identically.
 
 Stop strings are searched in the generated text only (as vLLM, the official engine, does), on the
 text decoded in context (`tokenizing.decode_pieces`). The returned text is cut before the first
-stop string; the token list keeps the longest prefix of tokens whose text lies entirely before
-it, so a stop string's tokens never enter a vector's sequence.
+stop string; `token_ids` keep the longest prefix of tokens whose text lies entirely before it.
+`Generation.all_token_ids` keeps every generated token up to and including the one that ended the
+continuation (the token that completed the stop string, or the max_tokens-th); a sampled EOS is
+never part of either list.
+
+The forced-EOS sequence (`uncertainty.forced_eos`):
+- "replace_last" (the official engine's stop checker): the last generated token is overwritten
+  with EOS and every token before it is kept. For the stop ". " completed by the token "▁Ivania"
+  the sequence is "... 1959." + EOS (the period stays); at max_tokens it is the first
+  max_tokens - 1 tokens + EOS. A continuation that ended by sampling EOS keeps that EOS.
+- "append": the kept tokens (those of the returned text) + EOS, so the vector describes exactly
+  the text the method reads; no content token is lost at max_tokens, and the sequence does not
+  depend on how the tokenizer merges the stop string with the next word.
 """
 from __future__ import annotations
 
 from typing import Sequence
+
+FORCED_EOS_MODES = ("replace_last", "append")
 
 
 def find_stop(text: str, stop: Sequence[str]) -> int:
@@ -29,3 +43,40 @@ def cut_at_stop(pieces: Sequence[str], stop: Sequence[str]) -> tuple[str, int]:
     while n > 0 and pieces[n - 1] == "":
         n -= 1    # bytes of a character that is completed only after the cut
     return text[:at], n
+
+
+def stop_end(pieces: Sequence[str], stop: Sequence[str]) -> int:
+    """Number of tokens up to and including the one whose text completes the first stop string
+    (len(pieces) when none does): where an engine checking after every token would have stopped."""
+    text = ""
+    for i, piece in enumerate(pieces):
+        text += piece
+        if stop and find_stop(text, stop) >= 0:
+            return i + 1
+    return len(pieces)
+
+
+def check_forced_eos(mode: str) -> str:
+    if mode not in FORCED_EOS_MODES:
+        from ..errors import UserError
+        raise UserError(f"unknown forced-EOS mode {mode!r}", setting="uncertainty.forced_eos",
+                        fix=f"use one of {', '.join(FORCED_EOS_MODES)}")
+    return mode
+
+
+def forced_eos_ids(all_ids: Sequence[int], finish_reason: str, n_kept: int, eos_id: int,
+                   mode: str) -> list[int]:
+    """The generated part of the sequence whose last position (always EOS) gives the vector.
+
+    all_ids: every generated token incl. the one that ended the continuation (a sampled EOS
+    excluded); finish_reason: stop | length | eos; n_kept: tokens of the returned text."""
+    check_forced_eos(mode)
+    if mode == "append" or finish_reason == "eos":
+        return [*all_ids[:n_kept], eos_id] if mode == "append" else [*all_ids, eos_id]
+    return [*all_ids[:-1], eos_id]
+
+
+def forced_eos_of(gen, eos_id: int, mode: str) -> list[int]:
+    """`forced_eos_ids` of a Generation (one that carries no uncut ids counts as uncut)."""
+    all_ids = gen.token_ids if gen.all_token_ids is None else gen.all_token_ids
+    return forced_eos_ids(all_ids, gen.finish_reason, len(gen.token_ids), eos_id, mode)

@@ -119,6 +119,7 @@ class SyntheticBackend:
             entropies=rng.exponential(1.0, n).tolist() if want_stats else None,
             logsumexp=rng.normal(20.0, 2.0, n).tolist() if want_stats else None,
             finish_reason=reason, attention=rng.random(n).tolist() if want_attention else None,
+            all_token_ids=[self._token_id(t) for t in tokens],
             n_prompt_tokens=self.count_tokens(prompt))
 
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
@@ -143,15 +144,20 @@ class SyntheticBackend:
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
-               layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False) -> SampleSet:
+               layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False,
+               forced_eos: str = "append") -> SampleSet:
         from .registry import middle_layer
+        from .stops import check_forced_eos
 
         layer = middle_layer(self.n_layers) if layer is None else layer
-        rng = _rng("sample", prompt, k, max_new_tokens, temperature, top_k, top_p, seed, layer, hook)
+        rng = _rng("sample", prompt, k, max_new_tokens, temperature, top_k, top_p, seed, layer, hook,
+                   check_forced_eos(forced_eos))
         tight = bool(rng.random() < 0.5)
         texts = [self._text(rng, max_new_tokens) for _ in range(1 if tight else k)]
         samples = [self._generation(rng, prompt, texts[0 if tight else i], stop, max_new_tokens,
                                     want_stats, False) for i in range(k)]
+        for g in samples:            # no sampler here: the warped log-probs are the raw ones
+            g.warped_logprobs = list(g.logprobs)
         return SampleSet(samples=samples, vectors=self._vectors(rng, k, tight), layer=layer, hook=hook)
 
     def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:

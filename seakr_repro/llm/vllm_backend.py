@@ -11,7 +11,8 @@ How each protocol call maps onto the engine:
 - `sample_many`: k requests per context, each with its own seed (seed + i, as vLLM's own n > 1
   does); prefix caching lets them share the prompt's full KV blocks, even when scheduled in the
   same step (measured: a separate pre-fill request first computed no fewer rows). Then one
-  request per distinct "prompt + completion + EOS" with max_tokens=1: its
+  request per distinct "prompt + forced-EOS sequence" (`stops.forced_eos_ids`, the setting
+  `forced_eos`) with max_tokens=1: its
   prompt part is a prefix-cache hit, so only the completion and the EOS are computed, and a hook
   keeps the chosen layer's vector at the EOS. All contexts go in at once.
 - `score`: one request over "prompt + continuation" whose final hidden states a hook keeps; the
@@ -21,6 +22,9 @@ How each protocol call maps onto the engine:
   decoding of the token ids after the prompt's last tokens (`tokenizing.decode_pieces`), exactly
   as the transformers backend cuts, so both backends return the same text and tokens for the
   same ids. `max_context` = max_model_len; longer prompts are refused (ContextOverflowError).
+  Each sample's warped log-probs (the official "LN-entropy" input) come from the stats hook,
+  which also records the logsumexp of the logits warped with that request's temperature, top-k
+  and top-p.
 - `close()` shuts the engine down so another model can load (`experiments.BackendPool`).
 
 Continuous batching: one engine thread owns the engine; calls from any number of threads add
@@ -46,7 +50,7 @@ from ..errors import UserError
 from .base import Generation, SampleSet
 from . import vllm_worker
 from .registry import middle_layer
-from .stops import cut_at_stop
+from .stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
 from .attention import WordsMixin
 from .tokenizing import TokenizerMixin, check_fits
 
@@ -379,13 +383,14 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return SamplingParams(skip_special_tokens=False, spaces_between_special_tokens=False, **kw)
 
     def _generation(self, out, cap: dict, stop: Sequence[str], prompt_ids: Sequence[int],
-                    want_stats: bool) -> Generation:
-        """A vLLM CompletionOutput -> Generation, cut as the transformers backend cuts."""
+                    want_stats: bool, temperature: float | None = None) -> Generation:
+        """A vLLM CompletionOutput -> Generation, cut as the transformers backend cuts.
+        `temperature` (samples): fill `warped_logprobs` from the stats hook's warped logsumexp."""
         ids = list(out.token_ids)
         # logprobs=0: each position holds just the chosen token's raw log-probability
         lps = [d[t].logprob if d and t in d else float("nan")
                for t, d in zip(ids, out.logprobs or [None] * len(ids))]
-        stats = cap.get("stats", [])[-len(ids):] if want_stats and ids else []
+        stats = cap.get("stats", [])[-len(ids):] if (want_stats or temperature) and ids else []
         finish = "length"
         if ids and (ids[-1] == self.eos_token_id or isinstance(out.stop_reason, int)):
             ids, finish = ids[:-1], "eos"          # EOS ends the text and is not part of it
@@ -400,12 +405,16 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             cut, m = cut_at_stop(pieces, stop)
             if cut != text:
                 text, n, finish = cut, m, "stop"
-        ids = ids[:n]
+        # the official engine stops at the token that completes the stop string
+        end = stop_end(pieces, stop) if finish == "stop" else len(ids)
+        warped = warped_logprobs(lps[:end], stats[:end], temperature) if temperature is not None else None
+        kept = ids[:n]
         return Generation(
-            text=text, token_ids=ids, tokens=pieces[:n], logprobs=lps[:n],
+            text=text, token_ids=kept, tokens=pieces[:n], logprobs=lps[:n],
             entropies=[s[0] for s in stats[:n]] if want_stats else None,
             logsumexp=[s[1] for s in stats[:n]] if want_stats else None,
-            finish_reason=finish, n_prompt_tokens=len(prompt_ids))
+            finish_reason=finish, n_prompt_tokens=len(prompt_ids),
+            all_token_ids=ids[:end], all_logprobs=lps[:end], warped_logprobs=warped)
 
     # ------------------------------------------------------------------ protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
@@ -483,42 +492,44 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
     def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
                     stop: Sequence[str] = (), temperature: float = 1.0, top_k: int = 50,
                     top_p: float = 0.9, seed: int = 42, layer: int | None = None,
-                    hook: str = "mlp_out", want_stats: bool = False) -> list[SampleSet]:
+                    hook: str = "mlp_out", want_stats: bool = False,
+                    forced_eos: str = "append") -> list[SampleSet]:
         layer = middle_layer(self.n_layers) if layer is None else int(layer)
+        check_forced_eos(forced_eos)
         if hook not in ("mlp_out", "residual"):
             raise ValueError(f"hook must be mlp_out or residual, not {hook!r}")
         if not 0 <= layer < self.n_layers:
             raise ValueError(f"layer {layer} is outside 0..{self.n_layers - 1}")
-        self._install([("vec", layer, hook)] + ([("stats",)] if want_stats else []))
+        self._install([("vec", layer, hook), ("stats",)])   # stats: warped log-probs
         encoded = [self._encode(p) for p in prompts]
         for ids in encoded:
             self._check_len(len(ids), max_new_tokens + 1)
 
         # 1) k samples per context, all contexts in one batch
+        temp = float(temperature) if temperature > 0 else 0.0
+        warp = [temp, int(top_k) if top_k and top_k > 0 else 0, float(top_p) if top_p is not None else 1.0]
         reqs, params, tags = [], [], []
         for ids in encoded:
             for i in range(k):
-                tag = uuid.uuid4().hex if want_stats else None
-                extra = {vllm_worker.KEY: {"tag": tag, "stats": True}} if want_stats else None
+                tag = uuid.uuid4().hex
+                extra = {vllm_worker.KEY: {"tag": tag, "stats": True, "warp": warp}}
                 reqs.append({"prompt_token_ids": ids})
                 params.append(self._params(
                     max_tokens=max(1, int(max_new_tokens)), stop=list(stop) or None, logprobs=0,
-                    temperature=float(temperature) if temperature > 0 else 0.0,
-                    top_k=int(top_k) if top_k and top_k > 0 else 0,
-                    top_p=float(top_p) if top_p is not None else 1.0,
+                    temperature=warp[0], top_k=warp[1], top_p=warp[2],
                     seed=int(seed) + i, extra_args=extra))
                 tags.append(tag)
         results = self._engine.run(reqs, params, tags)
-        gens = [self._generation(res.outputs[0], cap, stop, encoded[j // k], want_stats)
+        gens = [self._generation(res.outputs[0], cap, stop, encoded[j // k], want_stats, temp)
                 for j, (res, cap) in enumerate(results)]
         if max_new_tokens <= 0:
             gens = [_nothing(g.n_prompt_tokens, want_stats) for g in gens]
 
-        # 2) forced-EOS vectors: one request per distinct "prompt + completion + EOS"
+        # 2) forced-EOS vectors: one request per distinct "prompt + forced-EOS sequence"
+        forced = [tuple(forced_eos_of(g, self.eos_token_id, forced_eos)) for g in gens]
         seqs: dict[tuple, str] = {}
-        for j, g in enumerate(gens):
-            seqs.setdefault(tuple(encoded[j // k]) + tuple(g.token_ids) + (self.eos_token_id,),
-                            uuid.uuid4().hex)
+        for j, f in enumerate(forced):
+            seqs.setdefault(tuple(encoded[j // k]) + f, uuid.uuid4().hex)
         vparams = [self._params(max_tokens=1, temperature=0.0,
                                 extra_args={vllm_worker.KEY: {"tag": t, "vec": [layer, hook]}})
                    for t in seqs.values()]
@@ -534,8 +545,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         out = []
         for c, ids in enumerate(encoded):
             part = gens[c * k:(c + 1) * k]
-            vec = np.stack([by_seq[tuple(ids) + tuple(g.token_ids) + (self.eos_token_id,)]
-                            for g in part]) if part else np.zeros((0, self.hidden_size), np.float32)
+            vec = np.stack([by_seq[tuple(ids) + f] for f in forced[c * k:(c + 1) * k]]) \
+                if part else np.zeros((0, self.hidden_size), np.float32)
             out.append(SampleSet(samples=part, vectors=vec, layer=layer, hook=hook))
         return out
 
@@ -558,6 +569,19 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=cap["logprobs"], entropies=cap["entropies"], logsumexp=cap["logsumexp"],
             finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+
+def warped_logprobs(raw_logprobs: Sequence[float], stats: Sequence[Sequence[float]],
+                    temperature: float) -> list[float]:
+    """Each sampled token's log-prob under the warped distribution it was drawn from, from its raw
+    log-prob lp and the stats hook's (entropy, logsumexp of the raw logits L, logsumexp of the
+    warped logits W): its raw logit is lp + L, so its warped log-prob is (lp + L) / T - W.
+    Temperature 0 (greedy) reports the raw log-prob, as the official engine does."""
+    if temperature <= 0:
+        return list(raw_logprobs)
+    if len(stats) < len(raw_logprobs) or any(len(s) < 3 for s in stats):
+        raise RuntimeError("the vLLM stats hook recorded no warped logsumexp for a sample")
+    return [(lp + s[1]) / temperature - s[2] for lp, s in zip(raw_logprobs, stats)]
 
 
 def _nothing(n_prompt: int, want_stats: bool) -> Generation:

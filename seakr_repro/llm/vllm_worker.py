@@ -7,7 +7,8 @@ forward hooks on the worker's model, exactly like the transformers backend's hoo
 - "vec"   a layer's MLP output or residual stream at the LAST token of a request: with the request
           "prompt + completion + EOS" that is SeaKR's forced-EOS vector;
 - "stats" entropy and logsumexp of each next-token distribution a request is sampled from (FLARE,
-          LN-entropy, energy), read off the logits;
+          LN-entropy, energy), read off the logits; with "warp": [temperature, top_k, top_p]
+          also the logsumexp of the warped logits (the sampled token's warped log-prob);
 - "hidden" the final (normed) hidden states of every position of a request, turned into
           teacher-forced log-probabilities by `fetch` (`score`);
 - "all"   every layer's MLP output and residual stream at the last token (step 02's vectors);
@@ -26,6 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from .sampling import warped_logsumexp
 
 KEY = "seakr"        # SamplingParams.extra_args key that marks a request for capture
 
@@ -125,7 +128,10 @@ class _Capture:
                     logp = torch.log_softmax(lg, dim=-1)
                     ent = float(-(logp.exp() * logp).nan_to_num().sum())
                     lse = float(torch.logsumexp(lg, dim=-1))
-                    self.slot(spec["tag"]).setdefault("stats", []).append((ent, lse))
+                    row = (ent, lse)
+                    if spec.get("warp") and spec["warp"][0] > 0:   # temperature 0: raw
+                        row += (float(warped_logsumexp(lg[None], *spec["warp"])[0]),)
+                    self.slot(spec["tag"]).setdefault("stats", []).append(row)
 
         self.handles[("stats",)] = self.model.logits_processor.register_forward_hook(_hook)
 

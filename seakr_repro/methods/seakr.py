@@ -17,7 +17,8 @@ Simple QA (`simple_qa`): one retrieval round -- the direct answer if its U < del
 answer of the one-passage prompt with the lowest U, over DPR's precomputed top 10
 (`simple_qa_passages: official`, as main_simpleqa.py) or BM25's top 10 from our corpus (`bm25`).
 
-Switches (Table 3): estimator, self_aware_retrieval (False: every step retrieves), rerank (False:
+Switches (Table 3): estimator (`uncertainty.registry`), forced_eos (replace_last: the official
+engine's forced-EOS sequence | append), self_aware_retrieval (False: every step retrieves), rerank (False:
 BM25's top unused document), reasoning (self_aware | rationales | knowledge), mode (fixed | faithful:
 the code's bugs -- last-sentence query, comma-truncating extraction, periods deleted from steps and
 replaced in the question, re-ask prompt without the first output, knowledge-path U from the re-ask).
@@ -37,6 +38,7 @@ from ..prompts import (PromptFitter, format_context, read_all_docs_prompt,
 from ..retrieval.passages import PrecomputedPassages
 from .base import Method, MethodResult, hits_brief, step_record
 from .seakr_query import formulate_query, truncate_tokens
+from ..llm.stops import check_forced_eos
 from .seakr_uncertainty import Scorer, resolve_delta
 from .text import sentences
 
@@ -66,7 +68,7 @@ class SeaKR(Method):
     DEFAULTS = {
         "estimator": "eigen", "delta": None, "k": 20, "temperature": 1.0, "top_k": 50, "top_p": 0.9,
         "seed": 42, "sample_max_tokens": 100, "layer": "middle", "hook": "mlp_out", "alpha": 1e-3,
-        "variant": "seakr", "mode": "fixed", "n_shot": 10, "max_reasoning_steps": 7, "max_docs": 5,
+        "variant": "seakr", "forced_eos": "append", "mode": "fixed", "n_shot": 10, "max_reasoning_steps": 7, "max_docs": 5,
         "max_new_tokens": 100, "query_prob_threshold": 0.1, "query_max_tokens": 64, "top_n": 3,
         "self_aware_retrieval": True, "rerank": True, "reasoning": "self_aware",
         "simple_qa": None, "simple_qa_top": 10, "simple_qa_forced_tokens": 20,
@@ -84,6 +86,7 @@ class SeaKR(Method):
         if s["reasoning"] not in REASONING:
             raise UserError(f"unknown reasoning '{s['reasoning']}'", setting="reasoning",
                             fix=f"use one of {', '.join(REASONING)}")
+        check_forced_eos(s["forced_eos"])
         if s["simple_qa_passages"] not in SIMPLE_PASSAGES:
             raise UserError(f"unknown simple_qa_passages '{s['simple_qa_passages']}'",
                             setting="seakr.simple_qa_passages",

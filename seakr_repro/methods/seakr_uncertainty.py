@@ -1,8 +1,11 @@
-"""U(c) for SeaKR's decisions with any estimator of the ablation (Table 3).
+"""U(c) for SeaKR's decisions with any estimator of the registry (`uncertainty.registry`).
 
-Every value is *oriented* (higher = more uncertain, `uncertainty.oriented`), so one rule serves
-all estimators: retrieve when U > delta, re-rank and reason by the lowest U. For energy that means
-U = -mean logsumexp (the code's sign flipped); its delta must be given on that scale.
+The Scorer gathers the statistics the chosen estimator needs for one context (the greedy step
+it is given, k samples with their forced-EOS vectors at the configured layer and hook, the prompt
+judgement) and hands them to the registry, the same code step 03 calibrates delta with. Every value
+is oriented (higher = more uncertain), so one rule serves all estimators: retrieve when U > delta,
+re-rank and reason by the lowest U. For energy that means U = -mean logsumexp (the code's sign
+flipped); its delta must be given on that scale.
 """
 from __future__ import annotations
 
@@ -10,10 +13,10 @@ from typing import Any, Mapping
 
 from .. import uncertainty as unc
 from ..errors import UserError
+from ..uncertainty import registry
 
-ESTIMATORS = ("eigen", "perplexity", "multi_perplexity", "ln_entropy", "ln_entropy_official",
-              "energy", "prompt")
-DEFAULT_DELTAS = {"eigen": -6.0}   # the official threshold; others must be calibrated
+ESTIMATORS = tuple(registry.ESTIMATORS)
+DEFAULT_DELTAS = registry.DEFAULT_DELTAS
 
 
 def resolve_layer(layer: Any, backend) -> int | None:
@@ -31,8 +34,29 @@ def resolve_delta(delta: Any, estimator: str) -> float:
     if delta is None:
         raise UserError(f"no threshold delta for the '{estimator}' estimator", setting="delta",
                         fix="pass delta (a number, or a mapping estimator -> number) calibrated "
-                            "for this estimator; only eigen has the official default -6.0")
+                            "for this estimator (notebook 03 writes them); only eigen has the "
+                            "official default -6.0")
     return float(delta)
+
+
+def sample_kwargs(s: Mapping[str, Any], backend) -> dict[str, Any]:
+    """The `Backend.sample` arguments of U's k samples, from a method's settings."""
+    return dict(k=s["k"], max_new_tokens=s["sample_max_tokens"], temperature=s["temperature"],
+                top_k=s["top_k"], top_p=s["top_p"], seed=s["seed"],
+                layer=resolve_layer(s["layer"], backend), hook=s["hook"], forced_eos=s["forced_eos"])
+
+
+def context_stats(estimator: registry.Estimator, backend, greedy, sampleset=None,
+                  prompt_judgement: float | None = None) -> registry.ContextStats:
+    """The statistics `estimator` needs, from a greedy Generation and a SampleSet."""
+    eos = getattr(backend, "eos_token_id", None)
+    stats = registry.ContextStats(prompt=prompt_judgement)
+    if "greedy" in estimator.needs:
+        stats.greedy = registry.greedy_stats(greedy, eos)
+    if "samples" in estimator.needs:
+        stats.samples = [registry.sample_stats(g, eos) for g in sampleset.samples]
+        stats.vectors = sampleset.vectors
+    return stats
 
 
 class Scorer:
@@ -40,34 +64,16 @@ class Scorer:
 
     def __init__(self, backend, settings: Mapping[str, Any], question: str):
         self.backend, self.s, self.question = backend, settings, question
-        self.estimator = settings["estimator"]
-        if self.estimator not in ESTIMATORS:
-            raise UserError(f"unknown estimator '{self.estimator}'", setting="estimator",
-                            fix=f"use one of {', '.join(ESTIMATORS)}")
+        self.estimator = registry.get(settings["estimator"])
 
     @property
     def wants_stats(self) -> bool:
-        return self.estimator == "energy"
-
-    def _samples(self, prompt: str, stop):
-        s = self.s
-        return self.backend.sample(prompt, k=s["k"], max_new_tokens=s["sample_max_tokens"], stop=list(stop),
-                                   temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"],
-                                   seed=s["seed"], layer=resolve_layer(s["layer"], self.backend),
-                                   hook=s["hook"])
+        return "logsumexp" in self.estimator.needs
 
     def __call__(self, prompt: str, stop, greedy, context: str = "") -> float:
-        est, eos = self.estimator, getattr(self.backend, "eos_token_id", None)
-        if est == "eigen":
-            return unc.u_from_sampleset(self._samples(prompt, stop), alpha=self.s["alpha"],
-                                        variant=self.s["variant"])
-        if est == "perplexity":
-            return unc.perplexity(unc.content_logprobs(greedy, eos))
-        if est == "energy":
-            return unc.oriented(unc.energy(greedy.logsumexp or []), unc.energy)
-        if est == "prompt":
-            return unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
-        fn = {"multi_perplexity": unc.multi_perplexity, "ln_entropy": unc.ln_entropy,
-              "ln_entropy_official": unc.ln_entropy_official}[est]
-        ss = self._samples(prompt, stop)
-        return fn([unc.content_logprobs(g, eos) for g in ss.samples if g.text.strip()])
+        est = self.estimator
+        ss = (self.backend.sample(prompt, stop=list(stop), **sample_kwargs(self.s, self.backend))
+              if "samples" in est.needs else None)
+        judgement = (unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
+                     if "prompt" in est.needs else None)
+        return registry.score(est.name, context_stats(est, self.backend, greedy, ss, judgement), self.s)

@@ -1,4 +1,6 @@
-"""The output-space estimators of the paper's ablation (Table 3), as the official code computes them.
+"""The output-space estimators of the paper's ablation (Table 3), on the returned text's tokens.
+The official engine's variants (perplexity of its own token list, "LN-entropy" = mean warped
+sample perplexity) are built on these lists in `registry`, which every caller goes through.
 
 Every estimator carries `higher_is_more_uncertain`; `oriented(value, estimator)` flips the ones
 where a higher value means MORE confident, so thresholds and AUROCs compare across estimators.
@@ -58,14 +60,6 @@ def multi_perplexity(samples: Sequence[Sequence[float]]) -> float:
     them); none left -> +inf."""
     ppl = [perplexity(s) for s in samples if len(s)]
     return float(np.mean(ppl)) if ppl else math.inf
-
-
-@_direction(True)
-def ln_entropy_official(samples: Sequence[Sequence[float]]) -> float:
-    """What the official code reports as "LN-entropy": the mean per-sample perplexity, i.e. the
-    same number as `multi_perplexity`. Kept under this name so Table 3 rows map one to one; the
-    true length-normalised entropy is `ln_entropy`."""
-    return multi_perplexity(samples)
 
 
 @_direction(True)
