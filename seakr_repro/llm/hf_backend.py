@@ -421,10 +421,18 @@ class HFBackend(TokenizerMixin):
     def _eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
                      hook: str) -> np.ndarray:
         """Vector at the forced EOS of "prompt + completion + EOS", one batched pass for all rows
-        (split into passes of `rows_per_forward` rows only after an out-of-memory)."""
-        n = len(completions)
-        if n == 0:
+        (split into passes of `rows_per_forward` rows only after an out-of-memory).
+
+        Each distinct completion is computed once and its vector given to every row that has it:
+        identical samples get bit-identical vectors (a batched matrix product can round a row
+        differently depending on its position in the batch), and repeated samples cost nothing.
+        """
+        if not completions:
             return np.zeros((0, self.hidden_size), np.float32)
+        first: dict[tuple[int, ...], int] = {}
+        which = [first.setdefault(tuple(c), len(first)) for c in completions]
+        completions = [list(c) for c in first]
+        n = len(completions)
         width = max(len(c) for c in completions) + 1
         # Right padding with EOS: causal attention keeps it invisible to each row's own EOS.
         inp = torch.full((n, width), self.eos_token_id, dtype=torch.long)
@@ -450,7 +458,7 @@ class HFBackend(TokenizerMixin):
                                        past_key_values=_repeat(prompt_cache, b - a), use_cache=True)
             got = box["out"]
             outs.append(got[torch.arange(b - a, device=got.device), ends[a:b].to(got.device)])
-        return torch.cat(outs).float().cpu().numpy()
+        return torch.cat(outs).float().cpu().numpy()[which]
 
     @torch.inference_mode()
     def _attention(self, token_ids: list[int]) -> list[float]:

@@ -53,12 +53,12 @@ def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
 def supports(config) -> str | None:
     """None if shared-prefix attention is exact for this model, else the reason it is not."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    kind = getattr(cfg, "model_type", "?")
-    if kind not in SUPPORTED_TYPES:
-        return f"model type '{kind}' is not one of {', '.join(SUPPORTED_TYPES)}"
     if getattr(cfg, "sliding_window", None) or getattr(cfg, "layer_types", None) and any(
             t != "full_attention" for t in cfg.layer_types):
         return "the model has sliding-window attention layers"
+    kind = getattr(cfg, "model_type", "?")
+    if kind not in SUPPORTED_TYPES:
+        return f"model type '{kind}' is not one of {', '.join(SUPPORTED_TYPES)}"
     for key in ("attn_logit_softcapping", "attention_bias_softcap"):
         if getattr(cfg, key, None):
             return f"the model uses {key}"
