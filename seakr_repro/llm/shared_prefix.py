@@ -99,30 +99,34 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
     rep = h // hkv
     scale = d ** -0.5 if scaling is None else scaling
     dt = query.dtype
-    # Suffix part (per row): query heads grouped by the kv head they read (GQA without copies).
+    # Query heads grouped by the kv head they read (GQA without copying keys or values).
     q5 = query.view(b, hkv, rep, s, d)
-    sc_s = torch.matmul(q5, key.unsqueeze(2).transpose(-1, -2)).float() * scale   # b,hkv,rep,s,S
     qpos = torch.arange(n_suf - s, n_suf, device=query.device)
-    causal = torch.arange(n_suf, device=query.device)[None, :] <= qpos[:, None]    # s x S
-    sc_s = sc_s.masked_fill(~causal, float("-inf"))
-    out = torch.empty(b, hkv, rep, s, d, dtype=torch.float32, device=query.device)
+    hidden = torch.arange(n_suf, device=query.device)[None, :] > qpos[:, None]   # s x S: future
+    out = torch.empty(b, hkv, rep, s, d, dtype=dt, device=query.device)
     for g in groups:
         pk, pv = prefix_kv(g.prefix, module.layer_idx)         # 1 x hkv x P x d
         n = g.end - g.start
-        # Prefix part: every row and position of the group as one matrix per kv head.
-        qg = q5[g.start:g.end].permute(1, 0, 2, 3, 4).reshape(hkv, n * rep * s, d)
-        sc_p = torch.matmul(qg, pk[0].transpose(-1, -2)).float() * scale         # hkv x M x P
-        sc_p = sc_p.view(hkv, n, rep, s, -1).permute(1, 0, 2, 3, 4)            # n,hkv,rep,s,P
-        ss = sc_s[g.start:g.end]
-        m = torch.maximum(sc_p.amax(-1, keepdim=True), ss.amax(-1, keepdim=True))
-        e_p, e_s = (sc_p - m).exp(), (ss - m).exp()
+        m_rows = n * rep * s
+        # Layout (kv head, row, head, position): the prefix is then ONE matrix per kv head for
+        # every row and position of the group, and all large tensors stay contiguous.
+        qg = q5[g.start:g.end].transpose(0, 1).reshape(hkv, m_rows, d)
+        sc_p = torch.matmul(qg, pk[0].transpose(-1, -2)).float().mul_(scale)     # hkv x M x P
+        kg = key[g.start:g.end].unsqueeze(2).transpose(-1, -2)                    # n,hkv,1,d,S
+        ss = torch.matmul(q5[g.start:g.end], kg).float() * scale                 # n,hkv,rep,s,S
+        if s > 1:
+            ss = ss.masked_fill(hidden, float("-inf"))        # causal among the row's own tokens
+        ss = ss.transpose(0, 1).reshape(hkv, m_rows, n_suf)
+        mx = torch.maximum(sc_p.amax(-1, keepdim=True), ss.amax(-1, keepdim=True))
+        # in place: the prefix scores are the largest transient (rows x positions x prompt)
+        e_p, e_s = sc_p.sub_(mx).exp_(), (ss - mx).exp_()
         denom = e_p.sum(-1, keepdim=True) + e_s.sum(-1, keepdim=True)
-        # Weighted values: the prefix's again as one matrix per kv head.
-        w_p = e_p.permute(1, 0, 2, 3, 4).reshape(hkv, n * rep * s, -1).to(dt)
-        o_p = torch.matmul(w_p, pv[0]).float().view(hkv, n, rep, s, d).permute(1, 0, 2, 3, 4)
-        o_s = torch.matmul(e_s.to(dt), value[g.start:g.end].unsqueeze(2)).float()
-        out[g.start:g.end] = (o_p + o_s) / denom
-    return out.to(dt).view(b, h, s, d).transpose(1, 2).contiguous(), None
+        o_p = torch.matmul(e_p.to(dt), pv[0]).float()                            # hkv x M x d
+        vg = value[g.start:g.end].transpose(0, 1)                                 # hkv,n,S,d
+        o_s = torch.matmul(e_s.view(hkv, n, rep * s, n_suf).to(dt), vg).float()
+        o = (o_p + o_s.view(hkv, m_rows, d)).div_(denom)
+        out[g.start:g.end] = o.view(hkv, n, rep, s, d).transpose(0, 1).to(dt)
+    return out.view(b, h, s, d).transpose(1, 2).contiguous(), None
 
 
 _REGISTERED = False
