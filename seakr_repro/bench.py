@@ -240,7 +240,7 @@ def shared_main(args) -> dict:
     from .errors import UserError, report_and_exit
     from .io import write_json
     from .llm.hf_backend import HFBackend
-    from .llm.registry import middle_layer, model_dir, resolve_device, resolve_dtype
+    from .llm.registry import model_dir, resolve_device, resolve_dtype
     from .paths import results_dir
 
     try:
@@ -258,7 +258,40 @@ def shared_main(args) -> dict:
     report: dict = {"what": "shared-prefix decoding against today's path (prompt cache copied per row)",
                     "profile": args.profile, "model": name, "device": str(new.device),
                     "dtype": str(cfg.get("model.dtype", "float32"))}
+    out = results_dir(args.profile) / "bench" / (
+        "shared_prefix_seakr.json" if args.parts == "seakr" else "shared_prefix.json")
 
+    def save():                  # after each part: a long run keeps what it has measured
+        report["provenance"] = {
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "seakr_repro": __version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "cpu_cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "weights_fingerprint": new.fingerprint}
+        write_json(out, report)
+
+    if args.parts != "seakr":
+        _micro(args, cfg, new, ref, report, save)
+    # 4. SeaKR seconds per question
+    if args.seakr_questions > 0 and args.parts in ("all", "seakr"):
+        sq = _seakr_per_question(args.profile, args.dataset, args.seakr_questions)
+        report["seakr_per_question"] = sq
+        print(f"SeaKR on {sq['dataset']}, {len(sq['questions'])} questions, one at a time: today's "
+              f"path {sq['reference']['seconds_per_question']:.2f} s/question, shared prefix "
+              f"{sq['shared_prefix']['seconds_per_question']:.2f} s/question: {sq['speedup']:.2f}x")
+    save()
+    print(f"saved {out}")
+    return report
+
+
+def _micro(args, cfg, new, ref, report, save) -> None:
+    """Parts 1-3 of the shared-prefix benchmark."""
+    import torch
+
+    from .llm.registry import middle_layer
+    name = new.name
     # 1. one k = 20 uncertainty evaluation of the 10-shot prompt, cold prefix cache each time
     layer_cfg = cfg.get("uncertainty.layer", "middle")
     params = dict(k=20, max_new_tokens=int(cfg["uncertainty.max_tokens"]), stop=STOP,
@@ -290,6 +323,7 @@ def shared_main(args) -> dict:
               "same_tokens": same, "vectors_max_rel_diff": rel,
               "mean_generated_tokens": float(np.mean([len(g.token_ids) for g in got.samples]))}
     report["u_evaluation_k20"] = u_eval
+    save()
     print(f"k=20 U-evaluation, {u_eval['prompt_tokens']}-token prompt: today's path "
           f"{u_eval['median_seconds']['reference']:.2f} s, shared prefix "
           f"{u_eval['median_seconds']['shared_prefix']:.2f} s: {u_eval['speedup']:.2f}x "
@@ -306,6 +340,7 @@ def shared_main(args) -> dict:
                                "shared_30": statistics.median(t_sh)},
             "speedup": statistics.median(t_cp) / statistics.median(t_sh)}
     report["decode_step_30_rows"] = step
+    save()
     print(f"one decode step, 500-token prompt: 3 x 10 rows with copies "
           f"{step['median_seconds']['copied_3x10'] * 1000:.0f} ms, 30 rows over one shared prompt "
           f"{step['median_seconds']['shared_30'] * 1000:.0f} ms: {step['speedup']:.2f}x")
@@ -329,31 +364,13 @@ def shared_main(args) -> dict:
                                     "shared_prefix_MiB": round(b / 2**20, 1),
                                     "ratio": round(a / b, 2)})
     report["kv_cache_memory"] = mem
+    save()
     print(f"KV-cache MiB (arithmetic), {mem['method']}:")
     print(f"{'model':<22}{'k':>4}{'prompt':>8}{'today':>10}{'shared':>10}{'ratio':>8}")
     for r in mem["rows"]:
         print(f"{r['model']:<22}{r['k']:>4}{r['prompt_tokens']:>8}{r['reference_MiB']:>10.1f}"
               f"{r['shared_prefix_MiB']:>10.1f}{r['ratio']:>8.2f}")
 
-    # 4. SeaKR seconds per question
-    if args.seakr_questions > 0:
-        sq = _seakr_per_question(args.profile, args.dataset, args.seakr_questions)
-        report["seakr_per_question"] = sq
-        print(f"SeaKR on {sq['dataset']}, {len(sq['questions'])} questions, one at a time: today's "
-              f"path {sq['reference']['seconds_per_question']:.2f} s/question, shared prefix "
-              f"{sq['shared_prefix']['seconds_per_question']:.2f} s/question: {sq['speedup']:.2f}x")
-    report["provenance"] = {
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "seakr_repro": __version__, "torch": torch.__version__,
-        "transformers": transformers.__version__, "python": platform.python_version(),
-        "machine": platform.machine(), "cpu_cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "weights_fingerprint": new.fingerprint}
-    out = results_dir(args.profile) / "bench" / "shared_prefix.json"
-    write_json(out, report)
-    print(f"saved {out}")
-    return report
 
 
 def _time(fn, repeats: int) -> tuple[list[float], object]:
@@ -377,6 +394,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--seakr-questions", type=int, default=4,
                     help="with --shared: SeaKR questions per path (0 = skip)")
     ap.add_argument("--dataset", default="bundled-2wiki", help="with --shared: SeaKR's questions")
+    ap.add_argument("--parts", choices=("all", "micro", "seakr"), default="all",
+                    help="with --shared: micro = U-evaluation, decode step and memory; seakr = "
+                         "SeaKR per question only (written to shared_prefix_seakr.json)")
     args = ap.parse_args(argv)
     if args.shared:
         if args.threads:
