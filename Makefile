@@ -50,6 +50,8 @@ test-vllm: $(VLLM_STAMP)  ## the vLLM backend against the transformers backend (
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
 	$(PY) -m seakr_repro.bench --profile $(PROFILE)
+	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
+	$(PY) -m seakr_repro.bench --shared --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
 	  $$BENCH_PY -m seakr_repro.bench_backends --profile $(PROFILE)

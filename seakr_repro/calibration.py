@@ -48,56 +48,18 @@ def calibration_records(n_fanout: int | None, n_bundled: int | None, seed: int =
     return records
 
 
-def _hf(backend):
-    """The transformers backend inside a caching wrapper (vectors need the model itself)."""
-    for attr in ("backend", "inner", "_backend", "wrapped"):
-        inner = getattr(backend, attr, None)
-        if inner is not None and hasattr(inner, "model"):
-            return inner
-    if not hasattr(backend, "model"):
-        raise UserError("hidden-state extraction needs the transformers backend",
-                        setting="model.backend", fix="use model.backend: hf for step 02")
-    return backend
-
-
 def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
     """Vectors at the EOS of "prompt + completion + EOS" at every layer, for both hooks; each
     completion is a sample's forced-EOS sequence minus its EOS (`forced_eos_prefixes`).
 
-    One pass: the prompt is pre-filled once, the k completions (+EOS, right-padded with EOS so no
-    padding precedes any row's own EOS) run as one batch on the shared cache.
+    The backend computes them in the very pass its `sample` takes one layer's vectors from (both
+    backends implement `eos_vectors_all_layers`), so step 03's U is the methods' U.
     Returns {"mlp_out": L x k x d, "residual": L x k x d} float32.
     """
-    if hasattr(backend, "eos_vectors_all_layers"):     # the vLLM backend captures them itself
-        return backend.eos_vectors_all_layers(prompt, completions)
-    import torch
-
-    from .llm.hf_backend import _repeat
-
-    hf = _hf(backend)
-    model, layers = hf.model, hf.model.model.layers
-    ids = hf._encode(prompt)
-    n = len(completions)
-    width = max(len(c) for c in completions) + 1
-    inp = torch.full((n, width), hf.eos_token_id, dtype=torch.long)
-    for i, c in enumerate(completions):
-        inp[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
-    captured: dict[int, "torch.Tensor"] = {}
-    handles = [layer.mlp.register_forward_hook(lambda m, a, out, l=l: captured.__setitem__(l, out))
-               for l, layer in enumerate(layers)]
-    try:
-        with torch.inference_mode():
-            cache = hf._prefill(ids)[0]          # reuses the demonstrations' cached prefix
-            res = model.model(input_ids=inp.to(hf.device), past_key_values=_repeat(cache, n),
-                              use_cache=True, output_hidden_states=True)
-    finally:
-        for h in handles:
-            h.remove()
-    rows = torch.arange(n, device=hf.device)
-    pos = torch.tensor([len(c) for c in completions], device=hf.device)
-    mlp = torch.stack([captured[l][rows, pos] for l in range(len(layers))])
-    resid = torch.stack([res.hidden_states[l + 1][rows, pos] for l in range(len(layers))])
-    return {"mlp_out": mlp.float().cpu().numpy(), "residual": resid.float().cpu().numpy()}
+    if not hasattr(backend, "eos_vectors_all_layers"):
+        raise UserError(f"the {type(backend).__name__} backend cannot give hidden states at every "
+                        "layer", setting="model.backend", fix="use model.backend: hf or vllm for step 02")
+    return backend.eos_vectors_all_layers(prompt, completions)
 
 
 def forced_eos_prefixes(samples, eos_token_id: int, mode: str) -> list[list[int]]:

@@ -68,6 +68,12 @@ def _counters(backend) -> dict[str, float]:
     return {k: v for k, v in dict(stats).items() if isinstance(v, (int, float))}
 
 
+def _oom_retries(backend) -> int:
+    """Out-of-memory retries so far of the model backend itself (also under a CachedBackend)."""
+    inner = getattr(backend, "backend", backend)
+    return int(_counters(inner).get("oom_retries", 0)) if inner is not None else 0
+
+
 def _plain(obj: Any) -> Any:
     return asdict(obj) if is_dataclass(obj) else obj
 
@@ -122,6 +128,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
         m = method if concurrency == 1 else _locked_copy(method, search_lock)
         with counting() as counter:
             before = _counters(backend) if backend is not None and not scoped else {}
+            oom_before = _oom_retries(backend)
             t0 = time.perf_counter()
             result = m.run(record)
             seconds = time.perf_counter() - t0
@@ -135,7 +142,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
             "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
             "prompt_tokens": delta.get("prompt_tokens", 0),
             "tokens": delta.get("generated_tokens", 0),
-            "seconds": round(seconds, 3),
+            "seconds": round(seconds, 3), "oom_retries": _oom_retries(backend) - oom_before,
             "raw_output": result.raw_output, "extra": _plain(result.extra),
             "trace": [_plain(t) for t in result.trace],
         }

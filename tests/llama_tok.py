@@ -98,7 +98,10 @@ class scripted:
 
     def _hook(self, module, args, kwargs, out):
         cache = out.past_key_values
-        pos = cache.get_seq_length() if cache is not None else kwargs["input_ids"].shape[1]
+        if kwargs.get("position_ids") is not None:     # shared-prefix decoding: rows cache only
+            pos = int(kwargs["position_ids"][0, -1]) + 1   # their own tokens, positions say where
+        else:
+            pos = cache.get_seq_length() if cache is not None else kwargs["input_ids"].shape[1]
         step = pos - self.n_prompt              # index of the token this output predicts
         if step < 0 or not self.count:
             return out

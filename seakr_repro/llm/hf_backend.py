@@ -1,14 +1,26 @@
 """The transformers backend (reference implementation, CPU and GPU).
 
 Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` (k samples):
-- `sample` pre-fills the prompt ONCE, copies its cache to k rows and decodes the k samples as one
-  batch (plain `generate(num_return_sequences=k)` pre-fills the prompt k times, which dominates
-  with a 10-shot prompt). Finished rows are dropped from the batch. All rows share one length, so
-  no padding or attention mask is needed while decoding.
+- `sample` pre-fills the prompt ONCE and decodes the k samples as one batch (plain
+  `generate(num_return_sequences=k)` pre-fills the prompt k times, which dominates with a 10-shot
+  prompt). With `shared_prefix` (the default, `shared_prefix.py`) the k rows attend to ONE copy
+  of the prompt's keys and values and keep only their own generated tokens' cache, so memory and
+  time grow with k x generated tokens, not k x prompt length; `sample_many` decodes several
+  prompts' rows in one batch, each group over its own prompt. The reference path
+  (`shared_prefix=False`, and architectures shared-prefix attention does not support) copies the
+  prompt's cache into every row. Finished rows are dropped from the batch. All rows share one
+  length, so no padding or attention mask is needed while decoding.
+- Sampling draws from one generator per prompt, seeded with `seed`, over that prompt's rows in
+  row order, in chunks of `max_batch_rows` rows (all k when None): the same seed gives the same
+  tokens on both paths and in `sample` or `sample_many`.
 - The forced-EOS vectors come from ONE more batched pass of each sample's forced-EOS sequence
-  (`stops.forced_eos_ids`: the last token replaced by EOS, or EOS after the kept tokens) on top
-  of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
-  never sees the padding after it: no padding leaks into a vector.
+  (`stops.forced_eos_ids`: the last token replaced by EOS, or EOS after the kept tokens) over all
+  k rows on top of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
+  never sees the padding after it: no padding leaks into a vector, and identical sequences get
+  identical vectors.
+- CUDA out-of-memory: the prefix cache is dropped, the rows per forward pass are halved and the
+  call is run again (same tokens: sampling does not depend on how rows are split into forward
+  passes); `stats()["oom_retries"]` counts it.
 - Stop strings are searched in the generated text only (as vLLM, the official engine, does).
   The returned text is cut before the stop string; token lists keep the tokens whose text lies
   entirely before it; `all_token_ids` keeps every generated token (see `stops`).
@@ -28,8 +40,10 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,8 +51,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from . import shared_prefix as sp
 from .base import Generation, SampleSet
-from .hooks import capture, run_until_captured
+from .hooks import HOOKS, capture, run_until_captured
 from .registry import middle_layer
 from .sampling import sample_tokens
 from .stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
@@ -66,7 +81,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
     """`Backend` over a transformers causal LM. Build it with `from_dir` or `registry.load_backend`."""
 
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
-                 max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384):
+                 max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384,
+                 shared_prefix: bool = True):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -89,16 +105,32 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.prefix_cache_tokens = int(prefix_cache_tokens)
         self._prefix: "OrderedDict[bytes, tuple[int, object]]" = OrderedDict()
         self.prefix_hits = 0
+        # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
+        self.shared_prefix_unsupported = sp.supports(model.config)
+        self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
+        if shared_prefix and self.shared_prefix_unsupported:
+            warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "
+                          "the k samples copy the prompt's KV cache into every row (slower, more "
+                          "memory, same results)", stacklevel=2)
+        # Rows per forward pass (None = all rows of a chunk): halved on each out-of-memory.
+        self.rows_per_forward: int | None = None
+        self.oom_retries = 0
+        self._widest = 0                      # rows of the widest forward pass of the current call
+
+    def stats(self) -> dict[str, int]:
+        """Counters the runner copies into each result row (as differences around a question)."""
+        return {"oom_retries": self.oom_retries}
 
     @classmethod
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None,
-                 prefix_cache_tokens: int = 16384) -> "HFBackend":
+                 prefix_cache_tokens: int = 16384, shared_prefix: bool = True) -> "HFBackend":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens)
+        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
+                   shared_prefix)
 
     def close(self) -> None:
         """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
@@ -111,10 +143,32 @@ class HFBackend(WordsMixin, TokenizerMixin):
         """Forget the kept chunk-boundary KV caches (benchmarks start every run cold)."""
         self._prefix.clear()
 
-    def _forward(self, ids: torch.Tensor, cache=None):
+    def _forward(self, ids: torch.Tensor, cache=None, position_ids=None):
         # logits of the last position only: the LM head over a whole prompt costs as much as
         # several layers and its other rows are never used
-        return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self._widest = max(self._widest, int(ids.shape[0]))
+        return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                          position_ids=position_ids)
+
+    def _with_oom_retry(self, fn):
+        """Run fn(); on out-of-memory free what can be freed, halve the rows per forward pass and
+        run it again. Only when a single row does not fit does the error go through."""
+        while True:
+            self._widest = 0
+            try:
+                return fn()
+            except torch.OutOfMemoryError:     # torch.cuda.OutOfMemoryError included
+                widest = self._widest
+                if widest <= 1 and self.rows_per_forward == 1:
+                    raise
+            # outside the except block, so the failed pass's tensors can be freed
+            self.oom_retries += 1
+            self.reset_prefix_cache()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.rows_per_forward = max(1, widest // 2)
+            warnings.warn(f"{self.name}: out of memory with {widest} rows in one pass; retrying "
+                          f"with {self.rows_per_forward}", stacklevel=2)
 
     @torch.inference_mode()
     def _prefill(self, prompt_ids: list[int]):
@@ -221,10 +275,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         ids = self._encode(prompt)
         check_fits(len(ids), max(0, max_new_tokens), self.max_context, self.name)
-        cache, logits = self._prefill(ids)
-        row = self._decode_rows(cache, logits, 1, max_new_tokens, stop,
-                                lambda lg: lg.argmax(-1), want_stats)[0]
-        gen = self._finish(row, stop, ids, want_stats)
+
+        def run():
+            cache, logits = self._prefill(ids)
+            return self._decode_rows(cache, logits, 1, max_new_tokens, stop,
+                                     lambda lg: lg.argmax(-1), want_stats)[0]
+        gen = self._finish(self._with_oom_retry(run), stop, ids, want_stats)
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
@@ -233,23 +289,147 @@ class HFBackend(WordsMixin, TokenizerMixin):
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
                layer: int | None = None, hook: str = "mlp_out",
                want_stats: bool = False, forced_eos: str = "append") -> SampleSet:
+        return self.sample_many([prompt], k=k, max_new_tokens=max_new_tokens, stop=stop,
+                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                layer=layer, hook=hook, want_stats=want_stats,
+                                forced_eos=forced_eos)[0]
+
+    def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
+                    stop: Sequence[str] = (), temperature: float = 1.0, top_k: int = 50,
+                    top_p: float = 0.9, seed: int = 42, layer: int | None = None,
+                    hook: str = "mlp_out", want_stats: bool = False,
+                    forced_eos: str = "append") -> list[SampleSet]:
+        """`sample` for each prompt, all decoded in one batch (each prompt's rows over its own
+        prompt cache); the same result as calling `sample` on each, one after another."""
         layer = middle_layer(self.n_layers) if layer is None else int(layer)
-        check_forced_eos(forced_eos)
-        ids = self._encode(prompt)
-        # + 1: the forced EOS after the longest completion
-        check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
-        prompt_cache, logits = self._prefill(ids)
+        args = dict(k=int(k), max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
+                    top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
+                    want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
+        if not self.shared_prefix:
+            return [self._with_oom_retry(lambda p=p: self._sample_reference(p, **args))
+                    for p in prompts]
+        return self._with_oom_retry(lambda: self._sample_shared(list(prompts), **args))
+
+    def _picker(self, seed: int, temperature: float, top_k: int, top_p: float):
+        """Draws (tokens, their warped log-probs) from one generator seeded with `seed`."""
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         def pick(lg):
             return sample_tokens(lg, temperature, top_k, top_p, gen)
+        return pick
 
+    def _sample_shared(self, prompts: list[str], *, k, max_new_tokens, stop, temperature, top_k,
+                       top_p, seed, layer, hook, want_stats, forced_eos) -> list[SampleSet]:
+        ids = [self._encode(p) for p in prompts]
+        for x in ids:           # + 1: the forced EOS after the longest completion
+            check_fits(len(x), max(0, max_new_tokens) + 1, self.max_context, self.name)
+        pre = [self._prefill(x) for x in ids]                   # (cache, logits) per prompt
+        picks = [self._picker(seed, temperature, top_k, top_p) for _ in prompts]
+        rows: list[list[_Row]] = [[] for _ in prompts]
+        chunk = self.max_batch_rows or k
+        for start in range(0, k, chunk):                         # chunk by chunk, as today
+            got = self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)],
+                                      min(chunk, k - start), picks, max_new_tokens, stop,
+                                      want_stats)
+            for g, part in enumerate(got):
+                rows[g].extend(part)
+        out = []
+        for g, x in enumerate(ids):
+            samples = [self._finish(r, stop, x, want_stats) for r in rows[g]]
+            # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
+            seqs = [forced_eos_of(s, self.eos_token_id, forced_eos)[:-1] for s in samples]
+            vec = (self._eos_vectors(pre[g][0], seqs, layer, hook)
+                   if samples else np.zeros((0, self.hidden_size), np.float32))
+            out.append(SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook))
+        return out
+
+    @torch.inference_mode()
+    def _decode_shared(self, prefixes, n: int, picks, max_new_tokens: int, stop: Sequence[str],
+                       want_stats: bool) -> list[list[_Row]]:
+        """Decode n rows per prefix ((cache, length, next-token logits) each), all in one batch,
+        every row attending to its prefix's single cache plus its own generated tokens."""
+        from transformers import DynamicCache
+        n_all = n * len(prefixes)
+        rows = [_Row() for _ in range(n_all)]
+        group = [i // n for i in range(n_all)]
+        grouped = [rows[g * n:(g + 1) * n] for g in range(len(prefixes))]
+        if max_new_tokens <= 0 or n_all == 0:
+            for r in rows:
+                r.finish = "length"
+            return grouped
+        active = list(range(n_all))           # row index of each position of the batch
+        cap = self.rows_per_forward or n_all
+        parts = [(DynamicCache(), active[i:i + cap]) for i in range(0, n_all, cap)]
+        logits = torch.cat([lg.expand(n, -1) for _, _, lg in prefixes])
+        step = 0
+        with sp.use_prefixes(self.model):
+            while True:
+                logits = logits.float()
+                logp = torch.log_softmax(logits, dim=-1)
+                # each prompt's generator draws for its own rows, in row order
+                drawn = [picks[g](logits[a:b]) for g, a, b in _spans([group[r] for r in active])]
+                nxt = torch.cat([t for t, _ in drawn])
+                wlp = torch.cat([w for _, w in drawn]).tolist()     # warped log-probs
+                chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+                if want_stats:
+                    ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
+                    lse = torch.logsumexp(logits, dim=-1).tolist()
+                token, keep = {}, set()
+                for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
+                    r = rows[ri]
+                    if t == self.eos_token_id:
+                        r.finish = "eos"
+                        continue
+                    r.ids.append(t)
+                    r.logprobs.append(chosen[j])
+                    r.wlp.append(wlp[j])
+                    if want_stats:
+                        r.entropies.append(ent[j])
+                        r.lse.append(lse[j])
+                    if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
+                        r.finish = "stop"
+                    elif len(r.ids) >= max_new_tokens:
+                        r.finish = "length"
+                    else:
+                        keep.add(ri)
+                        token[ri] = t
+                if not keep:
+                    return grouped
+                active = [r for r in active if r in keep]
+                kept_parts = []
+                for cache, members in parts:    # drop finished rows from each part's cache
+                    local = [j for j, r in enumerate(members) if r in keep]
+                    if not local:
+                        continue
+                    if len(local) < len(members) and step > 0:
+                        cache.batch_select_indices(torch.tensor(local, device=self.device))
+                    kept_parts.append((cache, [members[j] for j in local]))
+                parts = kept_parts
+                outs = []
+                for cache, members in parts:
+                    sp.set_groups([sp.Group(a, b, prefixes[g][0])
+                                   for g, a, b in _spans([group[r] for r in members])])
+                    inp = torch.tensor([[token[r]] for r in members], device=self.device)
+                    pos = torch.tensor([[prefixes[group[r]][1] + step] for r in members],
+                                       device=self.device)
+                    outs.append(self._forward(inp, cache, pos).logits[:, -1, :])
+                logits = torch.cat(outs)
+                step += 1
+
+    def _sample_reference(self, prompt: str, *, k, max_new_tokens, stop, temperature, top_k,
+                          top_p, seed, layer, hook, want_stats, forced_eos) -> SampleSet:
+        """The reference path: the prompt's cache copied into every row of a chunk."""
+        ids = self._encode(prompt)
+        check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
+        prompt_cache, logits = self._prefill(ids)
+        pick = self._picker(seed, temperature, top_k, top_p)
         samples: list[Generation] = []
         vectors: list[np.ndarray] = []
         chunk = self.max_batch_rows or k
         for start in range(0, k, chunk):
             n = min(chunk, k - start)
             cache = _repeat(prompt_cache, n)
+            self._widest = max(self._widest, n)
             rows = self._decode_rows(cache, logits.expand(n, -1), n, max_new_tokens, stop,
                                      pick, want_stats)
             del cache
@@ -260,9 +440,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
             samples.extend(part)
         vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
         return SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook)
-
-    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
-        return [self.sample(p, **kwargs) for p in prompts]
 
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
@@ -287,20 +464,63 @@ class HFBackend(WordsMixin, TokenizerMixin):
     @torch.inference_mode()
     def _eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
                      hook: str) -> np.ndarray:
-        """Vector at the EOS of "prompt + completion + EOS", one batched pass for all rows."""
+        """Vector at the forced EOS of "prompt + completion + EOS" at one layer and hook."""
+        return self._eos_pass(prompt_cache, completions, [(layer, hook)])[(layer, hook)]
+
+    def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
+        """Step 02: {hook: L x k x d} from the same pass `sample` takes its vectors from, so the
+        U step 03 calibrates on is bit for bit the U the methods compute."""
+        cache, _ = self._prefill(self._encode(prompt))
+        wanted = [(l, h) for h in HOOKS for l in range(self.n_layers)]
+        got = self._eos_pass(cache, [list(c) for c in completions], wanted)
+        return {h: np.stack([got[(l, h)] for l in range(self.n_layers)]) for h in HOOKS}
+
+    @torch.inference_mode()
+    def _eos_pass(self, prompt_cache, completions: list[list[int]],
+                  wanted: list[tuple[int, str]]) -> dict[tuple[int, str], np.ndarray]:
+        """{(layer, hook): n x d} at the forced EOS of "prompt + completion + EOS", one batched
+        pass for all rows (split into passes of `rows_per_forward` rows only after an
+        out-of-memory). One capture stops the pass after its layer; several run it whole.
+
+        Each distinct completion is computed once and its vector given to every row that has it:
+        identical samples get bit-identical vectors (a batched matrix product can round a row
+        differently depending on its position in the batch), and repeated samples cost nothing.
+        """
+        if not completions:
+            return {w: np.zeros((0, self.hidden_size), np.float32) for w in wanted}
+        first: dict[tuple[int, ...], int] = {}
+        which = [first.setdefault(tuple(c), len(first)) for c in completions]
+        completions = [list(c) for c in first]
         n = len(completions)
         width = max(len(c) for c in completions) + 1
         # Right padding with EOS: causal attention keeps it invisible to each row's own EOS.
         inp = torch.full((n, width), self.eos_token_id, dtype=torch.long)
         for i, c in enumerate(completions):
             inp[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-        cache = _repeat(prompt_cache, n)
-        with capture(self.model, layer, hook, stop_after=True) as box:
-            run_until_captured(self.model.model, input_ids=inp.to(self.device),
-                               past_key_values=cache, use_cache=True)
-        pos = torch.tensor([len(c) for c in completions], device=box["out"].device)
-        out = box["out"][torch.arange(n, device=pos.device), pos]
-        return out.float().cpu().numpy()
+        inp = inp.to(self.device)
+        ends = torch.tensor([len(c) for c in completions])
+        step = self.rows_per_forward or n
+        outs: dict[tuple[int, str], list] = {w: [] for w in wanted}
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            self._widest = max(self._widest, b - a)
+            with contextlib.ExitStack() as stack:
+                boxes = {w: stack.enter_context(capture(self.model, *w, stop_after=len(wanted) == 1))
+                         for w in wanted}
+                if self.shared_prefix:
+                    # the rows' own tokens are the whole suffix: no cache needed for them
+                    pos = (prompt_cache.get_seq_length() + torch.arange(width, device=self.device))
+                    with sp.use_prefixes(self.model, [sp.Group(0, b - a, prompt_cache)]):
+                        run_until_captured(self.model.model, input_ids=inp[a:b],
+                                           position_ids=pos[None].expand(b - a, -1),
+                                           use_cache=False)
+                else:
+                    run_until_captured(self.model.model, input_ids=inp[a:b],
+                                       past_key_values=_repeat(prompt_cache, b - a), use_cache=True)
+            for w, box in boxes.items():
+                got = box["out"]
+                outs[w].append(got[torch.arange(b - a, device=got.device), ends[a:b].to(got.device)])
+        return {w: torch.cat(v).float().cpu().numpy()[which] for w, v in outs.items()}
 
     @torch.inference_mode()
     def _last_attention(self, token_ids: Sequence[int]) -> torch.Tensor:
@@ -333,6 +553,17 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
 def _ids_key(ids: Sequence[int]) -> bytes:
     return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+def _spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(label, start, end) of each run of equal labels."""
+    out: list[tuple[int, int, int]] = []
+    for i, g in enumerate(labels):
+        if out and out[-1][0] == g:
+            out[-1] = (g, out[-1][1], i + 1)
+        else:
+            out.append((g, i, i + 1))
+    return out
 
 
 def _repeat(cache, n: int):

@@ -258,7 +258,8 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
             dtype=resolve_dtype(dtype or get("model.dtype", "float32")),
             max_batch_rows=get("model.max_batch_rows", None),
-            prefix_cache_tokens=get("model.prefix_cache_tokens", 16384))   # KV tokens kept for prefix reuse
+            prefix_cache_tokens=get("model.prefix_cache_tokens", 16384),   # KV tokens kept for prefix reuse
+            shared_prefix=get("model.shared_prefix", True))
     else:
         raise UserError(f"unknown model.backend '{backend_kind}'", setting="model.backend",
                         fix="use hf (transformers), vllm or synthetic (scale check)")

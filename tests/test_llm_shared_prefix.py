@@ -1,0 +1,178 @@
+"""Shared-prefix decoding on the transformers backend against the reference path (the prompt's
+cache copied into every row), on the real default model (SmolLM2 = LLaMA architecture, GQA)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from seakr_repro.prompts import demos_for
+from seakr_repro.prompts.seakr import build_prompt, stop_strings
+from seakr_repro.uncertainty.eigenscore import eigen_score, identical_vectors_score
+
+ARGS = dict(k=8, max_new_tokens=12, stop=stop_strings(False, False), seed=5, layer=14)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.registry import model_dir
+
+    torch.set_num_threads(1)
+    new = HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
+    ref = HFBackend(new.model, new.tokenizer, new.name, shared_prefix=False)
+    assert new.shared_prefix and not ref.shared_prefix
+    return new, ref
+
+
+def _prompts():
+    demos = demos_for("bundled-2wiki", 4)          # a few hundred tokens of demonstrations
+    return [build_prompt(demos, "Who was born first, Aristotle or Plato?"),
+            build_prompt(demos, "Where did Abraham Lincoln die?", docs=["Lincoln died in Washington."]),
+            "Question: Who painted the Mona Lisa?\nAnswer:"]
+
+
+def _ids(ss):
+    return [s.token_ids for s in ss.samples]
+
+
+def _rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("hook", ["mlp_out", "residual"])
+def test_same_tokens_and_vectors_as_the_reference_path(pair, hook):
+    new, ref = pair
+    p = _prompts()[0]
+    assert new.count_tokens(p) > 300
+    got, want = new.sample(p, hook=hook, **ARGS), ref.sample(p, hook=hook, **ARGS)
+    assert _ids(got) == _ids(want)
+    assert len({tuple(i) for i in _ids(got)}) > 1, "the samples should differ from each other"
+    flat = lambda ss: [x for s in ss.samples for x in s.logprobs]   # noqa: E731
+    assert flat(got) == pytest.approx(flat(want), abs=1e-4)
+    assert _rel(got.vectors, want.vectors) < 1e-4
+
+
+def test_chunked_rows_match_the_chunked_reference(pair):
+    new, ref = pair
+    p = _prompts()[1]
+    try:
+        new.max_batch_rows = ref.max_batch_rows = 3
+        got, want = new.sample(p, **ARGS), ref.sample(p, **ARGS)
+    finally:
+        new.max_batch_rows = ref.max_batch_rows = None
+    assert _ids(got) == _ids(want)
+    assert _rel(got.vectors, want.vectors) < 1e-4
+
+
+def test_sample_many_equals_sample_one_after_another(pair):
+    new, _ = pair
+    prompts = _prompts()
+    together = new.sample_many(prompts, **ARGS)
+    for ss, p in zip(together, prompts):
+        alone = new.sample(p, **ARGS)
+        assert _ids(ss) == _ids(alone)
+        assert [s.text for s in ss.samples] == [s.text for s in alone.samples]
+        assert _rel(ss.vectors, alone.vectors) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dtype):
+    from seakr_repro.llm.hf_backend import HFBackend
+    new, _ = pair
+    model = new.model if dtype == torch.float32 else _copy_in(new.model, dtype)
+    be = HFBackend(model, new.tokenizer, new.name)
+    p = _prompts()[0]
+    # greedy "sampling": twenty identical completions through the whole decoding path
+    ss = be.sample(p, **{**ARGS, "k": 20, "temperature": 0.0})
+    assert len({tuple(i) for i in _ids(ss)}) == 1 and ss.samples[0].token_ids
+    assert (ss.vectors == ss.vectors[0]).all(), "identical samples must get identical vectors"
+    z = ss.vectors[0].astype(np.float64)
+    floor = identical_vectors_score(20, float(((z - z.mean()) ** 2).sum()))
+    assert eigen_score(ss.vectors) == pytest.approx(floor, abs=1e-9)
+    # identical completions next to shorter ones (right padding) still agree with each other
+    comp = ss.samples[0].token_ids
+    v = be._eos_vectors(be._prefill(be._encode(p))[0], [comp] * 10 + [comp[:2]] * 10, 14, "mlp_out")
+    assert (v[:10] == v[0]).all() and (v[10:] == v[10]).all()
+
+
+def _copy_in(model, dtype):
+    import copy
+    return copy.deepcopy(model).to(dtype)
+
+
+def test_out_of_memory_halves_the_rows_and_gives_the_same_result(pair):
+    from seakr_repro.llm.hf_backend import HFBackend
+    new, _ = pair
+    be = HFBackend(new.model, new.tokenizer, new.name)
+    p = _prompts()[2]
+    want = be.sample(p, **ARGS)
+    fired = []
+
+    def fail_once(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[0] > 4 and not fired:
+            fired.append(ids.shape[0])
+            raise torch.OutOfMemoryError("injected: CUDA out of memory")
+
+    handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
+    try:
+        with pytest.warns(UserWarning, match="out of memory"):
+            got = be.sample(p, **ARGS)
+    finally:
+        handle.remove()
+    assert fired == [8]
+    assert be.stats()["oom_retries"] == 1 and be.rows_per_forward == 4
+    assert _ids(got) == _ids(want)
+    assert _rel(got.vectors, want.vectors) < 1e-5
+
+
+def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
+    from seakr_repro.llm.cache import CachedBackend
+    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.methods.base import MethodResult
+    from seakr_repro.data.records import QuestionRecord
+    from seakr_repro.runner import run_method
+
+    new, _ = pair
+    be = HFBackend(new.model, new.tokenizer, new.name)
+    cached = CachedBackend(be, root=tmp_path / "cache", enabled=False)
+    state = {"armed": False}
+
+    def fail_once(_module, args, kwargs):
+        if state["armed"] and kwargs["input_ids"].shape[0] > 2:
+            state["armed"] = False
+            raise torch.OutOfMemoryError("injected")
+
+    class OneSample:
+        name = "one-sample"
+
+        def run(self, record):
+            state["armed"] = record.id == "b"
+            ss = cached.sample(record.question, k=4, max_new_tokens=3, seed=1)
+            return MethodResult(answer=ss.samples[0].text, raw_output="")
+
+    handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
+    try:
+        with pytest.warns(UserWarning, match="out of memory"):
+            rows = run_method(OneSample(), [QuestionRecord("a", "Question: 1+1?\nAnswer:", ["2"]),
+                                            QuestionRecord("b", "Question: 2+2?\nAnswer:", ["4"])],
+                              tmp_path / "r.jsonl", backend=cached, progress=False)
+    finally:
+        handle.remove()
+    assert [r["oom_retries"] for r in rows] == [0, 1]
+
+
+def test_unsupported_architecture_falls_back_visibly(pair):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from seakr_repro.llm.hf_backend import HFBackend
+    new, _ = pair
+    cfg = Gemma3TextConfig(vocab_size=new.tokenizer.vocab_size + 64, hidden_size=16,
+                           intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=1, head_dim=8, sliding_window=4)
+    with pytest.warns(UserWarning, match="shared-prefix decoding is off"):
+        be = HFBackend(Gemma3ForCausalLM(cfg), new.tokenizer, "tiny-gemma3")
+    assert not be.shared_prefix and "sliding" in be.shared_prefix_unsupported
+    ss = be.sample("Question: hi?\nAnswer:", k=3, max_new_tokens=3, seed=1, layer=0)
+    assert ss.vectors.shape == (3, 16)
