@@ -176,3 +176,24 @@ def test_unsupported_architecture_falls_back_visibly(pair):
     assert not be.shared_prefix and "sliding" in be.shared_prefix_unsupported
     ss = be.sample("Question: hi?\nAnswer:", k=3, max_new_tokens=3, seed=1, layer=0)
     assert ss.vectors.shape == (3, 16)
+
+
+def test_out_of_memory_on_the_reference_path_shrinks_its_chunks(pair):
+    from seakr_repro.llm.hf_backend import HFBackend
+    new, _ = pair
+    be = HFBackend(new.model, new.tokenizer, new.name, shared_prefix=False)
+    fired = []
+
+    def fail_once(_module, args, kwargs):
+        if kwargs["input_ids"].shape[0] > 4 and not fired:
+            fired.append(kwargs["input_ids"].shape[0])
+            raise torch.OutOfMemoryError("injected")
+
+    handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
+    try:
+        with pytest.warns(UserWarning, match="out of memory"):
+            got = be.sample(_prompts()[2], **ARGS)
+    finally:
+        handle.remove()
+    assert fired == [8] and be.stats()["oom_retries"] == 1 and len(got.samples) == 8
+    assert got.vectors.shape[0] == 8

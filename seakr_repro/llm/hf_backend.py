@@ -153,13 +153,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def _with_oom_retry(self, fn):
         """Run fn(); on out-of-memory free what can be freed, halve the rows per forward pass and
         run it again. Only when a single row does not fit does the error go through."""
-        while True:
+        for attempt in range(64):
             self._widest = 0
             try:
                 return fn()
             except torch.OutOfMemoryError:     # torch.cuda.OutOfMemoryError included
                 widest = self._widest
-                if widest <= 1 and self.rows_per_forward == 1:
+                if widest <= 1 and self.rows_per_forward == 1 or attempt == 63:
                     raise
             # outside the except block, so the failed pass's tensors can be freed
             self.oom_retries += 1
@@ -418,14 +418,16 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def _sample_reference(self, prompt: str, *, k, max_new_tokens, stop, temperature, top_k,
                           top_p, seed, layer, hook, want_stats, forced_eos) -> SampleSet:
-        """The reference path: the prompt's cache copied into every row of a chunk."""
+        """The reference path: the prompt's cache copied into every row of a chunk. After an
+        out-of-memory its chunks shrink to `rows_per_forward` (which changes the samples: the
+        generator's draws follow the chunks)."""
         ids = self._encode(prompt)
         check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
         prompt_cache, logits = self._prefill(ids)
         pick = self._picker(seed, temperature, top_k, top_p)
         samples: list[Generation] = []
         vectors: list[np.ndarray] = []
-        chunk = self.max_batch_rows or k
+        chunk = min(self.max_batch_rows or k, self.rows_per_forward or k)
         for start in range(0, k, chunk):
             n = min(chunk, k - start)
             cache = _repeat(prompt_cache, n)
