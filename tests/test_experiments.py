@@ -222,6 +222,8 @@ def test_select_questions_is_a_seeded_sample_and_never_silently_smaller(results_
 def test_analysis_data_sets_are_a_setting():
     assert experiments.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
     smoke = load_config("smoke")
-    assert experiments.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-hotpotqa", "bundled-single"]
+    assert experiments.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
+    assert experiments.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
+                                                                      "bundled-single"]
     with pytest.raises(UserError, match="does not prepare"):
         experiments.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
