@@ -71,9 +71,10 @@ def estimate_needs(cfg) -> dict[str, int]:
     nb = lambda key: (cfg.get("notebooks", {}) or {}).get(key, {}) or {}   # noqa: E731
     complex_q = sum(_questions(cfg, d) for d in cfg["datasets.complex"])
     simple_q = sum(_questions(cfg, d) for d in cfg["datasets.simple"])
-    n06 = nb("06-ablations").get("N_QUESTIONS")
-    n_datasets = len(cfg["datasets.complex"]) + len(cfg["datasets.simple"])
-    abl_q = n06 * n_datasets if n06 is not None else complex_q + simple_q
+    analysed = cfg.get("analysis.datasets") or [*cfg["datasets.complex"], *cfg["datasets.simple"]]
+    n_abl = cfg.get("analysis.n_questions")       # Tables 3/4's sample per data set
+    abl_q = sum(_questions(cfg, d) if n_abl is None else min(n_abl, _questions(cfg, d))
+                for d in analysed)
     cache = run = 0
     for m in set(TABLE1_METHODS) | set(TABLE2_METHODS):
         n = complex_q * (m in TABLE1_METHODS) + simple_q * (m in TABLE2_METHODS)
@@ -86,8 +87,20 @@ def estimate_needs(cfg) -> dict[str, int]:
     n_cal = (FANOUT_SINGLE_VALUE if fan is None else fan) + (bundled or 0)
     spec = MODELS.get(cfg["model.name"])
     layers, hidden = (spec.n_layers, spec.hidden) if spec else (32, 4096)
-    return {"corpus_jsonl": passages * JSONL_BYTES_PER_PASSAGE,
+    # the two-field BM25's corpus keeps the text a second time under its own key (~2x, arithmetic)
+    jsonl = JSONL_BYTES_PER_PASSAGE * (2 if cfg.get("retrieval.scheme") == "es_best_fields" else 1)
+    return {"corpus_jsonl": passages * jsonl,
             "index": passages * INDEX_BYTES_PER_PASSAGE,
             "call_cache": int(cache),
             "step02_vectors": n_cal * 2 * layers * int(cfg["uncertainty.k"]) * hidden * 2,
             "run_files": int(run)}
+
+
+def require_for_runs(cfg) -> None:
+    """Before a grid of method runs: room for the profile's call cache and run files (the whole
+    profile's estimate, so a run that starts is a run that can finish)."""
+    from .paths import CACHE_DIR, results_dir
+
+    needs = estimate_needs(cfg)
+    require_free_space(CACHE_DIR, needs["call_cache"], "the LLM call cache of this profile's runs")
+    require_free_space(results_dir(cfg.profile), needs["run_files"], "this profile's run files")

@@ -215,6 +215,9 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     from .methods import build_method
     from .runner import run_method, run_path, summarise
 
+    from .disk import require_for_runs
+
+    require_for_runs(cfg)          # a full disk stops the grid before it starts, not at hour 30
     deltas = _deltas_for(cfg)
     rows, skipped = [], {}
     for spec in model_order(specs, cfg["model.name"]):   # one model load per model, not per spec

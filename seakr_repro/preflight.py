@@ -22,18 +22,8 @@ from .config import Config
 from .disk import free_bytes, human_bytes
 from .errors import DataMissingError, UserError
 
-GiB = 1024 ** 3
 
 SELF_RAG = "selfrag-llama2-7b"   # notebooks 04/05's Self-RAG row
-
-# Disk the profile's run writes, by part, in GiB. Issue 10's estimate for the paper scale (DPR's
-# 21M passages as JSONL, their Lucene index, the LLM call cache of ~600k sample calls, run files);
-# the embedded profiles' from their runs here. A part already built (corpus file, index) is not
-# counted again. The lead reconciles this table with disk.estimate_needs(cfg) when it lands.
-DISK_NEEDS_GIB = {
-    "dpr-wiki": {"corpus": 27.0, "index": 25.0, "cache and results": 250.0},
-    "wiki-excerpt": {"corpus": 0.1, "index": 0.1, "cache and results": 2.0},
-}
 
 # GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
 # 5.9 GB beside LLaMA-2-7B's 13.5 GB of bf16 weights is the measured 19.4 GB peak (allocated)
@@ -179,17 +169,19 @@ def check_datasets(cfg: Config, report: Report) -> None:
 
 
 def disk_need_bytes(cfg: Config) -> int:
-    """Bytes the run still needs to write (parts already built are not counted)."""
+    """Bytes the run still needs to write (`disk.estimate_needs`; parts already built are not
+    counted again)."""
+    from .disk import estimate_needs
     from .prepare import corpus_path
     from .retrieval.index import index_dir_for, read_meta
 
-    needs = dict(DISK_NEEDS_GIB.get(cfg["corpus.name"], DISK_NEEDS_GIB["dpr-wiki"]))
+    needs = estimate_needs(cfg)
     if corpus_path(cfg).is_file():
-        needs.pop("corpus")
+        needs.pop("corpus_jsonl")
     with contextlib.suppress(UserError):
-        read_meta(index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"]))
+        read_meta(index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"], cfg["retrieval.scheme"]))
         needs.pop("index")
-    return int(sum(needs.values()) * GiB)
+    return int(sum(needs.values()))
 
 
 def check_disk(cfg: Config, report: Report) -> None:

@@ -29,7 +29,19 @@ def test_estimate_needs_per_profile():
     assert set(paper) == {"corpus_jsonl", "index", "call_cache", "step02_vectors", "run_files"}
     # 1,788 calibration questions x 2 hooks x 32 layers x 20 samples x 4,096 dims x 2 bytes
     assert paper["step02_vectors"] == 1788 * 2 * 32 * 20 * 4096 * 2
-    assert paper["corpus_jsonl"] == 21_015_324 * disk.JSONL_BYTES_PER_PASSAGE
+    # the paper's two-field BM25 keeps the text twice in its corpus file; one field keeps it once
+    assert paper["corpus_jsonl"] == 21_015_324 * disk.JSONL_BYTES_PER_PASSAGE * 2
+    one_field = disk.estimate_needs(load_config("paper", {"retrieval.scheme": "single_field"}))
+    assert one_field["corpus_jsonl"] == 21_015_324 * disk.JSONL_BYTES_PER_PASSAGE
     default = disk.estimate_needs(load_config("default"))
     assert all(default[k] < paper[k] for k in paper)
     assert default["step02_vectors"] == 40 * 2 * 30 * 10 * 576 * 2      # SmolLM2, N = 30 + 10
+
+
+def test_method_runs_check_the_profile_s_disk_needs(tmp_path, monkeypatch):
+    from seakr_repro import experiments
+    from seakr_repro.config import load_config
+
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 1024)
+    with pytest.raises(UserError, match="call cache"):
+        experiments.run_grid(load_config("paper"), pool=None, searcher=None, specs=[], datasets=[])

@@ -78,7 +78,7 @@ def test_a_small_gpu_is_named(bare_machine, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Tiny GPU")
     problems = preflight.run_checks(_paper(bare_machine)).problems
     gpu = [p for p in problems if p.startswith("GPU")]
-    assert len(gpu) == 1 and "Tiny GPU has 16.0 GiB" in gpu[0] and "bfloat16" in gpu[0]
+    assert len(gpu) == 1 and "Tiny GPU has 16.0 GiB" in gpu[0] and "float16" in gpu[0]
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=24 * GiB))
     assert not any(p.startswith("GPU") for p in preflight.run_checks(_paper(bare_machine)).problems)
 
@@ -89,9 +89,10 @@ def test_built_parts_are_not_counted_again(bare_machine):
     corpus = prepare.corpus_path(cfg)
     corpus.parent.mkdir(parents=True)
     corpus.write_text("{}\n")
-    need = preflight.DISK_NEEDS_GIB["dpr-wiki"]
-    assert before == int(sum(need.values()) * GiB)
-    assert preflight.disk_need_bytes(cfg) == int((sum(need.values()) - need["corpus"]) * GiB)
+    from seakr_repro.disk import estimate_needs
+    need = estimate_needs(cfg)
+    assert before == sum(need.values())
+    assert preflight.disk_need_bytes(cfg) == sum(need.values()) - need["corpus_jsonl"]
     assert any("corpus dpr-wiki (built" in x for x in preflight.run_checks(cfg).ok)
 
 
