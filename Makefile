@@ -16,7 +16,7 @@ VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
-	@echo "  variables: PROFILE=$(PROFILE) (smoke | default | paper | paper-vllm)"
+	@echo "  variables: PROFILE=$(PROFILE) (a params/*.yaml: smoke | default | paper | paper-sample | paper-vllm)"
 
 setup: $(STAMP)  ## create .venv and install everything from pip (idempotent)
 

@@ -1,7 +1,8 @@
 """`python -m seakr_repro <command>`: the same steps the notebooks take, from a shell.
 
-Every command takes --profile (smoke | default | paper) and --set key=value overrides. Errors in
-the user's input end with one paragraph naming the file/line/setting and the fix (exit status 2).
+Every command takes --profile (a profile of params/: smoke, default, paper, paper-sample,
+paper-vllm) and --set key=value overrides. Errors in the user's input end with one paragraph naming
+the file/line/setting and the fix (exit status 2).
 """
 from __future__ import annotations
 
