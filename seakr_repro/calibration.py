@@ -337,3 +337,30 @@ def read_deltas(cfg: Config) -> dict[str, float]:
     if not (cfg["uncertainty.use_calibrated_delta"] and "eigen" in deltas):
         deltas["eigen"] = float(cfg["uncertainty.delta"])
     return deltas
+
+
+def question_scores(rows: list[dict], vectors: "VectorStore", cfg: Config, ks: Sequence[int],
+                    scores: dict[str, np.ndarray] | None = None) -> "pandas.DataFrame":
+    """Per question, what the claims ledger pairs (reporting/claims.py): whether the closed-book
+    answer is wrong, U of every registered estimator (`est:<name>`, eigen as `eigen`), eigen U at
+    every layer (`layer:<l>`) and from the first k non-empty samples (`k:<k>`) at the configured
+    hook, layer and variant."""
+    import pandas as pd
+
+    from .uncertainty import eigen_score
+
+    params, hook = u_params(cfg), cfg["uncertainty.hook"]
+    layer = u_layer(cfg, vectors.n_layers)
+    scores = scores if scores is not None else estimator_scores(rows, vectors.layer(hook, layer), params)
+    out = pd.DataFrame({"id": [r["id"] for r in rows],
+                        "incorrect": [int(not r["correct"]) for r in rows],
+                        "eigen": scores["eigen"], "middle_layer": layer})
+    for name, values in scores.items():
+        if name != "eigen":
+            out[f"est:{name}"] = values
+    for l, per_q in vectors.by_layer(hook).items():           # one layer in memory at a time
+        out[f"layer:{l}"] = [eigen_score(v, alpha=params["alpha"], variant=params["variant"]) for v in per_q]
+    mid = vectors.nonempty(hook, layer)
+    for k in ks:
+        out[f"k:{k}"] = [eigen_score(v[:k], alpha=params["alpha"], variant=params["variant"]) for v in mid]
+    return out

@@ -293,7 +293,8 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
             rows.append({"table": "table7", "method": name, "dataset": dataset,
                          "metric": "seconds_per_question", "value": costs["seconds_per_q"],
                          "llm_calls_per_q": costs["llm_calls_per_q"], "tokens_per_q": costs["tokens_per_q"],
-                         "retrievals_per_q": costs["retrievals_per_q"], "n": costs["questions"]})
+                         "retrievals_per_q": costs["retrievals_per_q"], "n": costs["questions"],
+                         "run_file": str(path.relative_to(results_dir(cfg.profile)))})
     return pd.DataFrame(rows)
 
 

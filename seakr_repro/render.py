@@ -80,6 +80,7 @@ def partial_results(cfg: Config, spec: TableSpec) -> tuple[pd.DataFrame, dict[st
     ..."}. Per (label, data set) the newest run file is read (the one being written); only the
     questions of the prepared set count."""
     from .evaluation import score_predictions
+    from .experiments import select_questions
     from .prepare import load_prepared
     from .runner import read_results
     from .status import run_total
@@ -97,7 +98,8 @@ def partial_results(cfg: Config, spec: TableSpec) -> tuple[pd.DataFrame, dict[st
             if prepared is None:
                 prepared = [r.id for r in load_prepared(cfg, dataset)]
             total = run_total(cfg, dataset, label) or len(prepared)
-            wanted = set(prepared[:total])
+            # the questions the run will answer: the same seeded sample run_grid draws
+            wanted = {r.id for r in select_questions(cfg, dataset, min(total, len(prepared)))}
             done = [r for r in read_results(files[-1]) if r["id"] in wanted]
             if not done:
                 continue
@@ -170,6 +172,13 @@ def render_all(cfg: Config) -> pd.DataFrame:
                        "rendered": "no" if files is None else "yes" if finished else "partial",
                        "files": ", ".join(str(p) for p in files) if files else
                        f"missing {spec.results}: run its notebook first"})
+    # the paper's claims, measured on whatever this profile has run so far (reporting/claims.py)
+    from .reporting.claims import render_ledger
+
+    ledger = render_ledger(cfg)
+    measured = int((ledger["measurement"] != "not measured").sum())
+    status.append({"table": "claims", "rendered": "yes" if measured else "partial",
+                   "files": str(TABLES_DIR / cfg.profile / "claims.md")})
     return pd.DataFrame(status)
 
 
