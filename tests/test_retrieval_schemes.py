@@ -103,6 +103,7 @@ def test_index_dirs_per_scheme():
 def test_indexed_fields_analysed_as_elasticsearch_english():
     """The index side (Anserini's DefaultEnglishAnalyzer) gives the tokens of Lucene's
     EnglishAnalyzer (ES's `english`) that analyses the queries, on real Wikipedia passages."""
+    from seakr_repro.data.corpus import passage_text
     from seakr_repro.retrieval.java import ensure_java
     ensure_java()
     from pyserini.pyclass import autoclass
@@ -115,7 +116,7 @@ def test_indexed_fields_analysed_as_elasticsearch_english():
         with open(cached, encoding="utf-8") as fh:
             for _, line in zip(range(300), fh):
                 obj = json.loads(line)
-                texts += [obj["title"], obj["text"]]
+                texts += [obj["title"], passage_text(obj)]   # the text is stored once, in contents
     for t in texts:
         assert list(utils.analyze(ours, t).toArray()) == list(utils.analyze(es, t).toArray()), t
 
