@@ -201,6 +201,28 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return find_stop(text, stop)
 
     # ----------------------------------------------------------------------------- decoding
+    def _advance(self, r: _Row, t: int, logprob: float, warped: float | None, stats, stop,
+                 max_new_tokens: int) -> bool:
+        """Add one decoded token to a row (both decode loops); False once the row is finished.
+        EOS ends the text and is not part of it; stats: (entropy, logsumexp) or None."""
+        if t == self.eos_token_id:
+            r.finish = "eos"
+            return False
+        r.ids.append(t)
+        r.logprobs.append(logprob)
+        if warped is not None:
+            r.wlp.append(warped)
+        if stats is not None:
+            r.entropies.append(stats[0])
+            r.lse.append(stats[1])
+        if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
+            r.finish = "stop"
+        elif len(r.ids) >= max_new_tokens:
+            r.finish = "length"
+        else:
+            return True
+        return False
+
     @torch.inference_mode()
     def _decode_rows(self, cache, logits: torch.Tensor, n_rows: int, max_new_tokens: int,
                      stop: Sequence[str], pick: Callable[[torch.Tensor], torch.Tensor],
@@ -224,22 +246,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
                 lse = torch.logsumexp(logits, dim=-1).tolist()
             keep = []
             for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
-                r = rows[ri]
-                if t == self.eos_token_id:
-                    r.finish = "eos"          # EOS ends the text and is not part of it
-                    continue
-                r.ids.append(t)
-                r.logprobs.append(chosen[j])
-                if wlp is not None:
-                    r.wlp.append(wlp[j])
-                if want_stats:
-                    r.entropies.append(ent[j])
-                    r.lse.append(lse[j])
-                if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
-                    r.finish = "stop"
-                elif len(r.ids) >= max_new_tokens:
-                    r.finish = "length"
-                else:
+                if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
+                                 (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
                     keep.append(j)
             if not keep:
                 return rows
@@ -376,21 +384,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
                     lse = torch.logsumexp(logits, dim=-1).tolist()
                 token, keep = {}, set()
                 for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
-                    r = rows[ri]
-                    if t == self.eos_token_id:
-                        r.finish = "eos"
-                        continue
-                    r.ids.append(t)
-                    r.logprobs.append(chosen[j])
-                    r.wlp.append(wlp[j])
-                    if want_stats:
-                        r.entropies.append(ent[j])
-                        r.lse.append(lse[j])
-                    if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
-                        r.finish = "stop"
-                    elif len(r.ids) >= max_new_tokens:
-                        r.finish = "length"
-                    else:
+                    if self._advance(rows[ri], t, chosen[j], wlp[j],
+                                     (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
                         keep.add(ri)
                         token[ri] = t
                 if not keep:
