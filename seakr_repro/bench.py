@@ -186,6 +186,25 @@ def _alternate(fns: dict, repeats: int) -> dict[str, list[float]]:
     return times
 
 
+def _profile_hf(profile: str):
+    """(config, the profile's model on the transformers backend, uncached: every call is timed)."""
+    from .config import load_config
+    from .errors import UserError, report_and_exit
+    from .llm import load_backend
+
+    try:
+        cfg = load_config(profile, {"model.backend": "hf"})
+        return cfg, load_backend(cfg, cache=False)
+    except UserError as e:
+        report_and_exit(e)
+
+
+def _reference_twin(new):
+    """The same model and settings on today's path (the prompt cache copied into every row)."""
+    return type(new)(new.model, new.tokenizer, new.name, new.fingerprint, new.max_batch_rows,
+                     new.prefix_cache_tokens, shared_prefix=False)
+
+
 def _seakr_per_question(cfg_profile: str, dataset: str, n: int) -> dict:
     """SeaKR seconds per question, today's path against shared prefix, alternating by question."""
     import tempfile
@@ -206,8 +225,7 @@ def _seakr_per_question(cfg_profile: str, dataset: str, n: int) -> dict:
     records = load_prepared(cfg, dataset)[:n]
     deltas = _deltas_for(cfg)
     new = load_backend(cfg, cache=False)
-    ref = type(new)(new.model, new.tokenizer, new.name, new.fingerprint, new.max_batch_rows,
-                    new.prefix_cache_tokens, shared_prefix=False)
+    ref = _reference_twin(new)
     new.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)   # warm-up
     out: dict[str, list[dict]] = {"reference": [], "shared_prefix": []}
     with tempfile.TemporaryDirectory(prefix="seakr-bench-") as tmp:
@@ -236,25 +254,15 @@ def shared_main(args) -> dict:
     import torch
     import transformers
     from . import __version__
-    from .config import load_config
-    from .errors import UserError, report_and_exit
     from .io import write_json
-    from .llm.hf_backend import HFBackend
-    from .llm.registry import model_dir, resolve_device, resolve_dtype
     from .paths import results_dir
 
-    try:
-        cfg = load_config(args.profile)
-        name = cfg["model.name"]
-        new = HFBackend.from_dir(model_dir(name, cfg), name=name,
-                                 device=resolve_device(cfg.get("model.device", "auto")),
-                                 dtype=resolve_dtype(cfg.get("model.dtype", "float32")))
-    except UserError as e:
-        report_and_exit(e)
+    cfg, new = _profile_hf(args.profile)
+    name = new.name
     if not new.shared_prefix:
         raise SystemExit(f"shared-prefix decoding is not supported for {name}: "
                          f"{new.shared_prefix_unsupported}")
-    ref = HFBackend(new.model, new.tokenizer, name, new.fingerprint, shared_prefix=False)
+    ref = _reference_twin(new)
     report: dict = {"what": "shared-prefix decoding against today's path (prompt cache copied per row)",
                     "profile": args.profile, "model": name, "device": str(new.device),
                     "dtype": str(cfg.get("model.dtype", "float32"))}
@@ -407,23 +415,14 @@ def main(argv=None) -> dict:
     import torch
     import transformers
     from . import __version__
-    from .config import load_config
-    from .errors import UserError, report_and_exit
     from .io import write_json
-    from .llm.hf_backend import HFBackend
-    from .llm.registry import middle_layer, model_dir, resolve_device, resolve_dtype
+    from .llm.registry import middle_layer
     from .paths import results_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        cfg = load_config(args.profile)
-        name = cfg["model.name"]
-        backend = HFBackend.from_dir(model_dir(name, cfg), name=name,
-                                     device=resolve_device(cfg.get("model.device", "auto")),
-                                     dtype=resolve_dtype(cfg.get("model.dtype", "float32")))
-    except UserError as e:
-        report_and_exit(e)
+    cfg, backend = _profile_hf(args.profile)
+    name = backend.name
     layer_cfg = cfg.get("uncertainty.layer", "middle")
     params = dict(k=int(cfg["uncertainty.k"]), max_new_tokens=int(cfg["uncertainty.max_tokens"]),
                   stop=STOP, temperature=float(cfg["uncertainty.temperature"]),
