@@ -76,8 +76,9 @@ def test_retrieves_when_uncertain_and_reranks_by_lowest_u():
 
 
 def test_concurrent_backend_scores_candidates_side_by_side_with_the_same_result():
-    """With a batching backend (vLLM) the N re-ranking candidates run on threads; the trace,
-    the choice and the answer are those of the sequential run."""
+    """With a batching backend (vLLM) the N re-ranking candidates' greedy steps run on threads and
+    their k samples go out as one sample_many batch; the trace, the choice and the answer are those
+    of the sequential run."""
     import threading
     import time
 
@@ -93,16 +94,23 @@ def test_concurrent_backend_scores_candidates_side_by_side_with_the_same_result(
         concurrent = True
         threads: set = set()
 
-        def sample(self, prompt, **kw):
+        batches: list = []
+
+        def generate(self, prompt, **kw):
             self.threads.add(threading.get_ident())
             time.sleep(0.01)
-            return super().sample(prompt, **kw)
+            return super().generate(prompt, **kw)
+
+        def sample_many(self, prompts, **kw):
+            self.batches.append(len(prompts))
+            return super().sample_many(prompts, **kw)
 
     seq, _, _ = make(respond, level)
     backend = Concurrent(respond, level)
     par = build_method("seakr", backend, FakeSearcher(DOCS), "bundled-2wiki", n_shot=1)
     a, b = seq.run(Q), par.run(Q)
     assert len(backend.threads) > 1
+    assert max(backend.batches) == len(next(t for t in b.trace if t["kind"] == "rerank")["candidates"]) > 1
     assert (a.answer, a.extra["doc_ids"]) == (b.answer, b.extra["doc_ids"])
     assert [t["kind"] for t in a.trace] == [t["kind"] for t in b.trace]
     ra, rb = (next(t for t in r.trace if t["kind"] == "rerank") for r in (a, b))

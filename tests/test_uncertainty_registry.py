@@ -32,6 +32,9 @@ class Float16Storage:
                                        ss.layer, ss.hook)
         return self.memo[key]
 
+    def sample_many(self, prompts, **kw):
+        return [self.sample(p, **kw) for p in prompts]
+
     def __getattr__(self, attr):
         return getattr(self.__dict__["inner"], attr)
 

@@ -101,10 +101,20 @@ class SeaKR(Method):
 
     # -- one LLM call: greedy step + optional U ------------------------------------------------
     def _call(self, prompt, stop, need_u: bool, context: str = "", max_new_tokens=None):
-        gen = self.backend.generate(prompt, max_new_tokens=max_new_tokens or self.settings["max_new_tokens"],
-                                    stop=list(stop), want_stats=self._scorer.wants_stats)
-        u = self._scorer(prompt, stop, gen, context) if need_u else None
-        return gen, u
+        return self._calls([prompt], stop, need_u, [context], max_new_tokens)[0]
+
+    def _calls(self, prompts, stop, need_u: bool, contexts, max_new_tokens=None):
+        """[(greedy Generation, U or None)] of independent contexts. The greedy steps run side by
+        side on a concurrent backend (vLLM); the k samples of all contexts go to the backend as
+        one `sample_many` batch (one decode loop on the transformers backend)."""
+        n_tokens = max_new_tokens or self.settings["max_new_tokens"]
+        gens = parallel_map(
+            lambda p: self.backend.generate(p, max_new_tokens=n_tokens, stop=list(stop),
+                                            want_stats=self._scorer.wants_stats),
+            prompts, len(prompts) if supports_concurrency(self.backend) else 1)
+        us = (self._scorer.many(prompts, stop, gens, contexts) if need_u and prompts
+              else [None] * len(prompts))
+        return list(zip(gens, us))
 
     def _extract(self, text):
         answer = extract_answer(text, self.settings["mode"])
@@ -193,14 +203,12 @@ class SeaKR(Method):
         texts = [st.text for st in steps]
         stops = stop_strings(bool(steps), final=False)
 
-        def score(h):
-            prompt = self._fit(self.demos, question, texts, docs + [h.text], s["mode"])
-            g, u = self._call(prompt, stops, s["rerank"], self._context(steps, docs + [h.text]))
-            key = (u if g.text.strip() else math.inf) if s["rerank"] else 0.0
-            return key, h, g, u
-
-        # the N candidates are independent: a batching backend (vLLM) scores them side by side
-        scored = parallel_map(score, cands, len(cands) if supports_concurrency(self.backend) else 1)
+        # the N candidates are independent: scored as one batch
+        prompts = [self._fit(self.demos, question, texts, docs + [h.text], s["mode"]) for h in cands]
+        called = self._calls(prompts, stops, s["rerank"],
+                             [self._context(steps, docs + [h.text]) for h in cands])
+        scored = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h, g, u)
+                  for h, (g, u) in zip(cands, called)]
         best = min(scored, key=lambda t: t[0])   # first wins ties, as the code's stable sort
         _, hit, g, u = best
         docs.append(hit.text)
@@ -302,12 +310,11 @@ class SeaKR(Method):
         self._n_search += 1
         if not s["rerank"]:
             hits = hits[:1]
-        cands = []
-        for h in hits:
-            p = self._fit(demos, question, docs=[h.text])
-            g, u = self._call(p, stops, s["rerank"], format_context([h.text]))
-            key = (u if g.text.strip() else math.inf) if s["rerank"] else 0.0
-            cands.append((key, h, partial(self._fit, demos, question, docs=[h.text]), g, u))
+        called = self._calls([self._fit(demos, question, docs=[h.text]) for h in hits], stops,
+                             s["rerank"], [format_context([h.text]) for h in hits])
+        cands = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h,
+                  partial(self._fit, demos, question, docs=[h.text]), g, u)
+                 for h, (g, u) in zip(hits, called)]
         trace.append(step_record("passages", "", "", hits=hits_brief(hits),
                                  candidates=[{"id": h.id, "u": u, "output": g.text}
                                              for _, h, _, g, u in cands]))

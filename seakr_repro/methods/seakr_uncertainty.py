@@ -71,9 +71,19 @@ class Scorer:
         return "logsumexp" in self.estimator.needs
 
     def __call__(self, prompt: str, stop, greedy, context: str = "") -> float:
+        return self.many([prompt], stop, [greedy], [context])[0]
+
+    def many(self, prompts, stop, greedies, contexts) -> list[float]:
+        """U of several independent contexts (same stop strings): their k samples are drawn in
+        one `sample_many` batch, which gives the same samples as one `sample` call each."""
         est = self.estimator
-        ss = (self.backend.sample(prompt, stop=list(stop), **sample_kwargs(self.s, self.backend))
-              if "samples" in est.needs else None)
-        judgement = (unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
-                     if "prompt" in est.needs else None)
-        return registry.score(est.name, context_stats(est, self.backend, greedy, ss, judgement), self.s)
+        sets = (self.backend.sample_many(list(prompts), stop=list(stop),
+                                         **sample_kwargs(self.s, self.backend))
+                if "samples" in est.needs else [None] * len(prompts))
+        out = []
+        for greedy, ss, context in zip(greedies, sets, contexts):
+            judgement = (unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
+                         if "prompt" in est.needs else None)
+            out.append(registry.score(est.name, context_stats(est, self.backend, greedy, ss,
+                                                              judgement), self.s))
+        return out
