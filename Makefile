@@ -12,11 +12,11 @@ export TOKENIZERS_PARALLELISM := false
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm smoke bench scale-check figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm check smoke bench scale-check figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
-	@echo "  variables: PROFILE=$(PROFILE) (a params/*.yaml: smoke | default | paper | paper-sample | paper-vllm)"
+	@echo "  variables: PROFILE=$(PROFILE) (a params/*.yaml: $(filter-out base,$(basename $(notdir $(wildcard params/*.yaml)))))"
 
 setup: $(STAMP)  ## create .venv and install everything from pip (idempotent)
 
@@ -47,6 +47,10 @@ test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
 
 test-vllm: $(VLLM_STAMP)  ## the vLLM backend against the transformers backend (needs setup-vllm)
 	$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm_backend.py tests/test_vllm_plumbing.py
+
+check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code check (pylint R0801)
+	$(PY) -m ruff check seakr_repro tests
+	$(PY) -m pylint --disable=all --enable=duplicate-code --min-similarity-lines=8 --score=n seakr_repro
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
 	$(PY) -m seakr_repro.bench --profile $(PROFILE)

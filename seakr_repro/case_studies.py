@@ -71,9 +71,11 @@ def render_case(row: dict) -> str:
             lines.append(f"- *{kind.replace('final_', 'from ')}:* answer “{t.get('answer')}”, "
                          f"U = {_u(t.get('u'))}")
         elif kind == "direct":
-            lines.append(f"- *direct answer:* “{_cell(t['output'], 300)}”, U = {_u(t.get('u'))} vs δ = {_u(t.get('delta'))}")
+            lines.append(f"- *direct answer:* “{_cell(t['output'], 300)}”, "
+                         f"U = {_u(t.get('u'))} vs δ = {_u(t.get('delta'))}")
         elif kind == "choice":
-            lines.append(f"- *choice:* {'kept the direct answer' if t.get('kept_direct') else 'passage ' + str(t.get('chosen'))}")
+            chose = 'kept the direct answer' if t.get('kept_direct') else f"passage {t.get('chosen')}"
+            lines.append(f"- *choice:* {chose}")
     extra = row.get("extra") or {}
     if "choice" in extra:
         lines.append(f"- **self-aware reasoning kept the {extra['choice']} path** (rationales: "

@@ -47,7 +47,8 @@ def main(argv=None) -> dict:
     for rows in [int(r) for r in args.rows.split(",")]:
         backend = HFBackend(model, tok, "llama-2-7b-shape-random", max_batch_rows=rows,
                             prefix_cache_tokens=4096)
-        torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         ss = backend.sample(prompt, k=args.k, max_new_tokens=args.max_new_tokens, stop=[". "],
                             seed=42, layer=15, hook="mlp_out")

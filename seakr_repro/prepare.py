@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import Config
 from .errors import DataMissingError, UserError
 from .io import write_jsonl
 from .paths import CACHE_DIR, REPO_ROOT, results_dir
+
+if TYPE_CHECKING:
+    import pandas
 
 
 def _with_text(cfg: Config) -> bool:

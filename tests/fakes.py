@@ -1,8 +1,9 @@
 """Scripted stand-ins for the LLM backend and the searcher, for fast method tests.
 
 FakeBackend answers `generate` with `respond(prompt, stop)` (a string, or a Generation from `gen`)
-and `sample` with vectors chosen by `level(prompt)` or `level(prompt, stop)`: "low" = k identical vectors (U ~ -6.5 < -6),
-"high" = k random vectors (U >> -6), "empty" = k empty samples (U = 0), or a float spread.
+and `sample` with vectors chosen by `level(prompt)` or `level(prompt, stop)`:
+"low" = k identical vectors (U ~ -6.5 < -6), "high" = k random vectors (U >> -6),
+"empty" = k empty samples (U = 0), or a float spread.
 Every call is recorded, so tests can count LLM calls and see the prompts.
 """
 from __future__ import annotations

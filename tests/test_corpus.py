@@ -42,7 +42,7 @@ def test_dpr_tsv_conversion_streams_every_line(tmp_path):
     tsv.write_text("\n".join(DPR_LINES) + "\n")
     out = tmp_path / "corpus.jsonl"
     assert corpus.convert_dpr_tsv(tsv, out, progress=False) == 3
-    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["id"] == "1" and rows[0]["title"] == "Aaron"
     assert set(rows[0]) == {"id", "title", "contents"}          # the text is stored once
     assert corpus.passage_text(rows[0]).startswith('Aaron Aaron ( or ; "Ahärôn")')

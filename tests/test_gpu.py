@@ -24,7 +24,7 @@ def tiny_llama():
 
 def _backend(model, tok, dtype):
     import copy
-    import torch
+
     from seakr_repro.llm.hf_backend import HFBackend
 
     return HFBackend(copy.deepcopy(model).to("cuda", dtype), tok, "tiny-llama")

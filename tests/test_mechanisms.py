@@ -1,5 +1,4 @@
 """The re-ranking mechanism experiment on a scripted searcher and scorer."""
-import math
 
 import pytest
 

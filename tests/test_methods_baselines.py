@@ -55,7 +55,8 @@ def test_flare_trigger_and_masked_query():
     assert s.queries == ["Zorro was made by", "Zorro was made by"]
     assert r.trace[0]["regenerated"] == "Zorro was made by Ann Lee" and r.answer == "Ann Lee"
     # confident steps never retrieve
-    b, s = FakeBackend(lambda p, stop: "So the answer is Ann Lee." if "Lee." in tail(p) else "Made by Ann Lee"), FakeSearcher(DOCS)
+    b = FakeBackend(lambda p, stop: "So the answer is Ann Lee." if "Lee." in tail(p) else "Made by Ann Lee")
+    s = FakeSearcher(DOCS)
     r = build_method("flare", b, s, "bundled-2wiki").run(Q)
     assert s.queries == [] and r.answer == "Ann Lee"
 

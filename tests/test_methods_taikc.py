@@ -145,7 +145,10 @@ def question_of(prompt):
     return prompt.split(" Question: ")[1].split(" Please provide")[0]
 
 
-def scripted(confident, rag=None, direct=None, decomposition=json.dumps(TREE, indent=2)):
+TREE_JSON = json.dumps(TREE, indent=2)
+
+
+def scripted(confident, rag=None, direct=None, decomposition=TREE_JSON):
     """A backend answering each prompt kind from the dicts (keyed by the filled sub-question)."""
     def respond(prompt, stop):
         if prompt.startswith("You are an AI assistant adept"):

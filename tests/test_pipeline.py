@@ -1,6 +1,5 @@
 """`make reproduce`'s engine: notebooks run in order, a step re-runs only when an input changed,
 and a failing notebook leaves no fresh-looking output."""
-import json
 
 import nbformat
 import pytest

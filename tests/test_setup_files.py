@@ -43,5 +43,5 @@ def test_ci_calls_the_readme_test_command():
 
 def test_makefile_has_documented_targets():
     text = (ROOT / "Makefile").read_text()
-    for target in ("help", "setup", "reproduce", "test", "bench", "lab", "clean"):
+    for target in ("help", "setup", "reproduce", "test", "check", "bench", "lab", "clean"):
         assert re.search(rf"^{target}:.*## ", text, re.M), target

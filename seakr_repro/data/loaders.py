@@ -282,7 +282,6 @@ def load_dpr_qa(path: str | Path, source: str | None = None) -> list[QuestionRec
     stem = path.name.split(".")[0]
     if path.suffix == ".json":
         return _load_dpr_json(path, source, stem)
-    what = "a DPR question file (question<TAB>['answer', ...] per line)"
     records = []
     with open(path, encoding="utf-8", newline="") as fh:
         # csv with a tab delimiter, as DPR itself reads these files (quoted fields included).

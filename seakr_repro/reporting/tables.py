@@ -77,7 +77,7 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
     labels = {}
     for frame in (o, p):  # the paper's label wins: it is what readers compare against
         src = frame["label"] if "label" in frame.columns else frame[rows]
-        labels.update({r: str(l) for r, l in zip(frame["_row"], src) if str(l).strip()})
+        labels.update({r: str(lab) for r, lab in zip(frame["_row"], src) if str(lab).strip()})
     ours_at = o.set_index(["_row", "_ds", "_m"])
     paper_at = p.set_index(["_row", "_ds", "_m"])["value"]
     table = {}
