@@ -63,8 +63,6 @@ def list_profiles(params_dir: str | Path | None = None) -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in params_dir.glob("*.yaml") if p.stem != "base"))
 
 
-PROFILES = list_profiles()
-
 
 # ---------------------------------------------------------------- checking settings against base.yaml
 
@@ -328,7 +326,7 @@ def _load_yaml(path: Path) -> tuple[dict, dict[str, int]]:
     """The file's mapping and the line of each of its dotted keys."""
     if not path.is_file():
         known = list_profiles(path.parent)
-        raise UserError(f"profile file not found", path=path,
+        raise UserError("profile file not found", path=path,
                         fix=f"use one of {', '.join(known)} or create {path.name}")
     text = path.read_text(encoding="utf-8")
     try:
@@ -395,7 +393,7 @@ class Config:
             if not isinstance(node, Mapping) or part not in node:
                 raise UserError(f"setting '{dotted}' is missing from profile '{self.profile}'",
                                 setting=dotted, path=self.params_dir / f"{self.profile}.yaml",
-                                fix=f"add it to the profile or to params/base.yaml")
+                                fix="add it to the profile or to params/base.yaml")
             node = node[part]
         return node
 

@@ -33,7 +33,7 @@ def test_every_shipped_profile_passes_the_check(profile):
 
 
 def test_profiles_are_the_yaml_files(params):
-    assert set(config.PROFILES) == {p.stem for p in PARAMS_DIR.glob("*.yaml")} - {"base"}
+    assert set(list_profiles()) == {p.stem for p in PARAMS_DIR.glob("*.yaml")} - {"base"}
     (params / "mine.yaml").write_text("extends: smoke\n")
     assert "mine" in list_profiles(params) and "base" not in list_profiles(params)
 
@@ -143,3 +143,15 @@ def test_a_wrong_declared_type_in_base_itself_fails(params):
     (params / "base.yaml").write_text(text)
     with pytest.raises(UserError, match="datasets.n_questions"):
         load_config("smoke", params_dir=params)
+
+
+def test_base_yaml_states_the_code_constants():
+    """SeaKR's constants have one definition in the code; base.yaml repeats them for users."""
+    from seakr_repro.llm import defaults
+    from seakr_repro.uncertainty.eigenscore import OFFICIAL_DELTA
+
+    base = yaml.safe_load((PARAMS_DIR / "base.yaml").read_text())
+    u = base["uncertainty"]
+    assert (u["k"], u["temperature"], u["top_k"], u["top_p"]) == (
+        defaults.K, defaults.TEMPERATURE, defaults.TOP_K, defaults.TOP_P)
+    assert base["seed"] == defaults.SEED and u["delta"] == OFFICIAL_DELTA

@@ -75,3 +75,12 @@ def test_seakr_runs_first_in_the_method_notebooks():
     for name, methods in (("04-complex-qa", "TABLE1_METHODS"), ("05-simple-qa", "TABLE2_METHODS")):
         source = "\n".join(c.source for c in nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", 4).cells)
         assert f"run_order(experiments.{methods})" in source
+
+
+def test_paper_sized_profiles_are_comparable_with_the_paper():
+    """paper-vllm runs the paper's model, data and constants on another backend: no caveat; a
+    sample says so; the small profiles are not comparable."""
+    assert render.differs_because(load_config("paper")) is None
+    assert render.differs_because(load_config("paper-vllm")) is None
+    assert "sample of 1000" in render.differs_because(load_config("paper-sample"))
+    assert "not comparable" in render.differs_because(load_config("default"))

@@ -23,6 +23,8 @@ import numpy as np
 
 from ..errors import UserError
 
+OFFICIAL_DELTA = -6.0   # SeaKR's threshold on U for LLaMA-2-7B-chat (§5.3, the official scripts)
+
 VARIANTS = ("seakr", "inside")
 
 # The official code sets U = 0 when no sample with non-empty text remains. 0 is far above any
