@@ -34,6 +34,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from .llm import defaults
+
 # Realistic multi-hop demonstrations in SeaKR's format ("... So the answer is X.").
 DEMOS = [
     ("Who was born first, Albert Einstein or Niels Bohr?",
@@ -302,10 +304,10 @@ def _micro(args, cfg, new, ref, report, save) -> None:
     name = new.name
     # 1. one k = 20 uncertainty evaluation of the 10-shot prompt, cold prefix cache each time
     layer_cfg = cfg.get("uncertainty.layer", "middle")
-    params = dict(k=20, max_new_tokens=int(cfg["uncertainty.max_tokens"]), stop=STOP,
+    params = dict(k=defaults.K, max_new_tokens=int(cfg["uncertainty.max_tokens"]), stop=STOP,
                   temperature=float(cfg["uncertainty.temperature"]),
                   top_k=int(cfg["uncertainty.top_k"]), top_p=float(cfg["uncertainty.top_p"]),
-                  seed=int(cfg.get("seed", 42)),
+                  seed=int(cfg.get("seed", defaults.SEED)),
                   layer=middle_layer(new.n_layers) if layer_cfg == "middle" else int(layer_cfg),
                   hook=cfg.get("uncertainty.hook", "mlp_out"))
     prompt = build_prompt(args.n_shot)
@@ -427,7 +429,7 @@ def main(argv=None) -> dict:
     params = dict(k=int(cfg["uncertainty.k"]), max_new_tokens=int(cfg["uncertainty.max_tokens"]),
                   stop=STOP, temperature=float(cfg["uncertainty.temperature"]),
                   top_k=int(cfg["uncertainty.top_k"]), top_p=float(cfg["uncertainty.top_p"]),
-                  seed=int(cfg.get("seed", 42)),
+                  seed=int(cfg.get("seed", defaults.SEED)),
                   layer=middle_layer(backend.n_layers) if layer_cfg == "middle" else int(layer_cfg),
                   hook=cfg.get("uncertainty.hook", "mlp_out"))
     prompt = build_prompt(args.n_shot)

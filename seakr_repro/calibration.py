@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .config import Config
 from .errors import UserError
 from .io import iter_jsonl, write_json
 from .paths import results_dir
+
+if TYPE_CHECKING:
+    import pandas
 
 CORRECT_F1 = 0.5        # a closed-book answer counts as correct from this token F1 on
 HOOKS = ("mlp_out", "residual")
@@ -283,8 +286,10 @@ def u_params(cfg: Config) -> dict:
 
 def u_layer(cfg: Config, n_layers: int) -> int:
     """`uncertainty.layer` resolved for a model of n_layers ("middle" = L/2 - 1)."""
+    from .llm.registry import middle_layer
+
     layer = cfg["uncertainty.layer"]
-    layer = n_layers // 2 - 1 if layer == "middle" else int(layer)
+    layer = middle_layer(n_layers) if layer == "middle" else int(layer)
     if not 0 <= layer < n_layers:
         raise UserError(f"uncertainty.layer {layer} is outside 0..{n_layers - 1}",
                         setting="uncertainty.layer", fix="use middle or a layer of the model")
@@ -358,8 +363,8 @@ def question_scores(rows: list[dict], vectors: "VectorStore", cfg: Config, ks: S
     for name, values in scores.items():
         if name != "eigen":
             out[f"est:{name}"] = values
-    for l, per_q in vectors.by_layer(hook).items():           # one layer in memory at a time
-        out[f"layer:{l}"] = [eigen_score(v, alpha=params["alpha"], variant=params["variant"]) for v in per_q]
+    for at, per_q in vectors.by_layer(hook).items():          # one layer in memory at a time
+        out[f"layer:{at}"] = [eigen_score(v, alpha=params["alpha"], variant=params["variant"]) for v in per_q]
     mid = vectors.nonempty(hook, layer)
     for k in ks:
         out[f"k:{k}"] = [eigen_score(v[:k], alpha=params["alpha"], variant=params["variant"]) for v in mid]

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import io, paths
+from . import defaults
 from .base import Generation, SampleSet
 
 CACHE_FORMAT = 2   # bump when the stored layout or the meaning of a stored field changes
@@ -287,7 +288,8 @@ class CachedBackend:
         # Fill in the protocol's defaults so that sample(p, k=20) and sample(p, k=20, seed=42)
         # share one entry; the layer is resolved because None means "middle".
         from .registry import middle_layer
-        p = dict(stop=(), temperature=1.0, top_k=50, top_p=0.9, seed=42, layer=None,
+        p = dict(stop=(), temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K, top_p=defaults.TOP_P,
+                 seed=defaults.SEED, layer=None,
                  hook="mlp_out", want_stats=False, forced_eos="append")
         p.update(kwargs)
         p["stop"] = list(p["stop"])

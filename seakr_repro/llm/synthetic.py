@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import defaults
 from .base import Generation, SampleSet
 
 WORDS = ("river city army king film album band court bridge island novel church school war prize "
@@ -143,7 +144,8 @@ class SyntheticBackend:
         return base + noise * np.float32(0.5)
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
-               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
+               temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K,
+               top_p: float = defaults.TOP_P, seed: int = defaults.SEED,
                layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False,
                forced_eos: str = "append") -> SampleSet:
         from .registry import middle_layer

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import UserError
 from .base import Generation, SampleSet
-from . import vllm_worker
+from . import defaults, vllm_worker
 from .registry import middle_layer
 from .stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
 from .attention import WordsMixin
@@ -490,8 +490,9 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return self.sample_many([prompt], **kwargs)[0]
 
     def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
-                    stop: Sequence[str] = (), temperature: float = 1.0, top_k: int = 50,
-                    top_p: float = 0.9, seed: int = 42, layer: int | None = None,
+                    stop: Sequence[str] = (), temperature: float = defaults.TEMPERATURE,
+                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
+                    seed: int = defaults.SEED, layer: int | None = None,
                     hook: str = "mlp_out", want_stats: bool = False,
                     forced_eos: str = "append") -> list[SampleSet]:
         layer = middle_layer(self.n_layers) if layer is None else int(layer)

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 
 from ..errors import UserError  # noqa: E402
 from ..io import atomic_path  # noqa: E402
+from ..uncertainty.eigenscore import OFFICIAL_DELTA  # noqa: E402
 
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies and in greyscale.
 PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
@@ -34,7 +35,7 @@ STYLE = {
     "axes.prop_cycle": matplotlib.cycler(color=CYCLE),
     "pdf.fonttype": 42,                                   # editable text in the PDF
 }
-PAPER_DELTA = -6.0          # SeaKR's threshold for LLaMA-2-7B-chat (§5.3)
+PAPER_DELTA = OFFICIAL_DELTA  # SeaKR's threshold for LLaMA-2-7B-chat (§5.3)
 PAPER_BEST_K = (10, 25)     # §5.3: the best k lies in [10, 25]
 
 

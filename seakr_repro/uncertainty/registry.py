@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import UserError
 from . import logit_estimators as le
-from .eigenscore import eigen_score
+from .eigenscore import OFFICIAL_DELTA, eigen_score
 
 OFFICIAL_MISSING = 1e3     # the official reasoner's value when no perplexity was computed
 
@@ -162,7 +162,7 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
               lambda s, p: float(_need(s, "prompt", "prompt"))),
 )}
 # only eigen has an official threshold; the others are calibrated by step 03
-DEFAULT_DELTAS = {"eigen": -6.0}
+DEFAULT_DELTAS = {"eigen": OFFICIAL_DELTA}
 
 
 def get(name: str) -> Estimator:
