@@ -230,14 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")
 
     p = add("render", cmd_render, "re-render every table and figure from saved results")
-
-    for extra in _EXTRA_COMMANDS:
-        extra(add)
     return parser
-
-
-# Later modules (methods, rendering, benchmarks) register their sub-commands here.
-_EXTRA_COMMANDS: list = []
 
 
 def main(argv=None) -> int:
