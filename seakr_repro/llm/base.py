@@ -108,3 +108,12 @@ class Backend(Protocol):
         """The last layer's attention, averaged over heads, of each query position in `positions`
         over every key of `token_ids` (len(token_ids) values; 0 after the position)."""
         ...
+
+
+def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]:
+    """Greedy `generate` of several independent prompts: one batch on a backend that has
+    `generate_many` (transformers: shared-prefix decoding), else one call after another."""
+    many = getattr(backend, "generate_many", None)
+    if many is not None:
+        return many(list(prompts), **kwargs)
+    return [backend.generate(p, **kwargs) for p in prompts]

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import io, paths
-from .base import Generation, SampleSet
+from .base import Generation, SampleSet, generate_many
 
 CACHE_FORMAT = 2   # bump when the stored layout or the meaning of a stored field changes
 
@@ -237,6 +237,26 @@ class CachedBackend:
                       want_attention=want_attention)
         return self._cached("generate", prompt, params,
                             lambda: self.backend.generate(prompt, **{**params, "stop": tuple(stop)}))
+
+    def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
+                      stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
+        """Cached prompts come from disk (the same entries `generate` writes); the others go to
+        the backend in one `generate_many` call."""
+        params = dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
+                      want_attention=False)
+        keys = [call_key(self.name, self.fingerprint, "generate", p, params) for p in prompts]
+        values = [self.cache.get(k) if self.enabled else None for k in keys]
+        todo = [i for i, v in enumerate(values) if v is None]
+        if todo:
+            got = generate_many(self.backend, [prompts[i] for i in todo],
+                                max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=want_stats)
+            for i, v in zip(todo, got):
+                values[i] = v
+                if self.enabled:
+                    self.cache.put(keys[i], v)
+        for i, v in enumerate(values):
+            self._count(v, hit=i not in todo)
+        return values
 
     def sample(self, prompt: str, **kwargs) -> SampleSet:
         params = self._sample_params(kwargs)

@@ -174,6 +174,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def _prefill(self, prompt_ids: list[int]):
         """KV cache and next-token logits of a prompt, reusing cached chunk boundaries."""
         ids = list(prompt_ids)
+        # the whole prompt seen before (SeaKR's greedy step, then its k samples, then the
+        # forced-EOS pass all start from the same context): no forward pass at all
+        whole = self._prefix.get(_ids_key(ids) + b"=")
+        if whole is not None:
+            self._prefix.move_to_end(_ids_key(ids) + b"=")
+            self.prefix_hits += 1
+            return copy.deepcopy(whole[1]), whole[2].clone()
         last_boundary = (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK   # >= 1 token stays for the tail
         cache, start = None, 0
         for b in range(last_boundary, 0, -PREFILL_CHUNK):
@@ -188,13 +195,19 @@ class HFBackend(WordsMixin, TokenizerMixin):
             cache = self._forward(chunk, cache).past_key_values
             self._remember(ids[:b + PREFILL_CHUNK], cache)
         out = self._forward(torch.tensor([ids[last_boundary:]], device=self.device), cache)
+        self._remember(ids, out.past_key_values, out.logits[:, -1, :])
         return out.past_key_values, out.logits[:, -1, :]
 
-    def _remember(self, ids: list[int], cache) -> None:
+    def _remember(self, ids: list[int], cache, logits=None) -> None:
+        """Keep a chunk boundary's cache, or (with its logits) a whole prompt's, within
+        `prefix_cache_tokens` tokens in all, least recently used first out."""
         if self.prefix_cache_tokens <= 0:
             return
-        self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
-        while sum(n for n, _ in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
+        if logits is None:
+            self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
+        else:
+            self._prefix[_ids_key(ids) + b"="] = (len(ids), copy.deepcopy(cache), logits.clone())
+        while sum(v[0] for v in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
             self._prefix.popitem(last=False)
 
     def _find_stop(self, text: str, stop: Sequence[str]) -> int:
@@ -292,6 +305,30 @@ class HFBackend(WordsMixin, TokenizerMixin):
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
+
+    def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
+                      stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
+        """Greedy `generate` of several prompts, decoded as one batch (each row over its own
+        prompt cache, shared-prefix attention); one after another without shared-prefix decoding."""
+        if not self.shared_prefix or len(prompts) < 2:
+            return [self.generate(p, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)
+                    for p in prompts]
+        ids = [self._encode(p) for p in prompts]
+        for x in ids:
+            check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
+
+        def greedy(lg):
+            return lg.argmax(-1), lg.new_zeros(lg.shape[0])
+
+        def run():
+            pre = [self._prefill(x) for x in ids]
+            return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)], 1,
+                                       [greedy] * len(ids), max_new_tokens, stop, want_stats)
+        out = []
+        for (r,), x in zip(self._with_oom_retry(run), ids):
+            r.wlp = []                    # greedy: no warped distribution
+            out.append(self._finish(r, stop, x, want_stats))
+        return out
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,

@@ -32,6 +32,7 @@ from functools import partial
 from ..concurrency import parallel_map, supports_concurrency
 from ..data.registry import top_passages_path
 from ..errors import UserError
+from ..llm.base import generate_many
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import (PromptFitter, format_context, read_all_docs_prompt,
                        read_all_steps_prompt, simple_qa_stops, stop_strings)
@@ -105,13 +106,14 @@ class SeaKR(Method):
 
     def _calls(self, prompts, stop, need_u: bool, contexts, max_new_tokens=None):
         """[(greedy Generation, U or None)] of independent contexts. The greedy steps run side by
-        side on a concurrent backend (vLLM); the k samples of all contexts go to the backend as
+        side on a concurrent backend (vLLM), as one batch on the transformers backend; the k samples of all contexts go to the backend as
         one `sample_many` batch (one decode loop on the transformers backend)."""
-        n_tokens = max_new_tokens or self.settings["max_new_tokens"]
-        gens = parallel_map(
-            lambda p: self.backend.generate(p, max_new_tokens=n_tokens, stop=list(stop),
-                                            want_stats=self._scorer.wants_stats),
-            prompts, len(prompts) if supports_concurrency(self.backend) else 1)
+        kw = dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(stop),
+                  want_stats=self._scorer.wants_stats)
+        if supports_concurrency(self.backend):
+            gens = parallel_map(lambda p: self.backend.generate(p, **kw), prompts, len(prompts))
+        else:
+            gens = generate_many(self.backend, prompts, **kw)
         us = (self._scorer.many(prompts, stop, gens, contexts) if need_u and prompts
               else [None] * len(prompts))
         return list(zip(gens, us))
