@@ -123,7 +123,8 @@ def kv_cache_bytes(per_token: int, k: int, prompt: int, generated: int, shared: 
 
 
 def _model_kv_shape(model) -> tuple[int, int, int]:
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    from .llm.model_info import text_config
+    cfg = text_config(model.config)
     heads = int(cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
     return int(cfg.num_hidden_layers), int(getattr(cfg, "num_key_value_heads", heads)), head_dim
@@ -298,7 +299,7 @@ def _micro(args, cfg, new, ref, report, save) -> None:
     """Parts 1-3 of the shared-prefix benchmark."""
     import torch
 
-    from .llm.registry import middle_layer
+    from .llm.model_info import middle_layer
     name = new.name
     # 1. one k = 20 uncertainty evaluation of the 10-shot prompt, cold prefix cache each time
     layer_cfg = cfg.get("uncertainty.layer", "middle")
@@ -416,7 +417,7 @@ def main(argv=None) -> dict:
     import transformers
     from . import __version__
     from .io import write_json
-    from .llm.registry import middle_layer
+    from .llm.model_info import middle_layer
     from .paths import results_dir
 
     if args.threads:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ..errors import DataMissingError, UserError
 from .. import paths
+from .model_info import middle_layer, resolve_dtype  # noqa: F401  (middle_layer: re-exported)
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,6 @@ class ModelSpec:
     source: str                 # where the weights come from, in words
     loader: Callable[["ModelSpec", Any], Path]   # (spec, cfg or None) -> directory in HF format
     hf_id: str | None = None    # Hugging Face repository id (offline cache lookup, instructions)
-
-
-def middle_layer(n_layers: int) -> int:
-    """The official SeaKR layer: n_layers // 2 - 1 (15 for LLaMA-2-7B's 32 layers), 0-based."""
-    return n_layers // 2 - 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,15 +198,6 @@ def resolve_device(device: str) -> str:
         raise UserError(f"unknown device '{device}'", setting="model.device",
                         fix="use auto, cpu or cuda")
     return device
-
-
-def resolve_dtype(dtype: str):
-    import torch
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in table:
-        raise UserError(f"unknown dtype '{dtype}'", setting="model.dtype",
-                        fix="use float32, bfloat16 or float16")
-    return table[dtype]
 
 
 def model_dir(name: str, cfg: Any = None) -> Path:

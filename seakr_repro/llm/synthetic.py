@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from .base import Generation, SampleSet
+from .model_info import middle_layer
 
 WORDS = ("river city army king film album band court bridge island novel church school war prize "
          "station museum league party north south old new great first second early late red blue "
@@ -146,7 +147,6 @@ class SyntheticBackend:
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
                layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False,
                forced_eos: str = "append") -> SampleSet:
-        from .registry import middle_layer
         from .stops import check_forced_eos
 
         layer = middle_layer(self.n_layers) if layer is None else layer
