@@ -187,6 +187,7 @@ class CachedBackend:
         self.reset_stats()
 
     scoped_counts = True   # the runner may count per question with `counting()`
+    wraps_backend = True   # `base.unwrap` finds the model backend in `.backend`
 
     def reset_stats(self) -> None:
         self._lock = threading.Lock()

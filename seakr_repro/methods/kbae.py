@@ -232,14 +232,11 @@ def adapter_fingerprint(adapter_dir) -> str:
 
 # ------------------------------------------------------------------------------------ loading
 def _hf_backend(backend):
-    """The transformers backend inside wrappers (CachedBackend keeps it in `.backend`)."""
-    seen = backend
-    for _ in range(4):
-        if "model" in vars(seen) and "tokenizer" in vars(seen):
-            return seen
-        seen = vars(seen).get("backend")
-        if seen is None:
-            break
+    """The transformers backend under any wrappers (`llm.base.unwrap`): one with a torch model."""
+    from ..llm.base import unwrap
+    inner = unwrap(backend)
+    if inner is not None and "model" in vars(inner) and "tokenizer" in vars(inner):
+        return inner
     raise UserError("TAIKC-KBAE needs the transformers backend (a model with LoRA support)",
                     setting="model.backend", fix="use model.backend: hf")
 
