@@ -214,6 +214,14 @@ def model_dir(name: str, cfg: Any = None) -> Path:
     return path
 
 
+def synthetic_backend(name: str):
+    """The synthetic backend with the shapes of a registered model (LLaMA-2-7B's for synthetic-*
+    names)."""
+    from .synthetic import SyntheticBackend
+    spec = MODELS.get(name) or MODELS["llama-2-7b"]
+    return SyntheticBackend(name=name, n_layers=spec.n_layers, hidden_size=spec.hidden)
+
+
 def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None = None,
                  dtype: str | None = None, cache: bool | None = None):
     """Build the backend the config names (model.name/device/dtype, cache.enabled).
@@ -226,8 +234,7 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     name = name or get("model.name", "smollm2-135m-instruct")
     backend_kind = get("model.backend", "hf")
     if backend_kind == "synthetic" or name.startswith("synthetic-"):
-        from .synthetic import SyntheticBackend   # make scale-check: real shapes, random outputs
-        backend = SyntheticBackend.for_model(name)
+        backend = synthetic_backend(name)        # make scale-check: real shapes, random outputs
     elif backend_kind == "vllm":
         from .vllm_backend import VLLMBackend
         v = lambda key, default: get(f"model.vllm.{key}", default)   # noqa: E731

@@ -52,13 +52,6 @@ class SyntheticBackend:
         self.eos_token_id, self.vocab = 2, int(vocab)
         self._pieces: dict[int, str] = {}       # token id -> its text, for `words`
 
-    @classmethod
-    def for_model(cls, name: str) -> "SyntheticBackend":
-        """The shapes of a registered model (LLaMA-2-7B's for synthetic-* names)."""
-        from .registry import MODELS
-        spec = MODELS.get(name) or MODELS["llama-2-7b"]
-        return cls(name=name, n_layers=spec.n_layers, hidden_size=spec.hidden)
-
     max_context = 4096           # LLaMA-2's context
 
     # ------------------------------------------------------------------------------ text
