@@ -80,7 +80,7 @@ def baseline(backend, prompt: str, *, k, max_new_tokens, stop, temperature, top_
     import torch
     from .llm.hooks import capture, run_until_captured
     model, eos = backend.model, backend.eos_token_id
-    ids = backend._encode(prompt)
+    ids = backend.encode(prompt)
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(torch.tensor([ids], device=backend.device), do_sample=True,
@@ -339,7 +339,7 @@ def _micro(args, cfg, new, ref, report, save) -> None:
           f"(same tokens: {same}; vectors max rel diff {rel:.1e})")
 
     # 2. one decode step: 30 rows over one shared 500-token prompt vs 3 x 10 rows with copies
-    long_ids = new._encode(build_prompt(10) * 2)[:500]
+    long_ids = new.encode(build_prompt(10) * 2)[:500]
     ts = _alternate({"copied": _decode_step(new, long_ids, 10, 3, False, 10),
                      "shared": _decode_step(new, long_ids, 30, 1, True, 10)}, args.repeats * 4)
     t_sh, t_cp = ts["shared"], ts["copied"]
@@ -439,7 +439,7 @@ def main(argv=None) -> dict:
 
     t_shared, shared = _time(lambda: backend.sample(prompt, **params), args.repeats)
     t_base, (base_compl, base_vec) = _time(lambda: baseline(backend, prompt, **params), args.repeats)
-    check = backend._eos_vectors(backend._prefill(backend._encode(prompt))[0], base_compl,
+    check = backend._eos_vectors(backend._prefill(backend.encode(prompt))[0], base_compl,
                                  params["layer"], params["hook"])
     max_diff = float(np.abs(check - base_vec).max())
 
