@@ -434,11 +434,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
-        p_ids = self._encode(prompt)
-        c_ids = self._encode_continuation(continuation)
-        if not c_ids:
-            return Generation(text=continuation, entropies=[], logsumexp=[],
-                              n_prompt_tokens=len(p_ids))
+        p_ids, c_ids, empty = self._score_ids(prompt, continuation)
+        if empty is not None:
+            return empty
         check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
         ids = torch.tensor([p_ids + c_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()

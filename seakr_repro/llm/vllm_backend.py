@@ -545,11 +545,9 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return out
 
     def score(self, prompt: str, continuation: str) -> Generation:
-        p_ids = self._encode(prompt)
-        c_ids = self._encode_continuation(continuation)
-        if not c_ids:
-            return Generation(text=continuation, entropies=[], logsumexp=[],
-                              n_prompt_tokens=len(p_ids))
+        p_ids, c_ids, empty = self._score_ids(prompt, continuation)
+        if empty is not None:
+            return empty
         self._check_len(len(p_ids) + len(c_ids), 1)
         self._install([("hidden",)])
         tag = uuid.uuid4().hex
