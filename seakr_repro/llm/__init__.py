@@ -1,5 +1,6 @@
-"""The LLM layer: a backend protocol (`base`), the model registry, the transformers backend and
-an on-disk call cache. Importing this package does not import torch; `HFBackend` loads lazily."""
+"""The LLM layer: a backend protocol (`base`), model facts (`model_info`), the model registry, the
+transformers and vLLM backends and an on-disk call cache. Importing this package does not import
+torch; `HFBackend` loads lazily."""
 from .base import Backend, Generation, SampleSet
 from .cache import CachedBackend, LLMCache
 from .model_info import middle_layer

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ..errors import DataMissingError, UserError
 from .. import paths
-from .model_info import middle_layer, resolve_dtype  # noqa: F401  (middle_layer: re-exported)
+from .model_info import resolve_dtype
 
 
 @dataclass(frozen=True)

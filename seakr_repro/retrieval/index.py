@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import DataMissingError, UserError
 from ..io import read_json, require_file, write_json
 from ..paths import CACHE_DIR
-from .base import Hit, SearchBackend, Searcher  # noqa: F401  (Hit: re-exported)
+from .base import SearchBackend, Searcher
 
 META_NAME = "index_meta.json"
 META_FORMAT = 1
