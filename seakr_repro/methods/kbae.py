@@ -269,10 +269,10 @@ def load_kbae_backend(base_backend, adapter_dir):
     backend = HFBackend(model, inner.tokenizer, name=f"{inner.name}+kbae-{fp}",
                         fingerprint=f"{inner.fingerprint}+kbae-{fp}",
                         max_batch_rows=inner.max_batch_rows)
-    if base_backend is not inner and hasattr(base_backend, "cache"):
-        from ..llm.cache import CachedBackend
+    from ..llm.cache import CachedBackend
+    if isinstance(base_backend, CachedBackend):
         root = Path(base_backend.cache.root).parent / backend.name   # beside the base's entries
-        return CachedBackend(backend, root=root, enabled=getattr(base_backend, "enabled", True))
+        return CachedBackend(backend, root=root, enabled=base_backend.enabled)
     return backend
 
 
