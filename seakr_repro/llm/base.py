@@ -141,6 +141,10 @@ class BackendExtras(Protocol):
     """Optional, default False. True when `llm.cache.counting()` counts this backend's calls per
     question (CachedBackend); otherwise the runner differences `stats()` around a question."""
 
+    wraps_backend: bool
+    """Optional, default False. A class attribute of wrappers (CachedBackend): the wrapped backend
+    is in `.backend`, where `unwrap` finds it."""
+
     model: Any
     """Optional (transformers backend only). The torch model: KBAE's LoRA and the benchmarks."""
 
