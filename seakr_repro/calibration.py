@@ -30,6 +30,7 @@ import numpy as np
 from .config import Config
 from .errors import UserError
 from .io import iter_jsonl, write_json
+from .llm.model_info import middle_layer
 from .paths import results_dir
 
 CORRECT_F1 = 0.5        # a closed-book answer counts as correct from this token F1 on
@@ -325,7 +326,7 @@ def u_params(cfg: Config) -> dict:
 def u_layer(cfg: Config, n_layers: int) -> int:
     """`uncertainty.layer` resolved for a model of n_layers ("middle" = L/2 - 1)."""
     layer = cfg["uncertainty.layer"]
-    layer = n_layers // 2 - 1 if layer == "middle" else int(layer)
+    layer = middle_layer(n_layers) if layer == "middle" else int(layer)
     if not 0 <= layer < n_layers:
         raise UserError(f"uncertainty.layer {layer} is outside 0..{n_layers - 1}",
                         setting="uncertainty.layer", fix="use middle or a layer of the model")

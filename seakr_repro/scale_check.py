@@ -169,12 +169,13 @@ def _child_step03(out: Path, n_boot: int = 1000) -> dict:
 def _step03(out: Path, n_boot: int) -> dict:
     from . import uncertainty as unc
     from .calibration import VectorStore, estimator_scores
+    from .llm.model_info import middle_layer
 
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     t0 = time.perf_counter()
     store = VectorStore(out, rows)
     incorrect = np.array([not r["correct"] for r in rows], dtype=int)
-    layer = store.n_layers // 2 - 1
+    layer = middle_layer(store.n_layers)
     scores = estimator_scores(rows, store.layer("mlp_out", layer), {"alpha": 1e-3, "variant": "seakr"})
     unc.estimator_aurocs(scores, incorrect, n_boot=n_boot, seed=0)
     del scores

@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import io, paths
 from .base import Generation, SampleSet, generate_many
+from .model_info import middle_layer
 
 CACHE_FORMAT = 2   # bump when the stored layout or the meaning of a stored field changes
 
@@ -186,6 +187,7 @@ class CachedBackend:
         self.reset_stats()
 
     scoped_counts = True   # the runner may count per question with `counting()`
+    wraps_backend = True   # `base.unwrap` finds the model backend in `.backend`
 
     def reset_stats(self) -> None:
         self._lock = threading.Lock()
@@ -306,7 +308,6 @@ class CachedBackend:
     def _sample_params(self, kwargs: dict) -> dict:
         # Fill in the protocol's defaults so that sample(p, k=20) and sample(p, k=20, seed=42)
         # share one entry; the layer is resolved because None means "middle".
-        from .registry import middle_layer
         p = dict(stop=(), temperature=1.0, top_k=50, top_p=0.9, seed=42, layer=None,
                  hook="mlp_out", want_stats=False, forced_eos="append")
         p.update(kwargs)

@@ -54,8 +54,8 @@ import torch
 from . import shared_prefix as sp
 from .base import Generation, SampleSet
 from .hooks import HOOKS, capture, run_until_captured
-from .registry import middle_layer
-from .sampling import sample_tokens
+from .model_info import middle_layer, model_dims, text_config, weights_fingerprint
+from .sampling import sample_tokens, token_stats
 from .stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
 from .attention import WordsMixin
 from .tokenizing import TokenizerMixin, check_fits
@@ -87,15 +87,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.tokenizer = tokenizer
         self.name = name
         self.fingerprint = fingerprint or name
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self.n_layers = int(cfg.num_hidden_layers)
-        self.hidden_size = int(cfg.hidden_size)
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
-        self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+        self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
-        n_ctx = getattr(cfg, "max_position_embeddings", None)
+        n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
         self.max_context: int | None = int(n_ctx) if n_ctx else None
         # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
         # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
@@ -129,7 +125,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
+        return cls(model, tok, name, weights_fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
                    shared_prefix)
 
     def close(self) -> None:
@@ -249,14 +245,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
             return rows
         while True:
             logits = logits.float()
-            logp = torch.log_softmax(logits, dim=-1)
+            logp, ent, lse = token_stats(logits, want_stats)
             nxt = pick(logits)
             nxt, wlp = nxt if isinstance(nxt, tuple) else (nxt, None)   # samples: + warped log-prob
             wlp = wlp.tolist() if wlp is not None else None
             chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
             if want_stats:
-                ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
-                lse = torch.logsumexp(logits, dim=-1).tolist()
+                ent, lse = ent.tolist(), lse.tolist()
             keep = []
             for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
                 if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
@@ -410,15 +405,14 @@ class HFBackend(WordsMixin, TokenizerMixin):
         with sp.use_prefixes(self.model):
             while True:
                 logits = logits.float()
-                logp = torch.log_softmax(logits, dim=-1)
+                logp, ent, lse = token_stats(logits, want_stats)
                 # each prompt's generator draws for its own rows, in row order
                 drawn = [picks[g](logits[a:b]) for g, a, b in _spans([group[r] for r in active])]
                 nxt = torch.cat([t for t, _ in drawn])
                 wlp = torch.cat([w for _, w in drawn]).tolist()     # warped log-probs
                 chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
                 if want_stats:
-                    ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
-                    lse = torch.logsumexp(logits, dim=-1).tolist()
+                    ent, lse = ent.tolist(), lse.tolist()
                 token, keep = {}, set()
                 for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
                     if self._advance(rows[ri], t, chosen[j], wlp[j],
@@ -477,21 +471,18 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
-        p_ids = self._encode(prompt)
-        c_ids = self._encode_continuation(continuation)
-        if not c_ids:
-            return Generation(text=continuation, entropies=[], logsumexp=[],
-                              n_prompt_tokens=len(p_ids))
+        p_ids, c_ids, empty = self._score_ids(prompt, continuation)
+        if empty is not None:
+            return empty
         check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
         ids = torch.tensor([p_ids + c_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
-        logp = torch.log_softmax(logits, dim=-1)
+        logp, ent, lse = token_stats(logits)
         tgt = torch.tensor(c_ids, device=self.device)
         return Generation(
             text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
-            entropies=(-(logp.exp() * logp).nan_to_num().sum(-1)).tolist(),
-            logsumexp=torch.logsumexp(logits, dim=-1).tolist(),
+            entropies=ent.tolist(), logsumexp=lse.tolist(),
             finish_reason="stop", n_prompt_tokens=len(p_ids))
 
     # ----------------------------------------------------------------------------- vectors
@@ -607,18 +598,3 @@ def _repeat(cache, n: int):
         out.batch_repeat_interleave(n)
     return out
 
-
-def _fingerprint(path: Path, dtype) -> str:
-    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each."""
-    h = hashlib.sha256(str(dtype).encode())
-    cfg = path / "config.json"
-    if cfg.is_file():
-        h.update(cfg.read_bytes())
-    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        size = f.stat().st_size
-        h.update(f"{f.name}:{size}".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            fh.seek(max(0, size - (1 << 20)))
-            h.update(fh.read(1 << 20))
-    return h.hexdigest()[:16]
