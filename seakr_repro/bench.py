@@ -82,7 +82,7 @@ def baseline(backend, prompt: str, *, k, max_new_tokens, stop, temperature, top_
     import torch
     from .llm.hooks import capture, run_until_captured
     model, eos = backend.model, backend.eos_token_id
-    ids = backend._encode(prompt)
+    ids = backend.encode(prompt)
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(torch.tensor([ids], device=backend.device), do_sample=True,
@@ -125,7 +125,8 @@ def kv_cache_bytes(per_token: int, k: int, prompt: int, generated: int, shared: 
 
 
 def _model_kv_shape(model) -> tuple[int, int, int]:
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    from .llm.model_info import text_config
+    cfg = text_config(model.config)
     heads = int(cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
     return int(cfg.num_hidden_layers), int(getattr(cfg, "num_key_value_heads", heads)), head_dim
@@ -300,7 +301,7 @@ def _micro(args, cfg, new, ref, report, save) -> None:
     """Parts 1-3 of the shared-prefix benchmark."""
     import torch
 
-    from .llm.registry import middle_layer
+    from .llm.model_info import middle_layer
     name = new.name
     # 1. one k = 20 uncertainty evaluation of the 10-shot prompt, cold prefix cache each time
     layer_cfg = cfg.get("uncertainty.layer", "middle")
@@ -340,7 +341,7 @@ def _micro(args, cfg, new, ref, report, save) -> None:
           f"(same tokens: {same}; vectors max rel diff {rel:.1e})")
 
     # 2. one decode step: 30 rows over one shared 500-token prompt vs 3 x 10 rows with copies
-    long_ids = new._encode(build_prompt(10) * 2)[:500]
+    long_ids = new.encode(build_prompt(10) * 2)[:500]
     ts = _alternate({"copied": _decode_step(new, long_ids, 10, 3, False, 10),
                      "shared": _decode_step(new, long_ids, 30, 1, True, 10)}, args.repeats * 4)
     t_sh, t_cp = ts["shared"], ts["copied"]
@@ -418,7 +419,7 @@ def main(argv=None) -> dict:
     import transformers
     from . import __version__
     from .io import write_json
-    from .llm.registry import middle_layer
+    from .llm.model_info import middle_layer
     from .paths import results_dir
 
     if args.threads:
@@ -440,7 +441,7 @@ def main(argv=None) -> dict:
 
     t_shared, shared = _time(lambda: backend.sample(prompt, **params), args.repeats)
     t_base, (base_compl, base_vec) = _time(lambda: baseline(backend, prompt, **params), args.repeats)
-    check = backend._eos_vectors(backend._prefill(backend._encode(prompt))[0], base_compl,
+    check = backend._eos_vectors(backend._prefill(backend.encode(prompt))[0], base_compl,
                                  params["layer"], params["hook"])
     max_diff = float(np.abs(check - base_vec).max())
 

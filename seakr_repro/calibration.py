@@ -30,6 +30,7 @@ import numpy as np
 from .config import Config
 from .errors import UserError
 from .io import iter_jsonl, write_json
+from .llm.model_info import middle_layer
 from .paths import results_dir
 
 if TYPE_CHECKING:
@@ -74,51 +75,85 @@ def forced_eos_prefixes(samples, eos_token_id: int, mode: str) -> list[list[int]
 
 def closed_book_answer(backend, prompt: str, max_new_tokens: int, mode: str) -> tuple:
     """Greedy closed-book answer as the methods extract it (re-asking when no pattern is found)."""
+    return closed_book_answers(backend, [prompt], max_new_tokens, mode)[0]
+
+
+def closed_book_answers(backend, prompts: Sequence[str], max_new_tokens: int, mode: str) -> list[tuple]:
+    """`closed_book_answer` of independent prompts: the greedy steps as one batch, then the
+    re-asks of the ones with no answer pattern."""
     from .evaluation import answer_from_forced, extract_answer
+    from .llm.base import generate_many
     from .prompts.seakr import simple_qa_stops
 
-    greedy = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=simple_qa_stops(),
-                              want_stats=True)
-    answer = extract_answer(greedy.text, mode=mode)
-    if answer is None:
-        forced = backend.generate(prompt + greedy.text + " So the answer is ", max_new_tokens=24,
-                                  stop=simple_qa_stops())
-        answer = answer_from_forced(forced.text, mode)
-    return greedy, answer
+    out = []
+    for prompt, greedy in zip(prompts, generate_many(backend, prompts, max_new_tokens=max_new_tokens,
+                                                      stop=simple_qa_stops(), want_stats=True)):
+        answer = extract_answer(greedy.text, mode=mode)
+        if answer is None:
+            forced = backend.generate(prompt + greedy.text + " So the answer is ", max_new_tokens=24,
+                                      stop=simple_qa_stops())
+            answer = answer_from_forced(forced.text, mode)
+        out.append((greedy, answer))
+    return out
 
 
 def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, dict]:
-    """All step-02 measurements of one question: (JSON row, arrays)."""
+    """All step-02 measurements of one question, closed-book: (JSON row, arrays)."""
+    return extract_contexts(backend, record, cfg, n_shot, [()])[0]
+
+
+def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequence[Sequence[str]],
+                     all_layers: Sequence[bool] | None = None) -> list[tuple[dict, dict | None]]:
+    """Step 02's measurements of one question in several contexts (`contexts`: the passages
+    given with it, () = closed-book), as (JSON row, arrays) per context. The k samples of all
+    contexts are drawn in one `sample_many` batch (the same samples as one `sample` call each).
+    Every row carries `u`, eigen U at the configured layer and hook; contexts with `all_layers`
+    False get no all-layer vectors (arrays None) and no prompt judgement."""
     from . import uncertainty as unc
     from .evaluation import exact_match, f1_score
-    from .prompts import demos_for
+    from .prompts import demos_for, format_context
     from .prompts.seakr import build_prompt, simple_qa_stops
     from .uncertainty import registry
 
-    prompt = build_prompt(demos_for("bundled-single", n_shot), record.question)
-    greedy, answer = closed_book_answer(backend, prompt, cfg["seakr.max_new_tokens"],
-                                        cfg["evaluation.answer_extraction"])
-    f1 = f1_score(answer or "", record.golds)
-    ss = backend.sample(prompt, k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
-                        stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
-                        top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"],
-                        seed=cfg["seed"], want_stats=True, forced_eos=cfg["uncertainty.forced_eos"])
+    all_layers = [True] * len(contexts) if all_layers is None else list(all_layers)
+    demos = demos_for("bundled-single", n_shot)
+    prompts = [build_prompt(demos, record.question, docs=list(docs)) for docs in contexts]
+    answered = closed_book_answers(backend, prompts, cfg["seakr.max_new_tokens"],
+                                   cfg["evaluation.answer_extraction"])
+    layer = u_layer(cfg, backend.n_layers)
+    sets = backend.sample_many(prompts, k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
+                               stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
+                               top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"],
+                               seed=cfg["seed"], layer=layer, hook=cfg["uncertainty.hook"],
+                               want_stats=True, forced_eos=cfg["uncertainty.forced_eos"])
     eos = backend.eos_token_id
-    vectors = eos_vectors_all_layers(backend, prompt,
-                                     forced_eos_prefixes(ss.samples, eos, cfg["uncertainty.forced_eos"]))
-    judgement = unc.prompt_uncertainty(backend, record.question)
-    row = {
-        "id": record.id, "question": record.question, "golds": record.golds, "source": record.source,
-        "greedy": greedy.text, "answer": answer, "em": exact_match(answer or "", record.golds),
-        "f1": f1, "correct": bool(f1 >= CORRECT_F1),
-        "samples": [g.text for g in ss.samples],
-        "nonempty": [bool(g.text.strip()) for g in ss.samples],
-        "prompt_uncertainty": judgement.uncertainty, "prompt_tokens": greedy.n_prompt_tokens,
-        # what the estimator registry scores (the same functions the methods' Scorer uses)
-        "greedy_stats": registry.to_json(registry.greedy_stats(greedy, eos)),
-        "sample_stats": registry.to_json([registry.sample_stats(g, eos) for g in ss.samples]),
-    }
-    return row, {h: v.astype(np.float16) for h, v in vectors.items()}
+    out = []
+    for docs, prompt, (greedy, answer), ss, full in zip(contexts, prompts, answered, sets, all_layers):
+        f1 = f1_score(answer or "", record.golds)
+        row = {
+            "id": record.id, "question": record.question, "golds": record.golds,
+            "source": record.source, "n_docs": len(docs),
+            "greedy": greedy.text, "answer": answer, "em": exact_match(answer or "", record.golds),
+            "f1": f1, "correct": bool(f1 >= CORRECT_F1),
+            "samples": [g.text for g in ss.samples],
+            "nonempty": [bool(g.text.strip()) for g in ss.samples],
+            "prompt_tokens": greedy.n_prompt_tokens,
+            # what the estimator registry scores (the same functions the methods' Scorer uses)
+            "greedy_stats": registry.to_json(registry.greedy_stats(greedy, eos)),
+            "sample_stats": registry.to_json([registry.sample_stats(g, eos) for g in ss.samples]),
+        }
+        # eigen U at the configured layer and hook, from the samples' own vectors: the U SeaKR's
+        # Scorer computes for this context
+        row["u"] = registry.score("eigen", registry.stats_from_row(row, ss.vectors), u_params(cfg))
+        arrays = None
+        if full:
+            row["prompt_uncertainty"] = unc.prompt_uncertainty(
+                backend, record.question, format_context(list(docs)) if docs else "").uncertainty
+            vectors = eos_vectors_all_layers(backend, prompt,
+                                             forced_eos_prefixes(ss.samples, eos, cfg["uncertainty.forced_eos"]))
+            arrays = {h: v.astype(np.float16) for h, v in vectors.items()}
+        out.append((row, arrays))
+    return out
 
 
 def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
@@ -235,6 +270,13 @@ class VectorStore:
             del m                     # unmap: the page cache, not this process, keeps the bytes
         return out
 
+    def question(self, q: int, hook: str) -> np.ndarray:
+        """L x k x d float32 vectors of question q at one hook (one question in memory)."""
+        m = np.load(self.paths[q], mmap_mode="r")
+        out = np.asarray(m[HOOKS.index(hook)], dtype=np.float32)
+        del m
+        return out
+
     def nonempty(self, hook: str, layer: int) -> list[np.ndarray]:
         """Per question, the vectors of its non-empty samples (what U(c) uses) at one layer."""
         v = self.layer(hook, layer)
@@ -286,8 +328,6 @@ def u_params(cfg: Config) -> dict:
 
 def u_layer(cfg: Config, n_layers: int) -> int:
     """`uncertainty.layer` resolved for a model of n_layers ("middle" = L/2 - 1)."""
-    from .llm.registry import middle_layer
-
     layer = cfg["uncertainty.layer"]
     layer = middle_layer(n_layers) if layer == "middle" else int(layer)
     if not 0 <= layer < n_layers:
@@ -349,23 +389,37 @@ def question_scores(rows: list[dict], vectors: "VectorStore", cfg: Config, ks: S
     """Per question, what the claims ledger pairs (reporting/claims.py): whether the closed-book
     answer is wrong, U of every registered estimator (`est:<name>`, eigen as `eigen`), eigen U at
     every layer (`layer:<l>`) and from the first k non-empty samples (`k:<k>`) at the configured
-    hook, layer and variant."""
+    hook, layer and variant. Reads one question's vectors at a time."""
     import pandas as pd
 
-    from .uncertainty import eigen_score
+    hook = cfg["uncertainty.hook"]
+    table = []
+    for q, row in enumerate(rows):
+        cols = score_columns(row, vectors.question(q, hook), cfg, ks)
+        if scores is not None:     # the values step 03 already computed (they are the same)
+            cols.update({("eigen" if n == "eigen" else f"est:{n}"): float(v[q])
+                         for n, v in scores.items()})
+        table.append(cols)
+    return pd.DataFrame(table)
 
-    params, hook = u_params(cfg), cfg["uncertainty.hook"]
-    layer = u_layer(cfg, vectors.n_layers)
-    scores = scores if scores is not None else estimator_scores(rows, vectors.layer(hook, layer), params)
-    out = pd.DataFrame({"id": [r["id"] for r in rows],
-                        "incorrect": [int(not r["correct"]) for r in rows],
-                        "eigen": scores["eigen"], "middle_layer": layer})
-    for name, values in scores.items():
-        if name != "eigen":
-            out[f"est:{name}"] = values
-    for at, per_q in vectors.by_layer(hook).items():          # one layer in memory at a time
-        out[f"layer:{at}"] = [eigen_score(v, alpha=params["alpha"], variant=params["variant"]) for v in per_q]
-    mid = vectors.nonempty(hook, layer)
+
+def score_columns(row: dict, layers: np.ndarray, cfg: Config, ks: Sequence[int]) -> dict:
+    """`question_scores`' columns for one question: `layers` is its L x k x d vectors of the
+    configured hook (rows of empty samples included)."""
+    from .uncertainty import eigen_score, registry
+
+    params = u_params(cfg)
+    layer = u_layer(cfg, layers.shape[0])
+    keep = np.asarray(row["nonempty"], dtype=bool)
+    cols = {"id": row["id"], "incorrect": int(not row["correct"]), "middle_layer": layer}
+    scored = registry.score_all([registry.stats_from_row(row, np.asarray(layers[layer], np.float32))],
+                                params)
+    for name, values in scored.items():
+        cols["eigen" if name == "eigen" else f"est:{name}"] = float(values[0])
+    for at in range(layers.shape[0]):
+        cols[f"layer:{at}"] = eigen_score(np.asarray(layers[at], np.float32)[keep], alpha=params["alpha"],
+                                         variant=params["variant"])
+    mid = np.asarray(layers[layer], np.float32)[keep]
     for k in ks:
-        out[f"k:{k}"] = [eigen_score(v[:k], alpha=params["alpha"], variant=params["variant"]) for v in mid]
-    return out
+        cols[f"k:{k}"] = eigen_score(mid[:k], alpha=params["alpha"], variant=params["variant"])
+    return cols

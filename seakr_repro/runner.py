@@ -70,7 +70,8 @@ def _counters(backend) -> dict[str, float]:
 
 def _oom_retries(backend) -> int:
     """Out-of-memory retries so far of the model backend itself (also under a CachedBackend)."""
-    inner = getattr(backend, "backend", backend)
+    from .llm.base import unwrap
+    inner = unwrap(backend)
     return int(_counters(inner).get("oom_retries", 0)) if inner is not None else 0
 
 

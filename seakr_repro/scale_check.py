@@ -169,7 +169,7 @@ def _child_step03(out: Path, n_boot: int = 1000) -> dict:
 def _step03(out: Path, n_boot: int) -> dict:
     from . import uncertainty as unc
     from .calibration import VectorStore, estimator_scores
-    from .llm.registry import middle_layer
+    from .llm.model_info import middle_layer
 
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     t0 = time.perf_counter()

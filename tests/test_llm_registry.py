@@ -3,13 +3,13 @@ import pytest
 
 from seakr_repro.config import load_config
 from seakr_repro.errors import DataMissingError, UserError
-from seakr_repro.llm import registry
+from seakr_repro.llm import model_info, registry
 
 
 def test_middle_layer_is_the_official_choice():
-    assert registry.middle_layer(32) == 15
-    assert registry.middle_layer(30) == 14
-    assert registry.middle_layer(18) == 8
+    assert model_info.middle_layer(32) == 15
+    assert model_info.middle_layer(30) == 14
+    assert model_info.middle_layer(18) == 8
 
 
 def test_specs_cover_the_paper_backbones():
@@ -98,7 +98,7 @@ def test_device_and_dtype_settings_are_checked():
     with pytest.raises(UserError, match="model.device"):
         registry.resolve_device("tpu")
     with pytest.raises(UserError, match="model.dtype"):
-        registry.resolve_dtype("float8")
+        model_info.resolve_dtype("float8")
 
 
 def test_load_backend_wraps_the_default_model_in_the_cache():

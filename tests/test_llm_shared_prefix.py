@@ -76,6 +76,27 @@ def test_sample_many_equals_sample_one_after_another(pair):
         assert _rel(ss.vectors, alone.vectors) < 1e-5
 
 
+def test_generate_many_equals_generate_one_after_another(pair, tmp_path):
+    from seakr_repro.llm.cache import CachedBackend
+
+    new, _ = pair
+    prompts = _prompts()
+    kw = dict(max_new_tokens=12, stop=stop_strings(False, False), want_stats=True)
+    together = new.generate_many(prompts, **kw)
+    for g, p in zip(together, prompts):
+        alone = new.generate(p, **kw)
+        assert (g.token_ids, g.text, g.finish_reason) == (alone.token_ids, alone.text, alone.finish_reason)
+        assert g.warped_logprobs is None and alone.warped_logprobs is None
+        assert max(abs(a - b) for a, b in zip(g.logprobs, alone.logprobs)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(g.entropies, alone.entropies)) < 1e-4
+    # through the call cache: the same batch, stored under generate's keys (a later single call hits)
+    cached = CachedBackend(new, root=tmp_path)
+    assert [g.text for g in cached.generate_many(prompts, **kw)] == [g.text for g in together]
+    assert cached.hits == 0
+    assert cached.generate(prompts[0], **kw).text == together[0].text
+    assert cached.hits == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dtype):
     from seakr_repro.llm.hf_backend import HFBackend

@@ -5,7 +5,7 @@ import pytest
 from seakr_repro import mechanisms
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.errors import UserError
-from seakr_repro.retrieval.index import Hit
+from seakr_repro.retrieval.base import Hit
 
 
 class Searcher:

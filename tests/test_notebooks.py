@@ -37,8 +37,12 @@ EXPECTED = {
     "08-case-studies": ["08-case-studies/case_studies.md"],
     "09-efficiency": ["09-efficiency/results.csv"],
     "10-seed-methods": ["10-seed-methods/results.csv", "10-seed-methods/skr_labels.csv"],
+    "11-mechanisms": ["11-mechanisms/trials.jsonl", "11-mechanisms/rerank.csv",
+                      "11-mechanisms/retrieval_scores.csv", "11-mechanisms/summary.json",
+                      "figures/smoke/mechanisms.png"],
     "90-render": ["tables/smoke/table1_complex_qa.md", "tables/smoke/table1_complex_qa.tex",
                   "tables/smoke/table3_ablations.tex", "tables/smoke/table7_efficiency.md",
+                  "tables/smoke/claims.md",
                   "figures/smoke/figure3_k.png", "figures/smoke/table1_f1.pdf"],
 }
 

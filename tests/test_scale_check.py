@@ -4,11 +4,12 @@ import json
 
 from seakr_repro import scale_check
 from seakr_repro.llm.base import Backend
-from seakr_repro.llm.synthetic import SyntheticBackend, synthetic_passages
+from seakr_repro.llm.registry import synthetic_backend
+from seakr_repro.llm.synthetic import synthetic_passages
 
 
 def test_synthetic_backend_is_a_deterministic_llama_shaped_backend():
-    b = SyntheticBackend.for_model("synthetic-llama-2-7b")
+    b = synthetic_backend("synthetic-llama-2-7b")
     assert isinstance(b, Backend) and (b.n_layers, b.hidden_size) == (32, 4096)
     g = b.generate("Q: x\nA:", max_new_tokens=50, stop=["\n"], want_stats=True, want_attention=True)
     assert g == b.generate("Q: x\nA:", max_new_tokens=50, stop=["\n"], want_stats=True, want_attention=True)

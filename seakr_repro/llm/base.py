@@ -1,4 +1,5 @@
-"""The backend protocol every LLM implementation follows (transformers now, vLLM later).
+"""The backend protocol every LLM implementation follows (transformers, vLLM, the synthetic
+scale-check backend) and the call-cache wrapper around any of them.
 
 Methods (SeaKR, FLARE, DRAGIN, ...) talk only to this protocol, so they can be tested with a
 scripted backend and run unchanged on CPU, GPU or vLLM.
@@ -12,11 +13,15 @@ Two calls matter:
 
 DRAGIN's query needs two more: `words` (its merge of tokens into words) and `attention_rows` (the
 last layer's attention of chosen positions over a whole token sequence).
+
+`Backend` lists what every backend has; `BackendExtras` lists the members only some have, which
+callers read with `getattr`/`hasattr` and the default written there. `unwrap` is the one way to
+reach the model backend under a `CachedBackend`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -66,10 +71,12 @@ class SampleSet:
 
 @runtime_checkable
 class Backend(Protocol):
+    """What every backend has (`isinstance(b, Backend)` checks these)."""
+
     name: str                    # registry key of the model
-    n_layers: int
-    hidden_size: int
-    eos_token_id: int
+    n_layers: int                # decoder layers (the hidden-state layers are 0 .. n_layers - 1)
+    hidden_size: int             # width of a forced-EOS vector
+    eos_token_id: int            # the EOS token appended/substituted for the forced-EOS vector
 
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
@@ -93,6 +100,7 @@ class Backend(Protocol):
         ...
 
     def count_tokens(self, text: str) -> int:
+        """Tokens of `text` as a prompt (what prompt fitting and cost counts use)."""
         ...
 
     def encode(self, text: str) -> list[int]:
@@ -108,3 +116,81 @@ class Backend(Protocol):
         """The last layer's attention, averaged over heads, of each query position in `positions`
         over every key of `token_ids` (len(token_ids) values; 0 after the position)."""
         ...
+
+
+class BackendExtras(Protocol):
+    """Members only some backends have. Callers read each with `getattr`/`hasattr` and the
+    default named here; a `CachedBackend` passes every one it does not define itself through to
+    the backend it wraps (`__getattr__`)."""
+
+    kind: str
+    """Optional. Which engine ("vllm", ...); absent = the transformers backend. A set kind is part
+    of a method's result key (`methods.base`), so another engine's runs never resume these."""
+
+    concurrent: bool
+    """Optional, default False. True when calls from several threads join one batch (vLLM):
+    `runner.concurrency > 1` and side-by-side calls need it (`concurrency.supports_concurrency`)."""
+
+    fingerprint: str
+    """Optional, default `name`. Identifies the weights; part of every call-cache key."""
+
+    max_context: int | None
+    """Optional, default None (unknown). Context length in tokens; prompts are fitted to it."""
+
+    scoped_counts: bool
+    """Optional, default False. True when `llm.cache.counting()` counts this backend's calls per
+    question (CachedBackend); otherwise the runner differences `stats()` around a question."""
+
+    wraps_backend: bool
+    """Optional, default False. A class attribute of wrappers (CachedBackend): the wrapped backend
+    is in `.backend`, where `unwrap` finds it."""
+
+    model: Any
+    """Optional (transformers backend only). The torch model: KBAE's LoRA and the benchmarks."""
+
+    tokenizer: Any
+    """Optional (transformers and vLLM backends). The Hugging Face tokenizer."""
+
+    def stats(self) -> dict[str, int]:
+        """Optional, default no counters. Cumulative counters (llm_calls, oom_retries, ...) that
+        the runner copies into each result row as differences around a question."""
+        ...
+
+    def close(self) -> None:
+        """Optional, default nothing to free. Release the model's (GPU) memory; the backend is
+        unusable afterwards (`experiments.BackendPool` closes one before loading the next)."""
+        ...
+
+    def reset_prefix_cache(self) -> None:
+        """Optional, default nothing kept. Forget reused prompt KV caches (benchmarks start cold)."""
+        ...
+
+    def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
+                      stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
+        """Optional, default one `generate` after another (the `generate_many` function below).
+        Greedy `generate` of independent prompts as one batch (transformers: shared-prefix
+        decoding; the call cache stores each under `generate`'s key)."""
+        ...
+
+    def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
+        """Optional; step 02 refuses a backend without it. The forced-EOS vector of each
+        "prompt + completion + EOS" at every layer for both hooks:
+        {"mlp_out": L x k x d, "residual": L x k x d} float32."""
+        ...
+
+
+def unwrap(backend: Any) -> Any:
+    """The model backend under any wrappers: a `CachedBackend` (or any wrapper that sets the class
+    attribute `wraps_backend`) keeps the backend it wraps in `.backend`."""
+    while backend is not None and getattr(type(backend), "wraps_backend", False):
+        backend = vars(backend)["backend"]
+    return backend
+
+
+def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]:
+    """Greedy `generate` of several independent prompts: one batch on a backend that has
+    `generate_many` (transformers: shared-prefix decoding), else one call after another."""
+    many = getattr(backend, "generate_many", None)
+    if many is not None:
+        return many(list(prompts), **kwargs)
+    return [backend.generate(p, **kwargs) for p in prompts]

@@ -35,7 +35,8 @@ import numpy as np
 
 from .. import io, paths
 from . import defaults
-from .base import Generation, SampleSet
+from .base import Generation, SampleSet, generate_many
+from .model_info import middle_layer
 
 CACHE_FORMAT = 2   # bump when the stored layout or the meaning of a stored field changes
 
@@ -187,6 +188,7 @@ class CachedBackend:
         self.reset_stats()
 
     scoped_counts = True   # the runner may count per question with `counting()`
+    wraps_backend = True   # `base.unwrap` finds the model backend in `.backend`
 
     def reset_stats(self) -> None:
         self._lock = threading.Lock()
@@ -239,6 +241,26 @@ class CachedBackend:
         return self._cached("generate", prompt, params,
                             lambda: self.backend.generate(prompt, **{**params, "stop": tuple(stop)}))
 
+    def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
+                      stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
+        """Cached prompts come from disk (the same entries `generate` writes); the others go to
+        the backend in one `generate_many` call."""
+        params = dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
+                      want_attention=False)
+        keys = [call_key(self.name, self.fingerprint, "generate", p, params) for p in prompts]
+        values = [self.cache.get(k) if self.enabled else None for k in keys]
+        todo = [i for i, v in enumerate(values) if v is None]
+        if todo:
+            got = generate_many(self.backend, [prompts[i] for i in todo],
+                                max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=want_stats)
+            for i, v in zip(todo, got):
+                values[i] = v
+                if self.enabled:
+                    self.cache.put(keys[i], v)
+        for i, v in enumerate(values):
+            self._count(v, hit=i not in todo)
+        return values
+
     def sample(self, prompt: str, **kwargs) -> SampleSet:
         params = self._sample_params(kwargs)
         return self._cached("sample", prompt, params, lambda: self.backend.sample(prompt, **kwargs))
@@ -287,7 +309,6 @@ class CachedBackend:
     def _sample_params(self, kwargs: dict) -> dict:
         # Fill in the protocol's defaults so that sample(p, k=20) and sample(p, k=20, seed=42)
         # share one entry; the layer is resolved because None means "middle".
-        from .registry import middle_layer
         p = dict(stop=(), temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K, top_p=defaults.TOP_P,
                  seed=defaults.SEED, layer=None,
                  hook="mlp_out", want_stats=False, forced_eos="append")

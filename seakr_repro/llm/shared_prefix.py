@@ -29,6 +29,8 @@ from typing import Iterator, Sequence
 
 import torch
 
+from .model_info import text_config
+
 NAME = "seakr_shared_prefix"
 SUPPORTED_TYPES = ("llama",)       # plain causal attention, RoPE from position_ids, no windows
 
@@ -52,7 +54,7 @@ def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def supports(config) -> str | None:
     """None if shared-prefix attention is exact for this model, else the reason it is not."""
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cfg = text_config(config)
     if getattr(cfg, "sliding_window", None) or getattr(cfg, "layer_types", None) and any(
             t != "full_attention" for t in cfg.layer_types):
         return "the model has sliding-window attention layers"

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import defaults
 from .base import Generation, SampleSet
+from .model_info import middle_layer
 
 WORDS = ("river city army king film album band court bridge island novel church school war prize "
          "station museum league party north south old new great first second early late red blue "
@@ -51,13 +52,6 @@ class SyntheticBackend:
         self.name, self.n_layers, self.hidden_size = name, int(n_layers), int(hidden_size)
         self.eos_token_id, self.vocab = 2, int(vocab)
         self._pieces: dict[int, str] = {}       # token id -> its text, for `words`
-
-    @classmethod
-    def for_model(cls, name: str) -> "SyntheticBackend":
-        """The shapes of a registered model (LLaMA-2-7B's for synthetic-* names)."""
-        from .registry import MODELS
-        spec = MODELS.get(name) or MODELS["llama-2-7b"]
-        return cls(name=name, n_layers=spec.n_layers, hidden_size=spec.hidden)
 
     max_context = 4096           # LLaMA-2's context
 
@@ -148,7 +142,6 @@ class SyntheticBackend:
                top_p: float = defaults.TOP_P, seed: int = defaults.SEED,
                layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False,
                forced_eos: str = "append") -> SampleSet:
-        from .registry import middle_layer
         from .stops import check_forced_eos
 
         layer = middle_layer(self.n_layers) if layer is None else layer

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..errors import UserError
+from .base import Generation
 
 CONTEXT_TOKENS = 6       # prompt tokens decoded before a continuation (vLLM keeps 5)
 INCOMPLETE = "\ufffd"    # what a byte-fallback piece decodes to until its character is complete
@@ -74,6 +75,14 @@ class TokenizerMixin:
 
     def _encode_continuation(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _score_ids(self, prompt: str, continuation: str) -> tuple[list[int], list[int], Generation | None]:
+        """The token ids of a `score` call, and its whole answer when the continuation has no
+        tokens (no forward pass is needed then)."""
+        p_ids, c_ids = self._encode(prompt), self._encode_continuation(continuation)
+        empty = None if c_ids else Generation(text=continuation, entropies=[], logsumexp=[],
+                                              n_prompt_tokens=len(p_ids))
+        return p_ids, c_ids, empty
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False,

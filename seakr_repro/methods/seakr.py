@@ -32,6 +32,7 @@ from functools import partial
 from ..concurrency import parallel_map, supports_concurrency
 from ..data.registry import top_passages_path
 from ..errors import UserError
+from ..llm.base import generate_many
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import (PromptFitter, format_context, read_all_docs_prompt,
                        read_all_steps_prompt, simple_qa_stops, stop_strings)
@@ -68,7 +69,8 @@ class SeaKR(Method):
     DEFAULTS = {
         "estimator": "eigen", "delta": None, "k": 20, "temperature": 1.0, "top_k": 50, "top_p": 0.9,
         "seed": 42, "sample_max_tokens": 100, "layer": "middle", "hook": "mlp_out", "alpha": 1e-3,
-        "variant": "seakr", "forced_eos": "append", "mode": "fixed", "n_shot": 10, "max_reasoning_steps": 7, "max_docs": 5,
+        "variant": "seakr", "forced_eos": "append", "mode": "fixed", "n_shot": 10,
+        "max_reasoning_steps": 7, "max_docs": 5,
         "max_new_tokens": 100, "query_prob_threshold": 0.1, "query_max_tokens": 64, "top_n": 3,
         "self_aware_retrieval": True, "rerank": True, "reasoning": "self_aware",
         "simple_qa": None, "simple_qa_top": 10, "simple_qa_forced_tokens": 20,
@@ -95,7 +97,7 @@ class SeaKR(Method):
             self._passages = PrecomputedPassages(
                 s["simple_qa_passages_path"] or top_passages_path(dataset_name), s["simple_qa_top"])
             _ = self._passages.table
-        self.demos   # a missing official clone fails here, not mid-run
+        _ = self.demos   # a missing official clone fails here, not mid-run
         s["delta"] = resolve_delta(s["delta"], s["estimator"])
         Scorer(backend, s, "")   # validates the estimator now rather than mid-run
 
@@ -105,13 +107,14 @@ class SeaKR(Method):
 
     def _calls(self, prompts, stop, need_u: bool, contexts, max_new_tokens=None):
         """[(greedy Generation, U or None)] of independent contexts. The greedy steps run side by
-        side on a concurrent backend (vLLM); the k samples of all contexts go to the backend as
-        one `sample_many` batch (one decode loop on the transformers backend)."""
-        n_tokens = max_new_tokens or self.settings["max_new_tokens"]
-        gens = parallel_map(
-            lambda p: self.backend.generate(p, max_new_tokens=n_tokens, stop=list(stop),
-                                            want_stats=self._scorer.wants_stats),
-            prompts, len(prompts) if supports_concurrency(self.backend) else 1)
+        side on a concurrent backend (vLLM), as one batch on the transformers backend; the k
+        samples of all contexts go to the backend as one `sample_many` batch."""
+        kw = dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(stop),
+                  want_stats=self._scorer.wants_stats)
+        if supports_concurrency(self.backend):
+            gens = parallel_map(lambda p: self.backend.generate(p, **kw), prompts, len(prompts))
+        else:
+            gens = generate_many(self.backend, prompts, **kw)
         us = (self._scorer.many(prompts, stop, gens, contexts) if need_u and prompts
               else [None] * len(prompts))
         return list(zip(gens, us))

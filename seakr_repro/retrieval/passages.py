@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import UserError
-from .index import Hit
+from .base import Hit
 
 
 @lru_cache(maxsize=4)

@@ -1,0 +1,55 @@
+"""Facts about a model that the registry, the backends and the cache all need: the official
+SeaKR layer, the torch dtype of a setting, a cheap weights fingerprint and the shape numbers of a
+Hugging Face config. Imports nothing from the backends or the registry, so every one of them can
+import it (no import circle); torch is imported only inside `resolve_dtype`."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def middle_layer(n_layers: int) -> int:
+    """The official SeaKR layer: n_layers // 2 - 1 (15 for LLaMA-2-7B's 32 layers), 0-based."""
+    return n_layers // 2 - 1
+
+
+def resolve_dtype(dtype: str):
+    """The torch dtype a `model.dtype` setting names."""
+    import torch
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise UserError(f"unknown dtype '{dtype}'", setting="model.dtype",
+                        fix="use float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def weights_fingerprint(path: Path, dtype) -> str:
+    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each."""
+    h = hashlib.sha256(str(dtype).encode())
+    cfg = path / "config.json"
+    if cfg.is_file():
+        h.update(cfg.read_bytes())
+    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            fh.seek(max(0, size - (1 << 20)))
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def text_config(config):
+    """The language model's part of a config (multimodal configs such as Gemma-3 nest it)."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def model_dims(config, tokenizer) -> tuple[int, int, int]:
+    """(n_layers, hidden_size, eos_token_id) of a model: the tokenizer's EOS, else the config's
+    (the first of a list)."""
+    cfg = text_config(config)
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else cfg.eos_token_id
+    return (int(cfg.num_hidden_layers), int(cfg.hidden_size),
+            int(eos[0] if isinstance(eos, (list, tuple)) else eos))

@@ -1,0 +1,132 @@
+"""Every module of the package imports, and the package's module-level imports form no circle
+(the layering: a module never needs, at import time, one that needs it)."""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import seakr_repro
+
+ROOT = Path(seakr_repro.__file__).parent
+ENTRY_POINTS = {"seakr_repro.__main__"}   # runs the command line when imported
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = ("seakr_repro",) + path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _top_level_imports(tree: ast.Module):
+    """Import statements that run when the module is imported: module and class bodies, `if`
+    (not `if TYPE_CHECKING`), `try` and `with` blocks; never function bodies."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                todo += node.body
+            todo += node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody
+            for h in node.handlers:
+                todo += h.body
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            todo += node.body
+
+
+def _every_import(tree: ast.Module):
+    yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def import_graph(deferred: bool = False) -> dict[str, set[str]]:
+    """module -> the package modules it imports at module level (with `deferred`, also inside
+    functions); relative imports resolved, `from pkg import name` points at pkg.name when that is
+    a module, else at pkg."""
+    graph: dict[str, set[str]] = {}
+    walk = _every_import if deferred else _top_level_imports
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - node.level + 1]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod
+                           for a in node.names]
+            edges |= {t for t in targets if t in MODULES and t != name}
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle (as a path that returns to its start), or None."""
+    state: dict[str, int] = {}          # 1 = on the current path, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_graph_resolves_relative_imports():
+    graph = import_graph()
+    assert "seakr_repro.llm.model_info" in graph["seakr_repro.llm.hf_backend"]
+    assert "seakr_repro.retrieval.base" in graph["seakr_repro.retrieval.index"]
+    assert "seakr_repro.errors" in graph["seakr_repro.llm.model_info"]
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("package", ["seakr_repro.llm", "seakr_repro.retrieval"])
+def test_backend_packages_need_no_deferred_import_to_avoid_a_circle(package):
+    """Inside llm/ and retrieval/ the backends never import back what imports them, not even
+    inside a function (registry <-> backends, index <-> its backends were such circles)."""
+    graph = {m: {t for t in targets if t.startswith(package + ".")}
+             for m, targets in import_graph(deferred=True).items() if m.startswith(package + ".")}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("name", sorted(set(MODULES) - ENTRY_POINTS))
+def test_every_module_imports(name):
+    importlib.import_module(name)
