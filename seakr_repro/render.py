@@ -187,7 +187,7 @@ def render_all(cfg: Config) -> pd.DataFrame:
     # the paper's claims, measured on whatever this profile has run so far (reporting/claims.py)
     from .reporting.claims import render_ledger
 
-    ledger = render_ledger(cfg)
+    ledger = render_ledger(cfg, out_dir=TABLES_DIR / cfg.profile)   # TABLES_DIR as this module sees it
     measured = int((ledger["measurement"] != "not measured").sum())
     status.append({"table": "claims", "rendered": "yes" if measured else "partial",
                    "files": str(TABLES_DIR / cfg.profile / "claims.md")})

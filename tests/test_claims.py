@@ -119,3 +119,32 @@ def test_measure_claims_from_saved_runs(tmp_path, monkeypatch):
     df = C.render_ledger(cfg, out_dir=tmp_path / "tables", n_boot=100)
     assert (tmp_path / "tables" / "claims.md").read_text().startswith("**The paper's claims")
     assert set(df["claim"]) == {c.id for c in C.CLAIMS}
+
+
+def test_mechanism_tables_measure_claims_3_and_4(tmp_path, monkeypatch):
+    """Notebook 11's tables: the lowest U picks gold more often than chance; U-gated retrieval
+    keeps the closed-book answer where U <= delta and is no worse than always retrieving there."""
+    from seakr_repro import paths
+    from seakr_repro.config import load_config
+
+    monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
+    cfg = load_config("smoke", overrides={"uncertainty.use_calibrated_delta": False,
+                                          "uncertainty.delta": -6.0})
+    out = tmp_path / "smoke" / C.MECHANISMS
+    out.mkdir(parents=True)
+    n = 60
+    pd.DataFrame({"id": range(n), "n_candidates": 3, "u_picks_gold": [1] * 50 + [0] * 10,
+                  "bm25_picks_gold": [1] * 30 + [0] * 30, "f1_lowest_u": 1.0, "f1_bm25_top": 0.5}
+                 ).to_csv(out / "rerank.csv", index=False)
+    # closed-book right (and confident, U < delta) on the first 20 questions, wrong elsewhere
+    closed = [{"id": i, "condition": "closed-book", "u": -7.0 if i < 20 else -3.0,
+               "f1": 1.0 if i < 20 else 0.0, "incorrect": int(i >= 20), "eigen": 0.0} for i in range(n)]
+    gold = [{"id": i, "condition": "gold passage", "u": -7.0, "f1": 1.0, "incorrect": 0, "eigen": 0.0}
+            for i in range(n)]
+    pd.DataFrame(closed + gold).to_csv(out / "retrieval_scores.csv", index=False)
+    measured, _ = C.measure_claims(cfg, n_boot=200)
+    three = {m.what.split(" - ")[1][:6]: m for m in measured if m.claim == 3}
+    assert three["chance"].verdict == C.HOLDS and three["BM25's"].verdict == C.HOLDS
+    four = [m for m in measured if m.claim == 4]
+    assert "on 67% of the questions" in four[0].what and four[0].verdict == C.HOLDS   # same F1
+    assert four[1].diff == pytest.approx(-20 / 60) and four[1].verdict == C.HOLDS     # fewer
