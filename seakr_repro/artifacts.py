@@ -26,7 +26,7 @@ SELF_RAG_MODEL = "selfrag-llama2-7b"   # Self-RAG runs its own fine-tuned checkp
 
 def spec_for(method: str, label: str | None = None, overrides: dict | None = None) -> RunSpec:
     """The run of one method as the tables run it (Self-RAG on its own checkpoint)."""
-    model = SELF_RAG_MODEL if method in ("self_rag", "self-rag") else None
+    model = SELF_RAG_MODEL if method in ("self_rag", "self-rag", "selfrag") else None
     return RunSpec(label or method, method, dict(overrides or {}), model)
 
 
@@ -96,14 +96,16 @@ TABLES: dict[str, Table] = {t.key: t for t in (
           runs=tuple(spec_for(m) for m in _T1 if m != "ircot"), datasets="simple",
           f1_figure="table2_f1"),
     Table("table3", "table3_ablations", "06-ablations", "seakr_table3",
-          "Table 3: SeaKR ablations (estimators, self-aware retrieval, re-ranking, reasoning), EM and F1 (%).",
+          "Table 3: SeaKR ablations (estimators, self-aware retrieval, re-ranking, reasoning), "
+          "EM and F1 (%).",
           runs=tuple(RunSpec(label, "seakr", over) for label, over in ABLATIONS.items()),
           datasets="analysis", sample="analysis.n_questions"),
     Table("table4", "table4_backbones", "07-backbones", "seakr_table4",
           "Table 4: SeaKR with different backbone LLMs, EM and F1 (%).",
           datasets="analysis", sample="analysis.n_questions", rows="model", kind="backbones"),
     Table("table7", "table7_efficiency", "09-efficiency", "seakr_table7",
-          "Table 7: wall time per question (s), LLM call cache off (notebook 09 also lists LLM calls and retrievals).",
+          "Table 7: wall time per question (s), LLM call cache off (notebook 09 also lists LLM "
+          "calls and retrievals).",
           runs=tuple(spec_for(m) for m in ("cot", "ircot", "flare", "dragin", "seakr")),
           datasets="complex", metrics=("seconds_per_question",), kind="timing"),
 )}
