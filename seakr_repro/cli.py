@@ -134,8 +134,9 @@ def cmd_status(args):
 
 
 def cmd_run(args):
+    from .artifacts import spec_for
     from .config import parse_override
-    from .experiments import BackendPool, RunSpec, run_grid, select_questions
+    from .experiments import BackendPool, run_grid, select_questions
     from .llm import load_backend
     from .prepare import ensure_index, open_profile_searcher, prepare_datasets
 
@@ -144,10 +145,9 @@ def cmd_run(args):
     select_questions(cfg, args.dataset, args.n)     # -n beyond the prepared set: say so now
     ensure_index(cfg, progress=not args.quiet)
     overrides = dict(parse_override(s) for s in (args.method_set or []))
-    model = "selfrag-llama2-7b" if args.method in ("self_rag", "self-rag") else None
-    pool = BackendPool(cfg, load_backend(cfg) if model is None else None)
-    results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg),
-                                [RunSpec(args.label or args.method, args.method, overrides, model)],
+    spec = spec_for(args.method, args.label, overrides)      # Self-RAG: its own checkpoint
+    pool = BackendPool(cfg, load_backend(cfg) if spec.model is None else None)
+    results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg), [spec],
                                 [args.dataset], args.n, progress=not args.quiet)
     if skipped:
         raise UserError(next(iter(skipped.values())), setting="method",

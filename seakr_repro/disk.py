@@ -64,7 +64,7 @@ def estimate_needs(cfg) -> dict[str, int]:
     """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
     step 02's vectors and the run files of Tables 1/2 and the Table 3 ablations. Arithmetic from
     the per-unit sizes above times the profile's counts (model shapes from the model registry)."""
-    from .experiments import ABLATIONS, TABLE1_METHODS, TABLE2_METHODS
+    from .artifacts import ABLATIONS, methods
     from .llm.registry import MODELS
 
     passages = PASSAGES.get(cfg["corpus.name"], 0)
@@ -76,8 +76,9 @@ def estimate_needs(cfg) -> dict[str, int]:
     abl_q = sum(_questions(cfg, d) if n_abl is None else min(n_abl, _questions(cfg, d))
                 for d in analysed)
     cache = run = 0
-    for m in set(TABLE1_METHODS) | set(TABLE2_METHODS):
-        n = complex_q * (m in TABLE1_METHODS) + simple_q * (m in TABLE2_METHODS)
+    table1, table2 = methods("table1"), methods("table2")
+    for m in set(table1) | set(table2):
+        n = complex_q * (m in table1) + simple_q * (m in table2)
         cache += n * CACHE_BYTES_PER_QUESTION[m]
         run += n * RUN_BYTES_PER_QUESTION[m]
     cache += abl_q * CACHE_BYTES_PER_QUESTION["seakr"]           # ablations mostly share its calls

@@ -8,59 +8,22 @@ nothing that is already done, and SeaKR's ablations share LLM calls through the 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import pandas as pd
 
+# the tables' runs are declared in artifacts.py; ABLATIONS and RunSpec keep their names here
+from .artifacts import ABLATIONS, CALIBRATED, REASONING_ABLATIONS, RunSpec, table  # noqa: F401
 from .config import Config
 from .errors import DataMissingError, UserError
 from .paths import results_dir
-
-TABLE1_METHODS = ("cot", "ircot", "self_rag", "flare", "dragin", "seakr")
-TABLE2_METHODS = ("cot", "self_rag", "flare", "dragin", "seakr")
 
 
 def run_order(methods: Sequence[str]) -> list[str]:
     """SeaKR first, then the rest in the paper's order: a days-long run gives the headline number
     first. The rendered tables keep the paper's row order (`side_by_side`)."""
     return sorted(methods, key=lambda m: m != "seakr")
-
-
-# SeaKR as the official code runs it, and with its deviations corrected (README, "Faithful and
-# fixed"); both run in every profile, side by side, whatever the profile's own mode.
-FAITHFUL = {"mode": "faithful", "forced_eos": "replace_last"}
-FIXED = {"mode": "fixed", "forced_eos": "append"}
-CALIBRATED = "calibrated"          # an ABLATIONS delta resolved to step 03's thresholds at run time
-
-# Table 3 rows (ids as in data/paper/seakr_table3.csv; the paper has no cell for the rows marked
-# "ours") -> SeaKR switches on top of the profile's settings.
-ABLATIONS: dict[str, dict[str, Any]] = {
-    "seakr": {},
-    "estimator-prompt": {"estimator": "prompt"},
-    "estimator-perplexity": {"estimator": "perplexity_official"},   # what the paper's code computes
-    "estimator-perplexity-true": {"estimator": "perplexity"},       # ours: the returned text's
-    "estimator-multi-perplexity": {"estimator": "multi_perplexity"},
-    "estimator-ln-entropy": {"estimator": "ln_entropy_official"},   # what the paper's code computes
-    "estimator-ln-entropy-true": {"estimator": "ln_entropy"},       # ours: Malinin & Gales
-    "estimator-energy": {"estimator": "energy"},
-    "no-sa-retrieval": {"self_aware_retrieval": False},
-    "no-sa-rerank": {"rerank": False},
-    "rationales-only": {"reasoning": "rationales"},
-    "knowledge-only": {"reasoning": "knowledge"},
-    "calibrated-delta": {"delta": CALIBRATED},                       # ours: step 03's delta
-    "faithful": FAITHFUL,                                            # ours: the official code
-    "fixed": FIXED,                                                  # ours: corrected
-}
-REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
-
-
-@dataclass
-class RunSpec:
-    label: str                      # row name in the tables
-    method: str                     # key for methods.build_method
-    overrides: dict = field(default_factory=dict)
-    model: str | None = None        # another backbone (Table 4) or the Self-RAG checkpoint
 
 
 def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
@@ -452,3 +415,79 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
         for label, why in skip_grid.items():
             skip(label, why)
     return pd.concat(frames, ignore_index=True), skipped, pd.DataFrame(notes)
+
+
+def table_datasets(cfg: Config, key: str) -> list[str]:
+    """The data sets a paper table runs on in this profile (its declaration's `datasets`)."""
+    kind = table(key).datasets
+    return analysis_datasets(cfg) if kind == "analysis" else list(cfg[f"datasets.{kind}"])
+
+
+@dataclass
+class TableRun:
+    results: pd.DataFrame                 # tidy rows, as saved to <step>/results.csv
+    skipped: dict[str, str]               # {row: why it has no numbers}
+    extra: pd.DataFrame | None = None     # Table 4: per-backbone calibration; Table 7: None
+
+
+def run_table(key: str, cfg: Config, n_questions: int | None = None, *,
+              methods: Sequence[str] | None = None, pool: BackendPool | None = None, searcher=None,
+              progress: bool = True, **step_args) -> TableRun:
+    """Run one paper table's step as declared in artifacts.TABLES and save what its notebook
+    shows (results.csv with provenance, skipped.json; Table 4 also calibration.csv).
+
+    n_questions: questions per data set (None: the declaration's `sample` setting, e.g.
+    analysis.n_questions, else the whole prepared set). methods: a subset of the declared rows
+    (Table 7's METHODS). step_args: Table 4's calibration set (cal_fanout, cal_bundled, n_shot).
+    SeaKR runs first, so a days-long run gives the headline number first."""
+    from .prepare import open_profile_searcher
+    from .provenance import save_dataframe, save_json
+
+    spec = table(key)
+    wanted = {"cal_fanout", "cal_bundled", "n_shot"} if spec.kind == "backbones" else set()
+    if set(step_args) != wanted:       # checked before any model is loaded
+        raise UserError(f"{key} takes {', '.join(sorted(wanted)) or 'no step arguments'}; got "
+                        f"{', '.join(sorted(step_args)) or 'none'}", setting="run_table",
+                        fix="pass cal_fanout=, cal_bundled= and n_shot= for table4 (notebook 07's "
+                            "parameters), nothing else for the other tables")
+    if n_questions is None and spec.sample:
+        n_questions = cfg[spec.sample]
+    runs = list(spec.runs)
+    if methods is not None:
+        unknown = [m for m in methods if m not in spec.methods]
+        if unknown:
+            raise UserError(f"{key} has no row {', '.join(unknown)}", setting="METHODS",
+                            fix=f"choose among {', '.join(spec.methods)}")
+        runs = [r for r in runs if r.label in methods]
+    runs.sort(key=lambda r: r.label != "seakr")
+    datasets = table_datasets(cfg, key)
+    out = results_dir(cfg.profile) / spec.step
+    searcher = searcher if searcher is not None else open_profile_searcher(cfg)
+    if spec.kind == "timing":     # timed with the call cache off, on its own uncached backend
+        results = measure_efficiency(cfg, searcher, [r.label for r in runs], datasets, n_questions,
+                                     progress=progress)
+        save_dataframe(results, out / "results.csv", cfg, n_questions=n_questions, cache="off")
+        return TableRun(results, {})
+    own_pool = pool is None
+    if own_pool:
+        from .llm import load_backend
+        pool = BackendPool(cfg, load_backend(cfg))
+    try:
+        extra = None
+        if spec.kind == "backbones":
+            from .calibration import calibration_records
+            records = calibration_records(step_args["cal_fanout"], step_args["cal_bundled"],
+                                          seed=cfg["seed"])
+            results, skipped, extra = run_backbones(
+                cfg, pool, searcher, cfg["backbones.models"], datasets, n_questions, records,
+                step_args["n_shot"], progress=progress)
+            save_dataframe(extra, out / "calibration.csv", cfg)
+        else:
+            results, skipped = run_grid(cfg, pool, searcher, runs, datasets, n_questions, table=key,
+                                        progress=progress)
+    finally:
+        if own_pool:
+            pool.close()          # the GPU is free for the next step
+    save_dataframe(results, out / "results.csv", cfg, n_questions=n_questions)
+    save_json(skipped, out / "skipped.json", cfg)
+    return TableRun(results, skipped, extra)

@@ -18,12 +18,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .artifacts import SELF_RAG_MODEL as SELF_RAG   # Tables 1/2's Self-RAG row
 from .config import Config
 from .disk import free_bytes, human_bytes
 from .errors import DataMissingError, UserError
 
-
-SELF_RAG = "selfrag-llama2-7b"   # notebooks 04/05's Self-RAG row
 
 # GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
 # 5.9 GB beside LLaMA-2-7B's 13.5 GB of bf16 weights is the measured 19.4 GB peak (allocated)

@@ -1,45 +1,29 @@
 """Step 90: every table and figure from saved results alone, beside the paper's numbers.
 
-Each table spec names the results CSV a compute notebook saved, the paper table it sits beside, and
-its caption. A table whose notebook has not finished is rendered from its run files as they stand
-(rows marked "partial: n of N"), so a days-long step does not hold back the others; a table with
-neither is listed as not rendered (with the step to run), never silently left out.
+Each table's declaration (artifacts.py) names the results CSV a compute notebook saved, the paper
+table it sits beside, and its caption. A table whose notebook has not finished is rendered from its
+run files as they stand (rows marked "partial: n of N"), so a days-long step does not hold back the
+others; a table with neither is listed as not rendered (with the step to run), never silently left
+out. Figure 3 is drawn by `draw_figure`, the function notebook 03 calls, markers included.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from .artifacts import FIGURES, PAPER_DELTA_MODELS, TABLES as ARTIFACT_TABLES, Table
+from .artifacts import table as artifact_table
 from .config import Config
 from .paths import FIGURES_DIR, TABLES_DIR, results_dir
 
 
-@dataclass(frozen=True)
-class TableSpec:
-    stem: str
-    results: str            # relative to results/<profile>/
-    paper: str | None       # data/paper/<name>.csv
-    caption: str
-    rows: str = "method"
-    metrics: tuple = ("em", "f1")
+# Every table and figure is declared once, in artifacts.py; TABLES keeps the paper's order.
+TABLES: tuple[Table, ...] = tuple(ARTIFACT_TABLES.values())
 
 
-TABLES = (
-    TableSpec("table1_complex_qa", "04-complex-qa/results.csv", "seakr_table1",
-              "Table 1: complex (multi-hop) QA, EM and F1 (%)."),
-    TableSpec("table2_simple_qa", "05-simple-qa/results.csv", "seakr_table2",
-              "Table 2: simple (single-hop) QA with one retrieval round, EM and F1 (%)."),
-    TableSpec("table3_ablations", "06-ablations/results.csv", "seakr_table3",
-              "Table 3: SeaKR ablations (estimators, self-aware retrieval, re-ranking, reasoning), EM and F1 (%)."),
-    TableSpec("table4_backbones", "07-backbones/results.csv", "seakr_table4",
-              "Table 4: SeaKR with different backbone LLMs, EM and F1 (%).", rows="model"),
-    TableSpec("table7_efficiency", "09-efficiency/results.csv", "seakr_table7",
-              "Table 7: wall time per question (s), LLM call cache off "
-              "(notebook 09 also lists LLM calls and retrievals).",
-              metrics=("seconds_per_question",)),
-)
+def _table(spec: Table | str) -> Table:
+    return spec if isinstance(spec, Table) else artifact_table(spec)
 
 
 # A profile runs the paper's setup when these settings equal the paper profile's (the backend, for
@@ -62,32 +46,26 @@ def differs_because(cfg: Config) -> str | None:
             f"(LLaMA-2-7B-chat, DPR Wikipedia, official dev sets); bundled-single is shown under NQ")
 
 
-def ours_for_table(df: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
     from .experiments import paper_dataset_name
 
+    spec = _table(spec)
     out = df[df["metric"].isin(spec.metrics)].copy()
     out["dataset"] = out["dataset"].map(paper_dataset_name)
     return out
 
 
-def _table_runs(cfg: Config, spec: TableSpec) -> tuple[list[str], list[str]]:
+def _table_runs(cfg: Config, spec: Table) -> tuple[list[str], list[str]]:
     """(run labels, data sets) whose run files make up a table's rows (Tables 1-4)."""
-    from .experiments import ABLATIONS, TABLE1_METHODS, TABLE2_METHODS
-    from .prepare import profile_datasets
+    from .experiments import table_datasets
 
-    step = spec.results.split("/")[0]
-    if step == "04-complex-qa":
-        return list(TABLE1_METHODS), list(cfg["datasets.complex"])
-    if step == "05-simple-qa":
-        return list(TABLE2_METHODS), list(cfg["datasets.simple"])
-    if step == "06-ablations":
-        return list(ABLATIONS), profile_datasets(cfg)
-    if step == "07-backbones":
-        return list(cfg.get("backbones.models", []) or []), profile_datasets(cfg)
-    return [], []
+    if spec.kind == "timing":         # timed runs of their own, not the shared run files
+        return [], []
+    labels = spec.methods if spec.rows == "method" else cfg.get("backbones.models", []) or []
+    return list(labels), table_datasets(cfg, spec.key)
 
 
-def partial_results(cfg: Config, spec: TableSpec) -> tuple[pd.DataFrame, dict[str, str]]:
+def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[str, str]]:
     """Tidy rows from the run files of a step that has not finished, and {row: "partial: n of N
     ..."}. Per (label, data set) the newest run file is read (the one being written); only the
     questions of the prepared set count."""
@@ -97,6 +75,7 @@ def partial_results(cfg: Config, spec: TableSpec) -> tuple[pd.DataFrame, dict[st
     from .runner import read_results
     from .status import run_total
 
+    spec = _table(spec)
     labels, datasets = _table_runs(cfg, spec)
     runs = results_dir(cfg.profile) / "runs"
     rows, counts = [], {}
@@ -149,26 +128,51 @@ PARTIAL_CAPTION = ("Partial: its notebook has not finished; rows marked (partial
                    "questions done so far (footnotes).")
 
 
-def render_table(cfg: Config, spec: TableSpec, out_dir: Path | None = None) -> tuple[Path, Path] | None:
-    from .io import read_json
-    from .reporting import load_paper_table, save_table, side_by_side
+def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
+            partial: dict[str, str] | None = None) -> pd.DataFrame:
+    """Our rows of one table beside the paper's (ours | paper | delta per cell)."""
+    from .reporting import load_paper_table, side_by_side
 
-    path = results_dir(cfg.profile) / spec.results
-    partial: dict[str, str] = {}
-    if path.is_file():
-        ours = ours_for_table(pd.read_csv(path), spec)
-    else:
-        found, partial = partial_results(cfg, spec)
-        if found.empty:
-            return None
-        ours = ours_for_table(found, spec)
+    ours = ours_for_table(ours, spec)
     paper = load_paper_table(spec.paper) if spec.paper else ours.iloc[:0]
     if spec.rows == "method" and "model" in paper.columns and paper["model"].nunique() > 1:
         paper = paper[paper["model"] == paper["model"].mode()[0]]
+    return side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
+                        reasons=reasons, show_ci="low" in ours.columns, partial=partial or {})
+
+
+def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
+                 skipped: dict[str, str] | None = None) -> str:
+    """One table beside the paper's, as Markdown with its caption and why the numbers differ.
+    results / skipped: what `experiments.run_table` returned (default: what its step saved)."""
+    from .io import read_json
+    from .reporting import to_markdown
+
+    spec = artifact_table(key)
+    path = results_dir(cfg.profile) / spec.results
+    if results is None:
+        results = pd.read_csv(path)
+    if skipped is None and path.with_name("skipped.json").is_file():
+        skipped = read_json(path.with_name("skipped.json"))
+    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption, differs_because(cfg))
+
+
+def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) -> tuple[Path, Path] | None:
+    from .io import read_json
+    from .reporting import save_table
+
+    spec = _table(spec)
+    path = results_dir(cfg.profile) / spec.results
+    partial: dict[str, str] = {}
+    if path.is_file():
+        ours = pd.read_csv(path)
+    else:
+        ours, partial = partial_results(cfg, spec)
+        if ours.empty:
+            return None
     skipped_file = path.with_name("skipped.json")
     reasons = read_json(skipped_file) if skipped_file.is_file() else None
-    wide = side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
-                        reasons=reasons, show_ci="low" in ours.columns, partial=partial)
+    wide = _beside(cfg, spec, ours, reasons, partial)
     caption = spec.caption + (" " + PARTIAL_CAPTION if partial else "")
     return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile,
                       caption=caption, differs_because=differs_because(cfg))
@@ -231,26 +235,60 @@ def figure_dir(cfg: Config) -> Path:
     return FIGURES_DIR / cfg.profile
 
 
+def figure3_markers(cfg: Config, panel: str, data: pd.DataFrame) -> dict:
+    """The marker lines of a Figure 3 panel (artifacts.FIGURE3), from what step 03 used and saved:
+    the layer U is read at (uncertainty.layer resolved for the model), and the calibrated delta of
+    eigen (calibration/delta.json) with the paper's -6 beside it where the model is the paper's."""
+    from .calibration import calibrated_deltas, delta_path, u_layer
+    from .reporting.figures import PAPER_DELTA
+
+    marker = FIGURES[panel].marker
+    if marker == "layer":
+        return {"chosen_layer": u_layer(cfg, int(data["layer"].max()) + 1)}
+    if marker == "delta":
+        chosen = calibrated_deltas(cfg).get("eigen") if delta_path(cfg).is_file() else None
+        paper = PAPER_DELTA if cfg["model.name"].startswith(PAPER_DELTA_MODELS) else None
+        return {"chosen_delta": chosen, "paper_delta": paper}
+    return {}
+
+
+def figure(panel: str, cfg: Config):
+    """One declared figure panel (artifacts.FIGURES) drawn from its saved CSV, markers included;
+    None when its step has not run."""
+    from .reporting import figures
+
+    spec = FIGURES[panel]
+    path = results_dir(cfg.profile) / spec.csv
+    if not path.is_file():
+        return None
+    data = pd.read_csv(path)
+    return getattr(figures, spec.plot)(data, **figure3_markers(cfg, panel, data))
+
+
+def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Path]:
+    """`figure` saved as PNG and PDF under figures/<profile>/ ([] when its step has not run).
+    Notebook 03 and step 90 both draw Figure 3 with this, so both show the same markers."""
+    from .reporting import figures
+
+    fig = figure(panel, cfg)
+    if fig is None:
+        return []
+    return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or figure_dir(cfg)).values())
+
+
 def render_figures(cfg: Config) -> list[Path]:
-    """Figures from saved results: Tables 1/2 F1 ours vs paper, and Figure 3's three panels."""
-    from .calibration import read_deltas
+    """Every declared figure from saved results: each table's F1 ours vs paper (artifacts.Table.
+    f1_figure) and Figure 3's three panels with their markers."""
     from .reporting import figures, load_paper_table
 
     res, out, written = results_dir(cfg.profile), figure_dir(cfg), []
-    for stem, spec, paper_name in (("table1_f1", TABLES[0], "seakr_table1"),
-                                   ("table2_f1", TABLES[1], "seakr_table2")):
+    for spec in TABLES:
         path = res / spec.results
-        if path.is_file():
+        if spec.f1_figure and path.is_file():
             ours = ours_for_table(pd.read_csv(path), spec)
-            fig = plot_methods_vs_paper(ours, load_paper_table(paper_name), "f1",
+            fig = plot_methods_vs_paper(ours, load_paper_table(spec.paper), "f1",
                                         spec.caption.split(":")[0] + ": F1, ours vs paper")
-            written += list(figures.save_figure(fig, stem, out).values())
-    panels = (("quality_vs_k", "figure3_k", figures.plot_quality_vs_k, {}),
-              ("quality_vs_layer", "figure3_layer", figures.plot_quality_vs_layer, {}),
-              ("delta_sweep", "figure3_delta", figures.plot_delta_tradeoff,
-               {"chosen_delta": read_deltas(cfg).get("eigen")}))
-    for name, stem, plot, kwargs in panels:
-        path = res / "03-uncertainty-estimators" / f"{name}.csv"
-        if path.is_file():
-            written += list(figures.save_figure(plot(pd.read_csv(path), **kwargs), stem, out).values())
+            written += list(figures.save_figure(fig, spec.f1_figure, out).values())
+    for panel in FIGURES:
+        written += draw_figure(panel, cfg, out)
     return written

@@ -74,7 +74,7 @@ def _child_runs(work: Path, questions: int, calibration: int, methods: list[str]
 
 def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
     from . import calibration as calib
-    from . import experiments
+    from . import artifacts, experiments
     from .config import load_config
     from .data.records import QuestionRecord
     from .data.registry import dataset_available, load_dataset
@@ -101,9 +101,9 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
     cache_dir = Path(os.environ["SEAKR_CACHE_DIR"]) / "llm"
     per_method = {}
     for m in methods:
-        spec = experiments.RunSpec(m, m, model="selfrag-llama2-7b" if m == "self_rag" else None)
-        sets = [d for d in datasets if m in experiments.TABLE1_METHODS and d in cfg["datasets.complex"]
-                or m in experiments.TABLE2_METHODS and d in cfg["datasets.simple"]]
+        spec = artifacts.spec_for(m)
+        sets = [d for d in datasets if m in artifacts.methods("table1") and d in cfg["datasets.complex"]
+                or m in artifacts.methods("table2") and d in cfg["datasets.simple"]]
         cache_before, files_before = _du(cache_dir), _files(cache_dir)
         runs_before = _du(results_dir(cfg.profile) / "runs")
         t0 = time.perf_counter()
@@ -261,10 +261,10 @@ def extrapolate(m: dict) -> dict:
     per_psg_corpus = idx["corpus_bytes"] / idx["passages"]
     n_complex = sum(PAPER_QUESTIONS[d] for d in ("2wiki", "hotpotqa", "iirc"))
     n_simple = sum(PAPER_QUESTIONS[d] for d in ("nq", "triviaqa", "squad"))
-    from .experiments import TABLE1_METHODS, TABLE2_METHODS
+    from .artifacts import methods
     hours, cache_b, run_b = {}, 0.0, 0.0
     for name, v in runs["methods"].items():
-        n = n_complex * (name in TABLE1_METHODS) + n_simple * (name in TABLE2_METHODS)
+        n = n_complex * (name in methods("table1")) + n_simple * (name in methods("table2"))
         hours[name] = round(n * v["wall_s_per_q"] / 3600, 2)
         cache_b += n * v["cache_bytes_per_q"]
         run_b += n * v["run_file_bytes_per_q"]
@@ -312,9 +312,9 @@ def main(argv=None) -> int:
 
     import shutil
     from .disk import require_free_space
-    from .experiments import TABLE1_METHODS
+    from .artifacts import methods as table_methods
 
-    methods = a.methods or list(TABLE1_METHODS)
+    methods = a.methods or list(table_methods("table1"))
     work = a.workdir or Path(tempfile.mkdtemp(prefix="seakr-scale-check-"))
     work.mkdir(parents=True, exist_ok=True)
     vec_bytes = a.vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2

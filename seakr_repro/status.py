@@ -71,9 +71,10 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR) -> pd.DataFram
 
 # Which notebook's N_QUESTIONS caps a run label (the total of a run is the prepared set, capped)
 def _step_of(cfg: Config, label: str) -> str | None:
-    from .experiments import ABLATIONS, SEED_METHODS, TABLE1_METHODS, TABLE2_METHODS
+    from .artifacts import ABLATIONS, methods
+    from .experiments import SEED_METHODS
 
-    if label in TABLE1_METHODS or label in TABLE2_METHODS:
+    if label in methods("table1") or label in methods("table2"):
         return None                       # 04/05: the shared base runs, e.g. seakr, run whole sets
     if label in ABLATIONS:
         return "06-ablations"

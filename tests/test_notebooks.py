@@ -7,6 +7,7 @@ saved, as a user would.
 import json
 import os
 
+import pandas as pd
 import pytest
 
 from seakr_repro.config import load_config
@@ -76,3 +77,11 @@ def test_notebook_runs_headless(notebook, results_root):
         assert path.is_file() and path.stat().st_size > 0, f"{notebook.stem} did not write {rel}"
         if path.suffix in (".csv", ".json") and not rendered and path.parent.name != "calibration":
             assert (path.parent / (path.name + ".provenance.json")).is_file()
+    # a table's step produced exactly its declared rows (numbers, or the reason why not)
+    from seakr_repro.artifacts import TABLES
+    for table in TABLES.values():
+        if table.step == notebook.stem and table.kind == "grid":
+            out = results_root / "smoke" / table.step
+            produced = set(pd.read_csv(out / "results.csv")["method"])
+            produced |= set(json.loads((out / "skipped.json").read_text()))
+            assert produced == set(table.methods), f"{table.key}: {sorted(produced)}"

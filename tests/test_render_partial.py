@@ -39,16 +39,16 @@ def half_run(tmp_path, monkeypatch):
 
 def test_partial_table_from_run_files(half_run):
     cfg = load_config("default")
-    frame, notes = render.partial_results(cfg, render.TABLES[0])
+    frame, notes = render.partial_results(cfg, "table1")
     f1 = frame[frame.metric == "f1"].set_index("method")
     assert f1.loc["seakr", "value"] == 100.0 and f1.loc["seakr", "n"] == 3   # the newest file
     assert f1.loc["cot", "value"] == 0.0 and f1.loc["cot", "n"] == 5
     one_set = cfg.with_overrides({"datasets.complex": ["bundled-2wiki"]})
-    assert set(render.partial_results(one_set, render.TABLES[0])[1]) == {"seakr"}   # cot is done
+    assert set(render.partial_results(one_set, "table1")[1]) == {"seakr"}   # cot is done
     assert notes["seakr"] == ("partial: 3 of 5 questions on 2Wiki, HotpotQA not started "
                               "(run in progress)")     # HotpotQA is not even prepared here
     assert "cot" in notes                               # done on 2Wiki, not on HotpotQA
-    md, _ = render.render_table(cfg, render.TABLES[0], out_dir=half_run / "tables")
+    md, _ = render.render_table(cfg, "table1", out_dir=half_run / "tables")
     text = md.read_text()
     assert "SEAKR (partial)" in text and "partial: 3 of 5 questions on 2Wiki" in text
     assert "Partial: its notebook has not finished" in text
@@ -67,14 +67,14 @@ def test_render_all_goes_on_around_a_running_step(half_run, monkeypatch):
 def test_seakr_runs_first_in_the_method_notebooks():
     import nbformat
 
-    from seakr_repro import experiments
+    from seakr_repro import artifacts, experiments
     from seakr_repro.paths import NOTEBOOKS_DIR
-    assert experiments.run_order(experiments.TABLE1_METHODS) == \
+    assert experiments.run_order(artifacts.methods("table1")) == \
         ["seakr", "cot", "ircot", "self_rag", "flare", "dragin"]
     assert experiments.run_order(["cot", "flare"]) == ["cot", "flare"]
-    for name, methods in (("04-complex-qa", "TABLE1_METHODS"), ("05-simple-qa", "TABLE2_METHODS")):
+    for name, key in (("04-complex-qa", "table1"), ("05-simple-qa", "table2")):
         source = "\n".join(c.source for c in nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", 4).cells)
-        assert f"run_order(experiments.{methods})" in source
+        assert f'run_table("{key}", cfg' in source      # run_table runs SeaKR first
 
 
 def test_paper_sized_profiles_are_comparable_with_the_paper():

@@ -1,0 +1,146 @@
+"""Every paper artifact this package reproduces, declared once: for each table its rows (the runs
+that make them, Self-RAG's checkpoint included), its data sets, the step that computes it, the
+paper's CSV, caption and the figure drawn from it; for Figure 3 its panels and their markers.
+
+`experiments.run_table(key, cfg)` runs a table's step, `render.beside_paper(key, cfg)` shows it
+beside the paper, and `render.render_all` / `render.draw_figure` render every artifact from these
+declarations (notebooks 04-07 and 09, 03 and 90 call only those). Nothing here computes or
+imports a step, so every step can read it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunSpec:
+    label: str                      # row name in the tables
+    method: str                     # key for methods.build_method
+    overrides: dict = field(default_factory=dict)
+    model: str | None = None        # another backbone (Table 4) or the Self-RAG checkpoint
+
+
+SELF_RAG_MODEL = "selfrag-llama2-7b"   # Self-RAG runs its own fine-tuned checkpoint (model.paths)
+
+
+def spec_for(method: str, label: str | None = None, overrides: dict | None = None) -> RunSpec:
+    """The run of one method as the tables run it (Self-RAG on its own checkpoint)."""
+    model = SELF_RAG_MODEL if method in ("self_rag", "self-rag", "selfrag") else None
+    return RunSpec(label or method, method, dict(overrides or {}), model)
+
+
+# SeaKR as the official code runs it, and with its deviations corrected (README, "Faithful and
+# fixed"); both run in every profile, side by side, whatever the profile's own mode.
+FAITHFUL = {"mode": "faithful", "forced_eos": "replace_last"}
+FIXED = {"mode": "fixed", "forced_eos": "append"}
+CALIBRATED = "calibrated"          # an ABLATIONS delta resolved to step 03's thresholds at run time
+
+# Table 3 rows (ids as in data/paper/seakr_table3.csv; the paper has no cell for the rows marked
+# "ours") -> SeaKR switches on top of the profile's settings.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "seakr": {},
+    "estimator-prompt": {"estimator": "prompt"},
+    "estimator-perplexity": {"estimator": "perplexity_official"},   # what the paper's code computes
+    "estimator-perplexity-true": {"estimator": "perplexity"},       # ours: the returned text's
+    "estimator-multi-perplexity": {"estimator": "multi_perplexity"},
+    "estimator-ln-entropy": {"estimator": "ln_entropy_official"},   # what the paper's code computes
+    "estimator-ln-entropy-true": {"estimator": "ln_entropy"},       # ours: Malinin & Gales
+    "estimator-energy": {"estimator": "energy"},
+    "no-sa-retrieval": {"self_aware_retrieval": False},
+    "no-sa-rerank": {"rerank": False},
+    "rationales-only": {"reasoning": "rationales"},
+    "knowledge-only": {"reasoning": "knowledge"},
+    "calibrated-delta": {"delta": CALIBRATED},                       # ours: step 03's delta
+    "faithful": FAITHFUL,                                            # ours: the official code
+    "fixed": FIXED,                                                  # ours: corrected
+}
+REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str                # table1 ... (what notebooks and the step functions name)
+    stem: str               # file name under tables/<profile>/
+    step: str               # the notebook that computes it: results/<profile>/<step>/results.csv
+    paper: str | None       # data/paper/<paper>.csv
+    caption: str
+    runs: tuple = ()        # RunSpecs in the paper's row order (Table 4: its rows are config models)
+    datasets: str = "complex"   # complex | simple (datasets.*) | analysis (analysis.datasets)
+    sample: str | None = None   # config key of the default questions per data set (None: all)
+    rows: str = "method"
+    metrics: tuple = ("em", "f1")
+    kind: str = "grid"      # grid: `runs` x data sets | backbones: SeaKR per backbones.models,
+                            # each calibrated | timing: `runs` timed, call cache off
+    f1_figure: str | None = None    # stem of the "F1, ours vs paper" bar figure, if drawn
+
+    @property
+    def results(self) -> str:
+        """The results CSV, relative to results/<profile>/."""
+        return f"{self.step}/results.csv"
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(s.label for s in self.runs)
+
+
+_T1 = ("cot", "ircot", "self_rag", "flare", "dragin", "seakr")
+
+TABLES: dict[str, Table] = {t.key: t for t in (
+    Table("table1", "table1_complex_qa", "04-complex-qa", "seakr_table1",
+          "Table 1: complex (multi-hop) QA, EM and F1 (%).",
+          runs=tuple(spec_for(m) for m in _T1), datasets="complex", f1_figure="table1_f1"),
+    Table("table2", "table2_simple_qa", "05-simple-qa", "seakr_table2",
+          "Table 2: simple (single-hop) QA with one retrieval round, EM and F1 (%).",
+          # IRCoT is left out: simple questions need no iterative retrieval (paper)
+          runs=tuple(spec_for(m) for m in _T1 if m != "ircot"), datasets="simple",
+          f1_figure="table2_f1"),
+    Table("table3", "table3_ablations", "06-ablations", "seakr_table3",
+          "Table 3: SeaKR ablations (estimators, self-aware retrieval, re-ranking, reasoning), "
+          "EM and F1 (%).",
+          runs=tuple(RunSpec(label, "seakr", over) for label, over in ABLATIONS.items()),
+          datasets="analysis", sample="analysis.n_questions"),
+    Table("table4", "table4_backbones", "07-backbones", "seakr_table4",
+          "Table 4: SeaKR with different backbone LLMs, EM and F1 (%).",
+          datasets="analysis", sample="analysis.n_questions", rows="model", kind="backbones"),
+    Table("table7", "table7_efficiency", "09-efficiency", "seakr_table7",
+          "Table 7: wall time per question (s), LLM call cache off (notebook 09 also lists LLM "
+          "calls and retrievals).",
+          runs=tuple(spec_for(m) for m in ("cot", "ircot", "flare", "dragin", "seakr")),
+          datasets="complex", metrics=("seconds_per_question",), kind="timing"),
+)}
+
+
+def table(key: str) -> Table:
+    if key not in TABLES:
+        from .errors import UserError
+        raise UserError(f"no paper table '{key}'", setting="table",
+                        fix=f"use one of {', '.join(TABLES)}")
+    return TABLES[key]
+
+
+def methods(key: str) -> tuple[str, ...]:
+    """The row labels of a table, in the paper's order."""
+    return table(key).methods
+
+
+# Figure 3: three panels from step 03's CSVs (relative to results/<profile>/), each with the
+# markers notebook 03 chose. `marker`: layer = uncertainty.layer resolved for the model; delta =
+# step 03's calibrated delta of eigen, and the paper's -6 where the model is the paper's.
+@dataclass(frozen=True)
+class Panel:
+    stem: str               # figures/<profile>/<stem>.png|pdf
+    csv: str
+    plot: str               # a function of reporting.figures
+    marker: str | None = None   # None | layer | delta
+
+
+FIGURE3 = (
+    Panel("figure3_k", "03-uncertainty-estimators/quality_vs_k.csv", "plot_quality_vs_k"),
+    Panel("figure3_layer", "03-uncertainty-estimators/quality_vs_layer.csv", "plot_quality_vs_layer",
+          marker="layer"),
+    Panel("figure3_delta", "03-uncertainty-estimators/delta_sweep.csv", "plot_delta_tradeoff",
+          marker="delta"),
+)
+FIGURES: dict[str, Panel] = {p.stem: p for p in FIGURE3}
+PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's delta -6 is comparable
