@@ -28,6 +28,19 @@ from .errors import UserError
 from .io import iter_jsonl
 
 
+def load_pairs(dataset: str, n: int | None, seed: int, searcher) -> tuple[list[tuple], str | None]:
+    """(record, gold Hit) pairs of a data set, or ([], why) when its file is not on disk: the
+    experiments are then skipped (the ledger says so) rather than ending a long reproduce run."""
+    from .data.registry import load_dataset
+    from .errors import DataMissingError
+
+    try:
+        records = load_dataset(dataset, n=n, seed=seed)
+    except DataMissingError as err:
+        return [], str(err)
+    return gold_passages(records, searcher), None
+
+
 def gold_passages(records: Sequence, searcher) -> list[tuple]:
     """(record, gold Hit) for the records whose first supporting passage is in the index."""
     out = []

@@ -97,3 +97,11 @@ def test_resume_skips_finished_questions(tmp_path, scripted):
 def test_no_gold_passage_in_the_index_is_an_error():
     with pytest.raises(UserError):
         mechanisms.gold_passages([_rec("1", "q", "nowhere")], Searcher({"q": ["x"]}))
+
+
+def test_a_data_set_not_on_disk_skips_with_the_download_instructions(monkeypatch, tmp_path):
+    from seakr_repro.data import registry
+
+    monkeypatch.setattr(registry.DatasetSpec, "default_path", lambda self: tmp_path / "absent.json")
+    pairs, why = mechanisms.load_pairs("nq-dev-gold", 10, 42, Searcher({"q": ["x"]}))
+    assert pairs == [] and "biencoder-nq-dev.json" in why

@@ -39,6 +39,10 @@ HOW_TO_GET = {
                  "put it at data/raw/hotpotqa/hotpot_dev_distractor_v1.json"),
     "iirc": ("download IIRC as DRAGIN's README does (wget https://iirc-dataset.s3.us-west-2.amazonaws.com/"
              "iirc_train_dev.tgz, then tar -xzf it) and put its dev.json at data/raw/iirc/dev.json"),
+    "dpr-dev": ("download DPR's retriever dev file (questions with their gold passages' ids in DPR's "
+                "Wikipedia) with the DPR repository's `python data/download_data.py --resource "
+                "data.retriever.nq-dev` or from https://dl.fbaipublicfiles.com/dpr/data/retriever/"
+                "biencoder-nq-dev.json.gz, gunzip it and put it at data/raw/dpr/biencoder-nq-dev.json"),
     "dpr": ("download DPR's question files with the DPR repository's `python data/download_data.py "
             "--resource data.retriever.qas.nq-test` (likewise trivia-test and squad1-test; they land in "
             "downloads/data/retriever/qas/*-test.csv) or directly from "

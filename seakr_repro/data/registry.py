@@ -62,6 +62,10 @@ DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
                 HOW_TO_GET["dpr"], "TriviaQA test (DPR's split)"),
     DatasetSpec("squad", load_dpr_qa, "raw", "dpr/squad1-test.qa.csv", "simple", 7357,
                 HOW_TO_GET["dpr"], "SQuAD v1.1 test (DPR's split)"),
+    # DPR's retriever dev file: NQ dev questions WITH their gold passages (positive_ctxs), for the
+    # mechanism experiments of notebook 11 on the paper's corpus; never a table's evaluation set
+    DatasetSpec("nq-dev-gold", load_dpr_qa, "raw", "dpr/biencoder-nq-dev.json", "simple", None,
+                HOW_TO_GET["dpr-dev"], "Natural Questions dev with gold passages (DPR's retriever JSON)"),
     # official training splits (notebook 10: SKR's labels, TAIKC's KBAE adapter); never evaluated
     DatasetSpec("2wiki-train", load_2wiki_train, "raw", "2wikimultihopqa", "complex", None,
                 HOW_TO_GET["2wiki-train"], "2WikiMultihopQA train (DRAGIN's preparation)",
