@@ -165,6 +165,14 @@ def check_datasets(cfg: Config, report: Report) -> None:
             report.ok.append(f"data set {name}")
         else:
             report.problems.append(f"data set {name}: {describe_missing(name)}")
+    # notebook 11's questions with gold passages: optional, its experiments are skipped without them
+    mech = (cfg.get("notebooks", {}) or {}).get("11-mechanisms", {}).get("DATASET")
+    if mech and mech not in profile_datasets(cfg):
+        with contextlib.suppress(UserError):
+            if dataset_available(mech):
+                report.ok.append(f"data set {mech} (notebook 11)")
+            else:
+                report.skipped.append(f"notebook 11's mechanism experiments: {describe_missing(mech)}")
 
 
 def disk_need_bytes(cfg: Config) -> int:

@@ -51,6 +51,7 @@ def test_optional_models_are_skipped_with_the_reason_unless_strict(bare_machine)
     assert "Self-RAG rows of Tables 1/2" in skipped and "model.paths.selfrag-llama2-7b" in skipped
     assert "llama-3-8b row of Table 4" in skipped
     assert not any("llama-2-7b-chat" in s for s in report.skipped)   # the profile's own model
+    assert "notebook 11's mechanism experiments" in skipped and "biencoder-nq-dev.json" in skipped
     strict = preflight.run_checks(cfg, strict=True)
     assert any("selfrag-llama2-7b" in p for p in strict.problems)
 
