@@ -27,34 +27,14 @@ def run_order(methods: Sequence[str]) -> list[str]:
 
 
 def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
-    """The profile's settings for one method (only keys that method knows)."""
-    if method == "seakr":
-        u, s = "uncertainty.", "seakr."
-        return {
-            "k": cfg[u + "k"], "temperature": cfg[u + "temperature"], "top_k": cfg[u + "top_k"],
-            "top_p": cfg[u + "top_p"], "sample_max_tokens": cfg[u + "max_tokens"],
-            "layer": cfg[u + "layer"], "hook": cfg[u + "hook"], "alpha": cfg[u + "alpha"],
-            "variant": cfg[u + "variant"], "seed": cfg["seed"], "delta": dict(deltas),
-            "forced_eos": cfg[u + "forced_eos"],
-            "mode": cfg[s + "mode"], "n_shot": cfg[s + "n_shot"],
-            "max_reasoning_steps": cfg[s + "max_reasoning_steps"], "max_docs": cfg[s + "max_docs"],
-            "max_new_tokens": cfg[s + "max_new_tokens"],
-            "query_prob_threshold": cfg[s + "query_prob_threshold"],
-            "query_max_tokens": cfg[s + "query_max_tokens"], "top_n": cfg["retrieval.top_n"],
-            "simple_qa_top": cfg[s + "simple_qa_top"],
-            "simple_qa_passages": cfg[s + "simple_qa_passages"],
-            "simple_qa_passages_path": cfg[s + "simple_qa_passages_path"],
-            "demos": cfg["prompts.demos"], "official_repo": cfg["prompts.official_repo"],
-        }
-    if method in ("cot", "ircot", "flare", "dragin"):
-        from .methods import METHODS
+    """The profile's settings for one method: the config keys the method declares (its CONFIG),
+    and SeaKR's thresholds."""
+    from .methods import METHODS
 
-        b = cfg.get("baselines", {}) or {}
-        out = {"answer_extraction": cfg["evaluation.answer_extraction"],
-               "top_k_docs": cfg["retrieval.top_n"], **{k: v for k, v in b.items() if v is not None}}
-        known = METHODS[method].DEFAULTS       # CoT has no retrieval settings, for instance
-        return {k: v for k, v in out.items() if k in known}
-    return {}
+    out = METHODS[method].settings_from(cfg) if method in METHODS else {}
+    if method == "seakr":
+        out["delta"] = dict(deltas)
+    return out
 
 
 def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -227,3 +227,24 @@ def test_analysis_data_sets_are_a_setting():
                                                                       "bundled-single"]
     with pytest.raises(UserError, match="does not prepare"):
         experiments.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
+
+
+def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_defaults():
+    """Each method's CONFIG names keys of params/base.yaml; where base.yaml gives a value it is the
+    method's own default (one set of defaults), except where a null default means "look it up"."""
+    import yaml
+
+    from seakr_repro.methods import METHODS
+    from seakr_repro.paths import REPO_ROOT
+
+    raw = yaml.safe_load((REPO_ROOT / "params" / "base.yaml").read_text())
+    lookup_when_null = {("seakr", "official_repo")}   # None: prompts.official_repo's path
+    for name, cls in METHODS.items():
+        for setting, key in cls.CONFIG.items():
+            node = raw
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, f"{name}.{setting}: {key} not in base.yaml"
+                node = node[part]
+            if setting in cls.DEFAULTS and node is not None and (name, setting) not in lookup_when_null:
+                assert node == cls.DEFAULTS[setting], (name, setting, key)
+    assert set(METHODS["seakr"].CONFIG) <= set(METHODS["seakr"].DEFAULTS)

@@ -36,11 +36,31 @@ class MethodResult:
     extra: dict = field(default_factory=dict)
 
 
+# What the baselines (CoT, IRCoT, FLARE, DRAGIN) read from a profile.
+BASELINE_CONFIG = {"answer_extraction": "evaluation.answer_extraction", "top_k_docs": "retrieval.top_n",
+                   "mode": "baselines.mode", "n_shot": "baselines.n_shot",
+                   "max_new_tokens": "baselines.max_new_tokens", "max_steps": "baselines.max_steps"}
+
+
 class Method:
     """Base class: settings = the method's DEFAULTS updated by the caller's settings."""
 
     name = "method"
     DEFAULTS: dict[str, Any] = {}
+    # setting -> the config key it is read from (one declaration per method; settings that are
+    # not in DEFAULTS are ignored, so a family of methods can share one table)
+    CONFIG: dict[str, str] = {}
+
+    @classmethod
+    def settings_from(cls, cfg) -> dict[str, Any]:
+        """The profile's values of the settings this method declares in CONFIG; a null in the
+        config keeps the method's own default (e.g. DRAGIN's per-data-set values)."""
+        out = {}
+        for setting, key in cls.CONFIG.items():
+            value = cfg.get(key) if setting in cls.DEFAULTS else None
+            if value is not None:
+                out[setting] = value
+        return out
 
     def __init__(self, backend, searcher, dataset_name: str, settings: Mapping[str, Any] | None = None):
         self.backend, self.searcher, self.dataset_name = backend, searcher, dataset_name

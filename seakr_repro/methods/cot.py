@@ -11,13 +11,14 @@ from __future__ import annotations
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import PromptFitter, stop_strings
 from . import dragin_code
-from .base import BASELINE_TABLE, Method, MethodResult, step_record
+from .base import BASELINE_CONFIG, BASELINE_TABLE, Method, MethodResult, step_record
 from .stepwise import check_mode
 
 
 class CoT(Method):
     name = "cot"
     DEFAULTS = {"n_shot": 10, "max_new_tokens": 100, "mode": "fixed", "answer_extraction": "fixed"}
+    CONFIG = BASELINE_CONFIG
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
         super().__init__(backend, searcher, dataset_name, settings)

@@ -78,6 +78,19 @@ class SeaKR(Method):
         "demos": "paper", "official_repo": None,
     }
 
+    U, S = "uncertainty.", "seakr."
+    CONFIG = {
+        "k": U + "k", "temperature": U + "temperature", "top_k": U + "top_k", "top_p": U + "top_p",
+        "sample_max_tokens": U + "max_tokens", "layer": U + "layer", "hook": U + "hook",
+        "alpha": U + "alpha", "variant": U + "variant", "forced_eos": U + "forced_eos", "seed": "seed",
+        "mode": S + "mode", "n_shot": S + "n_shot", "max_reasoning_steps": S + "max_reasoning_steps",
+        "max_docs": S + "max_docs", "max_new_tokens": S + "max_new_tokens",
+        "query_prob_threshold": S + "query_prob_threshold", "query_max_tokens": S + "query_max_tokens",
+        "top_n": "retrieval.top_n", "simple_qa_top": S + "simple_qa_top",
+        "simple_qa_passages": S + "simple_qa_passages", "simple_qa_passages_path": S + "simple_qa_passages_path",
+        "demos": "prompts.demos", "official_repo": "prompts.official_repo",
+    }   # delta comes from step 03 / uncertainty.delta (experiments.method_settings)
+
     def __init__(self, backend, searcher, dataset_name, settings=None):
         super().__init__(backend, searcher, dataset_name, settings)
         s = self.settings

@@ -22,13 +22,14 @@ from ..errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import BASE_STOPS, PromptFitter, stop_strings
 from . import dragin_code
-from .base import BASELINE_TABLE, Method, MethodResult, hits_brief, step_record
+from .base import BASELINE_CONFIG, BASELINE_TABLE, Method, MethodResult, hits_brief, step_record
 from .seakr_query import truncate_tokens
 
 BASELINE_MODES = ("faithful", "fixed")
 
 
 class StepLoop(Method):
+    CONFIG = BASELINE_CONFIG
     DEFAULTS = {"n_shot": None, "max_new_tokens": None, "top_k_docs": 3, "max_steps": 10,
                 "mode": "fixed", "answer_extraction": "fixed"}
     want_stats = False
