@@ -73,14 +73,10 @@ def forced_eos_prefixes(samples, eos_token_id: int, mode: str) -> list[list[int]
     return [forced_eos_of(g, eos_token_id, mode)[:-1] for g in samples]
 
 
-def closed_book_answer(backend, prompt: str, max_new_tokens: int, mode: str) -> tuple:
-    """Greedy closed-book answer as the methods extract it (re-asking when no pattern is found)."""
-    return closed_book_answers(backend, [prompt], max_new_tokens, mode)[0]
-
-
 def closed_book_answers(backend, prompts: Sequence[str], max_new_tokens: int, mode: str) -> list[tuple]:
-    """`closed_book_answer` of independent prompts: the greedy steps as one batch, then the
-    re-asks of the ones with no answer pattern."""
+    """Greedy closed-book (answer Generation, extracted answer) of independent prompts, as the
+    methods extract it: the greedy steps as one batch, then a re-ask of each with no answer
+    pattern."""
     from .evaluation import answer_from_forced, extract_answer
     from .llm.base import generate_many
     from .prompts.seakr import simple_qa_stops
@@ -395,27 +391,28 @@ def question_scores(rows: list[dict], vectors: "VectorStore", cfg: Config, ks: S
     hook = cfg["uncertainty.hook"]
     table = []
     for q, row in enumerate(rows):
-        cols = score_columns(row, vectors.question(q, hook), cfg, ks)
-        if scores is not None:     # the values step 03 already computed (they are the same)
-            cols.update({("eigen" if n == "eigen" else f"est:{n}"): float(v[q])
-                         for n, v in scores.items()})
-        table.append(cols)
+        given = None if scores is None else {n: float(v[q]) for n, v in scores.items()}
+        table.append(score_columns(row, vectors.question(q, hook), cfg, ks, given))
     return pd.DataFrame(table)
 
 
-def score_columns(row: dict, layers: np.ndarray, cfg: Config, ks: Sequence[int]) -> dict:
+def score_columns(row: dict, layers: np.ndarray, cfg: Config, ks: Sequence[int],
+                  estimators: dict[str, float] | None = None) -> dict:
     """`question_scores`' columns for one question: `layers` is its L x k x d vectors of the
-    configured hook (rows of empty samples included)."""
+    configured hook (rows of empty samples included); `estimators`: the question's U per
+    estimator when already computed (step 03's `estimator_scores`), else computed here."""
     from .uncertainty import eigen_score, registry
 
     params = u_params(cfg)
     layer = u_layer(cfg, layers.shape[0])
     keep = np.asarray(row["nonempty"], dtype=bool)
     cols = {"id": row["id"], "incorrect": int(not row["correct"]), "middle_layer": layer}
-    scored = registry.score_all([registry.stats_from_row(row, np.asarray(layers[layer], np.float32))],
-                                params)
-    for name, values in scored.items():
-        cols["eigen" if name == "eigen" else f"est:{name}"] = float(values[0])
+    if estimators is None:
+        scored = registry.score_all([registry.stats_from_row(row, np.asarray(layers[layer], np.float32))],
+                                    params)
+        estimators = {name: float(values[0]) for name, values in scored.items()}
+    for name, value in estimators.items():
+        cols["eigen" if name == "eigen" else f"est:{name}"] = value
     for at in range(layers.shape[0]):
         cols[f"layer:{at}"] = eigen_score(np.asarray(layers[at], np.float32)[keep], alpha=params["alpha"],
                                          variant=params["variant"])

@@ -51,3 +51,23 @@ def test_greedy_with_reuse_matches_hf_generate(backends):
     ref = reuse.model.generate(ids, max_new_tokens=10, do_sample=False)[0, ids.shape[1]:].tolist()
     ref = ref[:ref.index(reuse.eos_token_id)] if reuse.eos_token_id in ref else ref
     assert ours.token_ids == ref[:len(ours.token_ids)] and len(ours.token_ids) > 0
+
+
+def test_a_whole_prompt_seen_before_is_not_prefilled_again_and_stays_pristine(backends):
+    """SeaKR's greedy step, its k samples and the forced-EOS pass start from one context: the
+    second pre-fill of it runs no forward pass, and the first call's decoding (which appends to
+    its cache) does not leak into what the next call reuses."""
+    reuse, plain = backends
+    _, p2 = prompts()
+    reuse.generate(p2, max_new_tokens=6)             # decodes on top of p2's cache
+    calls = []
+    forward = reuse._forward
+    reuse._forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    try:
+        reuse._prefill(reuse._encode(p2))
+        assert calls == []
+    finally:
+        del reuse._forward
+    got, ref = reuse.sample(p2, **ARGS), plain.sample(p2, **ARGS)
+    assert [s.token_ids for s in got.samples] == [s.token_ids for s in ref.samples]
+    np.testing.assert_array_equal(got.vectors, ref.vectors)

@@ -234,6 +234,22 @@ class CachedBackend:
         self._count(value, hit)
         return value
 
+    def _cached_many(self, kind: str, prompts: Sequence[str], params: dict, compute_many) -> list:
+        """`_cached` for several prompts: hits come from disk, the misses go to
+        `compute_many(prompts)` in ONE call (a batching backend decodes them together)."""
+        keys = [call_key(self.name, self.fingerprint, kind, p, params) for p in prompts]
+        values = [self.cache.get(k) if self.enabled else None for k in keys]
+        todo = [i for i, v in enumerate(values) if v is None]
+        if todo:
+            for i, v in zip(todo, compute_many([prompts[i] for i in todo])):
+                values[i] = v
+                if self.enabled:
+                    self.cache.put(keys[i], v)
+        missed = set(todo)
+        for i, v in enumerate(values):
+            self._count(v, hit=i not in missed)
+        return values
+
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         params = dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
@@ -247,19 +263,8 @@ class CachedBackend:
         the backend in one `generate_many` call."""
         params = dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
                       want_attention=False)
-        keys = [call_key(self.name, self.fingerprint, "generate", p, params) for p in prompts]
-        values = [self.cache.get(k) if self.enabled else None for k in keys]
-        todo = [i for i, v in enumerate(values) if v is None]
-        if todo:
-            got = generate_many(self.backend, [prompts[i] for i in todo],
-                                max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=want_stats)
-            for i, v in zip(todo, got):
-                values[i] = v
-                if self.enabled:
-                    self.cache.put(keys[i], v)
-        for i, v in enumerate(values):
-            self._count(v, hit=i not in todo)
-        return values
+        return self._cached_many("generate", prompts, params, lambda todo: generate_many(
+            self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=want_stats))
 
     def sample(self, prompt: str, **kwargs) -> SampleSet:
         params = self._sample_params(kwargs)
@@ -268,18 +273,8 @@ class CachedBackend:
     def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
         """Cached contexts come from disk; the others go to the backend in ONE call, so a
         batching backend (vLLM) decodes them together."""
-        params = self._sample_params(kwargs)
-        keys = [call_key(self.name, self.fingerprint, "sample", p, params) for p in prompts]
-        values = [self.cache.get(k) if self.enabled else None for k in keys]
-        todo = [i for i, v in enumerate(values) if v is None]
-        if todo:
-            for i, v in zip(todo, self.backend.sample_many([prompts[i] for i in todo], **kwargs)):
-                values[i] = v
-                if self.enabled:
-                    self.cache.put(keys[i], v)
-        for i, v in enumerate(values):
-            self._count(v, hit=i not in todo)
-        return values
+        return self._cached_many("sample", prompts, self._sample_params(kwargs),
+                                 lambda todo: self.backend.sample_many(todo, **kwargs))
 
     def score(self, prompt: str, continuation: str) -> Generation:
         return self._cached("score", prompt, {"continuation": continuation},

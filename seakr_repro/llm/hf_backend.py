@@ -312,18 +312,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         for x in ids:
             check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
 
-        def greedy(lg):
-            return lg.argmax(-1), lg.new_zeros(lg.shape[0])
-
         def run():
             pre = [self._prefill(x) for x in ids]
             return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)], 1,
-                                       [greedy] * len(ids), max_new_tokens, stop, want_stats)
-        out = []
-        for (r,), x in zip(self._with_oom_retry(run), ids):
-            r.wlp = []                    # greedy: no warped distribution
-            out.append(self._finish(r, stop, x, want_stats))
-        return out
+                                       [lambda lg: lg.argmax(-1)] * len(ids), max_new_tokens,
+                                       stop, want_stats)
+        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self._with_oom_retry(run), ids)]
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
@@ -408,14 +402,15 @@ class HFBackend(WordsMixin, TokenizerMixin):
                 logp, ent, lse = token_stats(logits, want_stats)
                 # each prompt's generator draws for its own rows, in row order
                 drawn = [picks[g](logits[a:b]) for g, a, b in _spans([group[r] for r in active])]
-                nxt = torch.cat([t for t, _ in drawn])
-                wlp = torch.cat([w for _, w in drawn]).tolist()     # warped log-probs
+                sampled = isinstance(drawn[0], tuple)               # samples: + warped log-prob
+                nxt = torch.cat([d[0] if sampled else d for d in drawn])
+                wlp = torch.cat([w for _, w in drawn]).tolist() if sampled else None
                 chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
                 if want_stats:
                     ent, lse = ent.tolist(), lse.tolist()
                 token, keep = {}, set()
                 for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
-                    if self._advance(rows[ri], t, chosen[j], wlp[j],
+                    if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
                                      (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
                         keep.add(ri)
                         token[ri] = t

@@ -64,6 +64,9 @@ def _missing(answer: str | None) -> bool:
     return answer is None or "unknown" in answer.lower()
 
 
+_U, _S = "uncertainty.", "seakr."   # config sections of SeaKR.CONFIG
+
+
 class SeaKR(Method):
     name = "seakr"
     DEFAULTS = {
@@ -78,16 +81,15 @@ class SeaKR(Method):
         "demos": "paper", "official_repo": None,
     }
 
-    U, S = "uncertainty.", "seakr."
     CONFIG = {
-        "k": U + "k", "temperature": U + "temperature", "top_k": U + "top_k", "top_p": U + "top_p",
-        "sample_max_tokens": U + "max_tokens", "layer": U + "layer", "hook": U + "hook",
-        "alpha": U + "alpha", "variant": U + "variant", "forced_eos": U + "forced_eos", "seed": "seed",
-        "mode": S + "mode", "n_shot": S + "n_shot", "max_reasoning_steps": S + "max_reasoning_steps",
-        "max_docs": S + "max_docs", "max_new_tokens": S + "max_new_tokens",
-        "query_prob_threshold": S + "query_prob_threshold", "query_max_tokens": S + "query_max_tokens",
-        "top_n": "retrieval.top_n", "simple_qa_top": S + "simple_qa_top",
-        "simple_qa_passages": S + "simple_qa_passages", "simple_qa_passages_path": S + "simple_qa_passages_path",
+        "k": _U + "k", "temperature": _U + "temperature", "top_k": _U + "top_k", "top_p": _U + "top_p",
+        "sample_max_tokens": _U + "max_tokens", "layer": _U + "layer", "hook": _U + "hook",
+        "alpha": _U + "alpha", "variant": _U + "variant", "forced_eos": _U + "forced_eos", "seed": "seed",
+        "mode": _S + "mode", "n_shot": _S + "n_shot", "max_reasoning_steps": _S + "max_reasoning_steps",
+        "max_docs": _S + "max_docs", "max_new_tokens": _S + "max_new_tokens",
+        "query_prob_threshold": _S + "query_prob_threshold", "query_max_tokens": _S + "query_max_tokens",
+        "top_n": "retrieval.top_n", "simple_qa_top": _S + "simple_qa_top",
+        "simple_qa_passages": _S + "simple_qa_passages", "simple_qa_passages_path": _S + "simple_qa_passages_path",
         "demos": "prompts.demos", "official_repo": "prompts.official_repo",
     }   # delta comes from step 03 / uncertainty.delta (experiments.method_settings)
 
