@@ -53,15 +53,15 @@ check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code 
 	$(PY) -m pylint --disable=all --enable=duplicate-code --min-similarity-lines=8 --score=n seakr_repro
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
-	$(PY) -m seakr_repro.bench --profile $(PROFILE)
+	$(PY) -m seakr_repro.tools.bench --profile $(PROFILE)
 	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
-	$(PY) -m seakr_repro.bench --shared --profile $(PROFILE)
+	$(PY) -m seakr_repro.tools.bench --shared --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
-	  $$BENCH_PY -m seakr_repro.bench_backends --profile $(PROFILE)
+	  $$BENCH_PY -m seakr_repro.tools.bench_backends --profile $(PROFILE)
 
 scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shapes, 1M passages): RSS, disk, hours
-	$(PY) -m seakr_repro.scale_check $(SCALE_CHECK_ARGS)
+	$(PY) -m seakr_repro.tools.scale_check $(SCALE_CHECK_ARGS)
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from seakr_repro.data.records import sample
 from seakr_repro.data.registry import load_dataset
-from seakr_repro.paths import CACHE_DIR
+from seakr_repro.core.paths import CACHE_DIR
 from seakr_repro.retrieval import build_index, open_searcher
 
 SCHEMES = ("single_field", "es_best_fields")

@@ -2,7 +2,7 @@
 that make them, Self-RAG's checkpoint included), its data sets, the step that computes it, the
 paper's CSV, caption and the figure drawn from it; for Figure 3 its panels and their markers.
 
-`experiments.run_table(key, cfg)` runs a table's step, `render.beside_paper(key, cfg)` shows it
+`steps.tables.run_table(key, cfg)` runs a table's step, `render.beside_paper(key, cfg)` shows it
 beside the paper, and `render.render_all` / `render.draw_figure` render every artifact from these
 declarations (notebooks 04-07 and 09, 03 and 90 call only those). Nothing here computes or
 imports a step, so every step can read it.
@@ -113,7 +113,7 @@ TABLES: dict[str, Table] = {t.key: t for t in (
 
 def table(key: str) -> Table:
     if key not in TABLES:
-        from .errors import UserError
+        from .core.errors import UserError
         raise UserError(f"no paper table '{key}'", setting="table",
                         fix=f"use one of {', '.join(TABLES)}")
     return TABLES[key]

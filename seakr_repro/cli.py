@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 
-from .errors import UserError, report_and_exit
+from .core.errors import UserError, report_and_exit
 
 
 def _config(args):
-    from .config import load_config, parse_override
+    from .core.config import load_config, parse_override
 
     overrides = dict(parse_override(s) for s in (args.set or []))
     return load_config(args.profile, overrides)
@@ -31,7 +31,7 @@ def cmd_corpus(args):
 
 
 def cmd_prepare(args):
-    from .prepare import dataset_statistics, ensure_corpus, prepare_datasets
+    from .steps.prepare import dataset_statistics, ensure_corpus, prepare_datasets
 
     cfg = _config(args)
     path = ensure_corpus(cfg, progress=not args.quiet)
@@ -41,7 +41,7 @@ def cmd_prepare(args):
 
 
 def cmd_index(args):
-    from .prepare import ensure_index
+    from .steps.prepare import ensure_index
 
     cfg = _config(args)
     meta = ensure_index(cfg, progress=not args.quiet, force=args.force)
@@ -66,8 +66,8 @@ def cmd_search(args):
 
 def cmd_datasets(args):
     from .data.registry import DATASETS, TRAIN_SPLITS, dataset_available, describe_missing
-    from .paths import RESULTS_ROOT
-    from .prepare import profile_datasets
+    from .core.paths import RESULTS_ROOT
+    from .steps.prepare import profile_datasets
 
     cfg = _config(args)
     used = profile_datasets(cfg)
@@ -106,7 +106,7 @@ def cmd_datasets(args):
 def cmd_reproduce(args):
     from .pipeline import reproduce
 
-    from .config import parse_override
+    from .core.config import parse_override
 
     overrides = dict(parse_override(s) for s in (args.set or []))
     results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
@@ -118,7 +118,7 @@ def cmd_reproduce(args):
 
 
 def cmd_preflight(args):
-    from .preflight import check, run_checks
+    from .tools.preflight import check, run_checks
 
     cfg = _config(args)
     report = run_checks(cfg, strict=args.strict)
@@ -128,17 +128,17 @@ def cmd_preflight(args):
 
 
 def cmd_status(args):
-    from .status import report
+    from .tools.status import report
 
     print(report(_config(args), cache=args.cache))
 
 
 def cmd_run(args):
     from .artifacts import spec_for
-    from .config import parse_override
-    from .experiments import BackendPool, run_grid, select_questions
+    from .core.config import parse_override
+    from .steps.grid import BackendPool, run_grid, select_questions
     from .llm import load_backend
-    from .prepare import ensure_index, open_profile_searcher, prepare_datasets
+    from .steps.prepare import ensure_index, open_profile_searcher, prepare_datasets
 
     cfg = _config(args)
     prepare_datasets(cfg, [args.dataset])
@@ -157,7 +157,7 @@ def cmd_run(args):
 
 
 def cmd_render(args):
-    from .render import render_all, render_figures
+    from .steps.render import render_all, render_figures
 
     cfg = _config(args)
     print(render_all(cfg).to_markdown(index=False))

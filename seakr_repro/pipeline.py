@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .config import OVERRIDES_ENV, Config, env_overrides, load_config
-from .errors import UserError
-from .io import read_json, write_json
-from .paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
+from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
+from .core.errors import UserError
+from .core.io import read_json, write_json
+from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
 
 KERNEL = "python3"
 
@@ -273,7 +273,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
                 print(f"[reproduce] {nb.stem}: {results[-1].status}", flush=True)
             continue
         if preflight:           # once, before the first step that runs (none: nothing to check)
-            from .preflight import check
+            from .tools.preflight import check
             check(cfg, announce=progress)
             preflight = False
         if progress:

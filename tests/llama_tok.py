@@ -73,7 +73,7 @@ def build_model(vocab_size: int, max_context: int = 2048, seed: int = 0):
 
 
 def build_backend(tmp_path: Path, max_context: int = 2048, name: str = "tiny-llama"):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
 
     tok = build_tokenizer(tmp_path / "tok")
     return HFBackend(build_model(len(tok), max_context), tok, name, prefix_cache_tokens=0)

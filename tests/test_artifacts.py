@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seakr_repro import artifacts, experiments, render
-from seakr_repro.config import load_config
-from seakr_repro.errors import UserError
-from seakr_repro.paths import NOTEBOOKS_DIR
+from seakr_repro import artifacts
+from seakr_repro.steps import grid, tables, render
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import UserError
+from seakr_repro.core.paths import NOTEBOOKS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -42,16 +43,17 @@ def test_run_table_runs_exactly_the_declared_rows(key, monkeypatch, tmp_path):
     SeaKR first; results.csv and skipped.json are saved in the table's step folder."""
     from fakes import FakeBackend, FakeSearcher
 
-    import seakr_repro.paths as paths
-    import seakr_repro.prepare as prepare
-    import seakr_repro.runner as runner
+    import seakr_repro.core.paths as paths
+    import seakr_repro.steps.prepare as prepare
+    import seakr_repro.steps.runner as runner
     from seakr_repro.data.records import QuestionRecord
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
     record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
     monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
     from seakr_repro.uncertainty.registry import ESTIMATORS
-    monkeypatch.setattr(experiments, "_deltas_for", lambda cfg: {n: -6.0 for n in ESTIMATORS})
+    for step in (grid, tables):
+        monkeypatch.setattr(step, "deltas_for", lambda cfg: {n: -6.0 for n in ESTIMATORS})
     monkeypatch.setattr(runner, "run_path", lambda p, d, label, c: tmp_path / p / d / f"{label}.jsonl")
     ran = []
 
@@ -61,9 +63,9 @@ def test_run_table_runs_exactly_the_declared_rows(key, monkeypatch, tmp_path):
                  "llm_calls": 1, "tokens": 1, "seconds": 0.0}]
     monkeypatch.setattr(runner, "run_method", run_method)
     cfg = load_config("smoke")
-    pool = experiments.BackendPool(
+    pool = grid.BackendPool(
         cfg, loader=lambda cfg, name: FakeBackend(lambda p, s: "So the answer is Ann.", name=name))
-    run = experiments.run_table(key, cfg, 1, pool=pool, searcher=FakeSearcher([]), progress=False)
+    run = tables.run_table(key, cfg, 1, pool=pool, searcher=FakeSearcher([]), progress=False)
     produced = set(run.results["method"]) | set(run.skipped)
     assert produced == set(artifacts.methods(key))
     assert not set(run.results["method"]) & set(run.skipped)
@@ -78,11 +80,11 @@ def test_run_table_runs_exactly_the_declared_rows(key, monkeypatch, tmp_path):
 def test_run_table_rejects_what_is_not_declared():
     cfg = load_config("smoke")
     with pytest.raises(UserError, match="no row"):
-        experiments.run_table("table7", cfg, 1, methods=["seakr", "self_rg"], searcher=object())
+        tables.run_table("table7", cfg, 1, methods=["seakr", "self_rg"], searcher=object())
     with pytest.raises(UserError, match="n_shot"):
-        experiments.run_table("table4", cfg, 1, pool=object(), searcher=object(), cal_fanout=1)
+        tables.run_table("table4", cfg, 1, pool=object(), searcher=object(), cal_fanout=1)
     with pytest.raises(UserError, match="no step arguments"):
-        experiments.run_table("table1", cfg, 1, pool=object(), searcher=object(), n_shot=2)
+        tables.run_table("table1", cfg, 1, pool=object(), searcher=object(), n_shot=2)
 
 
 @pytest.mark.parametrize("name,key", [("04-complex-qa", "table1"), ("05-simple-qa", "table2"),
@@ -91,7 +93,7 @@ def test_run_table_rejects_what_is_not_declared():
 def test_compute_notebooks_name_their_table_once(name, key):
     cells = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", 4).cells
     code = "\n".join(c.source for c in cells if c.cell_type == "code")
-    assert code.count("experiments.run_table(") == 1 and f'run_table("{key}"' in code
+    assert code.count("tables.run_table(") == 1 and f'run_table("{key}"' in code
     assert code.count("render.beside_paper(") == 1 and f'beside_paper("{key}"' in code
     assert "TABLES[" not in code and "selfrag" not in code and "run_grid" not in code
     assert all(not c.get("outputs") for c in cells if c.cell_type == "code")
@@ -111,7 +113,7 @@ def _vertical_lines(fig) -> list[float]:
 @pytest.fixture
 def step03(tmp_path, monkeypatch):
     """What notebook 03 saves: the three CSVs and calibration/delta.json."""
-    import seakr_repro.paths as paths
+    import seakr_repro.core.paths as paths
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
 
     def write(profile, n_layers=30, delta=-3.25):

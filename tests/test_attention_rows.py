@@ -16,7 +16,7 @@ TEXT = "Who directed Zorro Nights? Zorro Nights was directed by Ann Lee.\nQuesti
 
 @pytest.fixture(scope="module")
 def backend():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
     torch.set_num_threads(1)
     return HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
@@ -98,7 +98,7 @@ def _schedule(worker, reqs):
 
 
 def test_vllm_worker_rows_match_a_direct_computation_across_prefill_chunks():
-    from seakr_repro.llm import vllm_worker
+    from seakr_repro.llm.vllm import worker as vllm_worker
     torch.manual_seed(0)
     worker, attn = _fake_worker()
     vllm_worker.install(worker, [("attention",)])
@@ -123,7 +123,8 @@ def test_vllm_worker_rows_match_a_direct_computation_across_prefill_chunks():
 
 
 def test_vllm_backend_attention_rows_average_the_tensor_parallel_heads():
-    from seakr_repro.llm import vllm_backend
+    from seakr_repro.llm.vllm import backend as vllm_backend
+    from seakr_repro.llm.vllm import engine
     seen = {}
 
     class Engine:
@@ -134,7 +135,7 @@ def test_vllm_backend_attention_rows_average_the_tensor_parallel_heads():
             seen.update(prompt=prompts[0], params=params[0])
             w0 = {tags[0]: {"rows": ({3: np.array([2.0, 2.0]), 5: np.array([4.0, 0.0])}, 2)}}
             w1 = {tags[0]: {"rows": ({3: np.array([0.0, 2.0]), 5: np.array([2.0, 2.0])}, 2)}}
-            return [(None, vllm_backend._combine([w0, w1])[tags[0]])]
+            return [(None, engine.combine([w0, w1])[tags[0]])]
 
     b = object.__new__(vllm_backend.VLLMBackend)
     b._engine, b._installed, b.max_model_len, b.max_context = Engine(), set(), 100, 100

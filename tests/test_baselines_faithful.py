@@ -3,10 +3,10 @@ runs them, with the scripted backend; and DRAGIN's answer extraction."""
 import pytest
 
 from fakes import FakeBackend, FakeSearcher, fake_tokens, gen, hit
-from seakr_repro import experiments
-from seakr_repro.config import load_config
+from seakr_repro.steps import grid
+from seakr_repro.core.config import load_config
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.evaluation import dragin_answer, dragin_reasked, dragin_trim
 from seakr_repro.methods import build_method
 
@@ -178,8 +178,8 @@ def test_ircot_faithful_is_fix_sentence_retrieval():
 
 
 def test_baselines_mode_reaches_the_methods():
-    assert experiments.method_settings(load_config("paper"), "dragin", {})["mode"] == "faithful"
-    s = experiments.method_settings(load_config("default"), "flare", {})
+    assert grid.method_settings(load_config("paper"), "dragin", {})["mode"] == "faithful"
+    s = grid.method_settings(load_config("default"), "flare", {})
     assert s["mode"] == "fixed" and s["answer_extraction"] == "fixed"
     with pytest.raises(UserError, match="baselines.mode"):
         build_method("flare", FakeBackend(Script()), FakeSearcher(DOCS), "bundled-2wiki", mode="x")

@@ -5,9 +5,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from seakr_repro import calibration, paths
-from seakr_repro.config import load_config
-from seakr_repro.errors import UserError
+from seakr_repro.steps import extraction, estimators
+from seakr_repro.core import paths
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import UserError
 from seakr_repro.uncertainty import eigen_score
 
 L, K, D = 4, 3, 8
@@ -15,7 +16,7 @@ L, K, D = 4, 3, 8
 
 def _arrays(i: int) -> dict:
     rng = np.random.default_rng(i)
-    return {h: rng.normal(size=(L, K, D)).astype(np.float32) for h in calibration.HOOKS}
+    return {h: rng.normal(size=(L, K, D)).astype(np.float32) for h in extraction.HOOKS}
 
 
 def _row(rec) -> dict:
@@ -40,20 +41,20 @@ def test_crash_mid_question_resumes_and_reads_one_layer(cfg, monkeypatch):
         done.append(record.id)
         return _row(record), {h: v.astype(np.float16) for h, v in _arrays(i).items()}
 
-    monkeypatch.setattr(calibration, "extract_question", lambda *a: extract(*a, crash_at=3))
+    monkeypatch.setattr(extraction, "extract_question", lambda *a: extract(*a, crash_at=3))
     with pytest.raises(KeyboardInterrupt):
-        calibration.run_extraction(backend, records, cfg, 0, progress=False)
-    out = calibration.extraction_dir(cfg)
+        extraction.run_extraction(backend, records, cfg, 0, progress=False)
+    out = extraction.extraction_dir(cfg)
     assert sorted(p.name for p in (out / "vectors").iterdir()) == ["q_0.npy", "q_1.npy", "q_2.npy"]
     # a crash while writing the JSON line of question 2 tears it; its vectors alone do not count
     text = (out / "questions.jsonl").read_text()
     (out / "questions.jsonl").write_text(text[: text.rindex('{"id": "q/2"') + 9])
 
     done.clear()
-    monkeypatch.setattr(calibration, "extract_question", lambda *a: extract(*a))
-    calibration.run_extraction(backend, records, cfg, 0, progress=False)
+    monkeypatch.setattr(extraction, "extract_question", lambda *a: extract(*a))
+    extraction.run_extraction(backend, records, cfg, 0, progress=False)
     assert done == ["q/2", "q/3", "q/4"]              # the torn and the unfinished ones, once each
-    rows, store = calibration.load_extraction(cfg)
+    rows, store = extraction.load_extraction(cfg)
     assert [r["id"] for r in rows] == [f"q/{i}" for i in range(5)]
     assert (store.n_layers, store.k, store.hidden, len(store)) == (L, K, D, 5)
 
@@ -73,17 +74,17 @@ def test_crash_mid_question_resumes_and_reads_one_layer(cfg, monkeypatch):
     stats = [{**r, "greedy_stats": {"logprobs": [-1.0], "official_logprobs": None, "logsumexp": [3.0]},
               "sample_stats": [{"nonempty": ok, "logprobs": [-1.0], "official_logprobs": None}
                                for ok in r["nonempty"]], "prompt_uncertainty": 0.5} for r in rows]
-    scores = calibration.estimator_scores(stats, store.layer("mlp_out", 1),
+    scores = estimators.estimator_scores(stats, store.layer("mlp_out", 1),
                                           {"alpha": 1e-3, "variant": "seakr"}, names=["eigen"])
     expected = [eigen_score(v, 1e-3) for v in nonempty]
     np.testing.assert_allclose(scores["eigen"], expected)
 
 
 def test_old_npz_layout_asks_to_rerun_step_02(cfg):
-    out = calibration.extraction_dir(cfg)
+    out = extraction.extraction_dir(cfg)
     (out / "vectors").mkdir(parents=True)
     (out / "questions.jsonl").write_text('{"id": "a", "nonempty": [true]}\n')
     np.savez_compressed(out / "vectors" / "a.npz", **_arrays(0))
     with pytest.raises(UserError, match="old compressed .npz") as err:
-        calibration.load_extraction(cfg)
+        extraction.load_extraction(cfg)
     assert "re-run notebook 02" in err.value.paragraph()

@@ -1,7 +1,7 @@
 """Case-study rendering: re-ranking ranks by the key SeaKR used (empty steps count as +inf)."""
 import math
 
-from seakr_repro.case_studies import pick_cases, render_case
+from seakr_repro.steps.case_studies import pick_cases, render_case
 
 ROW = {
     "question": "Which is larger, A or B?", "golds": ["A"], "answer": "A", "f1": 1.0,

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seakr_repro.reporting import claims as C
+from seakr_repro.steps import claims as C
 
 
 def _m(diff, low, high, n=100, direction=1, margin=0.0):
@@ -85,8 +85,8 @@ def _row(qid, f1, retr=1, seconds=1.0, extra=None):
 
 
 def test_measure_claims_from_saved_runs(tmp_path, monkeypatch):
-    from seakr_repro import paths
-    from seakr_repro.config import load_config
+    from seakr_repro.core import paths
+    from seakr_repro.core.config import load_config
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
     cfg = load_config("smoke")
@@ -124,8 +124,8 @@ def test_measure_claims_from_saved_runs(tmp_path, monkeypatch):
 def test_mechanism_tables_measure_claims_3_and_4(tmp_path, monkeypatch):
     """Notebook 11's tables: the lowest U picks gold more often than chance; U-gated retrieval
     keeps the closed-book answer where U <= delta and is no worse than always retrieving there."""
-    from seakr_repro import paths
-    from seakr_repro.config import load_config
+    from seakr_repro.core import paths
+    from seakr_repro.core.config import load_config
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
     cfg = load_config("smoke", overrides={"uncertainty.use_calibrated_delta": False,

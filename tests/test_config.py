@@ -4,10 +4,10 @@ import shutil
 import pytest
 import yaml
 
-from seakr_repro import config
-from seakr_repro.config import DECLARED_TYPES, list_profiles, load_config
-from seakr_repro.errors import UserError
-from seakr_repro.paths import PARAMS_DIR
+from seakr_repro.core import config
+from seakr_repro.core.config import DECLARED_TYPES, list_profiles, load_config
+from seakr_repro.core.errors import UserError
+from seakr_repro.core.paths import PARAMS_DIR
 
 
 @pytest.fixture

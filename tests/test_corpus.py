@@ -4,7 +4,7 @@ import json
 import pytest
 
 from seakr_repro.data import corpus
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.core.errors import DataMissingError, UserError
 
 DPR_LINES = [
     "id\ttext\ttitle",

@@ -2,9 +2,17 @@
 import numpy as np
 import pytest
 
-from seakr_repro.errors import UserError
-from seakr_repro.evaluation import (answer_from_forced, bootstrap_ci, exact_match, extract_answer,
-                                    f1_score, normalize_answer, paired_bootstrap, score_predictions)
+from seakr_repro.core.errors import UserError
+from seakr_repro.evaluation import (
+    answer_from_forced,
+    bootstrap_ci,
+    exact_match,
+    extract_answer,
+    f1_score,
+    normalize_answer,
+    paired_bootstrap,
+    score_predictions,
+)
 
 
 # --- normalisation and metrics ---------------------------------------------------------------

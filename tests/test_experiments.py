@@ -1,15 +1,15 @@
 """How profile settings reach the methods, and that training never sees an evaluated question."""
 import pytest
 
-from seakr_repro import experiments
-from seakr_repro.config import load_config
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.steps import grid, seed_methods, tables
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.methods import METHODS
 
 
 def test_seakr_gets_the_profile_constants():
     cfg = load_config("paper")
-    s = experiments.method_settings(cfg, "seakr", {"eigen": -6.0})
+    s = grid.method_settings(cfg, "seakr", {"eigen": -6.0})
     assert (s["k"], s["temperature"], s["top_k"], s["top_p"], s["sample_max_tokens"]) == (20, 1.0, 50, 0.9, 100)
     assert (s["hook"], s["alpha"], s["n_shot"], s["max_reasoning_steps"], s["max_docs"], s["top_n"]) == \
         ("mlp_out", 0.001, 10, 7, 5, 3)
@@ -20,27 +20,28 @@ def test_seakr_gets_the_profile_constants():
 @pytest.mark.parametrize("method", ["cot", "ircot", "flare", "dragin"])
 def test_baselines_get_only_settings_they_know(method):
     cfg = load_config("smoke")
-    s = experiments.method_settings(cfg, method, {})
+    s = grid.method_settings(cfg, method, {})
     assert set(s) <= set(METHODS[method].DEFAULTS)
     assert s["n_shot"] == 2 and s["max_new_tokens"] == 24
 
 
 def test_paper_baselines_keep_dragins_published_values():
-    s = experiments.method_settings(load_config("paper"), "flare", {})
+    s = grid.method_settings(load_config("paper"), "flare", {})
     assert "n_shot" not in s and "max_new_tokens" not in s   # None: the per-dataset table decides
 
 
 def test_train_split_is_disjoint_from_the_evaluation_sample(tmp_path, monkeypatch):
-    import seakr_repro.prepare as prepare
+    import seakr_repro.steps.prepare as prepare
 
     monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / p)
-    monkeypatch.setattr(experiments, "results_dir", lambda p: tmp_path / p)
+    for step in (grid, tables, seed_methods):
+        monkeypatch.setattr(step, "results_dir", lambda p: tmp_path / p)
     cfg = load_config("smoke")
     prepare.prepare_datasets(cfg, ["bundled-single"])
     evaluated = {r.id for r in prepare.load_prepared(cfg, "bundled-single")}
-    train = experiments.train_split(cfg, "bundled-single", 20)
+    train = seed_methods.train_split(cfg, "bundled-single", 20)
     assert len(train) == 20 and not evaluated & {r.id for r in train}
-    assert [r.id for r in train] == [r.id for r in experiments.train_split(cfg, "bundled-single", 20)]
+    assert [r.id for r in train] == [r.id for r in seed_methods.train_split(cfg, "bundled-single", 20)]
 
 
 class _Loaded:
@@ -59,7 +60,7 @@ def test_backend_pool_holds_one_model_at_a_time(tmp_path):
     events = []
     cfg = load_config("paper")            # model.name: llama-2-7b-chat
     primary = CachedBackend(_Loaded("llama-2-7b-chat", events), root=tmp_path)
-    pool = experiments.BackendPool(
+    pool = grid.BackendPool(
         cfg, primary, loader=lambda c, name: CachedBackend(_Loaded(name, events), root=tmp_path))
     assert pool.get() is primary and pool.get("llama-2-7b-chat") is primary
     selfrag = pool.get("selfrag-llama2-7b")
@@ -77,15 +78,16 @@ def test_the_default_loader_reads_other_models_from_model_paths(monkeypatch, tmp
     from seakr_repro.llm import registry
     seen = []
     monkeypatch.setattr(registry, "model_dir", lambda name, cfg: seen.append(name) or tmp_path)
-    monkeypatch.setattr("seakr_repro.llm.hf_backend.HFBackend.from_dir",
+    monkeypatch.setattr("seakr_repro.llm.hf.backend.HFBackend.from_dir",
                         classmethod(lambda cls, path, **kw: _Loaded(kw["name"], [])))
     cfg = load_config("smoke", {"cache.enabled": False})
-    pool = experiments.BackendPool(cfg)
+    pool = grid.BackendPool(cfg)
     assert pool.get("gemma-3-270m").name == "gemma-3-270m" and seen == ["gemma-3-270m"]
 
 
 def test_grid_runs_all_data_sets_of_a_model_before_the_next():
-    from seakr_repro.experiments import RunSpec, model_order
+    from seakr_repro.artifacts import RunSpec
+    from seakr_repro.steps.grid import model_order
     specs = [RunSpec("seakr", "seakr"), RunSpec("self_rag", "self_rag", model="selfrag-llama2-7b"),
              RunSpec("cot", "cot"), RunSpec("b", "seakr", model="llama-3-8b"),
              RunSpec("own", "cot", model="llama-2-7b-chat")]
@@ -101,15 +103,16 @@ def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path
     sys.path.insert(0, str(Path(__file__).parent))
     from fakes import FakeBackend, FakeSearcher
 
-    import seakr_repro.prepare as prepare
-    import seakr_repro.runner as runner
+    import seakr_repro.steps.prepare as prepare
+    import seakr_repro.steps.runner as runner
     from seakr_repro.data.records import QuestionRecord
-    from seakr_repro.experiments import BackendPool, RunSpec, run_grid
+    from seakr_repro.artifacts import RunSpec
+    from seakr_repro.steps.grid import BackendPool, run_grid
 
     record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
     monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
-    monkeypatch.setattr(experiments, "_deltas_for", lambda cfg: {"eigen": -6.0})
-    monkeypatch.setattr(experiments, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(grid, "deltas_for", lambda cfg: {"eigen": -6.0})
+    monkeypatch.setattr(grid, "results_dir", lambda profile: tmp_path)
     monkeypatch.setattr(runner, "run_path", lambda p, d, label, c: tmp_path / d / f"{label}.jsonl")
     ran = []
 
@@ -136,10 +139,11 @@ def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path
     assert [m for m, _ in ran] == [own] * 4 + ["other-model"] * 2
 @pytest.fixture
 def results_in(tmp_path, monkeypatch):
-    import seakr_repro.prepare as prepare
+    import seakr_repro.steps.prepare as prepare
 
     monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / p)
-    monkeypatch.setattr(experiments, "results_dir", lambda p: tmp_path / p)
+    for step in (grid, tables, seed_methods):
+        monkeypatch.setattr(step, "results_dir", lambda p: tmp_path / p)
     return tmp_path
 
 
@@ -147,28 +151,28 @@ def test_an_official_training_split_is_used_when_on_disk(results_in, monkeypatch
     """bundled-single stands in for a training file: the records come from it, not from the
     evaluation file's remainder."""
     import seakr_repro.data.registry as registry
-    import seakr_repro.prepare as prepare
+    import seakr_repro.steps.prepare as prepare
 
     monkeypatch.setitem(registry.TRAIN_SPLITS, "bundled-hotpotqa", "bundled-single")
     cfg = load_config("smoke")
     prepare.prepare_datasets(cfg, ["bundled-hotpotqa"])
-    train, source = experiments.training_questions(cfg, "bundled-hotpotqa", 5)
+    train, source = seed_methods.training_questions(cfg, "bundled-hotpotqa", 5)
     assert len(train) == 5 and {r.source for r in train} == {"bundled-single"}
     assert "official training split" in source
 
 
 def test_no_training_questions_when_evaluation_uses_every_question(results_in, monkeypatch):
     import seakr_repro.data.registry as registry
-    import seakr_repro.prepare as prepare
+    import seakr_repro.steps.prepare as prepare
 
     cfg = load_config("smoke", {"datasets.n_questions": None})
     prepare.prepare_datasets(cfg, ["bundled-single"])
     with pytest.raises(DataMissingError, match="uses all .* questions"):
-        experiments.train_split(cfg, "bundled-single", 4)
+        seed_methods.train_split(cfg, "bundled-single", 4)
     monkeypatch.setattr(registry.paths, "RAW_DIR", results_in / "no-raw")    # nq-train is absent
     monkeypatch.setitem(registry.TRAIN_SPLITS, "bundled-single", "nq-train")
     with pytest.raises(DataMissingError, match="nq-train.qa.csv"):   # says where to put it
-        experiments.train_split(cfg, "bundled-single", 4)
+        seed_methods.train_split(cfg, "bundled-single", 4)
 
 
 def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_in, monkeypatch):
@@ -176,8 +180,8 @@ def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_
     skipped with the reason; SeaKR, SKR-prompt and TAIKC still run; no exception."""
     import pandas as pd
 
-    import seakr_repro.methods.kbae as kbae
-    import seakr_repro.prepare as prepare
+    import seakr_repro.methods.taikc.kbae as kbae
+    import seakr_repro.steps.prepare as prepare
 
     cfg = load_config("smoke", {"datasets.n_questions": None})
     names = ["bundled-hotpotqa", "bundled-single"]
@@ -192,10 +196,10 @@ def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_
         def get(self, name=None):
             return object()
 
-    monkeypatch.setattr(experiments, "run_grid", fake_grid)
+    monkeypatch.setattr(seed_methods, "run_grid", fake_grid)
     monkeypatch.setattr(kbae, "kbae_unavailable", lambda backend: None)
     monkeypatch.setattr(kbae, "bootstrap_adapter", lambda *a, **k: pytest.fail("KBAE trained without data"))
-    results, skipped, notes = experiments.run_seed_methods(cfg, Pool(), None, names, 1, 4, 4, {},
+    results, skipped, notes = seed_methods.run_seed_methods(cfg, Pool(), None, names, 1, 4, 4, {},
                                                            progress=False)
     assert {label for label, _ in ran} == {"seakr", "skr-prompt", "taikc"}
     assert set(skipped) == {"skr-icl", "skr-cls", "skr-knn", "taikc-kbae"}
@@ -205,28 +209,28 @@ def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_
 
 
 def test_select_questions_is_a_seeded_sample_and_never_silently_smaller(results_in):
-    import seakr_repro.prepare as prepare
+    import seakr_repro.steps.prepare as prepare
 
     cfg = load_config("smoke")                 # prepares 3 questions
     prepare.prepare_datasets(cfg, ["bundled-single"])
     prepared = [r.id for r in prepare.load_prepared(cfg, "bundled-single")]
-    assert [r.id for r in experiments.select_questions(cfg, "bundled-single", None)] == prepared
-    two = [r.id for r in experiments.select_questions(cfg, "bundled-single", 2)]
-    assert set(two) <= set(prepared) and two == [r.id for r in experiments.select_questions(
+    assert [r.id for r in grid.select_questions(cfg, "bundled-single", None)] == prepared
+    two = [r.id for r in grid.select_questions(cfg, "bundled-single", 2)]
+    assert set(two) <= set(prepared) and two == [r.id for r in grid.select_questions(
         cfg, "bundled-single", 2)]
     with pytest.raises(UserError, match="prepared 3") as err:
-        experiments.select_questions(cfg, "bundled-single", 6)
+        grid.select_questions(cfg, "bundled-single", 6)
     assert "datasets.n_questions=6" in err.value.paragraph()
 
 
 def test_analysis_data_sets_are_a_setting():
-    assert experiments.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
+    assert grid.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
     smoke = load_config("smoke")
-    assert experiments.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
-    assert experiments.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
+    assert grid.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
+    assert grid.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
                                                                       "bundled-single"]
     with pytest.raises(UserError, match="does not prepare"):
-        experiments.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
+        grid.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
 
 
 def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_defaults():
@@ -235,7 +239,7 @@ def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_de
     import yaml
 
     from seakr_repro.methods import METHODS
-    from seakr_repro.paths import REPO_ROOT
+    from seakr_repro.core.paths import REPO_ROOT
 
     raw = yaml.safe_load((REPO_ROOT / "params" / "base.yaml").read_text())
     lookup_when_null = {("seakr", "official_repo")}   # None: prompts.official_repo's path

@@ -2,9 +2,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seakr_repro.errors import UserError
-from seakr_repro.reporting.figures import (PAPER_DELTA, plot_delta_tradeoff, plot_quality_vs_k,
-                                           plot_quality_vs_layer, save_figure)
+from seakr_repro.core.errors import UserError
+from seakr_repro.reporting.figures import (
+    PAPER_DELTA,
+    plot_delta_tradeoff,
+    plot_quality_vs_k,
+    plot_quality_vs_layer,
+    save_figure,
+)
 from seakr_repro.uncertainty import calibrate_delta, delta_sweep
 
 

@@ -25,7 +25,7 @@ def tiny_llama():
 def _backend(model, tok, dtype):
     import copy
 
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
 
     return HFBackend(copy.deepcopy(model).to("cuda", dtype), tok, "tiny-llama")
 

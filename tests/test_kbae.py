@@ -9,9 +9,8 @@ pytest.importorskip("peft")
 
 from fakes import FakeBackend  # noqa: E402
 from seakr_repro.data.records import QuestionRecord  # noqa: E402
-from seakr_repro.methods import kbae  # noqa: E402
-from seakr_repro.methods.taikc_prompts import (RAG_REQUIRED, confident_qa_prompt,  # noqa: E402
-                                               direct_qa_prompt)
+from seakr_repro.methods.taikc import kbae  # noqa: E402
+from seakr_repro.methods.taikc.prompts import RAG_REQUIRED, confident_qa_prompt, direct_qa_prompt  # noqa: E402
 
 RECORDS = [QuestionRecord("a", "What is the capital of France?", ["Paris"]),
            QuestionRecord("b", "What is the capital of Italy?", ["Rome"], aliases=["Roma"]),
@@ -99,7 +98,7 @@ def test_shared_prefix_loss_equals_the_per_example_loss(tiny):
 
 
 def test_train_lora_lowers_loss_saves_atomically_and_loads(tiny, tmp_path):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
 
     model, tokenizer = tiny
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -136,7 +135,7 @@ def test_train_lora_lowers_loss_saves_atomically_and_loads(tiny, tmp_path):
 
 
 def test_bootstrap_adapter_reuses_a_matching_adapter(tiny, tmp_path):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
 
     model, tokenizer = tiny
     backend = HFBackend(model, tokenizer, name="tiny")

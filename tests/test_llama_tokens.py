@@ -138,7 +138,7 @@ def test_dragin_words_cover_their_byte_fallback_tokens(backend, tok):
 
 
 def test_seakr_query_alignment_sees_the_byte_tokens(backend, tok):
-    from seakr_repro.methods.seakr_query import formulate_query
+    from seakr_repro.methods.seakr.query import formulate_query
     gen, _ = _zurich(backend, tok, byte_p=0.3)
     q, info = formulate_query(gen.text, gen.tokens, gen.logprobs, "Where was the film shot?", None)
     kept = {r["word"]: r for sent in info["words"] for r in sent}
@@ -151,7 +151,7 @@ def test_seakr_query_alignment_sees_the_byte_tokens(backend, tok):
 
 def test_vllm_generation_decodes_like_the_transformers_backend(backend, tok):
     """The vLLM backend's output handling (no engine needed): same ids, same text and tokens."""
-    from seakr_repro.llm.vllm_backend import VLLMBackend
+    from seakr_repro.llm.vllm.backend import VLLMBackend
     vb = VLLMBackend.__new__(VLLMBackend)
     vb.tokenizer, vb.eos_token_id = tok, EOS
     p_ids = backend._encode(PROMPT)

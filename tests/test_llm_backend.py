@@ -18,7 +18,7 @@ LAYERS = (14, 3)          # the middle layer of 30 (official rule) and a low one
 
 @pytest.fixture(scope="session")
 def backend():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
     # The test machine's cores are shared: one thread avoids OpenMP stalls under contention.
     torch.set_num_threads(1)
@@ -166,7 +166,7 @@ def test_cached_backend_returns_identical_results_and_counts_hits(backend, tmp_p
 
 
 def test_chunked_rows_give_the_same_vectors_as_a_full_forward(backend):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     chunked = HFBackend(backend.model, backend.tokenizer, backend.name, max_batch_rows=2)
     s = chunked.sample(PROMPT, seed=11, layer=14, hook="mlp_out", **SAMPLE_ARGS)
     assert len(s.samples) == s.vectors.shape[0] == SAMPLE_ARGS["k"]

@@ -137,7 +137,7 @@ def test_compact_sample_entries_round_trip_and_are_a_quarter_of_format_1(tmp_pat
 
 
 def test_the_vector_form_is_part_of_the_key_and_checked(tmp_path):
-    from seakr_repro.errors import UserError
+    from seakr_repro.core.errors import UserError
 
     inner = Scripted()
     CachedBackend(inner, tmp_path, vectors="gram").sample("p", k=2, max_new_tokens=5)

@@ -11,7 +11,7 @@ ARGS = dict(k=3, max_new_tokens=8, stop=stop_strings(False, False), seed=11, lay
 
 @pytest.fixture(scope="module")
 def backends():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
 
     torch.set_num_threads(1)

@@ -1,8 +1,8 @@
 """Model registry: specs, the middle layer, and clear errors for models that cannot ship."""
 import pytest
 
-from seakr_repro.config import load_config
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.llm import model_info, registry
 
 
@@ -77,7 +77,7 @@ def test_a_self_rag_checkpoint_needs_its_reflection_tokens(tmp_path, monkeypatch
     sys.path.insert(0, str(Path(__file__).parent))
     from llama_tok import build_tokenizer
 
-    from seakr_repro.methods.self_rag import SCORED_TOKENS, check_reflection_tokens
+    from seakr_repro.llm.reflection_tokens import SCORED_TOKENS, check_reflection_tokens
     plain = build_tokenizer(tmp_path / "plain")           # an ordinary LLaMA-style vocabulary
     with pytest.raises(UserError, match=r"not a Self-RAG checkpoint.*\[Retrieval\]") as err:
         check_reflection_tokens(plain, tmp_path / "plain")

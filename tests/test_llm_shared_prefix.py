@@ -15,7 +15,7 @@ ARGS = dict(k=8, max_new_tokens=12, stop=stop_strings(False, False), seed=5, lay
 
 @pytest.fixture(scope="module")
 def pair():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
 
     torch.set_num_threads(1)
@@ -99,7 +99,7 @@ def test_generate_many_equals_generate_one_after_another(pair, tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dtype):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     new, _ = pair
     model = new.model if dtype == torch.float32 else _copy_in(new.model, dtype)
     be = HFBackend(model, new.tokenizer, new.name)
@@ -123,7 +123,7 @@ def _copy_in(model, dtype):
 
 
 def test_out_of_memory_halves_the_rows_and_gives_the_same_result(pair):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     new, _ = pair
     be = HFBackend(new.model, new.tokenizer, new.name)
     p = _prompts()[2]
@@ -150,10 +150,10 @@ def test_out_of_memory_halves_the_rows_and_gives_the_same_result(pair):
 
 def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
     from seakr_repro.llm.cache import CachedBackend
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.methods.base import MethodResult
     from seakr_repro.data.records import QuestionRecord
-    from seakr_repro.runner import run_method
+    from seakr_repro.steps.runner import run_method
 
     new, _ = pair
     be = HFBackend(new.model, new.tokenizer, new.name)
@@ -187,7 +187,7 @@ def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
 def test_unsupported_architecture_falls_back_visibly(pair):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     new, _ = pair
     cfg = Gemma3TextConfig(vocab_size=new.tokenizer.vocab_size + 64, hidden_size=16,
                            intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -200,7 +200,7 @@ def test_unsupported_architecture_falls_back_visibly(pair):
 
 
 def test_out_of_memory_on_the_reference_path_shrinks_its_chunks(pair):
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     new, _ = pair
     be = HFBackend(new.model, new.tokenizer, new.name, shared_prefix=False)
     fired = []

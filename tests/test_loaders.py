@@ -8,11 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from seakr_repro import paths
-from seakr_repro.data import (DATASETS, QuestionRecord, dataset_available, describe_missing,
-                              load_2wiki, load_dataset, load_dpr_qa, load_fanoutqa, load_hotpotqa,
-                              load_iirc, render_answer, sample)
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.core import paths
+from seakr_repro.data import (
+    DATASETS,
+    QuestionRecord,
+    dataset_available,
+    describe_missing,
+    load_2wiki,
+    load_dataset,
+    load_dpr_qa,
+    load_fanoutqa,
+    load_hotpotqa,
+    load_iirc,
+    render_answer,
+    sample,
+)
+from seakr_repro.core.errors import DataMissingError, UserError
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 

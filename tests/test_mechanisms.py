@@ -4,9 +4,9 @@ measurements: U and answers per context are given, so the bookkeeping is what is
 import numpy as np
 import pytest
 
-from seakr_repro import calibration, mechanisms
+from seakr_repro.steps import estimators, extraction, mechanisms
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.retrieval.base import Hit
 
 CFG = {"uncertainty.hook": "mlp_out"}
@@ -52,8 +52,8 @@ def scripted(monkeypatch):
         assert layers.shape == (2, 3, 4)
         return {"id": row["id"], "incorrect": int(not row["correct"]), "eigen": row["u"]}
 
-    monkeypatch.setattr(calibration, "extract_contexts", extract)
-    monkeypatch.setattr(calibration, "score_columns", columns)
+    monkeypatch.setattr(extraction, "extract_contexts", extract)
+    monkeypatch.setattr(estimators, "score_columns", columns)
     return calls
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from fakes import FakeBackend, FakeSearcher, gen, hit
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.methods import build_method
 from seakr_repro.methods.dragin import flagged_sentence
 from seakr_repro.methods.flare import flare_query

@@ -5,9 +5,9 @@ import pytest
 
 from fakes import FakeBackend, FakeSearcher, gen, hit
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.methods import build_method
-from seakr_repro.methods.seakr_query import formulate_query
+from seakr_repro.methods.seakr.query import formulate_query
 
 Q = QuestionRecord(id="q1", question="Who directed the film Zorro Nights?", answers=["Ann Lee"])
 DOCS = [hit("d1", "Zorro Nights is a film by Bob Ray."), hit("d2", "Zorro Nights was directed by Ann Lee."),

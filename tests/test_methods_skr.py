@@ -4,12 +4,26 @@ import pytest
 
 from fakes import FakeBackend, FakeSearcher, hit
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import UserError
-from seakr_repro.methods.skr import (SAYS_NO, SAYS_YES, LinearProbe, build_skr, knn_vote,
-                                     need_prompt, parse_need)
-from seakr_repro.methods.skr_labels import (DISCARDED, KNOWN, UNKNOWN, LabelledQuestion,
-                                            build_skr_labels, label_from_scores, load_labels,
-                                            save_labels)
+from seakr_repro.core.errors import UserError
+from seakr_repro.methods.skr.method import (
+    SAYS_NO,
+    SAYS_YES,
+    LinearProbe,
+    build_skr,
+    knn_vote,
+    need_prompt,
+    parse_need,
+)
+from seakr_repro.methods.skr.labels import (
+    DISCARDED,
+    KNOWN,
+    UNKNOWN,
+    LabelledQuestion,
+    build_skr_labels,
+    label_from_scores,
+    load_labels,
+    save_labels,
+)
 
 DOCS = [hit("d1", "Passage one."), hit("d2", "Passage two."), hit("d3", "Passage three."),
         hit("d4", "Passage four.")]
@@ -275,7 +289,7 @@ def test_build_skr_errors_and_config():
 
 
 def test_real_minilm_encoder_finds_the_paraphrase():
-    from seakr_repro.methods.skr import MiniLMEncoder
+    from seakr_repro.methods.skr.method import MiniLMEncoder
     labelled = [lq("hamlet", UNKNOWN, "Who wrote the play Hamlet?"),
                 lq("paris", KNOWN, "What is the capital city of France?"),
                 lq("water", KNOWN, "At what temperature does water boil?")]

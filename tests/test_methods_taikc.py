@@ -6,11 +6,18 @@ import pytest
 
 from fakes import FakeBackend, FakeSearcher, hit
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import UserError
-from seakr_repro.methods import taikc_prompts as P
-from seakr_repro.methods.taikc import TAIKC, TAIKCKBAE
-from seakr_repro.methods.taikc_tree import (Node, chain_json, chains, fill_placeholders, parse_tree,
-                                            preorder, references)
+from seakr_repro.core.errors import UserError
+from seakr_repro.methods.taikc import prompts as P
+from seakr_repro.methods.taikc.method import TAIKC, TAIKCKBAE
+from seakr_repro.methods.taikc.tree import (
+    Node,
+    chain_json,
+    chains,
+    fill_placeholders,
+    parse_tree,
+    preorder,
+    references,
+)
 
 Q = "Which film has the director who is older, The Carousel Of Death or Nameless Star?"
 TREE = {"query1": {"question": "Who directed the film The Carousel Of Death?",
@@ -215,7 +222,7 @@ def test_all_confident_means_no_retrieval_and_fallback_tree_still_answers():
 def test_kbae_variant_sends_only_confident_qa_to_the_adapted_model(tmp_path, monkeypatch):
     (tmp_path / "adapter_config.json").write_text("{}")
     adapted = scripted({Q: "The Carousel Of Death"})
-    import seakr_repro.methods.kbae as kbae
+    import seakr_repro.methods.taikc.kbae as kbae
     monkeypatch.setattr(kbae, "load_kbae_backend", lambda base, d: adapted)
     base = scripted({}, decomposition="no tree")
     method = TAIKCKBAE(base, FakeSearcher([]), "bundled-2wiki", {"kbae_adapter": tmp_path})

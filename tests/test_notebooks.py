@@ -10,7 +10,7 @@ import os
 import pandas as pd
 import pytest
 
-from seakr_repro.config import load_config
+from seakr_repro.core.config import load_config
 from seakr_repro.pipeline import notebook_steps, run_notebook
 
 pytestmark = pytest.mark.notebooks

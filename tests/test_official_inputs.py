@@ -14,7 +14,7 @@ from seakr_repro.data import loaders
 from seakr_repro.data.loaders import load_dpr_top_passages
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.data.registry import describe_missing, top_passages_path
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.methods import build_method
 from seakr_repro.prompts import build_prompt, demos_for, official_demos
 
@@ -178,8 +178,8 @@ def test_simple_qa_official_setting_checks(tmp_path):
 
 
 def test_profiles_choose_the_official_inputs_in_paper_only():
-    from seakr_repro.config import load_config
-    from seakr_repro.experiments import method_settings
+    from seakr_repro.core.config import load_config
+    from seakr_repro.steps.grid import method_settings
     paper, default = load_config("paper"), load_config("default")
     s = method_settings(paper, "seakr", {})
     assert (s["simple_qa_passages"], s["demos"], s["official_repo"]) == ("official", "official", "data/raw/SeaKR")

@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from seakr_repro.errors import DataMissingError, UserError
+from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.reporting import available_tables, canonical, load_paper_table, paper_value
 
 

@@ -6,7 +6,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from seakr_repro import pipeline
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 
 
 def _notebook(path, body):
@@ -79,7 +79,7 @@ def test_set_overrides_reach_the_notebooks_and_the_stamps(tmp_path, monkeypatch)
     nbdir.mkdir()
     out = tmp_path / "seen.txt"
     _notebook(nbdir / "00-only.ipynb",
-              "from seakr_repro.config import load_config\n"
+              "from seakr_repro.core.config import load_config\n"
               f"open({str(out)!r}, 'a').write(load_config(PROFILE)['model.backend'] + '\\n')")
     run = lambda **kw: pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, **kw)  # noqa: E731
     run(overrides={"model.backend": "vllm"})
@@ -91,7 +91,7 @@ def test_set_overrides_reach_the_notebooks_and_the_stamps(tmp_path, monkeypatch)
 
 
 def test_bad_overrides_environment_is_explained(monkeypatch):
-    from seakr_repro.config import load_config
+    from seakr_repro.core.config import load_config
     monkeypatch.setenv("SEAKR_OVERRIDES", "{not json")
     with pytest.raises(UserError, match="SEAKR_OVERRIDES"):
         load_config("smoke")
@@ -125,7 +125,7 @@ def test_no_cell_timeout_unless_asked(nbdir, tmp_path):
     a days-long cell), and the time limit is not an input of the steps' stamps."""
     import inspect
 
-    from seakr_repro.config import load_config
+    from seakr_repro.core.config import load_config
     assert load_config("paper")["reproduce.cell_timeout"] is None
     assert inspect.signature(pipeline.run_notebook).parameters["timeout"].default is None
     _notebook(nbdir / "00-wait.ipynb", "import time\ntime.sleep(1.5)")

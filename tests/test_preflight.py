@@ -2,9 +2,11 @@
 missing piece is reported at once, each with where to get it and where to put it."""
 import pytest
 
-from seakr_repro import paths, preflight, prepare
-from seakr_repro.config import load_config
-from seakr_repro.errors import DataMissingError
+from seakr_repro.core import paths
+from seakr_repro.tools import preflight
+from seakr_repro.steps import prepare
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import DataMissingError
 
 GiB = 1024 ** 3
 
@@ -90,7 +92,7 @@ def test_built_parts_are_not_counted_again(bare_machine):
     corpus = prepare.corpus_path(cfg)
     corpus.parent.mkdir(parents=True)
     corpus.write_text("{}\n")
-    from seakr_repro.disk import estimate_needs
+    from seakr_repro.steps.disk_needs import estimate_needs
     need = estimate_needs(cfg)
     assert before == sum(need.values())
     assert preflight.disk_need_bytes(cfg) == sum(need.values()) - need["corpus_jsonl"]

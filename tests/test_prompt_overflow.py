@@ -130,7 +130,7 @@ def test_the_transformers_backend_refuses_a_prompt_over_its_context(tiny):
 
 
 def test_the_vllm_backend_refuses_it_the_same_way():
-    from seakr_repro.llm.vllm_backend import VLLMBackend
+    from seakr_repro.llm.vllm.backend import VLLMBackend
     vb = VLLMBackend.__new__(VLLMBackend)
     vb.name, vb.max_context = "m", 160
     vb._check_len(150, 10)

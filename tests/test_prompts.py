@@ -1,10 +1,21 @@
 """Golden tests of the in-context examples and SeaKR's prompt strings."""
 import pytest
 
-from seakr_repro.errors import UserError
-from seakr_repro.prompts import (HOTPOTQA, IIRC, SIMPLE_QA, TWOWIKI, build_prompt, demos_for,
-                                 format_demo, format_step, read_all_docs_prompt,
-                                 read_all_steps_prompt, simple_qa_stops, stop_strings)
+from seakr_repro.core.errors import UserError
+from seakr_repro.prompts import (
+    HOTPOTQA,
+    IIRC,
+    SIMPLE_QA,
+    TWOWIKI,
+    build_prompt,
+    demos_for,
+    format_demo,
+    format_step,
+    read_all_docs_prompt,
+    read_all_steps_prompt,
+    simple_qa_stops,
+    stop_strings,
+)
 
 
 def test_example_counts_and_routing():

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from seakr_repro import prepare, render, status
-from seakr_repro.config import load_config
+from seakr_repro.steps import plan, prepare, render
+from seakr_repro.tools import status
+from seakr_repro.core.config import load_config
 
 
 @pytest.fixture
@@ -13,6 +14,7 @@ def half_run(tmp_path, monkeypatch):
     for module in (render, prepare):
         monkeypatch.setattr(module, "results_dir", lambda p: tmp_path / p)
     monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path)
     res = tmp_path / "default"
     (res / "data").mkdir(parents=True)
     (res / "data" / "bundled-2wiki.jsonl").write_text("".join(
@@ -67,11 +69,12 @@ def test_render_all_goes_on_around_a_running_step(half_run, monkeypatch):
 def test_seakr_runs_first_in_the_method_notebooks():
     import nbformat
 
-    from seakr_repro import artifacts, experiments
-    from seakr_repro.paths import NOTEBOOKS_DIR
-    assert experiments.run_order(artifacts.methods("table1")) == \
+    from seakr_repro import artifacts
+    from seakr_repro.steps import grid
+    from seakr_repro.core.paths import NOTEBOOKS_DIR
+    assert grid.run_order(artifacts.methods("table1")) == \
         ["seakr", "cot", "ircot", "self_rag", "flare", "dragin"]
-    assert experiments.run_order(["cot", "flare"]) == ["cot", "flare"]
+    assert grid.run_order(["cot", "flare"]) == ["cot", "flare"]
     for name, key in (("04-complex-qa", "table1"), ("05-simple-qa", "table2")):
         source = "\n".join(c.source for c in nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", 4).cells)
         assert f'run_table("{key}", cfg' in source      # run_table runs SeaKR first

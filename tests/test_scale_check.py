@@ -2,7 +2,7 @@
 the report holds every measurement and the arithmetic."""
 import json
 
-from seakr_repro import scale_check
+from seakr_repro.tools import scale_check
 from seakr_repro.llm.base import Backend
 from seakr_repro.llm.registry import synthetic_backend
 from seakr_repro.llm.synthetic import synthetic_passages

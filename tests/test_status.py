@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from seakr_repro import status
-from seakr_repro.config import load_config
+from seakr_repro.steps import plan
+from seakr_repro.tools import status
+from seakr_repro.core.config import load_config
 
 
 def _row(i, correct, seconds=2.0):
@@ -17,6 +18,7 @@ def _row(i, correct, seconds=2.0):
 @pytest.fixture
 def results(tmp_path, monkeypatch):
     monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path)
     res = tmp_path / "default"
     (res / "data").mkdir(parents=True)
     (res / "data" / "bundled-2wiki.jsonl").write_text(
@@ -76,5 +78,6 @@ def test_report_and_cli(results, capsys):
 
 def test_no_results_yet(tmp_path, monkeypatch):
     monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path)
     text = status.report(load_config("smoke"))
     assert "runs: none yet" in text and not (tmp_path / "smoke").exists()   # creates nothing

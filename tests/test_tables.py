@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.reporting import load_paper_table, save_table, side_by_side, to_latex, to_markdown
 from seakr_repro.reporting.tables import latex_escape
 

@@ -4,9 +4,16 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from seakr_repro.errors import UserError
-from seakr_repro.uncertainty import (auroc, auroc_ci, calibrate_delta, delta_sweep,
-                                     estimator_aurocs, quality_vs_k, quality_vs_layer)
+from seakr_repro.core.errors import UserError
+from seakr_repro.uncertainty import (
+    auroc,
+    auroc_ci,
+    calibrate_delta,
+    delta_sweep,
+    estimator_aurocs,
+    quality_vs_k,
+    quality_vs_layer,
+)
 from seakr_repro.uncertainty.analysis import _auroc_rows
 from scipy.stats import rankdata
 

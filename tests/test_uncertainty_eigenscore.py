@@ -4,10 +4,15 @@ import numpy as np
 import pytest
 from scipy.linalg import hadamard
 
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.llm.base import Generation, SampleSet
-from seakr_repro.uncertainty import (EMPTY_FALLBACK, eigen_score, gram_matrix,
-                                     identical_vectors_score, u_from_sampleset)
+from seakr_repro.uncertainty import (
+    EMPTY_FALLBACK,
+    eigen_score,
+    gram_matrix,
+    identical_vectors_score,
+    u_from_sampleset,
+)
 
 ALPHA = 1e-3
 

@@ -3,11 +3,20 @@ import math
 import numpy as np
 import pytest
 
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.llm.base import Generation
-from seakr_repro.uncertainty import (build_prompt, content_logprobs, eigen_score, energy, judge,
-                                     ln_entropy, multi_perplexity, oriented,
-                                     perplexity, prompt_uncertainty)
+from seakr_repro.uncertainty import (
+    build_prompt,
+    content_logprobs,
+    eigen_score,
+    energy,
+    judge,
+    ln_entropy,
+    multi_perplexity,
+    oriented,
+    perplexity,
+    prompt_uncertainty,
+)
 
 
 def test_perplexity_and_eos_exclusion():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from seakr_repro.errors import UserError
+from seakr_repro.core.errors import UserError
 from seakr_repro.llm.stops import cut_at_stop, find_stop, forced_eos_ids, forced_eos_of, stop_end
 
 PROMPT = ("Question: What is the capital of France?\nAnswer: Paris is the capital of France. "
@@ -18,7 +18,7 @@ LAYER = 14
 
 @pytest.fixture(scope="module")
 def backend():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
     torch.set_num_threads(1)
     return HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
@@ -120,11 +120,11 @@ def test_backend_uses_a_sampled_eos_as_is(backend, monkeypatch):
 
 
 def test_step02_vectors_use_the_same_forced_sequence(backend):
-    from seakr_repro import calibration
+    from seakr_repro.steps import extraction
     ss = backend.sample(PROMPT, k=2, max_new_tokens=30, stop=[". "], temperature=0.0, layer=LAYER,
                         forced_eos="replace_last")
-    prefixes = calibration.forced_eos_prefixes(ss.samples, backend.eos_token_id, "replace_last")
-    allv = calibration.eos_vectors_all_layers(backend, PROMPT, prefixes)
+    prefixes = extraction.forced_eos_prefixes(ss.samples, backend.eos_token_id, "replace_last")
+    allv = extraction.eos_vectors_all_layers(backend, PROMPT, prefixes)
     np.testing.assert_allclose(allv["mlp_out"][LAYER], ss.vectors, atol=1e-5, rtol=1e-5)
 
 

@@ -75,7 +75,7 @@ def test_sample_tokens_reports_the_log_prob_of_the_distribution_it_drew_from():
     ref = torch.log_softmax(warp_logits(logits, 0.7, 5, 0.8), -1).gather(1, ids[:, None])[:, 0]
     assert torch.equal(lp, ref) and torch.isfinite(lp).all()
     # the vLLM worker's route: raw log-prob + raw logsumexp, / T, minus the warped logsumexp
-    from seakr_repro.llm.vllm_backend import warped_logprobs
+    from seakr_repro.llm.vllm.backend import warped_logprobs
     raw = torch.log_softmax(logits, -1).gather(1, ids[:, None])[:, 0]
     stats = [(0.0, float(torch.logsumexp(logits[i], -1)), float(warped_logsumexp(logits[i][None], 0.7, 5, 0.8)[0]))
              for i in range(6)]
@@ -86,7 +86,7 @@ def test_sample_tokens_reports_the_log_prob_of_the_distribution_it_drew_from():
 
 
 def test_hf_samples_carry_warped_log_probs_from_the_sampler():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
     torch.set_num_threads(1)
     b = HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
@@ -106,7 +106,7 @@ def test_hf_samples_carry_warped_log_probs_from_the_sampler():
 
 # ------------------------------------------------------------------ vLLM plumbing, no vLLM
 class _Engine:
-    """Scripted `_EngineThread.run`: samples get fixed outputs, forced-EOS requests a vector that
+    """Scripted `EngineThread.run`: samples get fixed outputs, forced-EOS requests a vector that
     encodes their length, and every request is recorded."""
 
     def __init__(self, outputs):
@@ -133,7 +133,7 @@ def tokenizer():
 
 
 def _vllm_backend(tokenizer, engine, monkeypatch):
-    from seakr_repro.llm.vllm_backend import VLLMBackend
+    from seakr_repro.llm.vllm.backend import VLLMBackend
     b = object.__new__(VLLMBackend)
     b.tokenizer, b.name, b.eos_token_id = tokenizer, "smol", 2
     b.n_layers, b.hidden_size, b.max_model_len = 30, 4, 8192

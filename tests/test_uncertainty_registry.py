@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from seakr_repro import calibration, experiments
-from seakr_repro.config import load_config
+from seakr_repro import artifacts
+from seakr_repro.steps import estimators, extraction, grid
+from seakr_repro.core.config import load_config
 from seakr_repro.data.records import QuestionRecord
-from seakr_repro.errors import DataMissingError
-from seakr_repro.io import write_json
+from seakr_repro.core.errors import DataMissingError
+from seakr_repro.core.io import write_json
 from seakr_repro.llm.base import SampleSet
-from seakr_repro.methods.seakr_uncertainty import Scorer
+from seakr_repro.methods.seakr.uncertainty import Scorer
 from seakr_repro.uncertainty import registry
 
 
@@ -40,7 +41,7 @@ class Float16Storage:
 
 
 def test_step03_calibrates_on_the_u_seakr_computes_bit_for_bit():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
     from seakr_repro.prompts import demos_for
     from seakr_repro.prompts.seakr import build_prompt, simple_qa_stops
@@ -53,14 +54,14 @@ def test_step03_calibrates_on_the_u_seakr_computes_bit_for_bit():
                                           "uncertainty.forced_eos": "replace_last",
                                           "uncertainty.max_tokens": 8, "seakr.max_new_tokens": 12})
     record = QuestionRecord(id="q1", question="Who wrote the play Hamlet?", answers=["William Shakespeare"])
-    row, arrays = calibration.extract_question(backend, record, cfg, n_shot=2)
+    row, arrays = extraction.extract_question(backend, record, cfg, n_shot=2)
     stored = arrays["residual"][5].astype(np.float32)           # k x d, as step 03 reads it
-    step03 = calibration.estimator_scores([row], [stored], calibration.u_params(cfg))
+    step03 = estimators.estimator_scores([row], [stored], estimators.u_params(cfg))
 
     prompt = build_prompt(demos_for("bundled-single", 2), record.question)
     greedy = backend.generate(prompt, max_new_tokens=cfg["seakr.max_new_tokens"], stop=simple_qa_stops(),
                               want_stats=True)
-    settings = experiments.method_settings(cfg, "seakr", {})
+    settings = grid.method_settings(cfg, "seakr", {})
     seen, storage = [], Float16Storage(backend)
     for name in registry.ESTIMATORS:
         scorer = Scorer(storage, {**settings, "estimator": name}, record.question)
@@ -75,7 +76,7 @@ def test_step03_calibrates_on_the_u_seakr_computes_bit_for_bit():
 
 
 def _fake_delta(tmp_path, monkeypatch, deltas):
-    monkeypatch.setattr(calibration, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(estimators, "results_dir", lambda p: tmp_path / p)
     write_json(tmp_path / "paper" / "calibration" / "delta.json", {"model": "x", "deltas": deltas})
     write_json(tmp_path / "default" / "calibration" / "delta.json", {"model": "x", "deltas": deltas})
 
@@ -83,43 +84,43 @@ def _fake_delta(tmp_path, monkeypatch, deltas):
 def test_the_paper_profiles_delta_is_minus_6_after_notebook_03_has_run(tmp_path, monkeypatch):
     _fake_delta(tmp_path, monkeypatch, {"eigen": -5.2, "perplexity_official": 4.0})
     paper = load_config("paper")
-    deltas = calibration.read_deltas(paper)
+    deltas = estimators.read_deltas(paper)
     assert deltas["eigen"] == -6.0                       # the official scripts' fixed threshold
     assert deltas["perplexity_official"] == 4.0          # no official value: step 03's
-    assert experiments.method_settings(paper, "seakr", deltas)["delta"]["eigen"] == -6.0
+    assert grid.method_settings(paper, "seakr", deltas)["delta"]["eigen"] == -6.0
     # the calibrated delta is its own Table 3 row
-    row = experiments.row_overrides(paper, experiments.ABLATIONS["calibrated-delta"])
+    row = grid.row_overrides(paper, artifacts.ABLATIONS["calibrated-delta"])
     assert row["delta"]["eigen"] == -5.2
     # the default profile (another model) uses its calibrated delta
-    assert calibration.read_deltas(load_config("default"))["eigen"] == -5.2
+    assert estimators.read_deltas(load_config("default"))["eigen"] == -5.2
 
 
 def test_before_notebook_03_the_calibrated_row_is_skipped_and_eigen_is_the_profiles(tmp_path, monkeypatch):
-    monkeypatch.setattr(calibration, "results_dir", lambda p: tmp_path / p)
-    assert calibration.read_deltas(load_config("default")) == {"eigen": -6.0}
+    monkeypatch.setattr(estimators, "results_dir", lambda p: tmp_path / p)
+    assert estimators.read_deltas(load_config("default")) == {"eigen": -6.0}
     with pytest.raises(DataMissingError, match="notebook 03"):
-        experiments.row_overrides(load_config("paper"), experiments.ABLATIONS["calibrated-delta"])
+        grid.row_overrides(load_config("paper"), artifacts.ABLATIONS["calibrated-delta"])
 
 
 def test_ablations_run_faithful_and_fixed_seakr_in_every_profile():
     for profile in ("smoke", "default", "paper"):
         cfg = load_config(profile)
-        base = experiments.method_settings(cfg, "seakr", {"eigen": -6.0})
-        faithful = {**base, **experiments.ABLATIONS["faithful"]}
-        fixed = {**base, **experiments.ABLATIONS["fixed"]}
+        base = grid.method_settings(cfg, "seakr", {"eigen": -6.0})
+        faithful = {**base, **artifacts.ABLATIONS["faithful"]}
+        fixed = {**base, **artifacts.ABLATIONS["fixed"]}
         assert (faithful["mode"], faithful["forced_eos"]) == ("faithful", "replace_last")
         assert (fixed["mode"], fixed["forced_eos"]) == ("fixed", "append")
-    paper = experiments.method_settings(load_config("paper"), "seakr", {})
+    paper = grid.method_settings(load_config("paper"), "seakr", {})
     assert (paper["mode"], paper["forced_eos"]) == ("faithful", "replace_last")
-    default = experiments.method_settings(load_config("default"), "seakr", {})
+    default = grid.method_settings(load_config("default"), "seakr", {})
     assert (default["mode"], default["forced_eos"]) == ("fixed", "append")
     assert load_config("paper")["model.dtype"] == "float16"
     # every estimator row names a registered estimator
-    for over in experiments.ABLATIONS.values():
+    for over in artifacts.ABLATIONS.values():
         if "estimator" in over:
             registry.get(over["estimator"])
 
 
 def test_estimator_scores_needs_rows_from_the_current_step02():
     with pytest.raises(Exception, match="notebook 02"):
-        calibration.estimator_scores([{"id": "old", "greedy_logprobs": []}], None, {"alpha": 1e-3, "variant": "seakr"})
+        estimators.estimator_scores([{"id": "old", "greedy_logprobs": []}], None, {"alpha": 1e-3, "variant": "seakr"})

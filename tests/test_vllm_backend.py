@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from seakr_repro.llm.vllm_backend import vllm_available
+from seakr_repro.llm.vllm.backend import vllm_available
 
 WHY = vllm_available()
 pytestmark = [pytest.mark.vllm,
@@ -29,9 +29,9 @@ ARGS = dict(k=6, max_new_tokens=12, stop=STOP, temperature=1.0, top_k=50, top_p=
 
 @pytest.fixture(scope="module")
 def pair():
-    from seakr_repro.llm.hf_backend import HFBackend
+    from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
-    from seakr_repro.llm.vllm_backend import VLLMBackend
+    from seakr_repro.llm.vllm.backend import VLLMBackend
     # no torch.set_num_threads here: vLLM's CPU attention checks the thread count it started with
     d = model_dir("smollm2-135m-instruct")
     return (VLLMBackend.from_dir(d, name="smollm2-135m-instruct", cpu_kv_cache_gib=1),
@@ -141,7 +141,7 @@ def test_dragin_attention_matches_transformers(pair):
 
 
 def test_all_layer_vectors_match_transformers_step_02(pair):
-    from seakr_repro.calibration import eos_vectors_all_layers
+    from seakr_repro.steps.extraction import eos_vectors_all_layers
     v, hf = pair
     ss = v.sample(PROMPT, seed=9, **ARGS)
     comps = [g.token_ids for g in ss.samples]
@@ -155,7 +155,7 @@ def test_all_layer_vectors_match_transformers_step_02(pair):
 
 
 def test_overlong_prompts_give_a_clear_error(pair):
-    from seakr_repro.errors import UserError
+    from seakr_repro.core.errors import UserError
     v, _ = pair
     with pytest.raises(UserError, match="max_model_len"):
         v.generate("word " * (v.max_model_len + 10), max_new_tokens=4)

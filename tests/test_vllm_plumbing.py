@@ -12,11 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from seakr_repro.config import load_config
-from seakr_repro.errors import UserError
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import UserError
 from seakr_repro.llm import registry
 from seakr_repro.llm.stops import cut_at_stop, find_stop
-from seakr_repro.llm.vllm_backend import VLLMBackend, _EngineThread, _tensor_parallel, vllm_available
+from seakr_repro.llm.vllm.backend import VLLMBackend, _tensor_parallel, vllm_available
+from seakr_repro.llm.vllm.engine import EngineThread
 
 
 class ScriptedEngine:
@@ -57,7 +58,7 @@ class ScriptedEngine:
 
 def test_engine_thread_batches_callers_and_routes_results():
     eng = ScriptedEngine(steps=5)
-    et = _EngineThread(eng)
+    et = EngineThread(eng)
     results = {}
     start = threading.Barrier(4)
 
@@ -80,7 +81,7 @@ def test_engine_thread_batches_callers_and_routes_results():
 def test_engine_thread_hands_errors_back_and_keeps_running():
     """A refused request fails its own caller only; requests in flight finish normally."""
     eng = ScriptedEngine(steps=500, fail_on="bad")
-    et = _EngineThread(eng)
+    et = EngineThread(eng)
     other = {}
     t = threading.Thread(target=lambda: other.update(out=et.run(["slow"], [None], [None])))
     t.start()
@@ -140,7 +141,7 @@ def test_stop_cut_keeps_whole_tokens_before_the_stop():
 
 def test_kbae_row_is_skipped_with_the_reason_on_the_vllm_backend(tmp_path):
     from seakr_repro.llm.cache import CachedBackend
-    from seakr_repro.methods.kbae import kbae_unavailable
+    from seakr_repro.methods.taikc.kbae import kbae_unavailable
 
     class V:
         name, n_layers, hidden_size, eos_token_id, kind = "v", 2, 4, 0, "vllm"
@@ -165,7 +166,7 @@ def test_vllm_runs_and_extractions_are_kept_apart_from_transformers_ones(tmp_pat
     sys.path.insert(0, str(Path(__file__).parent))
     from fakes import FakeBackend, FakeSearcher
 
-    from seakr_repro.calibration import extraction_dir
+    from seakr_repro.steps.extraction import extraction_dir
     from seakr_repro.llm.cache import CachedBackend
     from seakr_repro.methods import build_method
 
@@ -188,7 +189,7 @@ def test_close_stops_the_engine_thread_and_shuts_the_engine_down():
     calls = []
     eng.shutdown = lambda: calls.append("shutdown")
     b = VLLMBackend.__new__(VLLMBackend)
-    b.llm, b._engine = eng, _EngineThread(eng)
+    b.llm, b._engine = eng, EngineThread(eng)
     (out, _), = b._engine.run(["a"], [None], [None])
     thread = b._engine.thread
     b.close()

@@ -3,10 +3,11 @@ import warnings
 
 import pytest
 
-from seakr_repro.config import load_config
-from seakr_repro.errors import UserError
-from seakr_repro.llm import registry, vllm_backend
-from seakr_repro.llm.vllm_backend import TESTED_VLLM, VLLMBackend, check_vllm_version
+from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import UserError
+from seakr_repro.llm import registry
+from seakr_repro.llm.vllm import backend as vllm_backend
+from seakr_repro.llm.vllm.backend import TESTED_VLLM, VLLMBackend, check_vllm_version
 
 
 @pytest.mark.parametrize("version", [TESTED_VLLM, TESTED_VLLM + "+cpu"])

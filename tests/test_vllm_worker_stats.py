@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from seakr_repro.llm import vllm_worker
+from seakr_repro.llm.vllm import worker as vllm_worker
 
 VOCAB, HIDDEN = 11, 6
 

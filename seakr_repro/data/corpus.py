@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import DataMissingError, UserError
-from ..io import atomic_open, iter_jsonl, require_file
+from ..core.errors import DataMissingError, UserError
+from ..core.io import atomic_open, iter_jsonl, require_file
 
 GENSIM_WIKI_FILE = "test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 DPR_TSV_HELP = ("download DPR's Wikipedia passages (psgs_w100.tsv.gz, 13 GB unpacked) from the DPR "
@@ -155,7 +155,7 @@ def iter_dpr_tsv(tsv_path: str | Path, progress: bool = True) -> Iterator[dict]:
 def convert_dpr_tsv(tsv_path: str | Path, out_path: str | Path, progress: bool = True,
                     fields: Sequence[str] = STORED_FIELDS) -> int:
     """psgs_w100.tsv -> pyserini JSONL, streaming; nothing is left half-written on error."""
-    from ..disk import require_free_space
+    from ..core.disk import require_free_space
 
     tsv = require_file(tsv_path, "DPR passages TSV (psgs_w100.tsv)", DPR_TSV_HELP)
     # each line gains its JSON keys and a second copy of its title (~10%, an estimate): ask 1.25x

@@ -26,8 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..errors import DataMissingError, UserError
-from ..io import iter_jsonl, read_json, require_file
+from ..core.errors import DataMissingError, UserError
+from ..core.io import iter_jsonl, read_json, require_file
 from .records import QuestionRecord
 
 HOW_TO_GET = {

@@ -5,7 +5,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence, TypeVar
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 
 @dataclass

@@ -10,10 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import paths
-from ..errors import DataMissingError, UserError
-from .loaders import (HOW_TO_GET, fanoutqa_path, load_2wiki, load_2wiki_train, load_dpr_qa,
-                      load_fanoutqa, load_hotpotqa, load_iirc)
+from ..core import paths
+from ..core.errors import DataMissingError, UserError
+from .loaders import (
+    HOW_TO_GET,
+    fanoutqa_path,
+    load_2wiki,
+    load_2wiki_train,
+    load_dpr_qa,
+    load_fanoutqa,
+    load_hotpotqa,
+    load_iirc,
+)
 from .records import QuestionRecord, sample
 
 _BUNDLED_FIX = ("it ships with the repository; restore it from version control "

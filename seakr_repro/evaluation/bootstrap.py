@@ -10,7 +10,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 _BLOCK_CELLS = 2_000_000  # indices drawn per block (16 MB of int64)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 MODES = ("fixed", "faithful")
 

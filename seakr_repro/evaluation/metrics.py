@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .bootstrap import bootstrap_ci
 
 _PUNCT = set(string.punctuation)

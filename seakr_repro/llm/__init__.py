@@ -12,6 +12,6 @@ __all__ = ["Backend", "Generation", "SampleSet", "CachedBackend", "LLMCache", "M
 
 def __getattr__(name):
     if name == "HFBackend":   # imports torch and transformers: only when asked for
-        from .hf_backend import HFBackend
+        from .hf.backend import HFBackend
         return HFBackend
     raise AttributeError(name)

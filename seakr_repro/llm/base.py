@@ -158,7 +158,7 @@ class BackendExtras(Protocol):
 
     def close(self) -> None:
         """Optional, default nothing to free. Release the model's (GPU) memory; the backend is
-        unusable afterwards (`experiments.BackendPool` closes one before loading the next)."""
+        unusable afterwards (`steps.grid.BackendPool` closes one before loading the next)."""
         ...
 
     def reset_prefix_cache(self) -> None:

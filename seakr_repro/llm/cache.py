@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import io, paths
+from ..core import io, paths
 from . import defaults
 from .base import Generation, SampleSet, generate_many
 from .model_info import middle_layer
@@ -87,7 +87,7 @@ class LLMCache:
 
     def __init__(self, root: str | Path, vectors: str = "gram"):
         if vectors not in VECTOR_FORMS:
-            from ..errors import UserError
+            from ..core.errors import UserError
             raise UserError(f"unknown cache.vectors form {vectors!r}", setting="cache.vectors",
                             fix=f"use one of {', '.join(VECTOR_FORMS)}")
         self.root, self.vectors = Path(root), vectors

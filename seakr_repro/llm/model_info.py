@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 
 def middle_layer(n_layers: int) -> int:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import DataMissingError, UserError
-from .. import paths
+from ..core.errors import DataMissingError, UserError
+from ..core import paths
 from .model_info import resolve_dtype
 
 
@@ -208,7 +208,7 @@ def model_dir(name: str, cfg: Any = None) -> Path:
     if spec.name.startswith("selfrag"):
         from transformers import AutoTokenizer
 
-        from ..methods.self_rag import check_reflection_tokens
+        from .reflection_tokens import check_reflection_tokens
         check_reflection_tokens(AutoTokenizer.from_pretrained(path), path,
                                 _given_dir(spec, cfg)[1])
     return path
@@ -236,7 +236,7 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     if backend_kind == "synthetic" or name.startswith("synthetic-"):
         backend = synthetic_backend(name)        # make scale-check: real shapes, random outputs
     elif backend_kind == "vllm":
-        from .vllm_backend import VLLMBackend
+        from .vllm.backend import VLLMBackend
         v = lambda key, default: get(f"model.vllm.{key}", default)   # noqa: E731
         backend = VLLMBackend.from_dir(
             model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
@@ -247,7 +247,7 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             max_model_len=v("max_model_len", None), max_num_seqs=v("max_num_seqs", None),
             cpu_kv_cache_gib=v("cpu_kv_cache_gib", 4), block_size=v("block_size", None))
     elif backend_kind == "hf":
-        from .hf_backend import HFBackend
+        from .hf.backend import HFBackend
         backend = HFBackend.from_dir(
             model_dir(name, cfg), name=name, device=resolve_device(device or get("model.device", "auto")),
             dtype=resolve_dtype(dtype or get("model.dtype", "float32")),

@@ -58,7 +58,7 @@ def stop_end(pieces: Sequence[str], stop: Sequence[str]) -> int:
 
 def check_forced_eos(mode: str) -> str:
     if mode not in FORCED_EOS_MODES:
-        from ..errors import UserError
+        from ..core.errors import UserError
         raise UserError(f"unknown forced-EOS mode {mode!r}", setting="uncertainty.forced_eos",
                         fix=f"use one of {', '.join(FORCED_EOS_MODES)}")
     return mode

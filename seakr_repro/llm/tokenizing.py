@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import Generation
 
 CONTEXT_TOKENS = 6       # prompt tokens decoded before a continuation (vLLM keeps 5)

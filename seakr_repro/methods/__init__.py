@@ -4,15 +4,15 @@
 """
 from __future__ import annotations
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import BASELINE_TABLE, Method, MethodResult
 from .cot import CoT
 from .dragin import DRAGIN
 from .flare import FLARE
 from .ircot import IRCoT
-from .seakr import SeaKR
+from .seakr.method import SeaKR
 from .self_rag import SelfRAG
-from .taikc import TAIKC, TAIKCKBAE
+from .taikc.method import TAIKC, TAIKCKBAE
 
 METHODS: dict[str, type[Method]] = {
     "cot": CoT, "ircot": IRCoT, "flare": FLARE, "dragin": DRAGIN, "self_rag": SelfRAG,
@@ -26,7 +26,7 @@ def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Met
     """The method `name` for `dataset`, its defaults updated by `overrides`."""
     key = _ALIASES.get(name.lower(), name.lower())
     if key in SKR_VARIANTS:   # SKR fits on labelled training questions: `labelled=`, `encoder=`
-        from .skr import build_skr
+        from .skr.method import build_skr
         return build_skr(key, backend, searcher, dataset, **overrides)
     if key not in METHODS:
         raise UserError(f"unknown method '{name}'", setting="method",

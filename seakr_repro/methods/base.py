@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..errors import UserError
+from ..core.errors import UserError
 from ..prompts import dataset_family, demos_for
 
 # DRAGIN's published configs for LLaMA-2-7b-chat (its config/Llama2-7b-chat/<set>/*.json: fewshot,

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import BASELINE_TABLE
 from .dragin_code import sentences_of
 from .stepwise import StepLoop

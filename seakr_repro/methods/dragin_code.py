@@ -17,8 +17,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..evaluation.extraction import (DRAGIN_REASK, DRAGIN_REASK_TOKENS, dragin_answer,
-                                    dragin_needs_reask, dragin_reasked, dragin_trim)
+from ..evaluation.extraction import (
+    DRAGIN_REASK,
+    DRAGIN_REASK_TOKENS,
+    dragin_answer,
+    dragin_needs_reask,
+    dragin_reasked,
+    dragin_trim,
+)
 from ..prompts.examples import Demo
 from .base import step_record
 from .text import nlp

@@ -14,37 +14,14 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import DataMissingError, UserError
+from ..core.errors import DataMissingError
+from ..llm.reflection_tokens import NO_RETRIEVE, REL, RETRIEVE, SUP, USE
 from .base import Method, MethodResult, hits_brief, step_record
 
-RETRIEVE, NO_RETRIEVE = "[Retrieval]", "[No Retrieval]"
-REL = ("[Relevant]", "[Irrelevant]")
-SUP = ("[Fully supported]", "[Partially supported]", "[No support / Contradictory]")
-USE = tuple(f"[Utility:{i}]" for i in range(1, 6))
 USE_WEIGHTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 _REFLECTION = re.compile(r"\[(?:Retrieval|No Retrieval|Retrieve|Continue to Use Evidence|Relevant|"
                          r"Irrelevant|Fully supported|Partially supported|No support / Contradictory|"
                          r"Utility:\d)\]|</?paragraph>|</s>")
-
-
-SCORED_TOKENS = (RETRIEVE, NO_RETRIEVE, *REL, *SUP, *USE)   # read one token each by `_probs`
-
-
-def check_reflection_tokens(tokenizer, path, setting: str = "model.paths.selfrag-llama2-7b") -> None:
-    """Refuse a checkpoint whose vocabulary lacks Self-RAG's reflection tokens: `_probs` reads
-    each as ONE token, and an ordinary LLaMA would score their word pieces instead."""
-    unk = getattr(tokenizer, "unk_token_id", None)
-    missing = []
-    for tok in SCORED_TOKENS:
-        ids = tokenizer(tok, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1 or ids[0] == unk:
-            missing.append(tok)
-    if missing:
-        raise UserError(
-            f"the model in {path} is not a Self-RAG checkpoint: its tokenizer lacks the reflection "
-            f"token(s) {', '.join(missing)}", path=path, setting=setting,
-            fix="point the setting at a download of selfrag/selfrag_llama2_7b (`huggingface-cli "
-                "download selfrag/selfrag_llama2_7b --local-dir DIR`), not at another LLaMA")
 
 
 def is_self_rag_model(name: str) -> bool:

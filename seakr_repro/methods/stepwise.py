@@ -18,12 +18,12 @@ retriever truncates queries so).
 """
 from __future__ import annotations
 
-from ..errors import UserError
+from ..core.errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import BASE_STOPS, PromptFitter, stop_strings
 from . import dragin_code
 from .base import BASELINE_CONFIG, BASELINE_TABLE, Method, MethodResult, hits_brief, step_record
-from .seakr_query import truncate_tokens
+from .seakr.query import truncate_tokens
 
 BASELINE_MODES = ("faithful", "fixed")
 

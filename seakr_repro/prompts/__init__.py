@@ -1,13 +1,22 @@
 """Prompts: the paper's in-context examples (appendix C.4) and SeaKR's prompt builder."""
 from __future__ import annotations
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .examples import HOTPOTQA, IIRC, SIMPLE_QA, TWOWIKI, Demo
 from .fit import PromptFitter
 from .official import official_demos
-from .seakr import (BASE_STOPS, INSTRUCTION, build_prompt, format_context, format_demo,
-                    format_step, read_all_docs_prompt, read_all_steps_prompt, simple_qa_stops,
-                    stop_strings)
+from .seakr import (
+    BASE_STOPS,
+    INSTRUCTION,
+    build_prompt,
+    format_context,
+    format_demo,
+    format_step,
+    read_all_docs_prompt,
+    read_all_steps_prompt,
+    simple_qa_stops,
+    stop_strings,
+)
 
 # Data set name -> family. The bundled sets stand in for the paper's; FanOutQA uses the simple-QA
 # demos as the brief of the package asks.

@@ -12,8 +12,8 @@ import ast
 from functools import lru_cache
 from pathlib import Path
 
-from .. import paths
-from ..errors import DataMissingError, UserError
+from ..core import paths
+from ..core.errors import DataMissingError, UserError
 from .examples import Demo
 
 DATASET_FILE = "SEAKR/dataset.py"

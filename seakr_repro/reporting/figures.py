@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..errors import UserError  # noqa: E402
-from ..io import atomic_path  # noqa: E402
+from ..core.errors import UserError  # noqa: E402
+from ..core.io import atomic_path  # noqa: E402
 from ..uncertainty.eigenscore import OFFICIAL_DELTA  # noqa: E402
 
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies and in greyscale.

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import DataMissingError, UserError
-from ..paths import PAPER_DIR
+from ..core.errors import DataMissingError, UserError
+from ..core.paths import PAPER_DIR
 
 COLUMNS = ("table", "model", "setting", "method", "label", "dataset", "metric", "value", "note")
 REQUIRED = ("table", "method", "dataset", "metric", "value", "note")

@@ -14,9 +14,9 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from ..errors import UserError
-from ..io import atomic_open
-from ..paths import TABLES_DIR
+from ..core.errors import UserError
+from ..core.io import atomic_open
+from ..core.paths import TABLES_DIR
 from .paper_numbers import canonical
 
 MISSING = "–"

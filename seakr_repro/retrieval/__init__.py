@@ -8,8 +8,17 @@
 Importing this package starts no JVM; the first Lucene searcher does (once per process).
 """
 from .base import Hit, Searcher
-from .index import (BACKENDS, IndexInfo, build_index, corpus_stats, index_dir_for,
-                    index_is_current, open_searcher, read_meta, searcher_for)
+from .index import (
+    BACKENDS,
+    IndexInfo,
+    build_index,
+    corpus_stats,
+    index_dir_for,
+    index_is_current,
+    open_searcher,
+    read_meta,
+    searcher_for,
+)
 from .java import ensure_java
 
 __all__ = ["BACKENDS", "Hit", "IndexInfo", "Searcher", "build_index", "corpus_stats", "ensure_java",

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import UserError
-from ..io import iter_jsonl
+from ..core.errors import UserError
+from ..core.io import iter_jsonl
 from .base import Hit
 
 STOPWORDS = "en"

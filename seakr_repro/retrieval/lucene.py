@@ -32,7 +32,7 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import Hit
 from .java import anserini_jar, ensure_java, java_binary, java_env, quiet_jvm_options
 
@@ -70,7 +70,7 @@ def build_lucene_index(corpus_path: str | Path, out_dir: str | Path, threads: in
     -storeRaw would store the passage's JSON, a second copy of the text (see the README, "Disk
     and memory", for the sizes). `fields` are JSON keys indexed as fields of their own besides
     `contents` (indexed, not stored)."""
-    from ..disk import require_free_space
+    from ..core.disk import require_free_space
 
     out_dir = Path(out_dir)
     # measured: the index takes ~0.82 x the JSONL (README, "Disk and memory"); ask for 1x

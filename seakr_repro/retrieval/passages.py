@@ -9,8 +9,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from .. import paths
-from ..errors import UserError
+from ..core import paths
+from ..core.errors import UserError
 from .base import Hit
 
 
@@ -30,7 +30,7 @@ class PrecomputedPassages:
     @property
     def table(self) -> dict:
         from ..data.loaders import HOW_TO_GET
-        from ..io import require_file
+        from ..core.io import require_file
         path = require_file(self.path, "the precomputed top passages", HOW_TO_GET["top10"])
         return _table(str(path.resolve()), path.stat().st_mtime_ns, self.top)
 

@@ -15,7 +15,7 @@ import pandas as pd
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .eigenscore import eigen_score
 
 
@@ -128,7 +128,7 @@ def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: f
                      variant: str = "seakr", n_boot: int = 0, seed: int = 0) -> pd.DataFrame:
     """AUROC of eigen_score per layer. `vectors_by_layer`: {layer: per-question vectors} or a
     sequence indexed by layer (each as in `quality_vs_k`); `k` limits to the first k samples.
-    A lazy Mapping (`calibration.VectorStore.by_layer`) is read one layer at a time: each layer
+    A lazy Mapping (`extraction.VectorStore.by_layer`) is read one layer at a time: each layer
     is dropped before the next is loaded, so host memory holds about one layer."""
     items = (vectors_by_layer.items() if isinstance(vectors_by_layer, Mapping)
              else enumerate(vectors_by_layer))

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 OFFICIAL_DELTA = -6.0   # SeaKR's threshold on U for LLaMA-2-7B-chat (§5.3, the official scripts)
 

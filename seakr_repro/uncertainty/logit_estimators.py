@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 
 def _direction(higher_is_more_uncertain: bool) -> Callable:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 from . import logit_estimators as le
 from .eigenscore import OFFICIAL_DELTA, eigen_score
 

@@ -1,0 +1,1 @@
+"""The transformers backend and its shared-prefix attention."""

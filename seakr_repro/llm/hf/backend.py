@@ -1,0 +1,595 @@
+"""The transformers backend (reference implementation, CPU and GPU).
+
+Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` (k samples):
+- `sample` pre-fills the prompt ONCE and decodes the k samples as one batch (plain
+  `generate(num_return_sequences=k)` pre-fills the prompt k times, which dominates with a 10-shot
+  prompt). With `shared_prefix` (the default, `shared_prefix.py`) the k rows attend to ONE copy
+  of the prompt's keys and values and keep only their own generated tokens' cache, so memory and
+  time grow with k x generated tokens, not k x prompt length; `sample_many` decodes several
+  prompts' rows in one batch, each group over its own prompt. The reference path
+  (`shared_prefix=False`, and architectures shared-prefix attention does not support) copies the
+  prompt's cache into every row. Finished rows are dropped from the batch. All rows share one
+  length, so no padding or attention mask is needed while decoding.
+- Sampling draws from one generator per prompt, seeded with `seed`, over that prompt's rows in
+  row order, in chunks of `max_batch_rows` rows (all k when None): the same seed gives the same
+  tokens on both paths and in `sample` or `sample_many`.
+- The forced-EOS vectors come from ONE more batched pass of each sample's forced-EOS sequence
+  (`stops.forced_eos_ids`: the last token replaced by EOS, or EOS after the kept tokens) over all
+  k rows on top of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
+  never sees the padding after it: no padding leaks into a vector, and identical sequences get
+  identical vectors.
+- CUDA out-of-memory: the prefix cache is dropped, the rows per forward pass are halved and the
+  call is run again (same tokens: sampling does not depend on how rows are split into forward
+  passes); `stats()["oom_retries"]` counts it.
+- Stop strings are searched in the generated text only (as vLLM, the official engine, does).
+  The returned text is cut before the stop string; token lists keep the tokens whose text lies
+  entirely before it; `all_token_ids` keeps every generated token (see `stops`).
+- Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
+  boundary is kept (LRU, bounded in tokens) keyed by the token ids before it. Every prompt of a
+  method starts with the same few-shot demonstrations, so later calls pre-fill only their own tail
+  (the prefix caching vLLM does). Because a chunk is computed by the same operation whether it
+  comes from the cache or not, results do not depend on what was called before: same prompt and
+  seed, same bits.
+- Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
+  (temperature 1, no top-k/top-p), whatever the sampling parameters were; samples also carry
+  `warped_logprobs`, from the very logits the sampler drew from.
+- Texts and token strings are decoded after the prompt's last tokens (`tokenizing.decode_pieces`),
+  as vLLM does, so a sentencepiece (LLaMA) continuation keeps its leading space.
+- `max_context` (the config's max_position_embeddings): a prompt that does not fit with the
+  tokens to generate is refused (`tokenizing.ContextOverflowError`), never run past it.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from . import shared_prefix as sp
+from ..base import Generation, SampleSet
+from ..hooks import HOOKS, capture, run_until_captured
+from ..model_info import middle_layer, model_dims, text_config, weights_fingerprint
+from ..sampling import sample_tokens, token_stats
+from ..stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
+from ..attention import WordsMixin
+from ..tokenizing import TokenizerMixin, check_fits
+
+PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
+
+
+class _Row:
+    """The growing state of one sequence during decoding."""
+
+    __slots__ = ("ids", "logprobs", "entropies", "lse", "wlp", "finish")
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.entropies: list[float] = []
+        self.lse: list[float] = []
+        self.wlp: list[float] = []           # warped log-probs (samples)
+        self.finish: str | None = None
+
+
+class HFBackend(WordsMixin, TokenizerMixin):
+    """`Backend` over a transformers causal LM. Build it with `from_dir` or `registry.load_backend`."""
+
+    def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
+                 max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384,
+                 shared_prefix: bool = True):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.fingerprint = fingerprint or name
+        self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
+        self.device = next(model.parameters()).device
+        # the context the model was trained for: longer prompts are refused (check_fits), not
+        # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
+        n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
+        self.max_context: int | None = int(n_ctx) if n_ctx else None
+        # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
+        # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
+        self.max_batch_rows = max_batch_rows
+        # Chunk-boundary KV caches: key = hash of the token ids before the boundary. Bounded by
+        # the total tokens they hold (a 7B model's KV is ~0.5 MB per token in bf16).
+        self.prefix_cache_tokens = int(prefix_cache_tokens)
+        self._prefix: "OrderedDict[bytes, tuple[int, object]]" = OrderedDict()
+        self.prefix_hits = 0
+        # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
+        self.shared_prefix_unsupported = sp.supports(model.config)
+        self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
+        if shared_prefix and self.shared_prefix_unsupported:
+            warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "
+                          "the k samples copy the prompt's KV cache into every row (slower, more "
+                          "memory, same results)", stacklevel=2)
+        # Rows per forward pass (None = all rows of a chunk): halved on each out-of-memory.
+        self.rows_per_forward: int | None = None
+        self.oom_retries = 0
+        self._widest = 0                      # rows of the widest forward pass of the current call
+
+    def stats(self) -> dict[str, int]:
+        """Counters the runner copies into each result row (as differences around a question)."""
+        return {"oom_retries": self.oom_retries}
+
+    @classmethod
+    def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None,
+                 prefix_cache_tokens: int = 16384, shared_prefix: bool = True) -> "HFBackend":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        path = Path(path)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        return cls(model, tok, name, weights_fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
+                   shared_prefix)
+
+    def close(self) -> None:
+        """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
+        backend is unusable afterwards (`steps.grid.BackendPool` loads a new one)."""
+        self._prefix.clear()
+        self.model = None
+
+    # ----------------------------------------------------------------------------- helpers
+    def reset_prefix_cache(self) -> None:
+        """Forget the kept chunk-boundary KV caches (benchmarks start every run cold)."""
+        self._prefix.clear()
+
+    def _forward(self, ids: torch.Tensor, cache=None, position_ids=None):
+        # logits of the last position only: the LM head over a whole prompt costs as much as
+        # several layers and its other rows are never used
+        self._widest = max(self._widest, int(ids.shape[0]))
+        return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                          position_ids=position_ids)
+
+    def _with_oom_retry(self, fn):
+        """Run fn(); on out-of-memory free what can be freed, halve the rows per forward pass and
+        run it again. Only when a single row does not fit does the error go through."""
+        for attempt in range(64):
+            self._widest = 0
+            try:
+                return fn()
+            except torch.OutOfMemoryError:     # torch.cuda.OutOfMemoryError included
+                widest = self._widest
+                if widest <= 1 and self.rows_per_forward == 1 or attempt == 63:
+                    raise
+            # outside the except block, so the failed pass's tensors can be freed
+            self.oom_retries += 1
+            self.reset_prefix_cache()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.rows_per_forward = max(1, widest // 2)
+            warnings.warn(f"{self.name}: out of memory with {widest} rows in one pass; retrying "
+                          f"with {self.rows_per_forward}", stacklevel=2)
+
+    @torch.inference_mode()
+    def _prefill(self, prompt_ids: list[int]):
+        """KV cache and next-token logits of a prompt, reusing cached chunk boundaries."""
+        ids = list(prompt_ids)
+        # the whole prompt seen before (SeaKR's greedy step, then its k samples, then the
+        # forced-EOS pass all start from the same context): no forward pass at all
+        whole = self._prefix.get(_ids_key(ids) + b"=")
+        if whole is not None:
+            self._prefix.move_to_end(_ids_key(ids) + b"=")
+            self.prefix_hits += 1
+            return copy.deepcopy(whole[1]), whole[2].clone()
+        last_boundary = (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK   # >= 1 token stays for the tail
+        cache, start = None, 0
+        for b in range(last_boundary, 0, -PREFILL_CHUNK):
+            hit = self._prefix.get(_ids_key(ids[:b]))
+            if hit is not None:
+                self._prefix.move_to_end(_ids_key(ids[:b]))
+                cache, start = copy.deepcopy(hit[1]), b
+                self.prefix_hits += 1
+                break
+        for b in range(start, last_boundary, PREFILL_CHUNK):
+            chunk = torch.tensor([ids[b:b + PREFILL_CHUNK]], device=self.device)
+            cache = self._forward(chunk, cache).past_key_values
+            self._remember(ids[:b + PREFILL_CHUNK], cache)
+        out = self._forward(torch.tensor([ids[last_boundary:]], device=self.device), cache)
+        self._remember(ids, out.past_key_values, out.logits[:, -1, :])
+        return out.past_key_values, out.logits[:, -1, :]
+
+    def _remember(self, ids: list[int], cache, logits=None) -> None:
+        """Keep a chunk boundary's cache, or (with its logits) a whole prompt's, within
+        `prefix_cache_tokens` tokens in all, least recently used first out."""
+        if self.prefix_cache_tokens <= 0:
+            return
+        if logits is None:
+            self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
+        else:
+            self._prefix[_ids_key(ids) + b"="] = (len(ids), copy.deepcopy(cache), logits.clone())
+        while sum(v[0] for v in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
+            self._prefix.popitem(last=False)
+
+    def _find_stop(self, text: str, stop: Sequence[str]) -> int:
+        return find_stop(text, stop)
+
+    # ----------------------------------------------------------------------------- decoding
+    def _advance(self, r: _Row, t: int, logprob: float, warped: float | None, stats, stop,
+                 max_new_tokens: int) -> bool:
+        """Add one decoded token to a row (both decode loops); False once the row is finished.
+        EOS ends the text and is not part of it; stats: (entropy, logsumexp) or None."""
+        if t == self.eos_token_id:
+            r.finish = "eos"
+            return False
+        r.ids.append(t)
+        r.logprobs.append(logprob)
+        if warped is not None:
+            r.wlp.append(warped)
+        if stats is not None:
+            r.entropies.append(stats[0])
+            r.lse.append(stats[1])
+        if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
+            r.finish = "stop"
+        elif len(r.ids) >= max_new_tokens:
+            r.finish = "length"
+        else:
+            return True
+        return False
+
+    @torch.inference_mode()
+    def _decode_rows(self, cache, logits: torch.Tensor, n_rows: int, max_new_tokens: int,
+                     stop: Sequence[str], pick: Callable[[torch.Tensor], torch.Tensor],
+                     want_stats: bool) -> list[_Row]:
+        """Decode n_rows sequences from `cache` (already n_rows wide) and next-token `logits`."""
+        rows = [_Row() for _ in range(n_rows)]
+        active = list(range(n_rows))          # row index of each batch position of the cache
+        if max_new_tokens <= 0:
+            for r in rows:
+                r.finish = "length"
+            return rows
+        while True:
+            logits = logits.float()
+            logp, ent, lse = token_stats(logits, want_stats)
+            nxt = pick(logits)
+            nxt, wlp = nxt if isinstance(nxt, tuple) else (nxt, None)   # samples: + warped log-prob
+            wlp = wlp.tolist() if wlp is not None else None
+            chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+            if want_stats:
+                ent, lse = ent.tolist(), lse.tolist()
+            keep = []
+            for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
+                if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
+                                 (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
+                    keep.append(j)
+            if not keep:
+                return rows
+            if len(keep) < len(active):       # drop finished rows from the batch and the cache
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                nxt = nxt[idx]
+                active = [active[j] for j in keep]
+            logits = self._forward(nxt[:, None], cache).logits[:, -1, :]
+
+    def _finish(self, r: _Row, stop: Sequence[str], prompt_ids: Sequence[int],
+                want_stats: bool) -> Generation:
+        """Cut a decoded row before its stop string and build the Generation; text and tokens
+        are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does."""
+        pieces = self._pieces(r.ids, prompt_ids)
+        # cut wherever the text in context holds a stop string, even one the decode loop's
+        # check (on the ids alone) could not see, e.g. one that starts with the leading space
+        text, n = cut_at_stop(pieces, stop)
+        finish = "stop" if len(text) < sum(map(len, pieces)) else (r.finish or "length")
+        # the uncut ids end at the token that completed the stop (the forced-EOS sequence's end)
+        end = stop_end(pieces, stop) if finish == "stop" else len(r.ids)
+        return Generation(
+            text=text, token_ids=r.ids[:n], tokens=pieces[:n],
+            logprobs=r.logprobs[:n],
+            entropies=r.entropies[:n] if want_stats else None,
+            logsumexp=r.lse[:n] if want_stats else None,
+            finish_reason=finish, n_prompt_tokens=len(prompt_ids),
+            all_token_ids=list(r.ids[:end]), all_logprobs=list(r.logprobs[:end]),
+            warped_logprobs=list(r.wlp[:end]) if r.wlp else None)
+
+    # ----------------------------------------------------------------------------- protocol
+    def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
+                 want_stats: bool = False, want_attention: bool = False) -> Generation:
+        ids = self._encode(prompt)
+        check_fits(len(ids), max(0, max_new_tokens), self.max_context, self.name)
+
+        def run():
+            cache, logits = self._prefill(ids)
+            return self._decode_rows(cache, logits, 1, max_new_tokens, stop,
+                                     lambda lg: lg.argmax(-1), want_stats)[0]
+        gen = self._finish(self._with_oom_retry(run), stop, ids, want_stats)
+        if want_attention:
+            gen.attention = self._attention(gen.token_ids)
+        return gen
+
+    def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
+                      stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
+        """Greedy `generate` of several prompts, decoded as one batch (each row over its own
+        prompt cache, shared-prefix attention); one after another without shared-prefix decoding."""
+        if not self.shared_prefix or len(prompts) < 2:
+            return [self.generate(p, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)
+                    for p in prompts]
+        ids = [self._encode(p) for p in prompts]
+        for x in ids:
+            check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
+
+        def run():
+            pre = [self._prefill(x) for x in ids]
+            return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)], 1,
+                                       [lambda lg: lg.argmax(-1)] * len(ids), max_new_tokens,
+                                       stop, want_stats)
+        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self._with_oom_retry(run), ids)]
+
+    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
+               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
+               layer: int | None = None, hook: str = "mlp_out",
+               want_stats: bool = False, forced_eos: str = "append") -> SampleSet:
+        return self.sample_many([prompt], k=k, max_new_tokens=max_new_tokens, stop=stop,
+                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                layer=layer, hook=hook, want_stats=want_stats,
+                                forced_eos=forced_eos)[0]
+
+    def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
+                    stop: Sequence[str] = (), temperature: float = 1.0, top_k: int = 50,
+                    top_p: float = 0.9, seed: int = 42, layer: int | None = None,
+                    hook: str = "mlp_out", want_stats: bool = False,
+                    forced_eos: str = "append") -> list[SampleSet]:
+        """`sample` for each prompt, all decoded in one batch (each prompt's rows over its own
+        prompt cache); the same result as calling `sample` on each, one after another."""
+        layer = middle_layer(self.n_layers) if layer is None else int(layer)
+        args = dict(k=int(k), max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
+                    top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
+                    want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
+        if not self.shared_prefix:
+            return [self._with_oom_retry(lambda p=p: self._sample_reference(p, **args))
+                    for p in prompts]
+        return self._with_oom_retry(lambda: self._sample_shared(list(prompts), **args))
+
+    def _picker(self, seed: int, temperature: float, top_k: int, top_p: float):
+        """Draws (tokens, their warped log-probs) from one generator seeded with `seed`."""
+        gen = torch.Generator(device=self.device).manual_seed(int(seed))
+
+        def pick(lg):
+            return sample_tokens(lg, temperature, top_k, top_p, gen)
+        return pick
+
+    def _sample_shared(self, prompts: list[str], *, k, max_new_tokens, stop, temperature, top_k,
+                       top_p, seed, layer, hook, want_stats, forced_eos) -> list[SampleSet]:
+        ids = [self._encode(p) for p in prompts]
+        for x in ids:           # + 1: the forced EOS after the longest completion
+            check_fits(len(x), max(0, max_new_tokens) + 1, self.max_context, self.name)
+        pre = [self._prefill(x) for x in ids]                   # (cache, logits) per prompt
+        picks = [self._picker(seed, temperature, top_k, top_p) for _ in prompts]
+        rows: list[list[_Row]] = [[] for _ in prompts]
+        chunk = self.max_batch_rows or k
+        for start in range(0, k, chunk):                         # chunk by chunk, as today
+            got = self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)],
+                                      min(chunk, k - start), picks, max_new_tokens, stop,
+                                      want_stats)
+            for g, part in enumerate(got):
+                rows[g].extend(part)
+        out = []
+        for g, x in enumerate(ids):
+            samples = [self._finish(r, stop, x, want_stats) for r in rows[g]]
+            # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
+            seqs = [forced_eos_of(s, self.eos_token_id, forced_eos)[:-1] for s in samples]
+            vec = (self._eos_vectors(pre[g][0], seqs, layer, hook)
+                   if samples else np.zeros((0, self.hidden_size), np.float32))
+            out.append(SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook))
+        return out
+
+    @torch.inference_mode()
+    def _decode_shared(self, prefixes, n: int, picks, max_new_tokens: int, stop: Sequence[str],
+                       want_stats: bool) -> list[list[_Row]]:
+        """Decode n rows per prefix ((cache, length, next-token logits) each), all in one batch,
+        every row attending to its prefix's single cache plus its own generated tokens."""
+        from transformers import DynamicCache
+        n_all = n * len(prefixes)
+        rows = [_Row() for _ in range(n_all)]
+        group = [i // n for i in range(n_all)]
+        grouped = [rows[g * n:(g + 1) * n] for g in range(len(prefixes))]
+        if max_new_tokens <= 0 or n_all == 0:
+            for r in rows:
+                r.finish = "length"
+            return grouped
+        active = list(range(n_all))           # row index of each position of the batch
+        cap = self.rows_per_forward or n_all
+        parts = [(DynamicCache(), active[i:i + cap]) for i in range(0, n_all, cap)]
+        logits = torch.cat([lg.expand(n, -1) for _, _, lg in prefixes])
+        step = 0
+        with sp.use_prefixes(self.model):
+            while True:
+                logits = logits.float()
+                logp, ent, lse = token_stats(logits, want_stats)
+                # each prompt's generator draws for its own rows, in row order
+                drawn = [picks[g](logits[a:b]) for g, a, b in _spans([group[r] for r in active])]
+                sampled = isinstance(drawn[0], tuple)               # samples: + warped log-prob
+                nxt = torch.cat([d[0] if sampled else d for d in drawn])
+                wlp = torch.cat([w for _, w in drawn]).tolist() if sampled else None
+                chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+                if want_stats:
+                    ent, lse = ent.tolist(), lse.tolist()
+                token, keep = {}, set()
+                for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
+                    if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
+                                     (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
+                        keep.add(ri)
+                        token[ri] = t
+                if not keep:
+                    return grouped
+                active = [r for r in active if r in keep]
+                kept_parts = []
+                for cache, members in parts:    # drop finished rows from each part's cache
+                    local = [j for j, r in enumerate(members) if r in keep]
+                    if not local:
+                        continue
+                    if len(local) < len(members) and step > 0:
+                        cache.batch_select_indices(torch.tensor(local, device=self.device))
+                    kept_parts.append((cache, [members[j] for j in local]))
+                parts = kept_parts
+                outs = []
+                for cache, members in parts:
+                    sp.set_groups([sp.Group(a, b, prefixes[g][0])
+                                   for g, a, b in _spans([group[r] for r in members])])
+                    inp = torch.tensor([[token[r]] for r in members], device=self.device)
+                    pos = torch.tensor([[prefixes[group[r]][1] + step] for r in members],
+                                       device=self.device)
+                    outs.append(self._forward(inp, cache, pos).logits[:, -1, :])
+                logits = torch.cat(outs)
+                step += 1
+
+    def _sample_reference(self, prompt: str, *, k, max_new_tokens, stop, temperature, top_k,
+                          top_p, seed, layer, hook, want_stats, forced_eos) -> SampleSet:
+        """The reference path: the prompt's cache copied into every row of a chunk. After an
+        out-of-memory its chunks shrink to `rows_per_forward` (which changes the samples: the
+        generator's draws follow the chunks)."""
+        ids = self._encode(prompt)
+        check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
+        prompt_cache, logits = self._prefill(ids)
+        pick = self._picker(seed, temperature, top_k, top_p)
+        samples: list[Generation] = []
+        vectors: list[np.ndarray] = []
+        chunk = min(self.max_batch_rows or k, self.rows_per_forward or k)
+        for start in range(0, k, chunk):
+            n = min(chunk, k - start)
+            cache = _repeat(prompt_cache, n)
+            self._widest = max(self._widest, n)
+            rows = self._decode_rows(cache, logits.expand(n, -1), n, max_new_tokens, stop,
+                                     pick, want_stats)
+            del cache
+            part = [self._finish(r, stop, ids, want_stats) for r in rows]
+            # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
+            seqs = [forced_eos_of(g, self.eos_token_id, forced_eos)[:-1] for g in part]
+            vectors.append(self._eos_vectors(prompt_cache, seqs, layer, hook))
+            samples.extend(part)
+        vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
+        return SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook)
+
+    @torch.inference_mode()
+    def score(self, prompt: str, continuation: str) -> Generation:
+        p_ids, c_ids, empty = self._score_ids(prompt, continuation)
+        if empty is not None:
+            return empty
+        check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
+        ids = torch.tensor([p_ids + c_ids], device=self.device)
+        logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
+        logp, ent, lse = token_stats(logits)
+        tgt = torch.tensor(c_ids, device=self.device)
+        return Generation(
+            text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
+            logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
+            entropies=ent.tolist(), logsumexp=lse.tolist(),
+            finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+    # ----------------------------------------------------------------------------- vectors
+    @torch.inference_mode()
+    def _eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
+                     hook: str) -> np.ndarray:
+        """Vector at the forced EOS of "prompt + completion + EOS" at one layer and hook."""
+        return self._eos_pass(prompt_cache, completions, [(layer, hook)])[(layer, hook)]
+
+    def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
+        """Step 02: {hook: L x k x d} from the same pass `sample` takes its vectors from, so the
+        U step 03 calibrates on is bit for bit the U the methods compute."""
+        cache, _ = self._prefill(self._encode(prompt))
+        wanted = [(at, h) for h in HOOKS for at in range(self.n_layers)]
+        got = self._eos_pass(cache, [list(c) for c in completions], wanted)
+        return {h: np.stack([got[(at, h)] for at in range(self.n_layers)]) for h in HOOKS}
+
+    @torch.inference_mode()
+    def _eos_pass(self, prompt_cache, completions: list[list[int]],
+                  wanted: list[tuple[int, str]]) -> dict[tuple[int, str], np.ndarray]:
+        """{(layer, hook): n x d} at the forced EOS of "prompt + completion + EOS", one batched
+        pass for all rows (split into passes of `rows_per_forward` rows only after an
+        out-of-memory). One capture stops the pass after its layer; several run it whole.
+
+        Each distinct completion is computed once and its vector given to every row that has it:
+        identical samples get bit-identical vectors (a batched matrix product can round a row
+        differently depending on its position in the batch), and repeated samples cost nothing.
+        """
+        if not completions:
+            return {w: np.zeros((0, self.hidden_size), np.float32) for w in wanted}
+        first: dict[tuple[int, ...], int] = {}
+        which = [first.setdefault(tuple(c), len(first)) for c in completions]
+        completions = [list(c) for c in first]
+        n = len(completions)
+        width = max(len(c) for c in completions) + 1
+        # Right padding with EOS: causal attention keeps it invisible to each row's own EOS.
+        inp = torch.full((n, width), self.eos_token_id, dtype=torch.long)
+        for i, c in enumerate(completions):
+            inp[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        inp = inp.to(self.device)
+        ends = torch.tensor([len(c) for c in completions])
+        step = self.rows_per_forward or n
+        outs: dict[tuple[int, str], list] = {w: [] for w in wanted}
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            self._widest = max(self._widest, b - a)
+            with contextlib.ExitStack() as stack:
+                boxes = {w: stack.enter_context(capture(self.model, *w, stop_after=len(wanted) == 1))
+                         for w in wanted}
+                if self.shared_prefix:
+                    # the rows' own tokens are the whole suffix: no cache needed for them
+                    pos = (prompt_cache.get_seq_length() + torch.arange(width, device=self.device))
+                    with sp.use_prefixes(self.model, [sp.Group(0, b - a, prompt_cache)]):
+                        run_until_captured(self.model.model, input_ids=inp[a:b],
+                                           position_ids=pos[None].expand(b - a, -1),
+                                           use_cache=False)
+                else:
+                    run_until_captured(self.model.model, input_ids=inp[a:b],
+                                       past_key_values=_repeat(prompt_cache, b - a), use_cache=True)
+            for w, box in boxes.items():
+                got = box["out"]
+                outs[w].append(got[torch.arange(b - a, device=got.device), ends[a:b].to(got.device)])
+        return {w: torch.cat(v).float().cpu().numpy()[which] for w, v in outs.items()}
+
+    @torch.inference_mode()
+    def _last_attention(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """The last layer's attention weights (heads x query x key, float32) of `token_ids` run
+        alone through the model."""
+        before = self.model.config._attn_implementation
+        self.model.set_attn_implementation("eager")   # only eager returns attention weights
+        try:
+            out = self.model(input_ids=torch.tensor([list(token_ids)], device=self.device),
+                             output_attentions=True)
+        finally:
+            self.model.set_attn_implementation(before)
+        return out.attentions[-1][0].float()
+
+    def _attention(self, token_ids: list[int]) -> list[float]:
+        """DRAGIN's attention per generated token: last layer, over the generated tokens only,
+        max over the later positions attending to it, then mean over heads (its "max" solver)."""
+        if not token_ids:
+            return []
+        return self._last_attention(token_ids).max(dim=1).values.mean(dim=0).tolist()
+
+    def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
+        """Rows of the head-averaged last-layer attention of `token_ids` at `positions` (DRAGIN's
+        query formulation reads these for the tokens that triggered retrieval)."""
+        if not positions:
+            return []
+        att = self._last_attention(token_ids).mean(dim=0)     # query x key
+        return att[torch.tensor(list(positions), device=att.device)].tolist()
+
+
+def _ids_key(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+def _spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(label, start, end) of each run of equal labels."""
+    out: list[tuple[int, int, int]] = []
+    for i, g in enumerate(labels):
+        if out and out[-1][0] == g:
+            out[-1] = (g, out[-1][1], i + 1)
+        else:
+            out.append((g, i, i + 1))
+    return out
+
+
+def _repeat(cache, n: int):
+    """A copy of a batch-1 KV cache with n identical rows (the original stays untouched)."""
+    out = copy.deepcopy(cache)
+    if n > 1:
+        out.batch_repeat_interleave(n)
+    return out
+

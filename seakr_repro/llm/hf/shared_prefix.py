@@ -1,0 +1,143 @@
+"""Attention of many rows over ONE copy of their prompt's keys and values.
+
+`HFBackend.sample` decodes k rows that share a prompt. Copying the prompt's KV cache into every
+row (the reference path) costs memory and time in k x prompt length. Here each row keeps only
+its own suffix (the tokens generated after the prompt) in an ordinary transformers cache, and an
+attention function registered with transformers' `AttentionInterface` attends to
+
+    prefix  (batch 1, broadcast to the rows of its group: never copied per row) and
+    suffix  (each row's own keys, causal among themselves),
+
+with one softmax over both: the scores of the two parts share one maximum and one denominator
+(the log-sum-exp merge), so the result equals attention over "prefix + suffix" concatenated.
+Positions (RoPE) are passed explicitly and continue after each group's prefix.
+
+Rows of a batch are grouped contiguously by prompt (`sample_many` decodes several prompts at
+once); each group attends to its own prefix. The plan of the running forward pass (which rows
+use which prefix) lives in a thread-local set by `use_prefixes`.
+
+Only architectures whose attention is plain causal softmax attention with RoPE positions are
+supported (`supports`): LLaMA-family models (SmolLM2 included). Models with sliding-window
+layers (Gemma-3) or logit soft-capping take the reference path; the backend says so.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from ..model_info import text_config
+
+NAME = "seakr_shared_prefix"
+SUPPORTED_TYPES = ("llama",)       # plain causal attention, RoPE from position_ids, no windows
+
+_STATE = threading.local()
+
+
+@dataclass
+class Group:
+    """Rows [start, end) of the batch attend to `prefix` (a batch-1 transformers cache)."""
+
+    start: int
+    end: int
+    prefix: object
+
+
+def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values (1 x kv_heads x P x head_dim) of one layer of a batch-1 cache."""
+    lay = cache.layers[layer]
+    return lay.keys, lay.values
+
+
+def supports(config) -> str | None:
+    """None if shared-prefix attention is exact for this model, else the reason it is not."""
+    cfg = text_config(config)
+    if getattr(cfg, "sliding_window", None) or getattr(cfg, "layer_types", None) and any(
+            t != "full_attention" for t in cfg.layer_types):
+        return "the model has sliding-window attention layers"
+    kind = getattr(cfg, "model_type", "?")
+    if kind not in SUPPORTED_TYPES:
+        return f"model type '{kind}' is not one of {', '.join(SUPPORTED_TYPES)}"
+    for key in ("attn_logit_softcapping", "attention_bias_softcap"):
+        if getattr(cfg, key, None):
+            return f"the model uses {key}"
+    return None
+
+
+@contextlib.contextmanager
+def use_prefixes(model, groups: Sequence[Group] = ()) -> Iterator[None]:
+    """Run forward passes of `model` with shared-prefix attention for these row groups (or for
+    those given later by `set_groups`, before each pass)."""
+    register()
+    before = model.config._attn_implementation
+    _STATE.groups = list(groups)
+    if before != NAME:
+        model.set_attn_implementation(NAME)
+    try:
+        yield
+    finally:
+        _STATE.groups = None
+        if before != NAME:
+            model.set_attn_implementation(before)
+
+
+def set_groups(groups: Sequence[Group]) -> None:
+    """The row groups of the next forward passes (inside `use_prefixes`)."""
+    _STATE.groups = list(groups)
+
+
+def shared_prefix_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
+                            scaling: float | None = None, **_kwargs):
+    """query: B x H x s x D (the new tokens); key/value: B x Hkv x S x D (each row's suffix,
+    the new tokens last). Returns B x s x H x D as transformers' attention functions do."""
+    groups = getattr(_STATE, "groups", None)
+    if not groups:
+        raise RuntimeError("shared-prefix attention called outside use_prefixes()")
+    b, h, s, d = query.shape
+    hkv, n_suf = key.shape[1], key.shape[2]
+    rep = h // hkv
+    scale = d ** -0.5 if scaling is None else scaling
+    dt = query.dtype
+    # Query heads grouped by the kv head they read (GQA without copying keys or values).
+    q5 = query.view(b, hkv, rep, s, d)
+    qpos = torch.arange(n_suf - s, n_suf, device=query.device)
+    hidden = torch.arange(n_suf, device=query.device)[None, :] > qpos[:, None]   # s x S: future
+    out = torch.empty(b, hkv, rep, s, d, dtype=dt, device=query.device)
+    for g in groups:
+        pk, pv = prefix_kv(g.prefix, module.layer_idx)         # 1 x hkv x P x d
+        n = g.end - g.start
+        m_rows = n * rep * s
+        # Layout (kv head, row, head, position): the prefix is then ONE matrix per kv head for
+        # every row and position of the group, and all large tensors stay contiguous.
+        qg = q5[g.start:g.end].transpose(0, 1).reshape(hkv, m_rows, d)
+        sc_p = torch.matmul(qg, pk[0].transpose(-1, -2)).float().mul_(scale)     # hkv x M x P
+        kg = key[g.start:g.end].unsqueeze(2).transpose(-1, -2)                    # n,hkv,1,d,S
+        ss = torch.matmul(q5[g.start:g.end], kg).float() * scale                 # n,hkv,rep,s,S
+        if s > 1:
+            ss = ss.masked_fill(hidden, float("-inf"))        # causal among the row's own tokens
+        ss = ss.transpose(0, 1).reshape(hkv, m_rows, n_suf)
+        mx = torch.maximum(sc_p.amax(-1, keepdim=True), ss.amax(-1, keepdim=True))
+        # in place: the prefix scores are the largest transient (rows x positions x prompt)
+        e_p, e_s = sc_p.sub_(mx).exp_(), (ss - mx).exp_()
+        denom = e_p.sum(-1, keepdim=True) + e_s.sum(-1, keepdim=True)
+        o_p = torch.matmul(e_p.to(dt), pv[0]).float()                            # hkv x M x d
+        vg = value[g.start:g.end].transpose(0, 1)                                 # hkv,n,S,d
+        o_s = torch.matmul(e_s.view(hkv, n, rep * s, n_suf).to(dt), vg).float()
+        o = (o_p + o_s.view(hkv, m_rows, d)).div_(denom)
+        out[g.start:g.end] = o.view(hkv, n, rep, s, d).transpose(0, 1).to(dt)
+    return out.view(b, h, s, d).transpose(1, 2).contiguous(), None
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Make NAME a valid attention implementation (idempotent)."""
+    global _REGISTERED
+    if not _REGISTERED:
+        from transformers import AttentionInterface
+        AttentionInterface.register(NAME, shared_prefix_attention)
+        _REGISTERED = True

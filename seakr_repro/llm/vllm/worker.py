@@ -1,0 +1,317 @@
+"""The worker side of the vLLM backend: forward hooks that read hidden states out of vLLM, no fork.
+
+These functions run INSIDE vLLM's workers (sent with `LLM.collective_rpc`, which calls them with
+the worker as first argument; they are module-level so they travel by reference). They install
+forward hooks on the worker's model, exactly like the transformers backend's hooks:
+
+- "vec"   a layer's MLP output or residual stream at the LAST token of a request: with the request
+          "prompt + completion + EOS" that is SeaKR's forced-EOS vector;
+- "stats" entropy and logsumexp of each next-token distribution a request is sampled from (FLARE,
+          LN-entropy, energy), read off the logits; with "warp": [temperature, top_k, top_p]
+          also the logsumexp of the warped logits (the sampled token's warped log-prob);
+- "hidden" the final (normed) hidden states of every position of a request, turned into
+          teacher-forced log-probabilities by `fetch` (`score`);
+- "all"   every layer's MLP output and residual stream at the last token (step 02's vectors);
+- "attention" DRAGIN's per-token attention: the last layer's softmax(q k^T) over the request's
+          own tokens, max over query positions, summed over this worker's heads; a request with
+          "rows" gets the rows of chosen query positions instead (DRAGIN's query formulation).
+
+vLLM packs the tokens of all scheduled requests into one flat batch. The model runner's
+`input_batch.req_ids` and `query_start_loc` say which rows belong to which request in the forward
+being run, and a request asks for a capture through `SamplingParams.extra_args["seakr"]`
+(its tag and what to keep), so requests from any caller can share a batch. The model must run
+eagerly (`enforce_eager=True`): a compiled or CUDA-graph-captured model never calls Python hooks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..hooks import decoder_layers
+from ..sampling import token_stats, warped_logsumexp
+
+KEY = "seakr"        # SamplingParams.extra_args key that marks a request for capture
+
+
+class _Capture:
+    """Per-worker state: installed hooks and what they stored, by request tag."""
+
+    def __init__(self, worker):
+        self.runner = worker.model_runner
+        self.model = self.runner.get_model() if hasattr(self.runner, "get_model") else self.runner.model
+        self.store: dict[str, dict[str, Any]] = {}
+        self.handles: dict[tuple, Any] = {}
+        self._rows: list | None = None
+        self.fetching = False        # compute_logits in `fetch` must not feed the stats hook
+        # the tagged rows are looked up once per forward (many hooks read them); reset before
+        # the first decoder layer, since vLLM's model wrapper may call the inner model's forward
+        # directly, without firing its hooks
+        self.handles[("rows",)] = decoder_layers(self.model)[0].register_forward_pre_hook(self._reset_rows)
+
+    def _reset_rows(self, *_args) -> None:
+        self._rows = None
+
+    # ------------------------------------------------------------------ batch layout
+    def tagged(self) -> list[tuple[int, dict, int, int]]:
+        """(batch index, capture spec, first row, end row) of the tagged requests in this forward."""
+        if self._rows is None:
+            self._rows = self._tagged()
+        return self._rows
+
+    def _tagged(self) -> list[tuple[int, dict, int, int]]:
+        r = self.runner
+        n = r.input_batch.num_reqs
+        if n == 0:
+            return []
+        ids = r.input_batch.req_ids[:n]
+        qsl = r.query_start_loc.np[: n + 1]
+        out = []
+        for i, rid in enumerate(ids):
+            state = r.requests.get(rid)
+            sp = state.sampling_params if state is not None else None
+            extra = sp.extra_args if sp is not None else None
+            if extra and KEY in extra:
+                out.append((i, extra[KEY], int(qsl[i]), int(qsl[i + 1])))
+        return out
+
+    def slot(self, tag: str) -> dict[str, Any]:
+        return self.store.setdefault(tag, {})
+
+    # ------------------------------------------------------------------ hooks
+    def ensure_vec(self, layer: int, hook: str) -> None:
+        key = ("vec", layer, hook)
+        if key in self.handles:
+            return
+        layers = decoder_layers(self.model)
+        if not 0 <= layer < len(layers):
+            raise ValueError(f"layer {layer} is outside 0..{len(layers) - 1}")
+        module = layers[layer].mlp if hook == "mlp_out" else layers[layer]
+        want = [layer, hook]
+        # the last layer's "residual" is taken after the final norm (ensure_all), as
+        # transformers' output_hidden_states[-1] has it
+        last = layer == len(layers) - 1
+
+        def _hook(_m, _inp, out):
+            rows = self.tagged()
+            if not rows:
+                return
+            # vLLM's decoder layers return (hidden, residual) with the residual add deferred to
+            # the next layer's norm: the residual stream after this layer is their sum.
+            if isinstance(out, tuple):
+                h, res = out[0], (out[1] if len(out) > 1 else None)
+                out = h + res if (hook == "residual" and res is not None) else h
+            for _i, spec, start, end in rows:
+                if end <= start:
+                    continue
+                # chunked prefill calls this once per chunk: the last chunk's last row wins
+                if spec.get("vec") == want:
+                    self.slot(spec["tag"])["vec"] = out[end - 1].float().cpu()
+                if spec.get("all") and not (hook == "residual" and last):
+                    self.slot(spec["tag"]).setdefault("all", {})[(layer, hook)] = out[end - 1].float().cpu()
+
+        self.handles[key] = module.register_forward_hook(_hook)
+
+    def ensure_stats(self) -> None:
+        if ("stats",) in self.handles:
+            return
+
+        def _hook(_m, _inp, logits):
+            if logits is None or self.fetching:   # TP ranks other than 0 get no logits
+                return
+            rows = self.tagged()
+            if not rows:
+                return
+            # one logits row per request, in batch order (no speculative decoding here)
+            for i, spec, _s, _e in rows:
+                if spec.get("stats") and i < logits.shape[0]:
+                    lg = logits[i].float()
+                    _logp, ent, lse = token_stats(lg)
+                    row = (float(ent), float(lse))
+                    if spec.get("warp") and spec["warp"][0] > 0:   # temperature 0: raw
+                        row += (float(warped_logsumexp(lg[None], *spec["warp"])[0]),)
+                    self.slot(spec["tag"]).setdefault("stats", []).append(row)
+
+        self.handles[("stats",)] = self.model.logits_processor.register_forward_hook(_hook)
+
+    def ensure_hidden(self) -> None:
+        if ("hidden",) in self.handles:
+            return
+        norm = _inner(self.model).norm
+
+        def _hook(_m, _inp, out):
+            rows = self.tagged()
+            if not rows:
+                return
+            h = out[0] if isinstance(out, tuple) else out
+            for _i, spec, start, end in rows:
+                if spec.get("hidden"):
+                    self.slot(spec["tag"]).setdefault("hidden", []).append(h[start:end].detach().clone())
+
+        self.handles[("hidden",)] = norm.register_forward_hook(_hook)
+
+
+    def ensure_all(self) -> None:
+        """Vectors of every layer at both hooks, for requests tagged "all"."""
+        layers = decoder_layers(self.model)
+        for layer in range(len(layers)):
+            for hook in ("mlp_out", "residual"):
+                self.ensure_vec(layer, hook)
+        if ("all_norm",) in self.handles:
+            return
+        top = len(layers) - 1
+
+        def _hook(_m, _inp, out):
+            h = out[0] if isinstance(out, tuple) else out
+            for _i, spec, start, end in self.tagged():
+                if spec.get("all") and end > start:
+                    self.slot(spec["tag"]).setdefault("all", {})[(top, "residual")] = h[end - 1].float().cpu()
+
+        self.handles[("all_norm",)] = _inner(self.model).norm.register_forward_hook(_hook)
+
+    def ensure_attention(self) -> None:
+        """DRAGIN's attention from the last layer's attention op inputs (q, k after rotary)."""
+        if ("attention",) in self.handles:
+            return
+        self_attn = decoder_layers(self.model)[-1].self_attn
+        attn = self_attn.attn
+        n_heads, n_kv = int(self_attn.num_heads), int(self_attn.num_kv_heads)
+        head_dim = int(self_attn.head_dim)
+        scale = float(getattr(attn, "scale", None) or getattr(self_attn, "scaling", head_dim ** -0.5))
+
+        def _hook(_m, args, kwargs):
+            q, k = (args[0], args[1]) if len(args) >= 2 else (kwargs["query"], kwargs["key"])
+            for _i, spec, start, end in self.tagged():
+                if end <= start:
+                    continue
+                t = end - start
+                if spec.get("attention"):
+                    qq = q[start:end].float().reshape(t, n_heads, head_dim).transpose(0, 1)
+                    kk = k[start:end].float().reshape(t, n_kv, head_dim).transpose(0, 1)
+                    kk = kk.repeat_interleave(n_heads // n_kv, dim=0)
+                    scores = (qq @ kk.transpose(1, 2)) * scale            # heads x query x key
+                    causal = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
+                    att = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
+                    # max over the query positions, then summed over this worker's heads; the
+                    # caller divides by the total head count over all workers (tensor parallel)
+                    self.slot(spec["tag"])["attention"] = (att.max(dim=1).values.sum(dim=0).cpu(), n_heads)
+                if spec.get("rows") is not None:
+                    attention_rows(self.slot(spec["tag"]), spec["rows"], q[start:end], k[start:end],
+                                   n_heads, n_kv, head_dim, scale)
+
+        self.handles[("attention",)] = attn.register_forward_pre_hook(_hook, with_kwargs=True)
+
+
+def attention_rows(slot: dict, rows, q: torch.Tensor, k: torch.Tensor, n_heads: int, n_kv: int,
+                   head_dim: int, scale: float) -> None:
+    """The rows (query positions `rows`) of one request's last-layer attention, summed over this
+    worker's heads, from the q and k of one forward. A prefill split into chunks calls this once
+    per chunk, in order: the keys of earlier chunks are kept in the slot, so a row always sees
+    every key before it."""
+    t = q.shape[0]
+    kk = k.float().reshape(t, n_kv, head_dim).transpose(0, 1).repeat_interleave(n_heads // n_kv, dim=0)
+    keys = slot.get("_keys")
+    keys = kk if keys is None else torch.cat([keys, kk], dim=1)    # heads x (all keys so far) x d
+    slot["_keys"] = keys
+    first = keys.shape[1] - t                   # absolute position of this chunk's first token
+    want = [int(p) for p in rows if first <= int(p) < first + t]
+    if not want:
+        return
+    idx = torch.tensor([p - first for p in want], device=q.device)
+    qq = q.float().reshape(t, n_heads, head_dim).transpose(0, 1)[:, idx]          # heads x w x d
+    scores = (qq @ keys.transpose(1, 2)) * scale                                   # heads x w x K
+    pos = torch.tensor(want, device=q.device)[:, None]
+    later = torch.arange(keys.shape[1], device=q.device)[None, :] > pos           # w x K
+    att = scores.masked_fill(later, float("-inf")).softmax(dim=-1).sum(dim=0).cpu()
+    got = slot.setdefault("rows", {})
+    for j, p in enumerate(want):
+        got[p] = att[j]
+    slot["heads"] = n_heads
+
+
+def _inner(model):
+    return getattr(model, "model", model)
+
+
+def _capture(worker) -> _Capture:
+    cap = getattr(worker, "_seakr_capture", None)
+    if cap is None:
+        cap = worker._seakr_capture = _Capture(worker)
+    return cap
+
+
+# ---------------------------------------------------------------------- RPC entry points
+def install(worker, what: list) -> bool:
+    """Install the hooks `what` lists: ("vec", layer, hook) | ("stats",) | ("hidden",) |
+    ("all",) | ("attention",)."""
+    cap = _capture(worker)
+    for item in what:
+        if item[0] == "vec":
+            cap.ensure_vec(int(item[1]), str(item[2]))
+        elif item[0] == "stats":
+            cap.ensure_stats()
+        elif item[0] == "hidden":
+            cap.ensure_hidden()
+        elif item[0] == "all":
+            cap.ensure_all()
+        elif item[0] == "attention":
+            cap.ensure_attention()
+        else:
+            raise ValueError(f"unknown capture {item!r}")
+    return True
+
+
+@torch.inference_mode()
+def fetch(worker, tags: list[str], score: dict | None = None) -> dict[str, dict]:
+    """Pop what was captured for `tags` (as numpy / floats).
+
+    `score` maps a tag to (n_prompt, continuation ids): its captured final hidden states become
+    the log-probabilities, entropies and logsumexps of the continuation tokens.
+    """
+    cap = _capture(worker)
+    cap.fetching = True
+    try:
+        return _fetch(cap, tags, score)
+    finally:
+        cap.fetching = False
+
+
+def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for tag in tags:
+        got = cap.store.pop(tag, {})
+        item: dict[str, Any] = {}
+        if "vec" in got:
+            item["vec"] = got["vec"].numpy()
+        if "stats" in got:
+            item["stats"] = got["stats"]
+        if "all" in got:
+            item["all"] = {f"{layer}:{hook}": v.numpy() for (layer, hook), v in got["all"].items()}
+        if "attention" in got:
+            summed, heads = got["attention"]
+            item["attention"] = (summed.numpy(), heads)
+        if "rows" in got:
+            # a row from an early prefill chunk saw only the keys so far: the rest are 0 (causal);
+            # the kept keys ("_keys") stay behind
+            n = got["_keys"].shape[1]
+            item["rows"] = ({p: torch.nn.functional.pad(r, (0, n - r.shape[0])).numpy()
+                             for p, r in got["rows"].items()}, got["heads"])
+        if "hidden" in got and score and tag in score:
+            n_prompt, cont = score[tag]
+            h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]
+            logits = cap.model.compute_logits(h)
+            if logits is not None:
+                logp, ent, lse = token_stats(logits.float())
+                tgt = torch.tensor(cont, device=logits.device)
+                item["logprobs"] = logp.gather(1, tgt[:, None])[:, 0].tolist()
+                item["entropies"], item["logsumexp"] = ent.tolist(), lse.tolist()
+        out[tag] = item
+    return out
+
+
+def drop(worker, tags: list[str]) -> bool:
+    """Forget captures of requests that failed or were aborted."""
+    cap = _capture(worker)
+    for tag in tags:
+        cap.store.pop(tag, None)
+    return True

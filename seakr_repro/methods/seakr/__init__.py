@@ -1,0 +1,1 @@
+"""SeaKR: the method, its search queries and its uncertainty scorer."""

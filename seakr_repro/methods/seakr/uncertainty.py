@@ -1,0 +1,89 @@
+"""U(c) for SeaKR's decisions with any estimator of the registry (`uncertainty.registry`).
+
+The Scorer gathers the statistics the chosen estimator needs for one context (the greedy step
+it is given, k samples with their forced-EOS vectors at the configured layer and hook, the prompt
+judgement) and hands them to the registry, the same code step 03 calibrates delta with. Every value
+is oriented (higher = more uncertain), so one rule serves all estimators: retrieve when U > delta,
+re-rank and reason by the lowest U. For energy that means U = -mean logsumexp (the code's sign
+flipped); its delta must be given on that scale.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ... import uncertainty as unc
+from ...core.errors import UserError
+from ...uncertainty import registry
+
+ESTIMATORS = tuple(registry.ESTIMATORS)
+DEFAULT_DELTAS = registry.DEFAULT_DELTAS
+
+
+def resolve_layer(layer: Any, backend) -> int | None:
+    """"middle" -> L/2 - 1 (15 of LLaMA-2-7B's 32), None -> the backend's default, else the int."""
+    if layer == "middle":
+        return int(backend.n_layers) // 2 - 1
+    return None if layer is None else int(layer)
+
+
+def resolve_delta(delta: Any, estimator: str) -> float:
+    if isinstance(delta, Mapping):
+        delta = delta.get(estimator)
+    if delta is None:
+        delta = DEFAULT_DELTAS.get(estimator)
+    if delta is None:
+        raise UserError(f"no threshold delta for the '{estimator}' estimator", setting="delta",
+                        fix="pass delta (a number, or a mapping estimator -> number) calibrated "
+                            "for this estimator (notebook 03 writes them); only eigen has the "
+                            "official default -6.0")
+    return float(delta)
+
+
+def sample_kwargs(s: Mapping[str, Any], backend) -> dict[str, Any]:
+    """The `Backend.sample` arguments of U's k samples, from a method's settings."""
+    return dict(k=s["k"], max_new_tokens=s["sample_max_tokens"], temperature=s["temperature"],
+                top_k=s["top_k"], top_p=s["top_p"], seed=s["seed"],
+                layer=resolve_layer(s["layer"], backend), hook=s["hook"], forced_eos=s["forced_eos"])
+
+
+def context_stats(estimator: registry.Estimator, backend, greedy, sampleset=None,
+                  prompt_judgement: float | None = None) -> registry.ContextStats:
+    """The statistics `estimator` needs, from a greedy Generation and a SampleSet."""
+    eos = getattr(backend, "eos_token_id", None)
+    stats = registry.ContextStats(prompt=prompt_judgement)
+    if "greedy" in estimator.needs:
+        stats.greedy = registry.greedy_stats(greedy, eos)
+    if "samples" in estimator.needs:
+        stats.samples = [registry.sample_stats(g, eos) for g in sampleset.samples]
+        stats.vectors = sampleset.vectors
+    return stats
+
+
+class Scorer:
+    """Computes U for one context: `scorer(prompt, stop, greedy, context)`."""
+
+    def __init__(self, backend, settings: Mapping[str, Any], question: str):
+        self.backend, self.s, self.question = backend, settings, question
+        self.estimator = registry.get(settings["estimator"])
+
+    @property
+    def wants_stats(self) -> bool:
+        return "logsumexp" in self.estimator.needs
+
+    def __call__(self, prompt: str, stop, greedy, context: str = "") -> float:
+        return self.many([prompt], stop, [greedy], [context])[0]
+
+    def many(self, prompts, stop, greedies, contexts) -> list[float]:
+        """U of several independent contexts (same stop strings): their k samples are drawn in
+        one `sample_many` batch, which gives the same samples as one `sample` call each."""
+        est = self.estimator
+        sets = (self.backend.sample_many(list(prompts), stop=list(stop),
+                                         **sample_kwargs(self.s, self.backend))
+                if "samples" in est.needs else [None] * len(prompts))
+        out = []
+        for greedy, ss, context in zip(greedies, sets, contexts):
+            judgement = (unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
+                         if "prompt" in est.needs else None)
+            out.append(registry.score(est.name, context_stats(est, self.backend, greedy, ss,
+                                                              judgement), self.s))
+        return out

@@ -1,0 +1,1 @@
+"""SKR: self-knowledge elicitation (prompt, ICL, classifier, kNN) and its training labels."""

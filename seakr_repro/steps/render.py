@@ -1,0 +1,294 @@
+"""Step 90: every table and figure from saved results alone, beside the paper's numbers.
+
+Each table's declaration (artifacts.py) names the results CSV a compute notebook saved, the paper
+table it sits beside, and its caption. A table whose notebook has not finished is rendered from its
+run files as they stand (rows marked "partial: n of N"), so a days-long step does not hold back the
+others; a table with neither is listed as not rendered (with the step to run), never silently left
+out. Figure 3 is drawn by `draw_figure`, the function notebook 03 calls, markers included.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..artifacts import FIGURES, PAPER_DELTA_MODELS, TABLES as ARTIFACT_TABLES, Table
+from ..artifacts import table as artifact_table
+from ..core.config import Config
+from ..core.paths import FIGURES_DIR, TABLES_DIR, results_dir
+
+
+# Every table and figure is declared once, in artifacts.py; TABLES keeps the paper's order.
+TABLES: tuple[Table, ...] = tuple(ARTIFACT_TABLES.values())
+
+
+def _table(spec: Table | str) -> Table:
+    return spec if isinstance(spec, Table) else artifact_table(spec)
+
+
+# A profile runs the paper's setup when these settings equal the paper profile's (the backend, for
+# one, does not count: paper-vllm runs the same model, data and constants on vLLM).
+PAPER_SETUP = ("model.name", "corpus.name", "datasets.complex", "datasets.simple")
+
+
+def differs_because(cfg: Config) -> str | None:
+    """Why the table's numbers differ from the paper's, or None when the profile runs its setup."""
+    from ..core.config import load_config
+
+    paper = load_config("paper")
+    if all(cfg[key] == paper[key] for key in PAPER_SETUP):
+        n = cfg["datasets.n_questions"]
+        return None if n is None else (f"they come from a seeded sample of {n} questions per data set "
+                                       "(the paper: the whole dev sets)")
+    return (f"they come from the '{cfg.profile}' profile ({cfg['model.name']}, corpus "
+            f"'{cfg['corpus.name']}', seakr-repro's bundled question sets written in the style of "
+            f"2Wiki/HotpotQA and of single-hop QA) and are not comparable with the paper's "
+            f"(LLaMA-2-7B-chat, DPR Wikipedia, official dev sets); bundled-single is shown under NQ")
+
+
+def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
+    from .grid import paper_dataset_name
+
+    spec = _table(spec)
+    out = df[df["metric"].isin(spec.metrics)].copy()
+    out["dataset"] = out["dataset"].map(paper_dataset_name)
+    return out
+
+
+def _table_runs(cfg: Config, spec: Table) -> tuple[list[str], list[str]]:
+    """(run labels, data sets) whose run files make up a table's rows (Tables 1-4)."""
+    from .tables import table_datasets
+
+    if spec.kind == "timing":         # timed runs of their own, not the shared run files
+        return [], []
+    labels = spec.methods if spec.rows == "method" else cfg.get("backbones.models", []) or []
+    return list(labels), table_datasets(cfg, spec.key)
+
+
+def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Tidy rows from the run files of a step that has not finished, and {row: "partial: n of N
+    ..."}. Per (label, data set) the newest run file is read (the one being written); only the
+    questions of the prepared set count."""
+    from ..evaluation import score_predictions
+    from .grid import select_questions
+    from .prepare import load_prepared
+    from .runner import read_results
+    from .plan import run_total
+
+    spec = _table(spec)
+    labels, datasets = _table_runs(cfg, spec)
+    runs = results_dir(cfg.profile) / "runs"
+    rows, counts = [], {}
+    for dataset in datasets:
+        prepared = None
+        for label in labels:
+            files = sorted(runs.glob(f"{dataset}/{label}-*.jsonl"), key=lambda p: p.stat().st_mtime)
+            files = [f for f in files if f.stem.rsplit("-", 1)[0] == label]   # not "seakr-x" for "seakr"
+            if not files:
+                continue
+            if prepared is None:
+                prepared = [r.id for r in load_prepared(cfg, dataset)]
+            total = run_total(cfg, dataset, label) or len(prepared)
+            # the questions the run will answer: the same seeded sample run_grid draws
+            wanted = {r.id for r in select_questions(cfg, dataset, min(total, len(prepared)))}
+            done = [r for r in read_results(files[-1]) if r["id"] in wanted]
+            if not done:
+                continue
+            score = score_predictions([r["answer"] for r in done], [r["golds"] for r in done],
+                                      n_boot=cfg["evaluation.bootstrap_samples"], seed=cfg["seed"])
+            for metric in ("em", "f1"):
+                rows.append({"method": label, "model": label if spec.rows == "model" else cfg["model.name"],
+                             "dataset": dataset, "metric": metric, "value": score[metric],
+                             "low": score[f"{metric}_low"], "high": score[f"{metric}_high"],
+                             "n": score["n"]})
+            counts.setdefault(label, {})[dataset] = (len(done), total)
+    notes = {}
+    for label, by_dataset in counts.items():      # a row is partial until every data set is done
+        parts, complete = [], True
+        for dataset in datasets:
+            done, total = by_dataset.get(dataset, (0, run_total(cfg, dataset, label)))
+            complete &= total is not None and done >= total
+            name = _column_name(dataset)
+            parts.append(f"{done:,} of {total:,} questions on {name}" if total is not None
+                         else f"{name} not started")
+        if not complete:
+            notes[label] = "partial: " + ", ".join(parts) + " (run in progress)"
+    return pd.DataFrame(rows), notes
+
+
+def _column_name(dataset: str) -> str:
+    from .grid import paper_dataset_name
+    from ..reporting.tables import DATASET_NAMES
+
+    name = paper_dataset_name(dataset)
+    return DATASET_NAMES.get(name, name)
+
+
+PARTIAL_CAPTION = ("Partial: its notebook has not finished; rows marked (partial) count the "
+                   "questions done so far (footnotes).")
+
+
+def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
+            partial: dict[str, str] | None = None) -> pd.DataFrame:
+    """Our rows of one table beside the paper's (ours | paper | delta per cell)."""
+    from ..reporting import load_paper_table, side_by_side
+
+    ours = ours_for_table(ours, spec)
+    paper = load_paper_table(spec.paper) if spec.paper else ours.iloc[:0]
+    if spec.rows == "method" and "model" in paper.columns and paper["model"].nunique() > 1:
+        paper = paper[paper["model"] == paper["model"].mode()[0]]
+    return side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
+                        reasons=reasons, show_ci="low" in ours.columns, partial=partial or {})
+
+
+def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
+                 skipped: dict[str, str] | None = None) -> str:
+    """One table beside the paper's, as Markdown with its caption and why the numbers differ.
+    results / skipped: what `tables.run_table` returned (default: what its step saved)."""
+    from ..core.io import read_json
+    from ..reporting import to_markdown
+
+    spec = artifact_table(key)
+    path = results_dir(cfg.profile) / spec.results
+    if results is None:
+        results = pd.read_csv(path)
+    if skipped is None and path.with_name("skipped.json").is_file():
+        skipped = read_json(path.with_name("skipped.json"))
+    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption, differs_because(cfg))
+
+
+def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) -> tuple[Path, Path] | None:
+    from ..core.io import read_json
+    from ..reporting import save_table
+
+    spec = _table(spec)
+    path = results_dir(cfg.profile) / spec.results
+    partial: dict[str, str] = {}
+    if path.is_file():
+        ours = pd.read_csv(path)
+    else:
+        ours, partial = partial_results(cfg, spec)
+        if ours.empty:
+            return None
+    skipped_file = path.with_name("skipped.json")
+    reasons = read_json(skipped_file) if skipped_file.is_file() else None
+    wide = _beside(cfg, spec, ours, reasons, partial)
+    caption = spec.caption + (" " + PARTIAL_CAPTION if partial else "")
+    return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile,
+                      caption=caption, differs_because=differs_because(cfg))
+
+
+def render_all(cfg: Config) -> pd.DataFrame:
+    """Render every table whose results exist; return a status frame (table, rendered, files)."""
+    status = []
+    for spec in TABLES:
+        files = render_table(cfg, spec)
+        finished = (results_dir(cfg.profile) / spec.results).is_file()
+        status.append({"table": spec.stem,
+                       "rendered": "no" if files is None else "yes" if finished else "partial",
+                       "files": ", ".join(str(p) for p in files) if files else
+                       f"missing {spec.results}: run its notebook first"})
+    # the paper's claims, measured on whatever this profile has run so far (steps/claims.py)
+    from .claims import render_ledger
+
+    ledger = render_ledger(cfg, out_dir=TABLES_DIR / cfg.profile)   # TABLES_DIR as this module sees it
+    measured = int((ledger["measurement"] != "not measured").sum())
+    status.append({"table": "claims", "rendered": "yes" if measured else "partial",
+                   "files": str(TABLES_DIR / cfg.profile / "claims.md")})
+    return pd.DataFrame(status)
+
+
+def plot_methods_vs_paper(ours: pd.DataFrame, paper: pd.DataFrame, metric: str = "f1",
+                          title: str = ""):
+    """Grouped bars per data set: our F1 per method (with CI) beside the paper's, same order."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..reporting.figures import PALETTE, style
+
+    ours = ours[ours["metric"] == metric]
+    datasets = list(dict.fromkeys(ours["dataset"]))
+    methods = list(dict.fromkeys(ours["method"]))
+    with style():
+        fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.6), squeeze=False)
+        for ax, ds in zip(axes[0], datasets):
+            x = np.arange(len(methods))
+            sub = ours[ours["dataset"] == ds].set_index("method").reindex(methods)
+            err = None
+            if {"low", "high"} <= set(sub.columns):
+                err = np.vstack([sub["value"] - sub["low"], sub["high"] - sub["value"]]).clip(min=0)
+            ax.bar(x - 0.2, sub["value"], 0.4, yerr=err, color=PALETTE["blue"], label="ours", capsize=2)
+            p = paper[(paper["dataset"] == ds) & (paper["metric"] == metric)].set_index("method")
+            ax.bar(x + 0.2, [p["value"].get(m, np.nan) for m in methods], 0.4,
+                   color=PALETTE["orange"], label="paper")
+            ax.set_xticks(x, methods, rotation=30, ha="right")
+            ax.set_title(ds)
+            ax.set_ylabel(f"{metric.upper()} (%)")
+        axes[0][0].legend(loc="best")
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
+def figure_dir(cfg: Config) -> Path:
+    return FIGURES_DIR / cfg.profile
+
+
+def figure3_markers(cfg: Config, panel: str, data: pd.DataFrame) -> dict:
+    """The marker lines of a Figure 3 panel (artifacts.FIGURE3), from what step 03 used and saved:
+    the layer U is read at (uncertainty.layer resolved for the model), and the calibrated delta of
+    eigen (calibration/delta.json) with the paper's -6 beside it where the model is the paper's."""
+    from .estimators import calibrated_deltas, delta_path, u_layer
+    from ..reporting.figures import PAPER_DELTA
+
+    marker = FIGURES[panel].marker
+    if marker == "layer":
+        return {"chosen_layer": u_layer(cfg, int(data["layer"].max()) + 1)}
+    if marker == "delta":
+        chosen = calibrated_deltas(cfg).get("eigen") if delta_path(cfg).is_file() else None
+        paper = PAPER_DELTA if cfg["model.name"].startswith(PAPER_DELTA_MODELS) else None
+        return {"chosen_delta": chosen, "paper_delta": paper}
+    return {}
+
+
+def figure(panel: str, cfg: Config):
+    """One declared figure panel (artifacts.FIGURES) drawn from its saved CSV, markers included;
+    None when its step has not run."""
+    from ..reporting import figures
+
+    spec = FIGURES[panel]
+    path = results_dir(cfg.profile) / spec.csv
+    if not path.is_file():
+        return None
+    data = pd.read_csv(path)
+    return getattr(figures, spec.plot)(data, **figure3_markers(cfg, panel, data))
+
+
+def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Path]:
+    """`figure` saved as PNG and PDF under figures/<profile>/ ([] when its step has not run).
+    Notebook 03 and step 90 both draw Figure 3 with this, so both show the same markers."""
+    from ..reporting import figures
+
+    fig = figure(panel, cfg)
+    if fig is None:
+        return []
+    return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or figure_dir(cfg)).values())
+
+
+def render_figures(cfg: Config) -> list[Path]:
+    """Every declared figure from saved results: each table's F1 ours vs paper (artifacts.Table.
+    f1_figure) and Figure 3's three panels with their markers."""
+    from ..reporting import figures, load_paper_table
+
+    res, out, written = results_dir(cfg.profile), figure_dir(cfg), []
+    for spec in TABLES:
+        path = res / spec.results
+        if spec.f1_figure and path.is_file():
+            ours = ours_for_table(pd.read_csv(path), spec)
+            fig = plot_methods_vs_paper(ours, load_paper_table(spec.paper), "f1",
+                                        spec.caption.split(":")[0] + ": F1, ours vs paper")
+            written += list(figures.save_figure(fig, spec.f1_figure, out).values())
+    for panel in FIGURES:
+        written += draw_figure(panel, cfg, out)
+    return written

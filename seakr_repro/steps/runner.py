@@ -1,0 +1,228 @@
+"""Run a method over a question set, one JSON line per finished question, resumable.
+
+The output file is keyed by method and config hash: results/<profile>/runs/<dataset>/<method>-<hash>.jsonl.
+A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
+most the question in flight; on resume, finished ids are skipped and a torn last line (a kill in the
+middle of a write) is cut off. Nothing is duplicated and nothing finished is recomputed.
+"""
+from __future__ import annotations
+
+import contextvars
+import copy
+import hashlib
+import json
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from ..core.errors import UserError
+from ..core.paths import results_dir
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def run_path(profile: str, dataset: str, method_name: str, method_config: dict) -> Path:
+    return results_dir(profile) / "runs" / dataset / f"{method_name}-{config_hash(method_config)}.jsonl"
+
+
+def read_results(path: str | Path, repair: bool = False) -> list[dict]:
+    """Finished lines of a run file. A torn LAST line is dropped (and cut from the file if
+    `repair`); a malformed line elsewhere is an error naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows, good_bytes, torn = [], 0, False
+    with open(path, "rb") as fh:
+        lines = fh.readlines()
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            good_bytes += len(raw)
+            continue
+        try:
+            rows.append(json.loads(raw))
+            good_bytes += len(raw)
+        except json.JSONDecodeError:
+            if lineno == len(lines):          # torn write at the end: the question was not finished
+                torn = True
+                if repair:
+                    with open(path, "r+b") as fh:
+                        fh.truncate(good_bytes)
+                break
+            raise UserError("a results line is not valid JSON", path=path, line=lineno,
+                            fix="delete that line (its question will be run again on resume)") from None
+    if rows and not torn and not lines[-1].endswith(b"\n") and repair:
+        with open(path, "ab") as fh:          # a complete last object without its newline
+            fh.write(b"\n")
+    return rows
+
+
+def _counters(backend) -> dict[str, float]:
+    stats = getattr(backend, "stats", None)
+    stats = stats() if callable(stats) else (stats or {})
+    return {k: v for k, v in dict(stats).items() if isinstance(v, (int, float))}
+
+
+def _oom_retries(backend) -> int:
+    """Out-of-memory retries so far of the model backend itself (also under a CachedBackend)."""
+    from ..llm.base import unwrap
+    inner = unwrap(backend)
+    return int(_counters(inner).get("oom_retries", 0)) if inner is not None else 0
+
+
+def _plain(obj: Any) -> Any:
+    return asdict(obj) if is_dataclass(obj) else obj
+
+
+def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
+               scorer: Callable[[str, list[str]], dict] | None = None, progress: bool = True,
+               desc: str | None = None, limit: int | None = None, concurrency: int = 1) -> list[dict]:
+    """Run `method.run(record)` for every record not yet in `out_path`; return all finished rows.
+
+    Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls (and cache hits),
+    prompt and generated tokens, seconds, trace, extra. Costs are counted per question: by a
+    `counting()` scope with a CachedBackend (right under concurrency too), else as the difference
+    of the backend's `stats()` counters around the question.
+
+    concurrency > 1 runs that many questions at once (each on its own shallow copy of the method)
+    and needs a backend that batches concurrent calls (vLLM); rows are written as questions
+    finish, so the file order may differ from the record order. `seconds` is then each
+    question's own wall time, overlapping with others'.
+    """
+    from tqdm.auto import tqdm
+
+    from ..core.concurrency import supports_concurrency
+    from ..llm.cache import counting
+
+    if scorer is None:
+        from ..evaluation import exact_match, f1_score
+
+        def scorer(pred, golds):
+            return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
+
+    concurrency = int(concurrency or 1)
+    if concurrency > 1 and not supports_concurrency(backend):
+        raise UserError(f"runner.concurrency is {concurrency} but the {type(backend).__name__} "
+                        "backend decodes one call at a time", setting="runner.concurrency",
+                        fix="set runner.concurrency: 1, or model.backend: vllm to run questions "
+                            "side by side in one batch")
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done_rows = read_results(out_path, repair=True)
+    done = {row["id"] for row in done_rows}
+    ids = [r.id for r in records]
+    if len(set(ids)) != len(ids):
+        raise UserError("the question set has duplicate ids", setting="dataset",
+                        fix="give every question a unique id")
+    todo = [r for r in records if r.id not in done]
+    if limit is not None:
+        todo = todo[:max(0, limit - len(done))]
+    scoped = backend is not None and getattr(backend, "scoped_counts", False)
+    search_lock = threading.Lock()
+
+    def one(record):
+        m = method if concurrency == 1 else _locked_copy(method, search_lock)
+        with counting() as counter:
+            before = _counters(backend) if backend is not None and not scoped else {}
+            oom_before = _oom_retries(backend)
+            t0 = time.perf_counter()
+            result = m.run(record)
+            seconds = time.perf_counter() - t0
+            after = _counters(backend) if backend is not None and not scoped else {}
+        delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
+        row = {
+            "id": record.id, "question": record.question, "golds": list(record.golds),
+            "type": record.type, "answer": result.answer,
+            **scorer(result.answer or "", list(record.golds)),
+            "n_retrievals": result.n_retrievals,
+            "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
+            "prompt_tokens": delta.get("prompt_tokens", 0),
+            "tokens": delta.get("generated_tokens", 0),
+            "seconds": round(seconds, 3), "oom_retries": _oom_retries(backend) - oom_before,
+            "raw_output": result.raw_output, "extra": _plain(result.extra),
+            "trace": [_plain(t) for t in result.trace],
+        }
+        if concurrency > 1:
+            row["concurrency"] = concurrency
+        return row
+
+    bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
+               desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
+    try:
+        with open(out_path, "a", encoding="utf-8") as fh:
+            def write(row):
+                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+                done_rows.append(row)
+                bar.update(1)
+
+            if concurrency == 1:
+                for record in todo:
+                    write(one(record))
+            else:
+                # keep `concurrency` questions in flight; write each as it finishes; on an error
+                # start nothing new, write what the others finish, then raise
+                error: BaseException | None = None
+                queue = list(todo)
+                with ThreadPoolExecutor(max_workers=concurrency) as ex:
+                    running = set()
+                    while queue or running:
+                        while queue and len(running) < concurrency:
+                            running.add(ex.submit(contextvars.copy_context().run, one, queue.pop(0)))
+                        finished, running = wait(running, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            try:
+                                write(fut.result())
+                            except BaseException as e:  # noqa: BLE001 - re-raised below
+                                error = error or e
+                        if error is not None:
+                            queue.clear()
+                if error is not None:
+                    raise error
+    finally:
+        bar.close()
+    return done_rows
+
+
+class _LockedSearcher:
+    """A searcher shared by concurrent questions: one search at a time (Lucene through JNI)."""
+
+    def __init__(self, searcher, lock):
+        self._searcher, self._lock = searcher, lock
+
+    def search(self, *args, **kwargs):
+        with self._lock:
+            return self._searcher.search(*args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self._searcher, attr)
+
+
+def _locked_copy(method, lock):
+    """A shallow copy for one concurrent question: per-question state (trace, counters) lands on
+    the copy; backend and settings are shared read-only; the searcher is serialised."""
+    m = copy.copy(method)
+    if getattr(m, "searcher", None) is not None:
+        m.searcher = _LockedSearcher(m.searcher, lock)
+    return m
+
+
+def summarise(rows: Iterable[dict]) -> dict:
+    """Mean EM/F1 (percent) and per-question costs of a finished run."""
+    rows = list(rows)
+    n = len(rows) or 1
+    return {
+        "questions": len(rows),
+        "em": round(100 * sum(r["em"] for r in rows) / n, 2),
+        "f1": round(100 * sum(r["f1"] for r in rows) / n, 2),
+        "retrievals_per_q": round(sum(r["n_retrievals"] for r in rows) / n, 3),
+        "llm_calls_per_q": round(sum(r["llm_calls"] for r in rows) / n, 2),
+        "tokens_per_q": round(sum(r["tokens"] for r in rows) / n, 1),
+        "seconds_per_q": round(sum(r["seconds"] for r in rows) / n, 3),
+    }

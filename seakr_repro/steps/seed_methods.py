@@ -1,0 +1,142 @@
+"""Step 10: the related methods that learn from training questions (SKR's four variants, TAIKC
+and TAIKC with KBAE), their training split and their runs.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+from ..artifacts import RunSpec
+from ..core.config import Config
+from ..core.errors import DataMissingError
+from ..core.paths import results_dir
+from .grid import BackendPool, run_grid
+
+
+def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[list, str]:
+    """Training questions for the methods that learn (SKR's labels, TAIKC's KBAE) and where they
+    came from. The data set's official training split when it is on disk (a seeded sample of
+    `n_train`); else the questions of its evaluation file that are NOT in the profile's evaluation
+    sample (same seeded permutation), so training and evaluation never share a question. When the
+    evaluation uses every question and there is no training file, DataMissingError says where to
+    put one."""
+    from ..data.records import sample
+    from ..data.registry import TRAIN_SPLITS, dataset_available, get_spec, load_dataset
+    from .prepare import load_prepared
+
+    seed = cfg["datasets.sample_seed"]
+    official = TRAIN_SPLITS.get(dataset)
+    if official and dataset_available(official):
+        return load_dataset(official, n=n_train, seed=seed), f"{official} (official training split)"
+    evaluated = {r.id for r in load_prepared(cfg, dataset)}
+    everything = load_dataset(dataset)
+    permuted = sample(everything, len(everything), seed)   # prefix = the evaluation sample
+    rest = [r for r in permuted if r.id not in evaluated]
+    if not rest:
+        spec = get_spec(official) if official else None
+        where = (" or ".join(str(p) for p in spec.required_files() if not p.is_file()) + " is missing"
+                 if spec else "it has no known training split")
+        raise DataMissingError(
+            f"no training questions for {dataset}: the evaluation set uses all {len(everything)} "
+            f"questions of its file, and {where}", setting="datasets.n_questions",
+            fix=(f"{spec.how_to_get}; " if spec else "") +
+                "or evaluate on a sample (e.g. PROFILE=paper-sample) so that the rest can train")
+    return (rest[:n_train] if n_train is not None else rest), \
+        f"{dataset} questions outside the evaluation sample"
+
+
+def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
+    """The records of `training_questions`."""
+    return training_questions(cfg, dataset, n_train)[0]
+
+
+SEED_METHODS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn", "taikc", "taikc-kbae")
+
+
+def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequence[str],
+                     n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
+                     progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
+    """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
+
+    SKR's labels come from each data set's training questions (`training_questions`); KBAE's
+    adapter from the first single-hop set's. A data set without training questions skips the rows
+    that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
+    runs (same config, same results file). Returns (results, skipped, label/adapter summary).
+    """
+    from ..data.registry import DATASETS
+    from ..methods.taikc.kbae import bootstrap_adapter, kbae_unavailable
+    from ..methods.skr.labels import build_skr_labels, labels_summary, save_labels, usable
+
+    backend = pool.get()
+    out = results_dir(cfg.profile) / "10-seed-methods"
+    simple = [d for d in datasets if DATASETS[d].kind == "simple"] or list(datasets)
+    skipped: dict[str, str] = {}
+
+    def skip(label: str, why: str) -> None:       # one label may miss on several data sets
+        if label not in skipped:
+            skipped[label] = why
+        elif why not in skipped[label]:
+            skipped[label] += "; " + why
+
+    # KBAE trains a LoRA adapter with peft on the transformers model; on the vLLM backend (which
+    # holds the GPU) there is none to train, so its row is skipped with the reason
+    adapter, no_kbae = None, kbae_unavailable(backend)
+    if not no_kbae:
+        try:
+            kbae_train, _ = training_questions(cfg, simple[0], n_kbae)
+            adapter = bootstrap_adapter(backend, kbae_train, out / "kbae_adapter", **kbae_settings)
+        except DataMissingError as err:     # no training questions: the row says why, the rest runs
+            no_kbae = err.what
+    frames, notes = [], []
+    for dataset in datasets:
+        specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt")]
+        try:
+            train, source = training_questions(cfg, dataset, n_train)
+        except DataMissingError as err:
+            for v in ("skr-icl", "skr-cls", "skr-knn"):
+                skip(v, err.what)
+            notes.append({"dataset": dataset, "train_source": None, "skipped": err.what})
+        else:
+            labels = build_skr_labels(backend, searcher, train, dataset)
+            save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
+            notes.append({"dataset": dataset, "train_source": source, "train_questions": len(train),
+                          **labels_summary(labels)})
+            if usable(labels):
+                specs += [RunSpec(v, v, {"labelled": labels}) for v in ("skr-icl", "skr-cls", "skr-knn")]
+            else:   # every training question was discarded (wrong with and without retrieval)
+                for v in ("skr-icl", "skr-cls", "skr-knn"):
+                    skip(v, f"no usable SKR labels on {dataset}: the model answered all {len(labels)} "
+                            "training questions wrongly with and without retrieval")
+        specs += [RunSpec("taikc", "taikc")]
+        if no_kbae:
+            skip("taikc-kbae", no_kbae)
+        else:
+            specs += [RunSpec("taikc-kbae", "taikc-kbae", {"kbae_adapter": str(adapter)})]
+        res, skip_grid = run_grid(cfg, pool, searcher, specs, [dataset], n_questions, table="seed",
+                                  progress=progress)
+        frames.append(res)
+        for label, why in skip_grid.items():
+            skip(label, why)
+    return pd.concat(frames, ignore_index=True), skipped, pd.DataFrame(notes)
+
+
+def run_step(cfg: Config, n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
+             progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
+    """Notebook 10: `run_seed_methods` on every data set of the profile with the profile's model
+    and searcher, saving results.csv, skr_labels.csv and skipped.json (with provenance)."""
+    from ..core.provenance import save_dataframe, save_json
+    from ..llm import load_backend
+    from .prepare import open_profile_searcher, profile_datasets
+
+    out = results_dir(cfg.profile) / "10-seed-methods"
+    pool = BackendPool(cfg, load_backend(cfg))
+    try:
+        results, skipped, labels = run_seed_methods(cfg, pool, open_profile_searcher(cfg), profile_datasets(cfg),
+                                                    n_questions, n_train, n_kbae, kbae_settings, progress)
+    finally:
+        pool.close()              # the GPU is free for the next step
+    save_dataframe(results, out / "results.csv", cfg, n_questions=n_questions, n_train=n_train, n_kbae=n_kbae)
+    save_dataframe(labels, out / "skr_labels.csv", cfg)
+    save_json(skipped, out / "skipped.json", cfg)
+    return results, skipped, labels

@@ -1,0 +1,1 @@
+"""Commands beside the pipeline: benchmarks, the GPU and scale checks, preflight and status."""

