@@ -80,3 +80,15 @@ def test_self_aware_reasoning_variants():
     p, stops = read_all_docs_prompt([], "Q?", ["d1"])
     assert p == "Context: [1] d1\nAnswer in the same format as before. \nQuestion: Q?\nAnswer: "
     assert stops == ["\n\n", "\nQuestion:", "\nContext"]
+
+
+def test_every_registered_data_set_has_prompts_and_a_place_beside_the_paper():
+    """The registry is the one family map: prompts, methods and the render step read it."""
+    from seakr_repro.data.registry import DATASETS, paper_column
+    from seakr_repro.prompts import DEMOS, dataset_family
+
+    for name, spec in DATASETS.items():
+        assert dataset_family(name) == spec.family and spec.family in DEMOS, name
+    assert [paper_column(n) for n in ("bundled-2wiki", "bundled-single", "triviaqa", "fanoutqa")] == \
+        ["2wiki", "nq", "triviaqa", "fanoutqa"]
+    assert dataset_family("Bundled-HotpotQA") == "hotpotqa"

@@ -6,7 +6,7 @@ raises DataMissingError with the download instructions, so nothing fails half-wa
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -39,6 +39,10 @@ class DatasetSpec:
     how_to_get: str
     description: str
     files: tuple[str, ...] = ()  # files the folder must hold
+    # the one data-set family map: which few-shot prompts a set takes ("2wiki", "hotpotqa", "iirc",
+    # "simple") and the paper's table column its rows sit under (None: not a column of the paper)
+    family: str = field(kw_only=True)
+    column: str | None = field(kw_only=True)
 
     def default_path(self) -> Path:
         if self.root == "package":
@@ -50,62 +54,87 @@ class DatasetSpec:
         return [base / f for f in self.files] if self.files else [base]
 
 
-def _bundled(name: str, loader, rel: str, kind: str, description: str, files=()) -> DatasetSpec:
+def _bundled(name: str, loader, rel: str, kind: str, description: str, files=(), **family) -> DatasetSpec:
     return DatasetSpec(name, loader, "bundled", rel, kind, None,
-                       _BUNDLED_FIX.format(rel=f"data/bundled/{rel}"), description, files)
+                       _BUNDLED_FIX.format(rel=f"data/bundled/{rel}"), description, files, **family)
 
 
 _2WIKI_FILES = ("dev.json", "id_aliases.json")
 
 DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
     DatasetSpec("2wiki", load_2wiki, "raw", "2wikimultihopqa", "complex", 12576, HOW_TO_GET["2wiki"],
-                "2WikiMultihopQA dev (DRAGIN's preparation)", _2WIKI_FILES),
+                "2WikiMultihopQA dev (DRAGIN's preparation)", _2WIKI_FILES,
+             family="2wiki", column="2wiki"),
     DatasetSpec("hotpotqa", load_hotpotqa, "raw", "hotpotqa/hotpot_dev_distractor_v1.json", "complex",
-                7405, HOW_TO_GET["hotpotqa"], "HotpotQA distractor dev"),
+                7405, HOW_TO_GET["hotpotqa"], "HotpotQA distractor dev",
+             family="hotpotqa", column="hotpotqa"),
     DatasetSpec("iirc", load_iirc, "raw", "iirc/dev.json", "complex", 954, HOW_TO_GET["iirc"],
-                "IIRC dev set (answerable questions)"),
+                "IIRC dev set (answerable questions)",
+                family="iirc", column="iirc"),
     DatasetSpec("nq", load_dpr_qa, "raw", "dpr/nq-test.qa.csv", "simple", 3610, HOW_TO_GET["dpr"],
-                "Natural Questions test (DPR's split)"),
+                "Natural Questions test (DPR's split)",
+             family="simple", column="nq"),
     DatasetSpec("triviaqa", load_dpr_qa, "raw", "dpr/trivia-test.qa.csv", "simple", 11313,
-                HOW_TO_GET["dpr"], "TriviaQA test (DPR's split)"),
+                HOW_TO_GET["dpr"], "TriviaQA test (DPR's split)",
+                family="simple", column="triviaqa"),
     DatasetSpec("squad", load_dpr_qa, "raw", "dpr/squad1-test.qa.csv", "simple", 7357,
-                HOW_TO_GET["dpr"], "SQuAD v1.1 test (DPR's split)"),
+                HOW_TO_GET["dpr"], "SQuAD v1.1 test (DPR's split)",
+                family="simple", column="squad"),
     # DPR's retriever dev file: NQ dev questions WITH their gold passages (positive_ctxs), for the
     # mechanism experiments of notebook 11 on the paper's corpus; never a table's evaluation set
     DatasetSpec("nq-dev-gold", load_dpr_qa, "raw", "dpr/biencoder-nq-dev.json", "simple", None,
-                HOW_TO_GET["dpr-dev"], "Natural Questions dev with gold passages (DPR's retriever JSON)"),
+                HOW_TO_GET["dpr-dev"], "Natural Questions dev with gold passages (DPR's retriever JSON)",
+                family="simple", column=None),
     # official training splits (notebook 10: SKR's labels, TAIKC's KBAE adapter); never evaluated
     DatasetSpec("2wiki-train", load_2wiki_train, "raw", "2wikimultihopqa", "complex", None,
                 HOW_TO_GET["2wiki-train"], "2WikiMultihopQA train (DRAGIN's preparation)",
-                ("train.json", "id_aliases.json")),
+                ("train.json", "id_aliases.json"),
+                family="2wiki", column=None),
     DatasetSpec("hotpotqa-train", load_hotpotqa, "raw", "hotpotqa/hotpot_train_v1.1.json", "complex",
-                None, HOW_TO_GET["hotpotqa-train"], "HotpotQA train v1.1"),
+                None, HOW_TO_GET["hotpotqa-train"], "HotpotQA train v1.1",
+                family="hotpotqa", column=None),
     DatasetSpec("iirc-train", load_iirc, "raw", "iirc/train.json", "complex", None,
-                HOW_TO_GET["iirc-train"], "IIRC train set (answerable questions)"),
+                HOW_TO_GET["iirc-train"], "IIRC train set (answerable questions)",
+                family="iirc", column=None),
     DatasetSpec("nq-train", load_dpr_qa, "raw", "dpr/nq-train.qa.csv", "simple", None,
-                HOW_TO_GET["dpr-train"], "Natural Questions train (DPR's split)"),
+                HOW_TO_GET["dpr-train"], "Natural Questions train (DPR's split)",
+                family="simple", column=None),
     DatasetSpec("triviaqa-train", load_dpr_qa, "raw", "dpr/trivia-train.qa.csv", "simple", None,
-                HOW_TO_GET["dpr-train"], "TriviaQA train (DPR's split)"),
+                HOW_TO_GET["dpr-train"], "TriviaQA train (DPR's split)",
+                family="simple", column=None),
     DatasetSpec("squad-train", load_dpr_qa, "raw", "dpr/biencoder-squad1-train.json", "simple", None,
-                HOW_TO_GET["dpr-train"], "SQuAD v1.1 train (DPR's retriever JSON)"),
+                HOW_TO_GET["dpr-train"], "SQuAD v1.1 train (DPR's retriever JSON)",
+                family="simple", column=None),
     DatasetSpec("fanoutqa", functools.partial(load_fanoutqa, "dev", "top"), "package",
                 "fanoutqa/data/fanout-final-dev.json", "complex", None, HOW_TO_GET["fanoutqa"],
-                "FanOutQA dev, 310 multi-hop questions (shipped in the fanoutqa wheel; closed-book here)"),
+                "FanOutQA dev, 310 multi-hop questions (shipped in the fanoutqa wheel; closed-book here)",
+                family="simple", column=None),
     DatasetSpec("fanoutqa-sub", functools.partial(load_fanoutqa, "dev", "sub"), "package",
                 "fanoutqa/data/fanout-final-dev.json", "simple", None, HOW_TO_GET["fanoutqa"],
-                "FanOutQA dev sub-questions, 2,193 single-hop questions"),
+                "FanOutQA dev sub-questions, 2,193 single-hop questions",
+                family="simple", column=None),
     _bundled("bundled-2wiki", load_2wiki, "2wiki", "complex",
-             "the bundled 2WikiMultihopQA-format set", _2WIKI_FILES),
+             "the bundled 2WikiMultihopQA-format set", _2WIKI_FILES,
+             family="2wiki", column="2wiki"),
     _bundled("bundled-hotpotqa", load_hotpotqa, "hotpotqa/hotpot_dev_distractor_v1.json", "complex",
-             "the bundled HotpotQA-format set"),
+             "the bundled HotpotQA-format set",
+             family="hotpotqa", column="hotpotqa"),
     _bundled("bundled-single", load_dpr_qa, "single/single-dev.json", "simple",
-             "the bundled single-hop set (DPR retriever JSON format)"),
+             "the bundled single-hop set (DPR retriever JSON format)",
+             family="simple", column="nq"),
 )}
 
 
 # evaluation set -> its official training split (questions SKR and TAIKC may learn from)
 TRAIN_SPLITS = {"2wiki": "2wiki-train", "hotpotqa": "hotpotqa-train", "iirc": "iirc-train",
                 "nq": "nq-train", "triviaqa": "triviaqa-train", "squad": "squad-train"}
+
+
+def paper_column(name: str) -> str:
+    """The paper's table column a data set's rows sit under (bundled-2wiki -> 2wiki,
+    bundled-single -> nq); a set that is not a column of the paper keeps its own name."""
+    spec = DATASETS.get(name)
+    return spec.column if spec is not None and spec.column else name
 
 
 def get_spec(name: str) -> DatasetSpec:

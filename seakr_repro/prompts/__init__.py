@@ -20,24 +20,19 @@ from .seakr import (
 
 # Data set name -> family. The bundled sets stand in for the paper's; FanOutQA uses the simple-QA
 # demos as the brief of the package asks.
-_FAMILIES = {
-    "2wiki": "2wiki", "bundled-2wiki": "2wiki", "2wikimultihopqa": "2wiki",
-    "hotpotqa": "hotpotqa", "bundled-hotpotqa": "hotpotqa",
-    "iirc": "iirc", "bundled-iirc": "iirc",
-    "bundled-single": "simple", "nq": "simple", "triviaqa": "simple", "squad": "simple",
-    "fanoutqa": "simple", "bundled-fanoutqa": "simple",
-}
 DEMOS = {"2wiki": TWOWIKI, "hotpotqa": HOTPOTQA, "iirc": IIRC, "simple": SIMPLE_QA}
 DEMO_SOURCES = ("paper", "official")  # prompts.demos: the paper's figures | the code's lists
 
 
 def dataset_family(dataset_name: str) -> str:
     """'2wiki' | 'hotpotqa' | 'iirc' | 'simple' for a data set name (case-insensitive)."""
-    family = _FAMILIES.get(dataset_name.lower())
-    if family is None:
+    from ..data.registry import DATASETS     # the one data-set family map
+
+    spec = DATASETS.get(dataset_name.lower())
+    if spec is None:
         raise UserError(f"no prompt examples for data set '{dataset_name}'", setting="datasets",
-                        fix=f"use one of {', '.join(sorted(_FAMILIES))}")
-    return family
+                        fix=f"use one of {', '.join(sorted(DATASETS))}")
+    return spec.family
 
 
 def demos_for(dataset_name: str, n_shot: int | None = None, source: str = "paper",

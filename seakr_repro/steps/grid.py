@@ -206,8 +206,3 @@ def _concurrency(cfg: Config, backend) -> int:
                       "backend runs one question at a time", stacklevel=2)
         return 1
     return n
-
-
-def paper_dataset_name(dataset: str) -> str:
-    """bundled-2wiki -> 2wiki etc., so our rows sit beside the paper's columns."""
-    return dataset.removeprefix("bundled-").replace("single", "nq")

@@ -47,11 +47,11 @@ def differs_because(cfg: Config) -> str | None:
 
 
 def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
-    from .grid import paper_dataset_name
+    from ..data.registry import paper_column
 
     spec = _table(spec)
     out = df[df["metric"].isin(spec.metrics)].copy()
-    out["dataset"] = out["dataset"].map(paper_dataset_name)
+    out["dataset"] = out["dataset"].map(paper_column)
     return out
 
 
@@ -117,10 +117,10 @@ def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[
 
 
 def _column_name(dataset: str) -> str:
-    from .grid import paper_dataset_name
+    from ..data.registry import paper_column
     from ..reporting.tables import DATASET_NAMES
 
-    name = paper_dataset_name(dataset)
+    name = paper_column(dataset)
     return DATASET_NAMES.get(name, name)
 
 
