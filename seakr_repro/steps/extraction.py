@@ -81,16 +81,16 @@ def closed_book_answers(backend, prompts: Sequence[str], max_new_tokens: int, mo
     from ..llm.base import generate_many
     from ..prompts.seakr import simple_qa_stops
 
-    out = []
-    for prompt, greedy in zip(prompts, generate_many(backend, prompts, max_new_tokens=max_new_tokens,
-                                                      stop=simple_qa_stops(), want_stats=True)):
-        answer = extract_answer(greedy.text, mode=mode)
-        if answer is None:
-            forced = backend.generate(prompt + greedy.text + " So the answer is ", max_new_tokens=24,
-                                      stop=simple_qa_stops())
-            answer = answer_from_forced(forced.text, mode)
-        out.append((greedy, answer))
-    return out
+    greedy = generate_many(backend, prompts, max_new_tokens=max_new_tokens, stop=simple_qa_stops(),
+                           want_stats=True)
+    answers = [extract_answer(g.text, mode=mode) for g in greedy]
+    # the re-asks are independent too: one batch (the same tokens as one generate each)
+    again = [i for i, a in enumerate(answers) if a is None]
+    forced = generate_many(backend, [prompts[i] + greedy[i].text + " So the answer is " for i in again],
+                           max_new_tokens=24, stop=simple_qa_stops())
+    for i, f in zip(again, forced):
+        answers[i] = answer_from_forced(f.text, mode)
+    return list(zip(greedy, answers))
 
 
 def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, dict]:
