@@ -218,3 +218,37 @@ def test_out_of_memory_on_the_reference_path_shrinks_its_chunks(pair):
         handle.remove()
     assert fired == [8] and be.stats()["oom_retries"] == 1 and len(got.samples) == 8
     assert got.vectors.shape[0] == 8
+
+
+def test_out_of_memory_with_several_contexts_halves_the_contexts_and_gives_the_same_result(pair):
+    """Simple QA scores ten passages in one sample_many at paper scale, each with its own prompt
+    cache: an out-of-memory error splits the batch of contexts, and every context still draws
+    the samples it draws alone."""
+    from seakr_repro.llm.hf.backend import HFBackend
+    new, _ = pair
+    prompts = _prompts()[:3]
+    want = HFBackend(new.model, new.tokenizer, new.name).sample_many(prompts, **ARGS)
+    be = HFBackend(new.model, new.tokenizer, new.name)
+    fired = []
+
+    def fail_once(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[0] > ARGS["k"] and not fired:
+            fired.append(ids.shape[0])
+            raise torch.OutOfMemoryError("injected: CUDA out of memory")
+
+    handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
+    try:
+        with pytest.warns(UserWarning, match="3 contexts in one batch"):
+            got = be.sample_many(prompts, **ARGS)
+    finally:
+        handle.remove()
+    assert fired == [3 * ARGS["k"]] and be.contexts_per_batch == 1 and be.stats()["oom_retries"] == 1
+    for g, w in zip(got, want):
+        assert _ids(g) == _ids(w) and _rel(g.vectors, w.vectors) < 1e-5
+    # the setting gives the same batches from the start, for greedy steps too
+    one = HFBackend(new.model, new.tokenizer, new.name, max_batch_contexts=1)
+    assert [_ids(s) for s in one.sample_many(prompts, **ARGS)] == [_ids(w) for w in want]
+    greedy = dict(max_new_tokens=5, stop=["\n"])
+    assert [g.token_ids for g in one.generate_many(prompts, **greedy)] == \
+        [g.token_ids for g in be.generate_many(prompts, **greedy)]

@@ -253,7 +253,8 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             dtype=resolve_dtype(dtype or get("model.dtype", "float32")),
             max_batch_rows=get("model.max_batch_rows", None),
             prefix_cache_tokens=get("model.prefix_cache_tokens", 16384),   # KV tokens kept for prefix reuse
-            shared_prefix=get("model.shared_prefix", True))
+            shared_prefix=get("model.shared_prefix", True),
+            max_batch_contexts=get("model.max_batch_contexts", None))
     else:
         raise UserError(f"unknown model.backend '{backend_kind}'", setting="model.backend",
                         fix="use hf (transformers), vllm or synthetic (scale check)")

@@ -205,7 +205,7 @@ def _profile_hf(profile: str):
 def _reference_twin(new):
     """The same model and settings on today's path (the prompt cache copied into every row)."""
     return type(new)(new.model, new.tokenizer, new.name, new.fingerprint, new.max_batch_rows,
-                     new.prefix_cache_tokens, shared_prefix=False)
+                     new.prefix_cache_tokens, shared_prefix=False, max_batch_contexts=new.max_batch_contexts)
 
 
 def _seakr_per_question(cfg_profile: str, dataset: str, n: int) -> dict:

@@ -82,7 +82,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
                  max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384,
-                 shared_prefix: bool = True):
+                 shared_prefix: bool = True, max_batch_contexts: int | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -110,6 +110,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
                           "memory, same results)", stacklevel=2)
         # Rows per forward pass (None = all rows of a chunk): halved on each out-of-memory.
         self.rows_per_forward: int | None = None
+        # Contexts decoded together by sample_many/generate_many (None = all): each holds its own
+        # prompt cache, so simple QA's ten passages at paper scale hold ten. Halved on an
+        # out-of-memory error in a batch of several contexts (same results: each context draws
+        # from its own generator).
+        self.max_batch_contexts = max_batch_contexts
+        self.contexts_per_batch = max_batch_contexts
         self.oom_retries = 0
         self._widest = 0                      # rows of the widest forward pass of the current call
 
@@ -120,13 +126,14 @@ class HFBackend(WordsMixin, TokenizerMixin):
     @classmethod
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None,
-                 prefix_cache_tokens: int = 16384, shared_prefix: bool = True) -> "HFBackend":
+                 prefix_cache_tokens: int = 16384, shared_prefix: bool = True,
+                 max_batch_contexts: int | None = None) -> "HFBackend":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         return cls(model, tok, name, weights_fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
-                   shared_prefix)
+                   shared_prefix, max_batch_contexts)
 
     def close(self) -> None:
         """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
@@ -165,6 +172,34 @@ class HFBackend(WordsMixin, TokenizerMixin):
             self.rows_per_forward = max(1, widest // 2)
             warnings.warn(f"{self.name}: out of memory with {widest} rows in one pass; retrying "
                           f"with {self.rows_per_forward}", stacklevel=2)
+
+    def _by_contexts(self, fn, items: list) -> list:
+        """fn(batch) over `items` in batches of `contexts_per_batch` (all when None). An
+        out-of-memory error in a batch of several contexts halves the batch size for the rest of
+        the run and runs that batch again; one context alone retries with fewer rows per pass."""
+        out, i = [], 0
+        while i < len(items):
+            n = min(self.contexts_per_batch or len(items), len(items) - i)
+            part = items[i:i + n]
+            if n == 1:
+                out += self._with_oom_retry(lambda: fn(part))
+                i += 1
+                continue
+            try:
+                out += fn(part)
+                i += n
+                continue
+            except torch.OutOfMemoryError:
+                pass
+            # outside the except block, so the failed pass's tensors can be freed
+            self.oom_retries += 1
+            self.reset_prefix_cache()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.contexts_per_batch = n // 2
+            warnings.warn(f"{self.name}: out of memory with {n} contexts in one batch; retrying with "
+                          f"{self.contexts_per_batch}", stacklevel=2)
+        return out
 
     @torch.inference_mode()
     def _prefill(self, prompt_ids: list[int]):
@@ -312,12 +347,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         for x in ids:
             check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
 
-        def run():
-            pre = [self._prefill(x) for x in ids]
-            return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)], 1,
-                                       [lambda lg: lg.argmax(-1)] * len(ids), max_new_tokens,
+        def run(batch):
+            pre = [self._prefill(x) for x in batch]
+            return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, batch)], 1,
+                                       [lambda lg: lg.argmax(-1)] * len(batch), max_new_tokens,
                                        stop, want_stats)
-        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self._with_oom_retry(run), ids)]
+        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self._by_contexts(run, ids), ids)]
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
@@ -342,7 +377,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         if not self.shared_prefix:
             return [self._with_oom_retry(lambda p=p: self._sample_reference(p, **args))
                     for p in prompts]
-        return self._with_oom_retry(lambda: self._sample_shared(list(prompts), **args))
+        return self._by_contexts(lambda batch: self._sample_shared(batch, **args), list(prompts))
 
     def _picker(self, seed: int, temperature: float, top_k: int, top_p: float):
         """Draws (tokens, their warped log-probs) from one generator seeded with `seed`."""

@@ -267,7 +267,7 @@ def load_kbae_backend(base_backend, adapter_dir):
     fp = adapter_fingerprint(d)
     backend = HFBackend(model, inner.tokenizer, name=f"{inner.name}+kbae-{fp}",
                         fingerprint=f"{inner.fingerprint}+kbae-{fp}",
-                        max_batch_rows=inner.max_batch_rows)
+                        max_batch_rows=inner.max_batch_rows, max_batch_contexts=inner.max_batch_contexts)
     from ...llm.cache import CachedBackend
     if isinstance(base_backend, CachedBackend):
         root = Path(base_backend.cache.root).parent / backend.name   # beside the base's entries
