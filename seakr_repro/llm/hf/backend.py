@@ -182,7 +182,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
             n = min(self.contexts_per_batch or len(items), len(items) - i)
             part = items[i:i + n]
             if n == 1:
-                out += self._with_oom_retry(lambda: fn(part))
+                out += self._with_oom_retry(lambda part=part: fn(part))
                 i += 1
                 continue
             try:
