@@ -156,7 +156,7 @@ def test_baselines_extract_the_answer_after_the_first_the_answer_is():
 
 def test_a_missing_answer_is_re_asked_with_20_tokens():
     b = FakeBackend(Script("Zorro Nights was directed by Ann Lee.", "Ann Lee.\nQuestion: next"))
-    r = build_method("cot", b, FakeSearcher(DOCS), "bundled-iirc", **FAITHFUL).run(Q)
+    r = build_method("cot", b, FakeSearcher(DOCS), "iirc", **FAITHFUL).run(Q)
     (first, _), (again, stop) = b.generate_calls
     assert b.max_new_tokens == [128, 20] and stop == []
     assert again == first + " Zorro Nights was directed by Ann Lee. So the answer is "
