@@ -25,6 +25,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ..core.concurrency import parallel_map, supports_concurrency
+
 
 @dataclass
 class Generation:
@@ -189,8 +191,10 @@ def unwrap(backend: Any) -> Any:
 
 def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]:
     """Greedy `generate` of several independent prompts: one batch on a backend that has
-    `generate_many` (transformers: shared-prefix decoding), else one call after another."""
+    `generate_many` (transformers: shared-prefix decoding), side by side on a backend that joins
+    concurrent calls into its batch (vLLM), else one call after another."""
     many = getattr(backend, "generate_many", None)
     if many is not None:
         return many(list(prompts), **kwargs)
-    return [backend.generate(p, **kwargs) for p in prompts]
+    workers = len(prompts) if supports_concurrency(backend) else 1
+    return parallel_map(lambda p: backend.generate(p, **kwargs), prompts, workers)

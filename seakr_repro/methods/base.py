@@ -6,7 +6,10 @@ records every step so case studies (the paper's Table 5) can be read from saved 
 """
 from __future__ import annotations
 
+import contextvars
+import threading
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from ..core.errors import UserError
@@ -42,8 +45,16 @@ BASELINE_CONFIG = {"answer_extraction": "evaluation.answer_extraction", "top_k_d
                    "max_new_tokens": "baselines.max_new_tokens", "max_steps": "baselines.max_steps"}
 
 
+# The state of the question being answered (`Method.q`): one object per `run`, in the running
+# context, so one method object answers several questions at once (runner.concurrency) unchanged.
+_QUESTION: contextvars.ContextVar[SimpleNamespace] = contextvars.ContextVar("seakr_question")
+
+
 class Method:
-    """Base class: settings = the method's DEFAULTS updated by the caller's settings."""
+    """Base class: settings = the method's DEFAULTS updated by the caller's settings.
+
+    Subclasses implement `answer(record)` and keep what belongs to one question on `self.q` (a
+    fresh namespace per `run`; `q.n_search` counts its searches), never on `self`."""
 
     name = "method"
     DEFAULTS: dict[str, Any] = {}
@@ -72,6 +83,7 @@ class Method:
                             setting=unknown[0],
                             fix=f"use only {', '.join(sorted(self.defaults()))}")
         self.settings = {**self.defaults(), **settings}
+        self._search_lock = threading.Lock()
 
     def defaults(self) -> dict[str, Any]:
         return dict(self.DEFAULTS)
@@ -93,12 +105,26 @@ class Method:
         return demos_for(self.dataset_name, self.settings.get("n_shot"),
                          self.settings.get("demos", "paper"), self.settings.get("official_repo"))
 
-    def run(self, record) -> MethodResult:  # pragma: no cover - interface
+    def run(self, record) -> MethodResult:
+        """Answer one question, with its own state object (`self.q`)."""
+        token = _QUESTION.set(SimpleNamespace(n_search=0))
+        try:
+            return self.answer(record)
+        finally:
+            _QUESTION.reset(token)
+
+    @property
+    def q(self) -> SimpleNamespace:
+        """The state of the question `run` is answering in this context."""
+        return _QUESTION.get()
+
+    def answer(self, record) -> MethodResult:  # pragma: no cover - interface
         raise NotImplementedError
 
     # -- shared helpers -------------------------------------------------------------------------
     def search(self, query: str, k: int) -> list:
-        return list(self.searcher.search(query, k=k))
+        with self._search_lock:     # questions side by side share one searcher (Lucene via JNI)
+            return list(self.searcher.search(query, k=k))
 
 
 def step_record(kind: str, prompt: str, output: str, **more) -> dict:

@@ -29,7 +29,7 @@ class CoT(Method):
                 if key not in (settings or {}) or (settings or {})[key] is None:
                     self.settings[key] = row[key]
 
-    def run(self, record) -> MethodResult:
+    def answer(self, record) -> MethodResult:
         if self.settings["mode"] == "faithful":
             return self._run_faithful(record)
         s, ext = self.settings, self.settings["answer_extraction"]

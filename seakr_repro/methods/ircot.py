@@ -60,4 +60,4 @@ class IRCoT(StepLoop):
                 break
         answer, final = dragin_code.finish(self, q, text, trace)
         return MethodResult(answer=answer, raw_output=final, trace=trace,
-                            n_retrievals=self._n_search, extra={"text": text})
+                            n_retrievals=self.q.n_search, extra={"text": text})

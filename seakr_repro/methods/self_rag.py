@@ -78,7 +78,7 @@ class SelfRAG(Method):
         return {"id": hit.id, "answer": clean(answer_part), "raw": text, "seq": seq, "isrel": rel,
                 "issup": sup, "isuse": use, "score": score}
 
-    def run(self, record) -> MethodResult:
+    def answer(self, record) -> MethodResult:
         s, base = self.settings, self.prompt(record.question)
         p_ret = self._probs(base, (RETRIEVE, NO_RETRIEVE))[0]
         trace = [step_record("retrieve_decision", base, "", p_retrieval=p_ret,

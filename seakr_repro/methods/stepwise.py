@@ -69,13 +69,12 @@ class StepLoop(Method):
                                      want_attention=self.want_attention and stats)
 
     def retrieve(self, query: str) -> list:
-        self._n_search += 1
+        self.q.n_search += 1
         query = truncate_tokens(query, dragin_code.QUERY_MAX_TOKENS,
                                 getattr(self.backend, "count_tokens", None))
         return self.search(query, self.settings["top_k_docs"])
 
-    def run(self, record) -> MethodResult:
-        self._n_search = 0
+    def answer(self, record) -> MethodResult:
         if self.settings["mode"] == "faithful":
             return self.run_faithful(record)
         return self.run_fixed(record)
@@ -113,13 +112,13 @@ class StepLoop(Method):
                 break
         answer, final = dragin_code.finish(self, q, text, trace)
         return MethodResult(answer=answer, raw_output=final, trace=trace,
-                            n_retrievals=self._n_search, extra={"text": text})
+                            n_retrievals=self.q.n_search, extra={"text": text})
 
     # fixed ------------------------------------------------------------------------------------
     def run_fixed(self, record) -> MethodResult:
         s, q = self.settings, record.question
         ext = s["answer_extraction"]
-        self._fit = PromptFitter(self.backend)   # this question's prompts fit the context
+        self.q.fit = PromptFitter(self.backend)   # this question's prompts fit the context
         trace: list[dict] = []
         steps: list[str] = []
         docs = self.initial_docs(q, trace)
@@ -127,13 +126,13 @@ class StepLoop(Method):
         for _ in range(s["max_steps"]):
             stops = stop_strings(bool(steps), final=False)
             budget = max(1, s["max_new_tokens"] - used)
-            prompt = self._fit(self.demos, q, steps, docs, ext, reserve=budget)
+            prompt = self.q.fit(self.demos, q, steps, docs, ext, reserve=budget)
             gen = self._generate(prompt, stops, budget)
             query, info = self.trigger(q, steps, gen)
             entry = step_record("step", prompt, gen.text, **info)
             if query is not None:
                 hits = self.retrieve(query)
-                prompt = self._fit(self.demos, q, steps, [h.text for h in hits], ext, reserve=budget)
+                prompt = self.q.fit(self.demos, q, steps, [h.text for h in hits], ext, reserve=budget)
                 gen = self._generate(prompt, stops, budget, stats=False)
                 entry.update(query=query, hits=hits_brief(hits), regenerated=gen.text)
             trace.append(entry)
@@ -151,7 +150,7 @@ class StepLoop(Method):
         text = " ".join(steps)
         answer = extract_answer(text, ext)
         if not answer:
-            prompt = self._fit(self.demos, q, steps, docs, ext, suffix=" So the answer is ",
+            prompt = self.q.fit(self.demos, q, steps, docs, ext, suffix=" So the answer is ",
                                reserve=self.settings["max_new_tokens"])
             forced = self.backend.generate(prompt, max_new_tokens=self.settings["max_new_tokens"],
                                            stop=["\n", *BASE_STOPS])
@@ -159,7 +158,7 @@ class StepLoop(Method):
             trace.append(step_record("forced_answer", prompt, forced.text))
             text += f" So the answer is {forced.text}"
         return MethodResult(answer=answer or "", raw_output=text, trace=trace,
-                            n_retrievals=self._n_search, extra={"steps": steps, **self._fit.record()})
+                            n_retrievals=self.q.n_search, extra={"steps": steps, **self.q.fit.record()})
 
 
 def check_mode(mode: str) -> None:

@@ -195,14 +195,16 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
 
 
 def _concurrency(cfg: Config, backend) -> int:
-    """runner.concurrency where the backend batches concurrent calls; 1 on the transformers
-    backend (which decodes one call at a time), with a warning (shown once) that says so."""
+    """runner.concurrency where the backend batches concurrent calls (vLLM; the transformers
+    backend through `llm.batching.ThreadBatcher`); 1 otherwise (a model without shared-prefix
+    decoding, the synthetic backend), with a warning (shown once) that says so."""
     import warnings
 
     from ..core.concurrency import supports_concurrency
     n = int(cfg.get("runner.concurrency", 1) or 1)
     if n > 1 and not supports_concurrency(backend):
-        warnings.warn(f"runner.concurrency {n} applies to model.backend: vllm; the transformers "
-                      "backend runs one question at a time", stacklevel=2)
+        warnings.warn(f"runner.concurrency {n} needs a backend that batches concurrent calls "
+                      f"({getattr(backend, 'name', '?')} has none: no shared-prefix decoding); "
+                      "running one question at a time", stacklevel=2)
         return 1
     return n

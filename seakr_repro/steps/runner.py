@@ -8,11 +8,9 @@ middle of a write) is cut off. Nothing is duplicated and nothing finished is rec
 from __future__ import annotations
 
 import contextvars
-import copy
 import hashlib
 import json
 import os
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, is_dataclass
@@ -89,14 +87,16 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     `counting()` scope with a CachedBackend (right under concurrency too), else as the difference
     of the backend's `stats()` counters around the question.
 
-    concurrency > 1 runs that many questions at once (each on its own shallow copy of the method)
-    and needs a backend that batches concurrent calls (vLLM); rows are written as questions
-    finish, so the file order may differ from the record order. `seconds` is then each
+    concurrency > 1 runs that many questions at once (one method object: a question's state lives
+    in its own `Method.q`, and searches take turns) and needs a backend that batches concurrent
+    calls (vLLM, or the transformers backend under `llm.batching.ThreadBatcher`); rows are written
+    as questions finish, so the file order may differ from the record order. `seconds` is then each
     question's own wall time, overlapping with others'.
     """
     from tqdm.auto import tqdm
 
     from ..core.concurrency import supports_concurrency
+    from ..llm.batching import worker
     from ..llm.cache import counting
 
     if scorer is None:
@@ -123,15 +123,13 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     if limit is not None:
         todo = todo[:max(0, limit - len(done))]
     scoped = backend is not None and getattr(backend, "scoped_counts", False)
-    search_lock = threading.Lock()
 
     def one(record):
-        m = method if concurrency == 1 else _locked_copy(method, search_lock)
-        with counting() as counter:
+        with worker(backend), counting() as counter:
             before = _counters(backend) if backend is not None and not scoped else {}
             oom_before = _oom_retries(backend)
             t0 = time.perf_counter()
-            result = m.run(record)
+            result = method.run(record)
             seconds = time.perf_counter() - t0
             after = _counters(backend) if backend is not None and not scoped else {}
         delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
@@ -188,29 +186,6 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     finally:
         bar.close()
     return done_rows
-
-
-class _LockedSearcher:
-    """A searcher shared by concurrent questions: one search at a time (Lucene through JNI)."""
-
-    def __init__(self, searcher, lock):
-        self._searcher, self._lock = searcher, lock
-
-    def search(self, *args, **kwargs):
-        with self._lock:
-            return self._searcher.search(*args, **kwargs)
-
-    def __getattr__(self, attr):
-        return getattr(self._searcher, attr)
-
-
-def _locked_copy(method, lock):
-    """A shallow copy for one concurrent question: per-question state (trace, counters) lands on
-    the copy; backend and settings are shared read-only; the searcher is serialised."""
-    m = copy.copy(method)
-    if getattr(m, "searcher", None) is not None:
-        m.searcher = _LockedSearcher(m.searcher, lock)
-    return m
 
 
 def summarise(rows: Iterable[dict]) -> dict:

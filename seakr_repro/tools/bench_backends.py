@@ -3,7 +3,8 @@
 Both backends run the same SeaKR (profile settings, calibrated delta, the profile's BM25 index)
 on the same first n questions of one data set, with the LLM call cache OFF. vLLM runs twice:
 one question at a time (latency, comparable with the transformers backend) and with
-`--concurrency` questions in flight (throughput: their requests share every batch).
+`--concurrency` questions in flight (throughput: their requests share every batch); so does the
+transformers backend, its concurrent calls merged into shared-prefix batches (`llm.batching`).
 
 The two backends sample with different random streams, so a question may take a different
 number of steps on each; the table therefore also gives LLM calls and generated tokens per
@@ -62,7 +63,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--profile", default="default")
     ap.add_argument("--dataset", default="bundled-2wiki")
     ap.add_argument("-n", type=int, default=4, help="questions per backend (default 4)")
-    ap.add_argument("--concurrency", type=int, default=4, help="questions in flight for vLLM")
+    ap.add_argument("--concurrency", type=int, default=4,
+                    help="questions in flight (vLLM; transformers via llm.batching)")
     ap.add_argument("--backends", default="hf,vllm", help="comma-separated: hf, vllm")
     ap.add_argument("--only", help=argparse.SUPPRESS)        # child: measure one backend
     ap.add_argument("--json-out", help=argparse.SUPPRESS)
@@ -191,6 +193,11 @@ def _child(args) -> dict:
             if kind == "vllm" and args.concurrency > 1:
                 rows.append(_run(cfg, backend, searcher, args.dataset, records, deltas,
                                  args.concurrency, tmp, f"vllm-x{args.concurrency}"))
+            if kind == "hf" and args.concurrency > 1 and backend.shared_prefix:
+                # the questions' calls merged into shared-prefix batches (llm/batching.py)
+                from ..llm.batching import ThreadBatcher
+                rows.append(_run(cfg, ThreadBatcher(backend), searcher, args.dataset, records, deltas,
+                                 args.concurrency, tmp, f"hf-x{args.concurrency}"))
     for r in rows:
         r["torch_threads"] = torch.get_num_threads()
     result = {"rows": rows, "skipped": skipped,

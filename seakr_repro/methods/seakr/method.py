@@ -29,7 +29,6 @@ import math
 from dataclasses import dataclass, field
 from functools import partial
 
-from ...core.concurrency import parallel_map, supports_concurrency
 from ...data.registry import top_passages_path
 from ...core.errors import UserError
 from ...llm.base import generate_many
@@ -131,12 +130,9 @@ class SeaKR(Method):
         side on a concurrent backend (vLLM), as one batch on the transformers backend; the k
         samples of all contexts go to the backend as one `sample_many` batch."""
         kw = dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(stop),
-                  want_stats=self._scorer.wants_stats)
-        if supports_concurrency(self.backend):
-            gens = parallel_map(lambda p: self.backend.generate(p, **kw), prompts, len(prompts))
-        else:
-            gens = generate_many(self.backend, prompts, **kw)
-        us = (self._scorer.many(prompts, stop, gens, contexts) if need_u and prompts
+                  want_stats=self.q.scorer.wants_stats)
+        gens = generate_many(self.backend, prompts, **kw)
+        us = (self.q.scorer.many(prompts, stop, gens, contexts) if need_u and prompts
               else [None] * len(prompts))
         return list(zip(gens, us))
 
@@ -146,17 +142,16 @@ class SeaKR(Method):
             return None
         return answer
 
-    def run(self, record) -> MethodResult:
+    def answer(self, record) -> MethodResult:
         question = record.question
         if self.settings["mode"] == "faithful" and not self.settings["simple_qa"]:
             question = question.replace(".", " ")   # the reasoner does this to every question
-        self._scorer = Scorer(self.backend, self.settings, question)
-        self._n_search = 0
+        self.q.scorer = Scorer(self.backend, self.settings, question)
         # every prompt of this question fits the context with room for the longest call made
         # on it (greedy, k samples + the forced EOS, or the simple-QA re-ask)
         s = self.settings
-        self._fitter = PromptFitter(self.backend)
-        self._fit = partial(self._fitter, reserve=max(
+        self.q.fitter = PromptFitter(self.backend)
+        self.q.fit = partial(self.q.fitter, reserve=max(
             s["max_new_tokens"], s["sample_max_tokens"] + 1, s["simple_qa_forced_tokens"]))
         if self.settings["simple_qa"]:
             return self._run_simple(question)
@@ -176,7 +171,7 @@ class SeaKR(Method):
         stop_reason = "max_steps"
         while True:
             texts = [st.text for st in steps]
-            prompt = self._fit(demos, question, texts, docs, s["mode"])
+            prompt = self.q.fit(demos, question, texts, docs, s["mode"])
             stops = stop_strings(bool(steps), final=False)
             gen, u = self._call(prompt, stops, s["self_aware_retrieval"], self._context(steps, docs))
             failed = (not gen.text.strip()) or (not s["self_aware_retrieval"]) or u > s["delta"]
@@ -217,7 +212,7 @@ class SeaKR(Method):
         searched.add(query)
         hits = self.search(truncate_tokens(query, s["query_max_tokens"],
                                            getattr(self.backend, "count_tokens", None)), s["top_n"])
-        self._n_search += 1
+        self.q.n_search += 1
         entry["hits"] = hits_brief(hits)
         cands = [h for h in hits if h.id not in doc_ids]
         if not cands:
@@ -228,7 +223,7 @@ class SeaKR(Method):
         stops = stop_strings(bool(steps), final=False)
 
         # the N candidates are independent: scored as one batch
-        prompts = [self._fit(self.demos, question, texts, docs + [h.text], s["mode"]) for h in cands]
+        prompts = [self.q.fit(self.demos, question, texts, docs + [h.text], s["mode"]) for h in cands]
         called = self._calls(prompts, stops, s["rerank"],
                              [self._context(steps, docs + [h.text]) for h in cands])
         scored = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h, g, u)
@@ -274,11 +269,11 @@ class SeaKR(Method):
         s, faithful = self.settings, self.settings["mode"] == "faithful"
         rationale = self._filtered_steps(steps)
         build_r = lambda sfx: read_all_steps_prompt(   # noqa: E731
-            self.demos, question, rationale, build=partial(self._fit, suffix=sfx))[0]
+            self.demos, question, rationale, build=partial(self.q.fit, suffix=sfx))[0]
         stop_r = read_all_steps_prompt(self.demos, question, rationale)[1]
         ans_r, u_r, full_r = self._final_path("rationales", build_r, stop_r, stop_r, False, trace)
         build_k = lambda sfx: read_all_docs_prompt(   # noqa: E731
-            self.demos, question, docs, build=partial(self._fit, suffix=sfx))[0]
+            self.demos, question, docs, build=partial(self.q.fit, suffix=sfx))[0]
         stop_k = read_all_docs_prompt(self.demos, question, docs)[1]
         # the code re-asks the knowledge path with "\n" added and keeps the re-ask's U
         ans_k, u_k, full_k = self._final_path("knowledge", build_k, stop_k, [*stop_k, "\n"], faithful, trace)
@@ -296,9 +291,9 @@ class SeaKR(Method):
         extra = {"rationale_answer": ans_r, "rationale_u": u_r, "knowledge_answer": ans_k,
                  "knowledge_u": u_k, "choice": choice, "stop_reason": stop_reason,
                  "steps": [st.text for st in steps], "doc_ids": list(doc_ids), "n_docs": len(docs),
-                 **self._fitter.record()}
+                 **self.q.fitter.record()}
         return MethodResult(answer=answer or "", raw_output=raw, trace=trace,
-                            n_retrievals=self._n_search, extra=extra)
+                            n_retrievals=self.q.n_search, extra=extra)
 
     # -- simple QA ------------------------------------------------------------------------------
     def _simple_answer(self, build, gen):
@@ -313,7 +308,7 @@ class SeaKR(Method):
     def _run_simple(self, question: str) -> MethodResult:
         s, demos, stops = self.settings, self.demos, simple_qa_stops()
         trace: list[dict] = []
-        direct = partial(self._fit, demos, question)
+        direct = partial(self.q.fit, demos, question)
         direct_prompt = direct()
         g0, u0 = self._call(direct_prompt, stops, True)
         trace.append(step_record("direct", direct_prompt, g0.text, u=u0, delta=s["delta"]))
@@ -326,18 +321,18 @@ class SeaKR(Method):
             return MethodResult(answer=direct_answer or "", raw_output=g0.text, trace=trace,
                                 n_retrievals=0, extra={"direct_answer": direct_answer, "direct_u": u0,
                                                        "chosen_doc": None, "passage_us": [],
-                                                       **self._fitter.record()})
+                                                       **self.q.fitter.record()})
         if s["simple_qa_passages"] == "official":   # the script's precomputed DPR passages
             hits = self._passages.search(question, s["simple_qa_top"])
         else:
             hits = self.search(question, s["simple_qa_top"])
-        self._n_search += 1
+        self.q.n_search += 1
         if not s["rerank"]:
             hits = hits[:1]
-        called = self._calls([self._fit(demos, question, docs=[h.text]) for h in hits], stops,
+        called = self._calls([self.q.fit(demos, question, docs=[h.text]) for h in hits], stops,
                              s["rerank"], [format_context([h.text]) for h in hits])
         cands = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h,
-                  partial(self._fit, demos, question, docs=[h.text]), g, u)
+                  partial(self.q.fit, demos, question, docs=[h.text]), g, u)
                  for h, (g, u) in zip(hits, called)]
         trace.append(step_record("passages", "", "", hits=hits_brief(hits),
                                  candidates=[{"id": h.id, "u": u, "output": g.text}
@@ -349,6 +344,6 @@ class SeaKR(Method):
             answer, raw, chosen = self._simple_answer(lambda sfx: build(suffix=sfx), g), g.text, h.id
         trace.append(step_record("choice", "", raw, chosen=chosen, kept_direct=chosen is None))
         extra = {"direct_answer": direct_answer, "direct_u": u0, "chosen_doc": chosen,
-                 "passage_us": [u for _, _, _, _, u in cands], **self._fitter.record()}
+                 "passage_us": [u for _, _, _, _, u in cands], **self.q.fitter.record()}
         return MethodResult(answer=answer or "", raw_output=raw, trace=trace,
-                            n_retrievals=self._n_search, extra=extra)
+                            n_retrievals=self.q.n_search, extra=extra)

@@ -208,7 +208,7 @@ class SKRMethod(Method):
     def self_knowledge(self, question: str) -> tuple[str, dict]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def run(self, record) -> MethodResult:
+    def answer(self, record) -> MethodResult:
         s, q = self.settings, record.question
         label, evidence = self.self_knowledge(q)
         retrieve = label != KNOWN

@@ -35,9 +35,8 @@ class TAIKC(Method):
         return (backend or self.backend).generate(prompt, max_new_tokens=max_new_tokens,
                                                   stop=list(stop)).text
 
-    def run(self, record) -> MethodResult:
+    def answer(self, record) -> MethodResult:
         s, q = self.settings, record.question
-        self._n_search = 0
         trace: list[dict] = []
         tree = self._decompose(q, trace)
         parent_of = parents(tree)
@@ -51,7 +50,7 @@ class TAIKC(Method):
         raw = self._ask(prompt, s["max_answer_tokens"])
         answer = P.clean_answer(raw)
         trace.append(step_record("final_answer", prompt, raw, answer=answer))
-        return MethodResult(answer=answer, raw_output=raw, trace=trace, n_retrievals=self._n_search,
+        return MethodResult(answer=answer, raw_output=raw, trace=trace, n_retrievals=self.q.n_search,
                             extra={"tree_parse": tree.how, "knowledge_chains": summaries,
                                    "n_nodes": len(answered),
                                    "n_confident": sum(n.source == "confident" for n in answered)})
@@ -77,7 +76,7 @@ class TAIKC(Method):
             node.answer, node.source = P.clean_answer(reply), "confident"
         else:
             hits = self.search(node.filled, s["top_k_docs"])
-            self._n_search += 1
+            self.q.n_search += 1
             rag_prompt = P.document_qa_prompt(node.filled, [h.text for h in hits])
             rag = self._ask(rag_prompt, s["max_answer_tokens"])
             entry.update(retrieved=True, query=node.filled, hits=hits_brief(hits), rag_output=rag)
