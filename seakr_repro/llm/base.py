@@ -130,7 +130,8 @@ class BackendExtras(Protocol):
     of a method's result key (`methods.base`), so another engine's runs never resume these."""
 
     concurrent: bool
-    """Optional, default False. True when calls from several threads join one batch (vLLM):
+    """Optional, default False. True when calls from several threads join one batch (vLLM, and
+    `llm.batching.ThreadBatcher` around the transformers backend):
     `runner.concurrency > 1` and side-by-side calls need it (`concurrency.supports_concurrency`)."""
 
     fingerprint: str
