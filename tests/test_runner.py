@@ -205,3 +205,21 @@ def test_an_error_in_one_concurrent_question_keeps_the_others(tmp_path):
                    progress=False, concurrency=2)
     written = {json.loads(x)["id"] for x in out.read_text().splitlines()}
     assert "q01" not in written and "q00" in written
+
+
+def test_a_method_that_answers_one_question_at_a_time_refuses_concurrency(tmp_path):
+    class Concurrent:
+        concurrent = True
+
+        def stats(self):
+            return {}
+
+    class Alone(EchoMethod):
+        one_question_at_a_time = "it drives the model itself"
+
+    with pytest.raises(UserError, match="drives the model itself"):
+        run_method(Alone(), RECORDS[:2], tmp_path / "r.jsonl", backend=Concurrent(), scorer=scorer,
+                   progress=False, concurrency=2)
+    rows = run_method(Alone(), RECORDS[:2], tmp_path / "r.jsonl", backend=Concurrent(), scorer=scorer,
+                      progress=False, concurrency=1)
+    assert len(rows) == 2

@@ -61,6 +61,8 @@ class Method:
     # setting -> the config key it is read from (one declaration per method; settings that are
     # not in DEFAULTS are ignored, so a family of methods can share one table)
     CONFIG: dict[str, str] = {}
+    # None: questions may run side by side (runner.concurrency > 1); else why they may not
+    one_question_at_a_time: str | None = None
 
     @classmethod
     def settings_from(cls, cfg) -> dict[str, Any]:

@@ -178,7 +178,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
             path = run_path(cfg.profile, dataset, spec.label, method.config)
             done = run_method(method, records, path, backend=backend, progress=progress,
                               desc=f"{spec.label} on {dataset}",
-                              concurrency=_concurrency(cfg, backend))
+                              concurrency=_concurrency(cfg, backend, method))
             wanted = {x.id for x in records}        # the file may hold more (a larger earlier run)
             done = [r for r in done if r["id"] in wanted]
             score = score_predictions([r["answer"] for r in done], [r["golds"] for r in done],
@@ -194,7 +194,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     return pd.DataFrame(rows), skipped
 
 
-def _concurrency(cfg: Config, backend) -> int:
+def _concurrency(cfg: Config, backend, method=None) -> int:
     """runner.concurrency where the backend batches concurrent calls (vLLM; the transformers
     backend through `llm.batching.ThreadBatcher`); 1 otherwise (a model without shared-prefix
     decoding, the synthetic backend), with a warning (shown once) that says so."""
@@ -206,5 +206,10 @@ def _concurrency(cfg: Config, backend) -> int:
         warnings.warn(f"runner.concurrency {n} needs a backend that batches concurrent calls "
                       f"({getattr(backend, 'name', '?')} has none: no shared-prefix decoding); "
                       "running one question at a time", stacklevel=2)
+        return 1
+    why_not = getattr(method, "one_question_at_a_time", None)
+    if n > 1 and why_not:
+        warnings.warn(f"runner.concurrency {n}: {method.name} runs one question at a time ({why_not})",
+                      stacklevel=2)
         return 1
     return n

@@ -106,6 +106,11 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
             return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
 
     concurrency = int(concurrency or 1)
+    why_not = getattr(method, "one_question_at_a_time", None)
+    if concurrency > 1 and why_not:
+        raise UserError(f"runner.concurrency is {concurrency} but {method.name} answers one question "
+                        f"at a time: {why_not}", setting="runner.concurrency",
+                        fix="set runner.concurrency: 1 for this method")
     if concurrency > 1 and not supports_concurrency(backend):
         raise UserError(f"runner.concurrency is {concurrency} but the {type(backend).__name__} "
                         "backend decodes one call at a time", setting="runner.concurrency",

@@ -107,6 +107,7 @@ class TAIKCKBAE(TAIKC):
 
     name = "taikc-kbae"
     DEFAULTS = {**TAIKC.DEFAULTS, "kbae_adapter": None}
+    one_question_at_a_time = "its KBAE adapter runs the model directly, outside the thread batcher"
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
         super().__init__(backend, searcher, dataset_name, settings)
