@@ -43,6 +43,14 @@ class EchoMethod:
         return Result(answer=record.golds[0])
 
 
+class ConcurrentBackend:
+    """A backend that says it batches concurrent calls (and makes none here)."""
+    concurrent = True
+
+    def stats(self):
+        return {}
+
+
 def scorer(pred, golds):
     return {"em": float(pred in golds), "f1": float(pred in golds)}
 
@@ -186,12 +194,6 @@ def test_concurrency_needs_a_batching_backend(tmp_path):
 
 
 def test_an_error_in_one_concurrent_question_keeps_the_others(tmp_path):
-    class Concurrent:
-        concurrent = True
-
-        def stats(self):
-            return {}
-
     class Failing(EchoMethod):
         def run(self, record):
             if record.id == "q01":
@@ -201,25 +203,19 @@ def test_an_error_in_one_concurrent_question_keeps_the_others(tmp_path):
 
     out = tmp_path / "r.jsonl"
     with pytest.raises(RuntimeError, match="boom"):
-        run_method(Failing(), RECORDS[:4], out, backend=Concurrent(), scorer=scorer,
+        run_method(Failing(), RECORDS[:4], out, backend=ConcurrentBackend(), scorer=scorer,
                    progress=False, concurrency=2)
     written = {json.loads(x)["id"] for x in out.read_text().splitlines()}
     assert "q01" not in written and "q00" in written
 
 
 def test_a_method_that_answers_one_question_at_a_time_refuses_concurrency(tmp_path):
-    class Concurrent:
-        concurrent = True
-
-        def stats(self):
-            return {}
-
     class Alone(EchoMethod):
         one_question_at_a_time = "it drives the model itself"
 
     with pytest.raises(UserError, match="drives the model itself"):
-        run_method(Alone(), RECORDS[:2], tmp_path / "r.jsonl", backend=Concurrent(), scorer=scorer,
+        run_method(Alone(), RECORDS[:2], tmp_path / "r.jsonl", backend=ConcurrentBackend(), scorer=scorer,
                    progress=False, concurrency=2)
-    rows = run_method(Alone(), RECORDS[:2], tmp_path / "r.jsonl", backend=Concurrent(), scorer=scorer,
+    rows = run_method(Alone(), RECORDS[:2], tmp_path / "r.jsonl", backend=ConcurrentBackend(), scorer=scorer,
                       progress=False, concurrency=1)
     assert len(rows) == 2

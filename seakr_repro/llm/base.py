@@ -21,7 +21,7 @@ reach the model backend under a `CachedBackend`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -182,12 +182,20 @@ class BackendExtras(Protocol):
         ...
 
 
-def unwrap(backend: Any) -> Any:
-    """The model backend under any wrappers: a `CachedBackend` (or any wrapper that sets the class
-    attribute `wraps_backend`) keeps the backend it wraps in `.backend`."""
-    while backend is not None and getattr(type(backend), "wraps_backend", False):
+def layers(backend: Any) -> Iterator[Any]:
+    """`backend`, then each backend it wraps, down to the model backend: a `CachedBackend` or a
+    `ThreadBatcher` (any wrapper that sets the class attribute `wraps_backend`) keeps the backend
+    it wraps in `.backend`."""
+    while backend is not None:
+        yield backend
+        if not getattr(type(backend), "wraps_backend", False):
+            return
         backend = vars(backend)["backend"]
-    return backend
+
+
+def unwrap(backend: Any) -> Any:
+    """The model backend under any wrappers (the last of `layers`)."""
+    return [None, *layers(backend)][-1]
 
 
 def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]:

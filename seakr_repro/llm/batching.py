@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from .base import layers
+
 # A request that has waited this long with nothing running is run anyway: a registered thread
 # may be blocked on something other than this backend (a thread of its own that waits here).
 STALL_SECONDS = 0.5
@@ -220,13 +222,7 @@ def _sample_kwargs(kwargs: dict) -> dict:
 
 def find_batcher(backend) -> ThreadBatcher | None:
     """The ThreadBatcher among `backend` and the backends it wraps, if any."""
-    while backend is not None:
-        if isinstance(backend, ThreadBatcher):
-            return backend
-        if not getattr(type(backend), "wraps_backend", False):
-            return None
-        backend = vars(backend)["backend"]
-    return None
+    return next((b for b in layers(backend) if isinstance(b, ThreadBatcher)), None)
 
 
 def worker(backend):

@@ -194,22 +194,16 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     return pd.DataFrame(rows), skipped
 
 
-def _concurrency(cfg: Config, backend, method=None) -> int:
+def _concurrency(cfg: Config, backend, method) -> int:
     """runner.concurrency where the backend batches concurrent calls (vLLM; the transformers
-    backend through `llm.batching.ThreadBatcher`); 1 otherwise (a model without shared-prefix
-    decoding, the synthetic backend), with a warning (shown once) that says so."""
+    backend through `llm.batching.ThreadBatcher`) and the method answers questions side by side;
+    1 otherwise (`runner.one_at_a_time` says why), with a warning (shown once) that says so."""
     import warnings
 
-    from ..core.concurrency import supports_concurrency
+    from .runner import one_at_a_time
     n = int(cfg.get("runner.concurrency", 1) or 1)
-    if n > 1 and not supports_concurrency(backend):
-        warnings.warn(f"runner.concurrency {n} needs a backend that batches concurrent calls "
-                      f"({getattr(backend, 'name', '?')} has none: no shared-prefix decoding); "
-                      "running one question at a time", stacklevel=2)
-        return 1
-    why_not = getattr(method, "one_question_at_a_time", None)
-    if n > 1 and why_not:
-        warnings.warn(f"runner.concurrency {n}: {method.name} runs one question at a time ({why_not})",
-                      stacklevel=2)
+    why_not = one_at_a_time(method, backend) if n > 1 else None
+    if why_not:
+        warnings.warn(f"runner.concurrency {n}: {why_not}; running one question at a time", stacklevel=2)
         return 1
     return n

@@ -95,7 +95,6 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     """
     from tqdm.auto import tqdm
 
-    from ..core.concurrency import supports_concurrency
     from ..llm.batching import worker
     from ..llm.cache import counting
 
@@ -106,16 +105,11 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
             return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
 
     concurrency = int(concurrency or 1)
-    why_not = getattr(method, "one_question_at_a_time", None)
+    why_not = one_at_a_time(method, backend)
     if concurrency > 1 and why_not:
-        raise UserError(f"runner.concurrency is {concurrency} but {method.name} answers one question "
-                        f"at a time: {why_not}", setting="runner.concurrency",
-                        fix="set runner.concurrency: 1 for this method")
-    if concurrency > 1 and not supports_concurrency(backend):
-        raise UserError(f"runner.concurrency is {concurrency} but the {type(backend).__name__} "
-                        "backend decodes one call at a time", setting="runner.concurrency",
-                        fix="set runner.concurrency: 1, or model.backend: vllm to run questions "
-                            "side by side in one batch")
+        raise UserError(f"runner.concurrency is {concurrency} but {why_not}", setting="runner.concurrency",
+                        fix="set runner.concurrency: 1, or (for a backend) model.backend: vllm or a "
+                            "LLaMA-family model with model.shared_prefix: true")
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done_rows = read_results(out_path, repair=True)
@@ -191,6 +185,19 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     finally:
         bar.close()
     return done_rows
+
+
+def one_at_a_time(method, backend) -> str | None:
+    """Why `method`'s questions on `backend` cannot run side by side, or None when they can."""
+    from ..core.concurrency import supports_concurrency
+
+    why = getattr(method, "one_question_at_a_time", None)
+    if why:
+        return f"{method.name} answers one question at a time: {why}"
+    if not supports_concurrency(backend):
+        return (f"the {getattr(backend, 'name', type(backend).__name__)} backend decodes one call at a "
+                "time (vLLM and transformers models with shared-prefix decoding batch concurrent calls)")
+    return None
 
 
 def summarise(rows: Iterable[dict]) -> dict:
