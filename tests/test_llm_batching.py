@@ -76,6 +76,23 @@ def test_calls_of_waiting_threads_become_one_batch_and_each_gets_its_own_part():
     assert inner.calls[0][2] == {"max_new_tokens": 4, "stop": ("\n",), "want_stats": False}
 
 
+def test_greedy_steps_with_their_samples_from_several_threads_are_one_call():
+    """SeaKR's step + U (generate_and_sample_many) of several threads: one call on the backend,
+    which lacks the method here, so base.generate_and_sample_many makes it the two batched calls."""
+    global batcher
+    inner = Recording()
+    batcher = ThreadBatcher(inner)
+    gen, smp = dict(max_new_tokens=4, stop=["\n"]), dict(k=1, max_new_tokens=3, stop=[". "])
+    out, errors = _together(3, lambda i: batcher.generate_and_sample_many(
+        [f"q{i}"], generate=gen, sample=smp))
+    assert errors == [None] * 3
+    assert [[(g.text, ss.samples[0].text) for g, ss in pairs] for pairs in out] == [
+        [(f"Q{i}", f"q{i}")] for i in range(3)]
+    assert [c[0] for c in inner.calls] == ["generate_many", "sample_many"]
+    assert sorted(inner.calls[0][1]) == ["q0", "q1", "q2"] == sorted(inner.calls[1][1])
+    assert batcher.batches == 1 and batcher.batched_requests == 3
+
+
 def test_different_settings_go_in_separate_calls_and_attention_runs_alone():
     global batcher
     inner = Recording()

@@ -97,6 +97,42 @@ def test_generate_many_equals_generate_one_after_another(pair, tmp_path):
     assert cached.hits == 1
 
 
+def test_generate_and_sample_many_equals_the_two_calls(pair, tmp_path):
+    """SeaKR's step and its U in one batch: the greedy row rides in the samples' batch (its own
+    lane, its own stops and length) and changes neither the samples nor the greedy output."""
+    from seakr_repro.llm.base import generate_and_sample_many
+    from seakr_repro.llm.cache import CachedBackend
+
+    new, ref = pair
+    prompts = _prompts()
+    gen = dict(max_new_tokens=20, stop=stop_strings(False, True), want_stats=True)  # not ARGS' stops
+    merged = new.generate_and_sample_many(prompts, generate=gen, sample=ARGS)
+    assert len(merged) == len(prompts) and all(g.token_ids for g, _ in merged)
+    for (g, ss), p in zip(merged, prompts):
+        alone = new.generate(p, **gen)
+        assert (g.token_ids, g.text, g.finish_reason) == (alone.token_ids, alone.text, alone.finish_reason)
+        assert max(abs(a - b) for a, b in zip(g.entropies, alone.entropies)) < 1e-4
+        want = new.sample(p, **ARGS)
+        assert _ids(ss) == _ids(want)
+        assert _rel(ss.vectors, want.vectors) < 1e-5
+    # the reference path and any backend without the method: the two calls, same results
+    for g, ss in [*ref.generate_and_sample_many(prompts[:1], generate=gen, sample=ARGS)]:
+        assert g.token_ids == merged[0][0].token_ids and _ids(ss) == _ids(merged[0][1])
+    # through the call cache: stored and counted as the two calls (a later single call hits)
+    cached = CachedBackend(new, root=tmp_path)
+    got = generate_and_sample_many(cached, prompts, generate=gen, sample=ARGS)
+    assert [g.text for g, _ in got] == [g.text for g, _ in merged]
+    assert (cached.calls, cached.hits) == (2 * len(prompts), 0)
+    assert cached.generate(prompts[1], **gen).text == merged[1][0].text
+    assert _ids(cached.sample(prompts[2], **ARGS)) == _ids(merged[2][1])
+    assert cached.hits == 2
+    # half cached: the missing half alone is computed
+    cached2 = CachedBackend(new, root=tmp_path / "b")
+    cached2.generate(prompts[0], **gen)
+    got = cached2.generate_and_sample_many(prompts[:1], generate=gen, sample=ARGS)
+    assert _ids(got[0][1]) == _ids(merged[0][1]) and (cached2.calls, cached2.hits) == (3, 1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dtype):
     from seakr_repro.llm.hf.backend import HFBackend

@@ -175,6 +175,14 @@ class BackendExtras(Protocol):
         decoding; the call cache stores each under `generate`'s key)."""
         ...
 
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict,
+                                 sample: dict) -> list[tuple[Generation, SampleSet]]:
+        """Optional, default `generate_many` then `sample_many` (the function below).
+        [(generate(p, **generate), sample(p, **sample))] of each prompt, the greedy row decoded
+        in the same batch as the samples (transformers: shared-prefix decoding; the call cache
+        stores each half under its own key, so it counts as the same two calls)."""
+        ...
+
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
         """Optional; step 02 refuses a backend without it. The forced-EOS vector of each
         "prompt + completion + EOS" at every layer for both hooks:
@@ -207,3 +215,14 @@ def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]
         return many(list(prompts), **kwargs)
     workers = len(prompts) if supports_concurrency(backend) else 1
     return parallel_map(lambda p: backend.generate(p, **kwargs), prompts, workers)
+
+
+def generate_and_sample_many(backend, prompts: Sequence[str], *, generate: dict,
+                             sample: dict) -> list[tuple[Generation, SampleSet]]:
+    """Each prompt's greedy `generate` and its k-sample `sample`: one batch on a backend that has
+    `generate_and_sample_many`, else `generate_many` (above) then `sample_many`."""
+    both = getattr(backend, "generate_and_sample_many", None)
+    if both is not None:
+        return both(list(prompts), generate=dict(generate), sample=dict(sample))
+    gens = generate_many(backend, prompts, **generate)
+    return list(zip(gens, backend.sample_many(list(prompts), **sample)))

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from .base import layers
+from .base import generate_and_sample_many, generate_many, layers
 
 # A request that has waited this long with nothing running is run anyway: a registered thread
 # may be blocked on something other than this backend (a thread of its own that waits here).
@@ -37,7 +37,7 @@ STALL_SECONDS = 0.5
 
 @dataclass
 class _Request:
-    kind: str                       # "generate" | "sample"
+    kind: str                       # "generate" | "sample" | "both" (generate_and_sample_many)
     prompts: list[str]
     kwargs: dict
     since: float = field(default_factory=time.monotonic)
@@ -50,6 +50,8 @@ class _Request:
 
 
 def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
@@ -106,6 +108,10 @@ class ThreadBatcher:
 
     def sample(self, prompt: str, **kwargs):
         return self._submit("sample", [prompt], _sample_kwargs(kwargs))[0]
+
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict, sample: dict):
+        return self._submit("both", list(prompts), dict(generate=_sample_kwargs(generate),
+                                                         sample=_sample_kwargs(sample)))
 
     def sample_many(self, prompts: Sequence[str], **kwargs):
         return self._submit("sample", list(prompts), _sample_kwargs(kwargs))
@@ -193,9 +199,9 @@ class ThreadBatcher:
         kind, kwargs = reqs[0].kind, reqs[0].kwargs
         try:
             if kind == "generate":
-                many = getattr(self.backend, "generate_many", None)
-                out = (many(prompts, **kwargs) if many is not None
-                       else [self.backend.generate(p, **kwargs) for p in prompts])
+                out = generate_many(self.backend, prompts, **kwargs)
+            elif kind == "both":
+                out = generate_and_sample_many(self.backend, prompts, **kwargs)
             else:
                 out = self.backend.sample_many(prompts, **kwargs)
             self.batches += 1

@@ -36,6 +36,7 @@ import numpy as np
 from ..core import io, paths
 from . import defaults
 from .base import Generation, SampleSet, generate_many
+from .base import generate_and_sample_many as base_generate_and_sample_many
 from .model_info import middle_layer
 
 CACHE_FORMAT = 2   # bump when the stored layout or the meaning of a stored field changes
@@ -275,6 +276,39 @@ class CachedBackend:
         batching backend (vLLM) decodes them together."""
         return self._cached_many("sample", prompts, self._sample_params(kwargs),
                                  lambda todo: self.backend.sample_many(todo, **kwargs))
+
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict,
+                                 sample: dict) -> list[tuple[Generation, SampleSet]]:
+        """Each half is stored and counted as `generate` and `sample` store and count it; prompts
+        missing both go to the backend in one `generate_and_sample_many` call, prompts missing
+        one half to that half's call."""
+        g_params = dict(max_new_tokens=generate["max_new_tokens"], stop=list(generate.get("stop", ())),
+                        want_stats=generate.get("want_stats", False), want_attention=False)
+        s_params = self._sample_params(sample)
+        keys = [(call_key(self.name, self.fingerprint, "generate", p, g_params),
+                 call_key(self.name, self.fingerprint, "sample", p, s_params)) for p in prompts]
+        got = [[self.cache.get(k) if self.enabled else None for k in pair] for pair in keys]
+        both = [i for i, (g, s) in enumerate(got) if g is None and s is None]
+        if both:
+            for i, pair in zip(both, base_generate_and_sample_many(
+                    self.backend, [prompts[i] for i in both], generate=generate, sample=sample)):
+                got[i] = list(pair)
+        g_only = [i for i, (g, s) in enumerate(got) if g is None]
+        if g_only:
+            for i, g in zip(g_only, generate_many(self.backend, [prompts[i] for i in g_only], **generate)):
+                got[i][0] = g
+        s_only = [i for i, (g, s) in enumerate(got) if s is None]
+        if s_only:
+            for i, s in zip(s_only, self.backend.sample_many([prompts[i] for i in s_only], **sample)):
+                got[i][1] = s
+        computed = {(i, 0) for i in both + g_only} | {(i, 1) for i in both + s_only}
+        for i, pair in enumerate(got):
+            for half, value in enumerate(pair):
+                hit = (i, half) not in computed
+                if not hit and self.enabled:
+                    self.cache.put(keys[i][half], value)
+                self._count(value, hit)
+        return [(g, s) for g, s in got]
 
     def score(self, prompt: str, continuation: str) -> Generation:
         return self._cached("score", prompt, {"continuation": continuation},

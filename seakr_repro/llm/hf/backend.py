@@ -45,6 +45,7 @@ import copy
 import hashlib
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -75,6 +76,22 @@ class _Row:
         self.lse: list[float] = []
         self.wlp: list[float] = []           # warped log-probs (samples)
         self.finish: str | None = None
+
+
+@dataclass
+class _Lane:
+    """Rows of one batch that decode alike: `n` rows over prefix number `prefix`."""
+
+    prefix: int
+    n: int
+    pick: Callable[[torch.Tensor], object]      # greedy (tokens) or sampling (tokens, warped)
+    max_new_tokens: int
+    stop: Sequence[str]
+    want_stats: bool
+
+
+def _greedy(lg: torch.Tensor) -> torch.Tensor:
+    return lg.argmax(-1)
 
 
 class HFBackend(WordsMixin, TokenizerMixin):
@@ -330,7 +347,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         def run():
             cache, logits = self._prefill(ids)
             return self._decode_rows(cache, logits, 1, max_new_tokens, stop,
-                                     lambda lg: lg.argmax(-1), want_stats)[0]
+                                     _greedy, want_stats)[0]
         gen = self._finish(self._with_oom_retry(run), stop, ids, want_stats)
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
@@ -349,9 +366,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
         def run(batch):
             pre = [self._prefill(x) for x in batch]
-            return self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, batch)], 1,
-                                       [lambda lg: lg.argmax(-1)] * len(batch), max_new_tokens,
-                                       stop, want_stats)
+            return self._decode_shared(
+                [(c, len(x), lg) for (c, lg), x in zip(pre, batch)],
+                [_Lane(g, 1, _greedy, max_new_tokens, stop, want_stats) for g in range(len(batch))])
         return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self._by_contexts(run, ids), ids)]
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
@@ -370,14 +387,37 @@ class HFBackend(WordsMixin, TokenizerMixin):
                     forced_eos: str = "append") -> list[SampleSet]:
         """`sample` for each prompt, all decoded in one batch (each prompt's rows over its own
         prompt cache); the same result as calling `sample` on each, one after another."""
-        layer = middle_layer(self.n_layers) if layer is None else int(layer)
-        args = dict(k=int(k), max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
-                    top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
-                    want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
+        args = self._sample_args(k=k, max_new_tokens=max_new_tokens, stop=stop,
+                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                 layer=layer, hook=hook, want_stats=want_stats, forced_eos=forced_eos)
         if not self.shared_prefix:
             return [self._with_oom_retry(lambda p=p: self._sample_reference(p, **args))
                     for p in prompts]
         return self._by_contexts(lambda batch: self._sample_shared(batch, **args), list(prompts))
+
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict,
+                                 sample: dict) -> list[tuple[Generation, SampleSet]]:
+        """`generate(prompt, **generate)` and `sample(prompt, **sample)` of each prompt, the
+        greedy row decoded in the same batch as the k samples (SeaKR's step and its U): a lone
+        greedy row costs a whole forward pass per token on its own, almost nothing in a batch.
+        The same samples as `sample_many` (the greedy row has a lane of its own)."""
+        if not self.shared_prefix:
+            return list(zip(self.generate_many(prompts, **generate), self.sample_many(prompts, **sample)))
+        g = {"stop": (), "want_stats": False, **generate}
+        g["stop"] = tuple(g["stop"])
+        args = self._sample_args(**sample)
+        return self._by_contexts(lambda batch: self._sample_shared(batch, greedy=g, **args),
+                                 list(prompts))
+
+    def _sample_args(self, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
+                     temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9,
+                     seed: int = 42, layer: int | None = None, hook: str = "mlp_out",
+                     want_stats: bool = False, forced_eos: str = "append") -> dict:
+        """`sample`'s arguments with the layer resolved (None = the middle one) and checked."""
+        layer = middle_layer(self.n_layers) if layer is None else int(layer)
+        return dict(k=int(k), max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
+                    top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
+                    want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
 
     def _picker(self, seed: int, temperature: float, top_k: int, top_p: float):
         """Draws (tokens, their warped log-probs) from one generator seeded with `seed`."""
@@ -388,20 +428,31 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return pick
 
     def _sample_shared(self, prompts: list[str], *, k, max_new_tokens, stop, temperature, top_k,
-                       top_p, seed, layer, hook, want_stats, forced_eos) -> list[SampleSet]:
+                       top_p, seed, layer, hook, want_stats, forced_eos,
+                       greedy: dict | None = None) -> list:
+        """SampleSets of `prompts`; with `greedy` (generate's max_new_tokens, stop, want_stats)
+        [(greedy Generation, SampleSet)], the greedy row decoded in the samples' first batch."""
         ids = [self._encode(p) for p in prompts]
         for x in ids:           # + 1: the forced EOS after the longest completion
-            check_fits(len(x), max(0, max_new_tokens) + 1, self.max_context, self.name)
+            check_fits(len(x), max(max(0, max_new_tokens) + 1,
+                                   max(0, greedy["max_new_tokens"]) if greedy else 0),
+                       self.max_context, self.name)
         pre = [self._prefill(x) for x in ids]                   # (cache, logits) per prompt
+        prefixes = [(c, len(x), lg) for (c, lg), x in zip(pre, ids)]
         picks = [self._picker(seed, temperature, top_k, top_p) for _ in prompts]
         rows: list[list[_Row]] = [[] for _ in prompts]
-        chunk = self.max_batch_rows or k
-        for start in range(0, k, chunk):                         # chunk by chunk, as today
-            got = self._decode_shared([(c, len(x), lg) for (c, lg), x in zip(pre, ids)],
-                                      min(chunk, k - start), picks, max_new_tokens, stop,
-                                      want_stats)
-            for g, part in enumerate(got):
-                rows[g].extend(part)
+        greedy_rows: list[_Row] = []
+        chunk = self.max_batch_rows or max(k, 1)
+        for start in range(0, max(k, 1), chunk):                # chunk by chunk, as today
+            n = max(0, min(chunk, k - start))
+            lanes = [_Lane(g, n, picks[g], max_new_tokens, stop, want_stats) for g in range(len(ids))]
+            if greedy and start == 0:     # its own lane: the samples' draws do not change
+                lanes += [_Lane(g, 1, _greedy, greedy["max_new_tokens"], greedy["stop"],
+                                greedy["want_stats"]) for g in range(len(ids))]
+            got = self._decode_shared(prefixes, lanes)
+            for g in range(len(ids)):
+                rows[g].extend(got[g])
+            greedy_rows += [r for (r,) in got[len(ids):]]
         out = []
         for g, x in enumerate(ids):
             samples = [self._finish(r, stop, x, want_stats) for r in rows[g]]
@@ -410,43 +461,58 @@ class HFBackend(WordsMixin, TokenizerMixin):
             vec = (self._eos_vectors(pre[g][0], seqs, layer, hook)
                    if samples else np.zeros((0, self.hidden_size), np.float32))
             out.append(SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook))
+        if greedy:
+            return [(self._finish(r, greedy["stop"], x, greedy["want_stats"]), ss)
+                    for r, x, ss in zip(greedy_rows, ids, out)]
         return out
 
     @torch.inference_mode()
-    def _decode_shared(self, prefixes, n: int, picks, max_new_tokens: int, stop: Sequence[str],
-                       want_stats: bool) -> list[list[_Row]]:
-        """Decode n rows per prefix ((cache, length, next-token logits) each), all in one batch,
-        every row attending to its prefix's single cache plus its own generated tokens."""
+    def _decode_shared(self, prefixes, lanes: Sequence["_Lane"]) -> list[list[_Row]]:
+        """Decode every lane's rows in one batch, each row attending to its lane's prefix
+        ((cache, length, next-token logits), never copied per row) plus its own generated tokens.
+        A lane has its own picker (greedy or one seeded generator, drawing over the lane's rows in
+        row order), stop strings and token limit, so a prompt's greedy step and its k samples, or
+        calls with different stops, share the batch."""
         from transformers import DynamicCache
-        n_all = n * len(prefixes)
-        rows = [_Row() for _ in range(n_all)]
-        group = [i // n for i in range(n_all)]
-        grouped = [rows[g * n:(g + 1) * n] for g in range(len(prefixes))]
-        if max_new_tokens <= 0 or n_all == 0:
-            for r in rows:
+        lane_of = [li for li, ln in enumerate(lanes) for _ in range(ln.n)]
+        rows = [_Row() for _ in lane_of]
+        grouped, i = [], 0
+        for ln in lanes:
+            grouped.append(rows[i:i + ln.n])
+            i += ln.n
+        for r, li in zip(rows, lane_of):
+            if lanes[li].max_new_tokens <= 0:
                 r.finish = "length"
+        active = [r for r, li in enumerate(lane_of) if lanes[li].max_new_tokens > 0]
+        if not active:
             return grouped
-        active = list(range(n_all))           # row index of each position of the batch
-        cap = self.rows_per_forward or n_all
-        parts = [(DynamicCache(), active[i:i + cap]) for i in range(0, n_all, cap)]
-        logits = torch.cat([lg.expand(n, -1) for _, _, lg in prefixes])
+        prefix_of = [lanes[li].prefix for li in lane_of]
+        want_stats = any(ln.want_stats for ln in lanes)
+        cap = self.rows_per_forward or len(active)
+        parts = [(DynamicCache(), active[i:i + cap]) for i in range(0, len(active), cap)]
+        logits = torch.cat([prefixes[prefix_of[r]][2] for r in active])
         step = 0
         with sp.use_prefixes(self.model):
             while True:
                 logits = logits.float()
                 logp, ent, lse = token_stats(logits, want_stats)
-                # each prompt's generator draws for its own rows, in row order
-                drawn = [picks[g](logits[a:b]) for g, a, b in _spans([group[r] for r in active])]
-                sampled = isinstance(drawn[0], tuple)               # samples: + warped log-prob
-                nxt = torch.cat([d[0] if sampled else d for d in drawn])
-                wlp = torch.cat([w for _, w in drawn]).tolist() if sampled else None
+                # each lane's picker draws for its own rows, in row order
+                nxt, wlp = [], []
+                for li, a, b in _spans([lane_of[r] for r in active]):
+                    got = lanes[li].pick(logits[a:b])
+                    tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
+                    nxt.append(tok)
+                    wlp += warped.tolist() if warped is not None else [None] * (b - a)
+                nxt = torch.cat(nxt)
                 chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
                 if want_stats:
                     ent, lse = ent.tolist(), lse.tolist()
                 token, keep = {}, set()
                 for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
-                    if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
-                                     (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
+                    ln = lanes[lane_of[ri]]
+                    if self._advance(rows[ri], t, chosen[j], wlp[j],
+                                     (ent[j], lse[j]) if ln.want_stats else None, ln.stop,
+                                     ln.max_new_tokens):
                         keep.add(ri)
                         token[ri] = t
                 if not keep:
@@ -463,10 +529,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
                 parts = kept_parts
                 outs = []
                 for cache, members in parts:
+                    # rows over the same prompt form one attention group, whatever their lane
                     sp.set_groups([sp.Group(a, b, prefixes[g][0])
-                                   for g, a, b in _spans([group[r] for r in members])])
+                                   for g, a, b in _spans([prefix_of[r] for r in members])])
                     inp = torch.tensor([[token[r]] for r in members], device=self.device)
-                    pos = torch.tensor([[prefixes[group[r]][1] + step] for r in members],
+                    pos = torch.tensor([[prefixes[prefix_of[r]][1] + step] for r in members],
                                        device=self.device)
                     outs.append(self._forward(inp, cache, pos).logits[:, -1, :])
                 logits = torch.cat(outs)

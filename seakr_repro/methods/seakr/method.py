@@ -31,7 +31,7 @@ from functools import partial
 
 from ...data.registry import top_passages_path
 from ...core.errors import UserError
-from ...llm.base import generate_many
+from ...llm.base import generate_and_sample_many, generate_many
 from ...evaluation import answer_from_forced, extract_answer
 from ...prompts import (
     PromptFitter,
@@ -126,14 +126,23 @@ class SeaKR(Method):
         return self._calls([prompt], stop, need_u, [context], max_new_tokens)[0]
 
     def _calls(self, prompts, stop, need_u: bool, contexts, max_new_tokens=None):
-        """[(greedy Generation, U or None)] of independent contexts. The greedy steps run side by
-        side on a concurrent backend (vLLM), as one batch on the transformers backend; the k
-        samples of all contexts go to the backend as one `sample_many` batch."""
+        """[(greedy Generation, U or None)] of independent contexts. When U needs samples, each
+        context's greedy step and its k samples go to the backend as ONE call
+        (`generate_and_sample_many`: on the transformers backend the greedy row rides in the
+        samples' batch); otherwise the greedy steps run as one batch (`generate_many`: side by
+        side on vLLM) and U comes from whatever else the estimator needs."""
+        scorer = self.q.scorer
         kw = dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(stop),
-                  want_stats=self.q.scorer.wants_stats)
+                  want_stats=scorer.wants_stats)
+        if not prompts:
+            return []
+        if need_u and scorer.wants_samples:
+            pairs = generate_and_sample_many(self.backend, prompts, generate=kw,
+                                             sample=scorer.sample_kwargs(stop))
+            gens, sets = [g for g, _ in pairs], [ss for _, ss in pairs]
+            return list(zip(gens, scorer.from_samples(gens, sets, contexts)))
         gens = generate_many(self.backend, prompts, **kw)
-        us = (self.q.scorer.many(prompts, stop, gens, contexts) if need_u and prompts
-              else [None] * len(prompts))
+        us = scorer.many(prompts, stop, gens, contexts) if need_u else [None] * len(prompts)
         return list(zip(gens, us))
 
     def _extract(self, text):

@@ -73,13 +73,24 @@ class Scorer:
     def __call__(self, prompt: str, stop, greedy, context: str = "") -> float:
         return self.many([prompt], stop, [greedy], [context])[0]
 
+    @property
+    def wants_samples(self) -> bool:
+        return "samples" in self.estimator.needs
+
+    def sample_kwargs(self, stop) -> dict[str, Any]:
+        """The `Backend.sample` arguments of this estimator's k samples."""
+        return dict(stop=list(stop), **sample_kwargs(self.s, self.backend))
+
     def many(self, prompts, stop, greedies, contexts) -> list[float]:
         """U of several independent contexts (same stop strings): their k samples are drawn in
         one `sample_many` batch, which gives the same samples as one `sample` call each."""
+        sets = (self.backend.sample_many(list(prompts), **self.sample_kwargs(stop))
+                if self.wants_samples else [None] * len(prompts))
+        return self.from_samples(greedies, sets, contexts)
+
+    def from_samples(self, greedies, sets, contexts) -> list[float]:
+        """U of each context from its greedy Generation and SampleSet (None when not needed)."""
         est = self.estimator
-        sets = (self.backend.sample_many(list(prompts), stop=list(stop),
-                                         **sample_kwargs(self.s, self.backend))
-                if "samples" in est.needs else [None] * len(prompts))
         out = []
         for greedy, ss, context in zip(greedies, sets, contexts):
             judgement = (unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
