@@ -73,24 +73,21 @@ def forced_eos_prefixes(samples, eos_token_id: int, mode: str) -> list[list[int]
     return [forced_eos_of(g, eos_token_id, mode)[:-1] for g in samples]
 
 
-def closed_book_answers(backend, prompts: Sequence[str], max_new_tokens: int, mode: str) -> list[tuple]:
-    """Greedy closed-book (answer Generation, extracted answer) of independent prompts, as the
-    methods extract it: the greedy steps as one batch, then a re-ask of each with no answer
-    pattern."""
+def reasked_answers(backend, prompts: Sequence[str], greedy: Sequence, mode: str) -> list:
+    """The extracted answer of each prompt's greedy output, as the methods extract it: a re-ask
+    of each output with no answer pattern (the re-asks are independent: one batch, the same tokens
+    as one generate each)."""
     from ..evaluation import answer_from_forced, extract_answer
     from ..llm.base import generate_many
     from ..prompts.seakr import simple_qa_stops
 
-    greedy = generate_many(backend, prompts, max_new_tokens=max_new_tokens, stop=simple_qa_stops(),
-                           want_stats=True)
     answers = [extract_answer(g.text, mode=mode) for g in greedy]
-    # the re-asks are independent too: one batch (the same tokens as one generate each)
     again = [i for i, a in enumerate(answers) if a is None]
     forced = generate_many(backend, [prompts[i] + greedy[i].text + " So the answer is " for i in again],
                            max_new_tokens=24, stop=simple_qa_stops())
     for i, f in zip(again, forced):
         answers[i] = answer_from_forced(f.text, mode)
-    return list(zip(greedy, answers))
+    return answers
 
 
 def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, dict]:
@@ -108,20 +105,27 @@ def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequen
     from .. import uncertainty as unc
     from ..evaluation import exact_match, f1_score
     from ..prompts import demos_for, format_context
+    from ..llm.base import generate_and_sample_many
     from ..prompts.seakr import build_prompt, simple_qa_stops
     from ..uncertainty import registry
 
     all_layers = [True] * len(contexts) if all_layers is None else list(all_layers)
     demos = demos_for("bundled-single", n_shot)
     prompts = [build_prompt(demos, record.question, docs=list(docs)) for docs in contexts]
-    answered = closed_book_answers(backend, prompts, cfg["seakr.max_new_tokens"],
-                                   cfg["evaluation.answer_extraction"])
     layer = u_layer(cfg, backend.n_layers)
-    sets = backend.sample_many(prompts, k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
-                               stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
-                               top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"],
-                               seed=cfg["seed"], layer=layer, hook=cfg["uncertainty.hook"],
-                               want_stats=True, forced_eos=cfg["uncertainty.forced_eos"])
+    # each context's greedy answer and its k samples in one call (one batch on the transformers
+    # backend: the greedy row rides with the samples)
+    pairs = generate_and_sample_many(
+        backend, prompts,
+        generate=dict(max_new_tokens=cfg["seakr.max_new_tokens"], stop=simple_qa_stops(), want_stats=True),
+        sample=dict(k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
+                    stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
+                    top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"], seed=cfg["seed"],
+                    layer=layer, hook=cfg["uncertainty.hook"], want_stats=True,
+                    forced_eos=cfg["uncertainty.forced_eos"]))
+    greedies, sets = [g for g, _ in pairs], [ss for _, ss in pairs]
+    answered = list(zip(greedies, reasked_answers(backend, prompts, greedies,
+                                                  cfg["evaluation.answer_extraction"])))
     eos = backend.eos_token_id
     out = []
     for docs, prompt, (greedy, answer), ss, full in zip(contexts, prompts, answered, sets, all_layers):
