@@ -93,6 +93,27 @@ def test_greedy_steps_with_their_samples_from_several_threads_are_one_call():
     assert batcher.batches == 1 and batcher.batched_requests == 3
 
 
+def test_step_calls_with_different_stops_still_share_one_batch():
+    """Each prompt of a generate_and_sample_many call carries its own settings, so the batcher
+    merges such calls whatever their stops; the model backend gets them per prompt."""
+    global batcher
+
+    class PerPrompt(Recording):
+        def generate_and_sample_many(self, prompts, *, generate, sample):
+            self.calls.append(("both", list(prompts), {"generate": generate, "sample": sample}))
+            return list(zip(self.generate_many(prompts), self.sample_many(prompts)))
+
+    inner = PerPrompt()
+    batcher = ThreadBatcher(inner)
+    out, errors = _together(3, lambda i: batcher.generate_and_sample_many(
+        [f"q{i}"], generate=dict(max_new_tokens=4, stop=[f"s{i}"]), sample=dict(k=1, max_new_tokens=3)))
+    assert errors == [None] * 3 and [pairs[0][0].text for pairs in out] == ["Q0", "Q1", "Q2"]
+    both = [c for c in inner.calls if c[0] == "both"]
+    assert len(both) == 1 and batcher.batches == 1
+    stops = {p: g["stop"] for p, g in zip(both[0][1], both[0][2]["generate"])}
+    assert stops == {"q0": ["s0"], "q1": ["s1"], "q2": ["s2"]}
+
+
 def test_different_settings_go_in_separate_calls_and_attention_runs_alone():
     global batcher
     inner = Recording()

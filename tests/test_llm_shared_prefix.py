@@ -133,6 +133,45 @@ def test_generate_and_sample_many_equals_the_two_calls(pair, tmp_path):
     assert _ids(got[0][1]) == _ids(merged[0][1]) and (cached2.calls, cached2.hits) == (3, 1)
 
 
+def test_generate_and_sample_many_with_settings_per_prompt(pair, tmp_path):
+    """SeaKR's two final calls have different stops: one batch, each prompt's lanes with its own
+    stops, lengths and seed, and the same results as each prompt's own calls (also through the
+    call cache and on a backend without the method)."""
+    from seakr_repro.llm.base import generate_and_sample_many
+    from seakr_repro.llm.cache import CachedBackend
+
+    new, ref = pair
+    prompts = _prompts()[:2]
+    gens = [dict(max_new_tokens=16, stop=stop_strings(True, False), want_stats=True),
+            dict(max_new_tokens=9, stop=stop_strings(False, True), want_stats=False)]
+    smps = [dict(ARGS, seed=1), dict(ARGS, k=5, stop=stop_strings(False, True))]
+    merged = new.generate_and_sample_many(prompts, generate=gens, sample=smps)
+    for (g, ss), p, gk, sk in zip(merged, prompts, gens, smps):
+        alone = new.generate(p, **gk)
+        assert (g.token_ids, g.text, g.finish_reason) == (alone.token_ids, alone.text, alone.finish_reason)
+        assert (g.entropies is None) == (not gk["want_stats"])
+        want = new.sample(p, **sk)
+        assert _ids(ss) == _ids(want) and len(ss.samples) == sk["k"]
+        assert _rel(ss.vectors, want.vectors) < 1e-5
+    cached = CachedBackend(new, root=tmp_path)
+    got = generate_and_sample_many(cached, prompts, generate=gens, sample=smps)
+    assert [(g.text, _ids(ss)) for g, ss in got] == [(g.text, _ids(ss)) for g, ss in merged]
+    assert cached.sample(prompts[1], **smps[1]) is not None and cached.hits == 1
+
+    class Plain:       # a backend with only the two calls: grouped by settings, same results
+        def __init__(self, inner):
+            self.inner = inner
+
+        def generate_many(self, ps, **kw):
+            return self.inner.generate_many(ps, **kw)
+
+        def sample_many(self, ps, **kw):
+            return self.inner.sample_many(ps, **kw)
+
+    plain = generate_and_sample_many(Plain(new), prompts, generate=gens, sample=smps)
+    assert [(g.text, _ids(ss)) for g, ss in plain] == [(g.text, _ids(ss)) for g, ss in merged]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dtype):
     from seakr_repro.llm.hf.backend import HFBackend

@@ -21,7 +21,7 @@ reach the model backend under a `CachedBackend`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -175,12 +175,13 @@ class BackendExtras(Protocol):
         decoding; the call cache stores each under `generate`'s key)."""
         ...
 
-    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict,
-                                 sample: dict) -> list[tuple[Generation, SampleSet]]:
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
+                                 sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
         """Optional, default `generate_many` then `sample_many` (the function below).
-        [(generate(p, **generate), sample(p, **sample))] of each prompt, the greedy row decoded
-        in the same batch as the samples (transformers: shared-prefix decoding; the call cache
-        stores each half under its own key, so it counts as the same two calls)."""
+        [(generate(p, **generate), sample(p, **sample))] of each prompt (`generate` and `sample`:
+        one dict for all prompts or one per prompt), the greedy row decoded in the same batch as
+        the samples (transformers: shared-prefix decoding; the call cache stores each half under
+        its own key, so it counts as the same two calls)."""
         ...
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
@@ -217,12 +218,35 @@ def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]
     return parallel_map(lambda p: backend.generate(p, **kwargs), prompts, workers)
 
 
-def generate_and_sample_many(backend, prompts: Sequence[str], *, generate: dict,
-                             sample: dict) -> list[tuple[Generation, SampleSet]]:
-    """Each prompt's greedy `generate` and its k-sample `sample`: one batch on a backend that has
-    `generate_and_sample_many`, else `generate_many` (above) then `sample_many`."""
+def per_prompt(settings: Mapping[str, Any] | Sequence[Mapping[str, Any]], n: int) -> list[dict]:
+    """One settings dict per prompt: `settings` for every prompt, or its own dict each."""
+    if isinstance(settings, Mapping):
+        return [dict(settings) for _ in range(n)]
+    out = [dict(x) for x in settings]
+    if len(out) != n:
+        raise ValueError(f"{len(out)} settings for {n} prompts")
+    return out
+
+
+def generate_and_sample_many(backend, prompts: Sequence[str], *,
+                             generate: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                             sample: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                             ) -> list[tuple[Generation, SampleSet]]:
+    """Each prompt's greedy `generate` and its k-sample `sample` (one settings dict for all
+    prompts, or one per prompt): one batch on a backend that has `generate_and_sample_many`,
+    else, for each group of prompts with the same settings, `generate_many` (above) then
+    `sample_many`."""
     both = getattr(backend, "generate_and_sample_many", None)
     if both is not None:
-        return both(list(prompts), generate=dict(generate), sample=dict(sample))
-    gens = generate_many(backend, prompts, **generate)
-    return list(zip(gens, backend.sample_many(list(prompts), **sample)))
+        return both(list(prompts), generate=generate, sample=sample)
+    gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
+    groups: dict[str, list[int]] = {}
+    for i, (g, sm) in enumerate(zip(gens, smps)):
+        groups.setdefault(repr((sorted(g.items()), sorted(sm.items()))), []).append(i)
+    out: list = [None] * len(prompts)
+    for idx in groups.values():
+        ps = [prompts[i] for i in idx]
+        pairs = zip(generate_many(backend, ps, **gens[idx[0]]), backend.sample_many(ps, **smps[idx[0]]))
+        for i, pair in zip(idx, pairs):
+            out[i] = pair
+    return out

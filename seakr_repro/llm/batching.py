@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from .base import generate_and_sample_many, generate_many, layers
+from .base import generate_and_sample_many, generate_many, layers, per_prompt
 
 # A request that has waited this long with nothing running is run anyway: a registered thread
 # may be blocked on something other than this backend (a thread of its own that waits here).
@@ -46,12 +46,12 @@ class _Request:
     done: bool = False
 
     def key(self) -> tuple:
+        if self.kind == "both":          # per-prompt settings: any two such requests merge
+            return (self.kind,)
         return (self.kind, tuple(sorted((k, _hashable(v)) for k, v in self.kwargs.items())))
 
 
 def _hashable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
@@ -109,9 +109,12 @@ class ThreadBatcher:
     def sample(self, prompt: str, **kwargs):
         return self._submit("sample", [prompt], _sample_kwargs(kwargs))[0]
 
-    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict, sample: dict):
-        return self._submit("both", list(prompts), dict(generate=_sample_kwargs(generate),
-                                                         sample=_sample_kwargs(sample)))
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample):
+        """Merged with every other thread's such call, whatever its settings: each prompt
+        carries its own (the transformers backend gives each prompt's rows lanes of their own)."""
+        n = len(prompts)
+        return self._submit("both", list(prompts), dict(generate=per_prompt(generate, n),
+                                                         sample=per_prompt(sample, n)))
 
     def sample_many(self, prompts: Sequence[str], **kwargs):
         return self._submit("sample", list(prompts), _sample_kwargs(kwargs))
@@ -201,7 +204,9 @@ class ThreadBatcher:
             if kind == "generate":
                 out = generate_many(self.backend, prompts, **kwargs)
             elif kind == "both":
-                out = generate_and_sample_many(self.backend, prompts, **kwargs)
+                out = generate_and_sample_many(
+                    self.backend, prompts, generate=[g for r in reqs for g in r.kwargs["generate"]],
+                    sample=[sm for r in reqs for sm in r.kwargs["sample"]])
             else:
                 out = self.backend.sample_many(prompts, **kwargs)
             self.batches += 1

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..core import io, paths
 from . import defaults
-from .base import Generation, SampleSet, generate_many
+from .base import Generation, SampleSet, generate_many, per_prompt
 from .base import generate_and_sample_many as base_generate_and_sample_many
 from .model_info import middle_layer
 
@@ -277,31 +277,33 @@ class CachedBackend:
         return self._cached_many("sample", prompts, self._sample_params(kwargs),
                                  lambda todo: self.backend.sample_many(todo, **kwargs))
 
-    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict,
-                                 sample: dict) -> list[tuple[Generation, SampleSet]]:
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample,
+                                 ) -> list[tuple[Generation, SampleSet]]:
         """Each half is stored and counted as `generate` and `sample` store and count it; prompts
-        missing both go to the backend in one `generate_and_sample_many` call, prompts missing
-        one half to that half's call."""
-        g_params = dict(max_new_tokens=generate["max_new_tokens"], stop=list(generate.get("stop", ())),
-                        want_stats=generate.get("want_stats", False), want_attention=False)
-        s_params = self._sample_params(sample)
-        keys = [(call_key(self.name, self.fingerprint, "generate", p, g_params),
-                 call_key(self.name, self.fingerprint, "sample", p, s_params)) for p in prompts]
+        missing both go to the backend in one `generate_and_sample_many` call, a prompt missing
+        one half to that half's call. `generate`/`sample`: one dict, or one per prompt."""
+        gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
+        keys = []
+        for p, g, sm in zip(prompts, gens, smps):
+            g_params = dict(max_new_tokens=g["max_new_tokens"], stop=list(g.get("stop", ())),
+                            want_stats=g.get("want_stats", False), want_attention=False)
+            keys.append((call_key(self.name, self.fingerprint, "generate", p, g_params),
+                         call_key(self.name, self.fingerprint, "sample", p, self._sample_params(sm))))
         got = [[self.cache.get(k) if self.enabled else None for k in pair] for pair in keys]
         both = [i for i, (g, s) in enumerate(got) if g is None and s is None]
         if both:
             for i, pair in zip(both, base_generate_and_sample_many(
-                    self.backend, [prompts[i] for i in both], generate=generate, sample=sample)):
+                    self.backend, [prompts[i] for i in both], generate=[gens[i] for i in both],
+                    sample=[smps[i] for i in both])):
                 got[i] = list(pair)
-        g_only = [i for i, (g, s) in enumerate(got) if g is None]
-        if g_only:
-            for i, g in zip(g_only, generate_many(self.backend, [prompts[i] for i in g_only], **generate)):
-                got[i][0] = g
-        s_only = [i for i, (g, s) in enumerate(got) if s is None]
-        if s_only:
-            for i, s in zip(s_only, self.backend.sample_many([prompts[i] for i in s_only], **sample)):
-                got[i][1] = s
-        computed = {(i, 0) for i in both + g_only} | {(i, 1) for i in both + s_only}
+        computed = {(i, 0) for i in both} | {(i, 1) for i in both}
+        for i, pair in enumerate(got):
+            if pair[0] is None:
+                pair[0] = generate_many(self.backend, [prompts[i]], **gens[i])[0]
+                computed.add((i, 0))
+            if pair[1] is None:
+                pair[1] = self.backend.sample_many([prompts[i]], **smps[i])[0]
+                computed.add((i, 1))
         for i, pair in enumerate(got):
             for half, value in enumerate(pair):
                 hit = (i, half) not in computed

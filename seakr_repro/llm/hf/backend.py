@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from . import shared_prefix as sp
-from ..base import Generation, SampleSet
+from ..base import Generation, SampleSet, per_prompt
 from ..hooks import HOOKS, capture, run_until_captured
 from ..model_info import middle_layer, model_dims, text_config, weights_fingerprint
 from ..sampling import sample_tokens, token_stats
@@ -393,21 +393,24 @@ class HFBackend(WordsMixin, TokenizerMixin):
         if not self.shared_prefix:
             return [self._with_oom_retry(lambda p=p: self._sample_reference(p, **args))
                     for p in prompts]
-        return self._by_contexts(lambda batch: self._sample_shared(batch, **args), list(prompts))
+        return [ss for _, ss in self._by_contexts(self._sample_shared,
+                                                  [(p, args, None) for p in prompts])]
 
-    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict,
-                                 sample: dict) -> list[tuple[Generation, SampleSet]]:
+    def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
+                                 sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
         """`generate(prompt, **generate)` and `sample(prompt, **sample)` of each prompt, the
         greedy row decoded in the same batch as the k samples (SeaKR's step and its U): a lone
         greedy row costs a whole forward pass per token on its own, almost nothing in a batch.
-        The same samples as `sample_many` (the greedy row has a lane of its own)."""
+        `generate` and `sample` may be one dict per prompt (other stops, lengths, seeds: each
+        prompt's rows are lanes of their own). The same samples as `sample_many`."""
+        gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
         if not self.shared_prefix:
-            return list(zip(self.generate_many(prompts, **generate), self.sample_many(prompts, **sample)))
-        g = {"stop": (), "want_stats": False, **generate}
-        g["stop"] = tuple(g["stop"])
-        args = self._sample_args(**sample)
-        return self._by_contexts(lambda batch: self._sample_shared(batch, greedy=g, **args),
-                                 list(prompts))
+            return [(self.generate(p, **g), self.sample(p, **sm)) for p, g, sm in zip(prompts, gens, smps)]
+        items = []
+        for p, g, sm in zip(prompts, gens, smps):
+            g = {"stop": (), "want_stats": False, **g}
+            items.append((p, self._sample_args(**sm), {**g, "stop": tuple(g["stop"])}))
+        return self._by_contexts(self._sample_shared, items)
 
     def _sample_args(self, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                      temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9,
@@ -427,43 +430,42 @@ class HFBackend(WordsMixin, TokenizerMixin):
             return sample_tokens(lg, temperature, top_k, top_p, gen)
         return pick
 
-    def _sample_shared(self, prompts: list[str], *, k, max_new_tokens, stop, temperature, top_k,
-                       top_p, seed, layer, hook, want_stats, forced_eos,
-                       greedy: dict | None = None) -> list:
-        """SampleSets of `prompts`; with `greedy` (generate's max_new_tokens, stop, want_stats)
-        [(greedy Generation, SampleSet)], the greedy row decoded in the samples' first batch."""
-        ids = [self._encode(p) for p in prompts]
-        for x in ids:           # + 1: the forced EOS after the longest completion
-            check_fits(len(x), max(max(0, max_new_tokens) + 1,
-                                   max(0, greedy["max_new_tokens"]) if greedy else 0),
+    def _sample_shared(self, items: list[tuple[str, dict, dict | None]]) -> list:
+        """[(greedy Generation or None, SampleSet)] of (prompt, `_sample_args`, greedy settings
+        (max_new_tokens, stop, want_stats) or None) items, all decoded in one batch (in chunks of
+        `max_batch_rows` rows per prompt); a greedy row goes in the first chunk, in a lane of its
+        own, so the samples' draws do not change."""
+        ids = [self._encode(p) for p, _, _ in items]
+        for x, (_, a, gr) in zip(ids, items):     # + 1: the forced EOS after the longest sample
+            check_fits(len(x), max(max(0, a["max_new_tokens"]) + 1,
+                                   max(0, gr["max_new_tokens"]) if gr else 0),
                        self.max_context, self.name)
         pre = [self._prefill(x) for x in ids]                   # (cache, logits) per prompt
         prefixes = [(c, len(x), lg) for (c, lg), x in zip(pre, ids)]
-        picks = [self._picker(seed, temperature, top_k, top_p) for _ in prompts]
-        rows: list[list[_Row]] = [[] for _ in prompts]
-        greedy_rows: list[_Row] = []
-        chunk = self.max_batch_rows or max(k, 1)
-        for start in range(0, max(k, 1), chunk):                # chunk by chunk, as today
-            n = max(0, min(chunk, k - start))
-            lanes = [_Lane(g, n, picks[g], max_new_tokens, stop, want_stats) for g in range(len(ids))]
-            if greedy and start == 0:     # its own lane: the samples' draws do not change
-                lanes += [_Lane(g, 1, _greedy, greedy["max_new_tokens"], greedy["stop"],
-                                greedy["want_stats"]) for g in range(len(ids))]
+        picks = [self._picker(a["seed"], a["temperature"], a["top_k"], a["top_p"]) for _, a, _ in items]
+        rows: list[list[_Row]] = [[] for _ in items]
+        greedy_rows: dict[int, _Row] = {}
+        k_max = max(a["k"] for _, a, _ in items)
+        chunk = self.max_batch_rows or max(k_max, 1)
+        for start in range(0, max(k_max, 1), chunk):            # chunk by chunk, as today
+            lanes = [_Lane(g, max(0, min(chunk, a["k"] - start)), picks[g], a["max_new_tokens"],
+                           a["stop"], a["want_stats"]) for g, (_, a, _) in enumerate(items)]
+            owners = [g for g, (_, _, gr) in enumerate(items) if gr and start == 0]
+            lanes += [_Lane(g, 1, _greedy, items[g][2]["max_new_tokens"], items[g][2]["stop"],
+                            items[g][2]["want_stats"]) for g in owners]
             got = self._decode_shared(prefixes, lanes)
-            for g in range(len(ids)):
+            for g in range(len(items)):
                 rows[g].extend(got[g])
-            greedy_rows += [r for (r,) in got[len(ids):]]
+            greedy_rows.update((g, r) for g, (r,) in zip(owners, got[len(items):]))
         out = []
-        for g, x in enumerate(ids):
-            samples = [self._finish(r, stop, x, want_stats) for r in rows[g]]
+        for g, (x, (_, a, gr)) in enumerate(zip(ids, items)):
+            samples = [self._finish(r, a["stop"], x, a["want_stats"]) for r in rows[g]]
             # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
-            seqs = [forced_eos_of(s, self.eos_token_id, forced_eos)[:-1] for s in samples]
-            vec = (self._eos_vectors(pre[g][0], seqs, layer, hook)
+            seqs = [forced_eos_of(s, self.eos_token_id, a["forced_eos"])[:-1] for s in samples]
+            vec = (self._eos_vectors(pre[g][0], seqs, a["layer"], a["hook"])
                    if samples else np.zeros((0, self.hidden_size), np.float32))
-            out.append(SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook))
-        if greedy:
-            return [(self._finish(r, greedy["stop"], x, greedy["want_stats"]), ss)
-                    for r, x, ss in zip(greedy_rows, ids, out)]
+            greedy = self._finish(greedy_rows[g], gr["stop"], x, gr["want_stats"]) if gr else None
+            out.append((greedy, SampleSet(samples=samples, vectors=vec, layer=a["layer"], hook=a["hook"])))
         return out
 
     @torch.inference_mode()

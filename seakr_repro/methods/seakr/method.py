@@ -123,26 +123,34 @@ class SeaKR(Method):
 
     # -- one LLM call: greedy step + optional U ------------------------------------------------
     def _call(self, prompt, stop, need_u: bool, context: str = "", max_new_tokens=None):
-        return self._calls([prompt], stop, need_u, [context], max_new_tokens)[0]
+        return self._calls([prompt], [stop], need_u, [context], max_new_tokens)[0]
 
-    def _calls(self, prompts, stop, need_u: bool, contexts, max_new_tokens=None):
-        """[(greedy Generation, U or None)] of independent contexts. When U needs samples, each
-        context's greedy step and its k samples go to the backend as ONE call
-        (`generate_and_sample_many`: on the transformers backend the greedy row rides in the
-        samples' batch); otherwise the greedy steps run as one batch (`generate_many`: side by
-        side on vLLM) and U comes from whatever else the estimator needs."""
+    def _calls(self, prompts, stops, need_u: bool, contexts, max_new_tokens=None):
+        """[(greedy Generation, U or None)] of independent contexts, each with its own stop
+        strings (`stops`, one list per prompt). When U needs samples, every context's greedy step
+        and its k samples go to the backend as ONE call (`generate_and_sample_many`: on the
+        transformers backend the greedy rows ride in the samples' batch, each prompt in lanes of
+        its own); otherwise the greedy steps with the same stops run as one batch
+        (`generate_many`: side by side on vLLM) and U comes from what else the estimator needs."""
         scorer = self.q.scorer
-        kw = dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(stop),
-                  want_stats=scorer.wants_stats)
+        kws = [dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(st),
+                    want_stats=scorer.wants_stats) for st in stops]
         if not prompts:
             return []
         if need_u and scorer.wants_samples:
-            pairs = generate_and_sample_many(self.backend, prompts, generate=kw,
-                                             sample=scorer.sample_kwargs(stop))
+            pairs = generate_and_sample_many(self.backend, prompts, generate=kws,
+                                             sample=[scorer.sample_kwargs(st) for st in stops])
             gens, sets = [g for g, _ in pairs], [ss for _, ss in pairs]
             return list(zip(gens, scorer.from_samples(gens, sets, contexts)))
-        gens = generate_many(self.backend, prompts, **kw)
-        us = scorer.many(prompts, stop, gens, contexts) if need_u else [None] * len(prompts)
+        gens: list = [None] * len(prompts)
+        by_stop: dict[tuple, list[int]] = {}
+        for i, st in enumerate(stops):
+            by_stop.setdefault(tuple(st), []).append(i)
+        for idx in by_stop.values():
+            for i, g in zip(idx, generate_many(self.backend, [prompts[i] for i in idx], **kws[idx[0]])):
+                gens[i] = g
+        us = (scorer.from_samples(gens, [None] * len(prompts), contexts) if need_u
+              else [None] * len(prompts))
         return list(zip(gens, us))
 
     def _extract(self, text):
@@ -233,7 +241,7 @@ class SeaKR(Method):
 
         # the N candidates are independent: scored as one batch
         prompts = [self.q.fit(self.demos, question, texts, docs + [h.text], s["mode"]) for h in cands]
-        called = self._calls(prompts, stops, s["rerank"],
+        called = self._calls(prompts, [stops] * len(prompts), s["rerank"],
                              [self._context(steps, docs + [h.text]) for h in cands])
         scored = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h, g, u)
                   for h, (g, u) in zip(cands, called)]
@@ -257,22 +265,28 @@ class SeaKR(Method):
         last = " ".join(kept)
         return texts[:-1] + [last] if last.strip() else texts[:-1]
 
-    def _final_path(self, kind, build, stop, reask_stop, u_from_reask: bool, trace):
-        """`build(suffix)`: the path's prompt + suffix, fitted to the context."""
-        prompt = build("")
-        gen, u = self._call(prompt, stop, True)
-        answer = self._extract(gen.text)
-        full = gen.text
-        reasked = answer is None or (kind == "rationales" and not answer)
-        if reasked:
-            first = "" if self.settings["mode"] == "faithful" else gen.text
-            forced, u2 = self._call(build(first + " So the answer is "), reask_stop, u_from_reask)
-            answer = answer_from_forced(forced.text, self.settings["mode"])
-            full += f" So the answer is {forced.text}"
-            if u_from_reask:
-                u = u2
-        trace.append(step_record(f"final_{kind}", prompt, full, u=u, answer=answer, reasked=reasked))
-        return answer, u, full
+    def _final_paths(self, paths, trace) -> list[tuple]:
+        """(answer, U, full output) of each final path (kind, build, stop, reask_stop,
+        u_from_reask); `build(suffix)`: the path's prompt + suffix, fitted to the context. The
+        paths' first calls are independent: one batch (different stops are fine). A call without
+        an extractable answer is re-asked; the re-asks follow, each after its own first call."""
+        prompts = [build("") for _, build, _, _, _ in paths]
+        firsts = self._calls(prompts, [stop for _, _, stop, _, _ in paths], True, [""] * len(paths))
+        out = []
+        for (kind, build, _, reask_stop, u_from_reask), prompt, (gen, u) in zip(paths, prompts, firsts):
+            answer = self._extract(gen.text)
+            full = gen.text
+            reasked = answer is None or (kind == "rationales" and not answer)
+            if reasked:
+                first = "" if self.settings["mode"] == "faithful" else gen.text
+                forced, u2 = self._call(build(first + " So the answer is "), reask_stop, u_from_reask)
+                answer = answer_from_forced(forced.text, self.settings["mode"])
+                full += f" So the answer is {forced.text}"
+                if u_from_reask:
+                    u = u2
+            trace.append(step_record(f"final_{kind}", prompt, full, u=u, answer=answer, reasked=reasked))
+            out.append((answer, u, full))
+        return out
 
     def _reason(self, question, steps, docs, doc_ids, trace, stop_reason) -> MethodResult:
         s, faithful = self.settings, self.settings["mode"] == "faithful"
@@ -280,12 +294,13 @@ class SeaKR(Method):
         build_r = lambda sfx: read_all_steps_prompt(   # noqa: E731
             self.demos, question, rationale, build=partial(self.q.fit, suffix=sfx))[0]
         stop_r = read_all_steps_prompt(self.demos, question, rationale)[1]
-        ans_r, u_r, full_r = self._final_path("rationales", build_r, stop_r, stop_r, False, trace)
         build_k = lambda sfx: read_all_docs_prompt(   # noqa: E731
             self.demos, question, docs, build=partial(self.q.fit, suffix=sfx))[0]
         stop_k = read_all_docs_prompt(self.demos, question, docs)[1]
         # the code re-asks the knowledge path with "\n" added and keeps the re-ask's U
-        ans_k, u_k, full_k = self._final_path("knowledge", build_k, stop_k, [*stop_k, "\n"], faithful, trace)
+        (ans_r, u_r, full_r), (ans_k, u_k, full_k) = self._final_paths(
+            [("rationales", build_r, stop_r, stop_r, False),
+             ("knowledge", build_k, stop_k, [*stop_k, "\n"], faithful)], trace)
         if s["reasoning"] == "rationales":
             choice = "rationales"
         elif s["reasoning"] == "knowledge":
@@ -338,8 +353,8 @@ class SeaKR(Method):
         self.q.n_search += 1
         if not s["rerank"]:
             hits = hits[:1]
-        called = self._calls([self.q.fit(demos, question, docs=[h.text]) for h in hits], stops,
-                             s["rerank"], [format_context([h.text]) for h in hits])
+        called = self._calls([self.q.fit(demos, question, docs=[h.text]) for h in hits],
+                             [stops] * len(hits), s["rerank"], [format_context([h.text]) for h in hits])
         cands = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h,
                   partial(self.q.fit, demos, question, docs=[h.text]), g, u)
                  for h, (g, u) in zip(hits, called)]
