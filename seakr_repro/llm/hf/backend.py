@@ -6,7 +6,10 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   prompt). With `shared_prefix` (the default, `shared_prefix.py`) the k rows attend to ONE copy
   of the prompt's keys and values and keep only their own generated tokens' cache, so memory and
   time grow with k x generated tokens, not k x prompt length; `sample_many` decodes several
-  prompts' rows in one batch, each group over its own prompt. The reference path
+  prompts' rows in one batch, each group over its own prompt, and `generate_and_sample_many` adds
+  each prompt's greedy row to its samples' batch. Rows are decoded in lanes (`_Lane`): rows that
+  share a picker (greedy, or one seeded generator), stop strings and a token limit, so calls with
+  different settings share one batch without changing any row's result. The reference path
   (`shared_prefix=False`, and architectures shared-prefix attention does not support) copies the
   prompt's cache into every row. Finished rows are dropped from the batch. All rows share one
   length, so no padding or attention mask is needed while decoding.
