@@ -260,18 +260,52 @@ def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
 
 
 def test_unsupported_architecture_falls_back_visibly(pair):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from seakr_repro.llm.hf.backend import HFBackend
     new, _ = pair
-    cfg = Gemma3TextConfig(vocab_size=new.tokenizer.vocab_size + 64, hidden_size=16,
-                           intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           num_key_value_heads=1, head_dim=8, sliding_window=4)
+    cfg = Qwen2Config(vocab_size=new.tokenizer.vocab_size + 64, hidden_size=16, intermediate_size=32,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
     with pytest.warns(UserWarning, match="shared-prefix decoding is off"):
-        be = HFBackend(Gemma3ForCausalLM(cfg), new.tokenizer, "tiny-gemma3")
-    assert not be.shared_prefix and "sliding" in be.shared_prefix_unsupported
+        be = HFBackend(Qwen2ForCausalLM(cfg), new.tokenizer, "tiny-qwen2")
+    assert not be.shared_prefix and be.shared_prefix_unsupported
     ss = be.sample("Question: hi?\nAnswer:", k=3, max_new_tokens=3, seed=1, layer=0)
     assert ss.vectors.shape == (3, 16)
+
+
+def _tiny_gemma3(tokenizer, window: int):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=tokenizer.vocab_size + 64, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1,
+                           head_dim=16, query_pre_attn_scalar=16, sliding_window=window,
+                           layer_types=["sliding_attention", "full_attention"] * 2,
+                           initializer_range=0.3, max_position_embeddings=4096)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+def test_gemma3_sliding_window_layers_decode_shared_with_the_reference_results(pair):
+    """Gemma-3 (Table 4's second backbone): its sliding-window layers are masked as transformers
+    masks them, so shared-prefix decoding gives the reference path's tokens and vectors, also
+    past the window (a 40-token prompt, a window of 24, samples of up to 12 tokens)."""
+    from seakr_repro.llm.hf.backend import HFBackend
+
+    new, _ = pair
+    model = _tiny_gemma3(new.tokenizer, window=24)
+    shared = HFBackend(model, new.tokenizer, "tiny-gemma3")
+    ref = HFBackend(model, new.tokenizer, "tiny-gemma3", shared_prefix=False)
+    assert shared.shared_prefix and shared.shared_prefix_unsupported is None
+    prompt = "Question: " + "Who was born first, Aristotle or Plato? " * 3 + "\nAnswer:"
+    assert 24 < shared.count_tokens(prompt) < 60
+    args = dict(k=6, max_new_tokens=12, seed=3, layer=1)
+    got, want = shared.sample(prompt, **args), ref.sample(prompt, **args)
+    assert _ids(got) == _ids(want)
+    assert max(len(i) for i in _ids(got)) > 1
+    assert _rel(got.vectors, want.vectors) < 1e-4
+    g = dict(max_new_tokens=12, want_stats=True)
+    (greedy, ss), = shared.generate_and_sample_many([prompt], generate=g, sample=args)
+    assert greedy.token_ids == ref.generate(prompt, **g).token_ids and _ids(ss) == _ids(want)
 
 
 def test_out_of_memory_on_the_reference_path_shrinks_its_chunks(pair):

@@ -17,8 +17,11 @@ once); each group attends to its own prefix. The plan of the running forward pas
 use which prefix) lives in a thread-local set by `use_prefixes`.
 
 Only architectures whose attention is plain causal softmax attention with RoPE positions are
-supported (`supports`): LLaMA-family models (SmolLM2 included). Models with sliding-window
-layers (Gemma-3) or logit soft-capping take the reference path; the backend says so.
+supported (`supports`): LLaMA-family models (SmolLM2 included) and Gemma-3, whose sliding-window
+layers are masked here as transformers masks them (a query at position q sees keys after
+q - window; such a layer's prompt cache keeps only the prompt's last window - 1 keys, so the
+prefix keys' positions are counted back from the prompt's length). Other models with
+sliding-window layers or logit soft-capping take the reference path; the backend says so.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ import torch
 from ..model_info import text_config
 
 NAME = "seakr_shared_prefix"
-SUPPORTED_TYPES = ("llama",)       # plain causal attention, RoPE from position_ids, no windows
+SUPPORTED_TYPES = ("llama", "gemma3_text")   # plain causal attention, RoPE from position_ids
+SLIDING_TYPES = ("gemma3_text",)   # sliding-window layers that pass `sliding_window` to us
 
 _STATE = threading.local()
 
@@ -46,19 +50,20 @@ class Group:
     prefix: object
 
 
-def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values (1 x kv_heads x P x head_dim) of one layer of a batch-1 cache."""
+def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Keys and values (1 x kv_heads x n x head_dim) of one layer of a batch-1 cache, and the
+    prompt's length: a sliding-window layer keeps only its last n keys."""
     lay = cache.layers[layer]
-    return lay.keys, lay.values
+    return lay.keys, lay.values, int(lay.get_seq_length())
 
 
 def supports(config) -> str | None:
     """None if shared-prefix attention is exact for this model, else the reason it is not."""
     cfg = text_config(config)
-    if getattr(cfg, "sliding_window", None) or getattr(cfg, "layer_types", None) and any(
-            t != "full_attention" for t in cfg.layer_types):
-        return "the model has sliding-window attention layers"
     kind = getattr(cfg, "model_type", "?")
+    if kind not in SLIDING_TYPES and (getattr(cfg, "sliding_window", None) or getattr(
+            cfg, "layer_types", None) and any(t != "full_attention" for t in cfg.layer_types)):
+        return "the model has sliding-window attention layers"
     if kind not in SUPPORTED_TYPES:
         return f"model type '{kind}' is not one of {', '.join(SUPPORTED_TYPES)}"
     for key in ("attn_logit_softcapping", "attention_bias_softcap"):
@@ -90,9 +95,11 @@ def set_groups(groups: Sequence[Group]) -> None:
 
 
 def shared_prefix_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                            scaling: float | None = None, **_kwargs):
+                            scaling: float | None = None, sliding_window: int | None = None,
+                            **_kwargs):
     """query: B x H x s x D (the new tokens); key/value: B x Hkv x S x D (each row's suffix,
-    the new tokens last). Returns B x s x H x D as transformers' attention functions do."""
+    the new tokens last). Returns B x s x H x D as transformers' attention functions do.
+    `sliding_window` (a sliding layer's window): keys at or before q - window are hidden."""
     groups = getattr(_STATE, "groups", None)
     if not groups:
         raise RuntimeError("shared-prefix attention called outside use_prefixes()")
@@ -105,18 +112,26 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
     q5 = query.view(b, hkv, rep, s, d)
     qpos = torch.arange(n_suf - s, n_suf, device=query.device)
     hidden = torch.arange(n_suf, device=query.device)[None, :] > qpos[:, None]   # s x S: future
+    if sliding_window:                # own keys that left the window (generations past it)
+        hidden |= torch.arange(n_suf, device=query.device)[None, :] <= qpos[:, None] - sliding_window
     out = torch.empty(b, hkv, rep, s, d, dtype=dt, device=query.device)
     for g in groups:
-        pk, pv = prefix_kv(g.prefix, module.layer_idx)         # 1 x hkv x P x d
+        pk, pv, n_prompt = prefix_kv(g.prefix, module.layer_idx)   # 1 x hkv x P x d
         n = g.end - g.start
         m_rows = n * rep * s
         # Layout (kv head, row, head, position): the prefix is then ONE matrix per kv head for
         # every row and position of the group, and all large tensors stay contiguous.
         qg = q5[g.start:g.end].transpose(0, 1).reshape(hkv, m_rows, d)
         sc_p = torch.matmul(qg, pk[0].transpose(-1, -2)).float().mul_(scale)     # hkv x M x P
+        if sliding_window:
+            # positions: the kept prefix keys end at the prompt's length; queries follow it
+            kpos = n_prompt - pk.shape[-2] + torch.arange(pk.shape[-2], device=query.device)
+            gone = kpos[None, :] <= (n_prompt + qpos)[:, None] - sliding_window      # s x P
+            if bool(gone.any()):
+                sc_p.view(hkv, n * rep, s, -1).masked_fill_(gone, float("-inf"))
         kg = key[g.start:g.end].unsqueeze(2).transpose(-1, -2)                    # n,hkv,1,d,S
         ss = torch.matmul(q5[g.start:g.end], kg).float() * scale                 # n,hkv,rep,s,S
-        if s > 1:
+        if s > 1 or sliding_window:
             ss = ss.masked_fill(hidden, float("-inf"))        # causal among the row's own tokens
         ss = ss.transpose(0, 1).reshape(hkv, m_rows, n_suf)
         mx = torch.maximum(sc_p.amax(-1, keepdim=True), ss.amax(-1, keepdim=True))
