@@ -228,6 +228,23 @@ def per_prompt(settings: Mapping[str, Any] | Sequence[Mapping[str, Any]], n: int
     return out
 
 
+def same_settings(settings: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """Indices of the prompts that share each distinct settings dict, in order of appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, one in enumerate(settings):
+        groups.setdefault(repr(_frozen(one)), []).append(i)
+    return list(groups.values())
+
+
+def _frozen(value: Any) -> Any:
+    """`value` with every mapping's items sorted (nested too), so equal settings compare equal."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
 def generate_and_sample_many(backend, prompts: Sequence[str], *,
                              generate: Mapping[str, Any] | Sequence[Mapping[str, Any]],
                              sample: Mapping[str, Any] | Sequence[Mapping[str, Any]],
@@ -240,11 +257,8 @@ def generate_and_sample_many(backend, prompts: Sequence[str], *,
     if both is not None:
         return both(list(prompts), generate=generate, sample=sample)
     gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
-    groups: dict[str, list[int]] = {}
-    for i, (g, sm) in enumerate(zip(gens, smps)):
-        groups.setdefault(repr((sorted(g.items()), sorted(sm.items()))), []).append(i)
     out: list = [None] * len(prompts)
-    for idx in groups.values():
+    for idx in same_settings([{"generate": g, "sample": sm} for g, sm in zip(gens, smps)]):
         ps = [prompts[i] for i in idx]
         pairs = zip(generate_many(backend, ps, **gens[idx[0]]), backend.sample_many(ps, **smps[idx[0]]))
         for i, pair in zip(idx, pairs):

@@ -172,6 +172,13 @@ def counting():
         _SCOPE.reset(token)
 
 
+def _generate_params(max_new_tokens: int, stop: Sequence[str], want_stats: bool,
+                     want_attention: bool = False) -> dict:
+    """The parameters of a `generate` call's cache key (every path that stores one uses these)."""
+    return dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
+                want_attention=want_attention)
+
+
 class CachedBackend:
     """Wrap any backend with the same protocol; `enabled=False` passes every call through."""
 
@@ -253,8 +260,7 @@ class CachedBackend:
 
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
-        params = dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
-                      want_attention=want_attention)
+        params = _generate_params(max_new_tokens, stop, want_stats, want_attention)
         return self._cached("generate", prompt, params,
                             lambda: self.backend.generate(prompt, **{**params, "stop": tuple(stop)}))
 
@@ -262,8 +268,7 @@ class CachedBackend:
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
         """Cached prompts come from disk (the same entries `generate` writes); the others go to
         the backend in one `generate_many` call."""
-        params = dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
-                      want_attention=False)
+        params = _generate_params(max_new_tokens, stop, want_stats)
         return self._cached_many("generate", prompts, params, lambda todo: generate_many(
             self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=want_stats))
 
@@ -285,8 +290,7 @@ class CachedBackend:
         gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
         keys = []
         for p, g, sm in zip(prompts, gens, smps):
-            g_params = dict(max_new_tokens=g["max_new_tokens"], stop=list(g.get("stop", ())),
-                            want_stats=g.get("want_stats", False), want_attention=False)
+            g_params = _generate_params(g["max_new_tokens"], g.get("stop", ()), g.get("want_stats", False))
             keys.append((call_key(self.name, self.fingerprint, "generate", p, g_params),
                          call_key(self.name, self.fingerprint, "sample", p, self._sample_params(sm))))
         got = [[self.cache.get(k) if self.enabled else None for k in pair] for pair in keys]

@@ -451,15 +451,21 @@ class HFBackend(WordsMixin, TokenizerMixin):
         k_max = max(a["k"] for _, a, _ in items)
         chunk = self.max_batch_rows or max(k_max, 1)
         for start in range(0, max(k_max, 1), chunk):            # chunk by chunk, as today
-            lanes = [_Lane(g, max(0, min(chunk, a["k"] - start)), picks[g], a["max_new_tokens"],
-                           a["stop"], a["want_stats"]) for g, (_, a, _) in enumerate(items)]
-            owners = [g for g, (_, _, gr) in enumerate(items) if gr and start == 0]
-            lanes += [_Lane(g, 1, _greedy, items[g][2]["max_new_tokens"], items[g][2]["stop"],
-                            items[g][2]["want_stats"]) for g in owners]
-            got = self._decode_shared(prefixes, lanes)
-            for g in range(len(items)):
-                rows[g].extend(got[g])
-            greedy_rows.update((g, r) for g, (r,) in zip(owners, got[len(items):]))
+            # each prompt's greedy lane right after its samples' lane: adjacent rows over one
+            # prompt are one attention group
+            lanes, owner = [], []
+            for g, (_, a, gr) in enumerate(items):
+                lanes.append(_Lane(g, max(0, min(chunk, a["k"] - start)), picks[g],
+                                   a["max_new_tokens"], a["stop"], a["want_stats"]))
+                owner.append((g, False))
+                if gr and start == 0:
+                    lanes.append(_Lane(g, 1, _greedy, gr["max_new_tokens"], gr["stop"], gr["want_stats"]))
+                    owner.append((g, True))
+            for (g, is_greedy), got in zip(owner, self._decode_shared(prefixes, lanes)):
+                if is_greedy:
+                    greedy_rows[g] = got[0]
+                else:
+                    rows[g].extend(got)
         out = []
         for g, (x, (_, a, gr)) in enumerate(zip(ids, items)):
             samples = [self._finish(r, a["stop"], x, a["want_stats"]) for r in rows[g]]

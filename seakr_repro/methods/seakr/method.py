@@ -31,7 +31,7 @@ from functools import partial
 
 from ...data.registry import top_passages_path
 from ...core.errors import UserError
-from ...llm.base import generate_and_sample_many, generate_many
+from ...llm.base import generate_and_sample_many, generate_many, same_settings
 from ...evaluation import answer_from_forced, extract_answer
 from ...prompts import (
     PromptFitter,
@@ -143,10 +143,7 @@ class SeaKR(Method):
             gens, sets = [g for g, _ in pairs], [ss for _, ss in pairs]
             return list(zip(gens, scorer.from_samples(gens, sets, contexts)))
         gens: list = [None] * len(prompts)
-        by_stop: dict[tuple, list[int]] = {}
-        for i, st in enumerate(stops):
-            by_stop.setdefault(tuple(st), []).append(i)
-        for idx in by_stop.values():
+        for idx in same_settings(kws):
             for i, g in zip(idx, generate_many(self.backend, [prompts[i] for i in idx], **kws[idx[0]])):
                 gens[i] = g
         us = (scorer.from_samples(gens, [None] * len(prompts), contexts) if need_u
