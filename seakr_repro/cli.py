@@ -133,6 +133,24 @@ def cmd_status(args):
     print(report(_config(args), cache=args.cache))
 
 
+def cmd_cost(args):
+    from .steps.cost import question_runs, summary, with_hours
+
+    cfg = _config(args)
+    runs = with_hours(question_runs(cfg))
+    if args.runs:
+        print(runs.round(2).to_markdown(index=False))
+        print()
+    table = summary(runs)
+    print(table.to_markdown(index=False))
+    hours = runs["hours"].sum()
+    print(f"\n[cost] profile {args.profile}: {int(runs['questions'].sum()):,} question-runs in Tables 1-4 "
+          f"and 7; {int(runs.loc[runs['hours'].notna(), 'questions'].sum()):,} of them (FLARE, DRAGIN, "
+          f"SeaKR and its rows) take {hours:,.1f} hours at the paper's Table 7 pace (4x GeForce 3090, "
+          "vLLM; ARITHMETIC, not measured here); the paper timed no other method. Upper bounds: a run "
+          "with another's settings and questions reuses its run file (Table 3's seakr row reads Table 1's)")
+
+
 def cmd_run(args):
     from .artifacts import spec_for
     from .core.config import parse_override
@@ -218,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("status", cmd_status,
             "progress of a (running) reproduce: steps, questions done, EM/F1 so far, ETA, disk")
     p.add_argument("--cache", action="store_true", help="also measure the cache directory (slow at paper scale)")
+
+    p = add("cost", cmd_cost, "question-runs per paper table and their hours at the paper's Table 7 "
+            "pace (arithmetic, before a run)")
+    p.add_argument("--runs", action="store_true", help="also list every run (method x data set)")
 
     p = add("run", cmd_run, "run one method on one data set (resumable), print EM/F1 and costs")
     p.add_argument("--method", required=True,

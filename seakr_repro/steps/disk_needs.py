@@ -19,7 +19,9 @@ RUN_BYTES_PER_QUESTION = {"cot": 800, "ircot": 5_886, "self_rag": 2_295, "flare"
 FANOUT_SINGLE_VALUE = 1_788       # step 02's calibration questions when N_FANOUT is null (all)
 
 
-def _questions(cfg, name: str) -> int:
+def set_size(cfg, name: str) -> int:
+    """Questions of one data set in this profile: the paper's count for a dev set still to
+    download (Table 6), the bundled set's own count, capped by datasets.n_questions."""
     from ..data.registry import DATASETS, load_dataset
 
     n = cfg.get("datasets.n_questions")
@@ -40,11 +42,11 @@ def estimate_needs(cfg) -> dict[str, int]:
 
     passages = PASSAGES.get(cfg["corpus.name"], 0)
     nb = lambda key: (cfg.get("notebooks", {}) or {}).get(key, {}) or {}   # noqa: E731
-    complex_q = sum(_questions(cfg, d) for d in cfg["datasets.complex"])
-    simple_q = sum(_questions(cfg, d) for d in cfg["datasets.simple"])
+    complex_q = sum(set_size(cfg, d) for d in cfg["datasets.complex"])
+    simple_q = sum(set_size(cfg, d) for d in cfg["datasets.simple"])
     analysed = cfg.get("analysis.datasets") or [*cfg["datasets.complex"], *cfg["datasets.simple"]]
     n_abl = cfg.get("analysis.n_questions")       # Tables 3/4's sample per data set
-    abl_q = sum(_questions(cfg, d) if n_abl is None else min(n_abl, _questions(cfg, d))
+    abl_q = sum(set_size(cfg, d) if n_abl is None else min(n_abl, set_size(cfg, d))
                 for d in analysed)
     cache = run = 0
     table1, table2 = methods("table1"), methods("table2")

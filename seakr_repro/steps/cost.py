@@ -1,0 +1,104 @@
+"""What a profile's paper tables amount to before any of it runs: question-runs per table and
+run (a run = one method or ablation row on one data set; its questions = the set's size capped by
+the notebook's sample), and the hours they take at the only GPU pace measured for these methods:
+the paper's Table 7 (seconds per question on 2Wiki and HotpotQA, 4x GeForce 3090, vLLM).
+
+The hours are ARITHMETIC: questions x the paper's seconds per question. The paper timed FLARE,
+DRAGIN and SeaKR on two complex sets only; every SeaKR-family row (ablations, backbones) takes
+SeaKR's pace, a set the paper did not time takes the mean of its two, and methods it did not
+time get no hours (their question-runs are still counted). `python -m seakr_repro cost --profile
+paper` prints the table; `status` gives the pace a run actually keeps once it has started.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import statistics
+
+import pandas as pd
+
+from ..core.config import Config
+from ..core.paths import NOTEBOOKS_DIR
+
+PACE_TABLE = "seakr_table7"
+
+
+def notebook_parameter(cfg: Config, step: str, name: str):
+    """A notebook parameter as `make reproduce` passes it: the profile's `notebooks.<step>`
+    entry, else the value in the notebook's own `parameters` cell."""
+    given = ((cfg.get("notebooks", {}) or {}).get(step) or {})
+    if name in given:
+        return given[name]
+    nb = json.loads((NOTEBOOKS_DIR / f"{step}.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            for node in ast.parse("".join(cell["source"])).body:
+                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+                    return ast.literal_eval(node.value)
+    raise KeyError(f"{step} has no parameter {name}")
+
+
+def _capped(cfg: Config, dataset: str, cap: int | None) -> int:
+    from .disk_needs import set_size
+
+    n = set_size(cfg, dataset)
+    return n if cap is None else min(int(cap), n)
+
+
+def question_runs(cfg: Config) -> pd.DataFrame:
+    """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
+    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples."""
+    from ..artifacts import REASONING_ABLATIONS, TABLES
+    from ..data.registry import DATASETS
+    from .tables import table_datasets
+
+    rows = []
+    for key, spec in TABLES.items():
+        sets = table_datasets(cfg, key)
+        if spec.kind == "timing":
+            cap = notebook_parameter(cfg, spec.step, "N_QUESTIONS")
+        elif spec.sample:
+            cap = cfg.get(spec.sample)
+        else:
+            cap = notebook_parameter(cfg, spec.step, "N_QUESTIONS")
+        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
+                else [(s.label, s.method) for s in spec.runs])
+        for label, method in runs:
+            for d in sets:
+                if label in REASONING_ABLATIONS and DATASETS[d].kind == "simple":
+                    continue      # complex QA only, as run_grid skips them
+                rows.append({"notebook": spec.step, "table": key, "run": label, "method": method,
+                             "dataset": d, "questions": _capped(cfg, d, cap)})
+    return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
+
+
+def paper_pace() -> dict[tuple[str, str], float]:
+    """{(method, data set): seconds per question} from the paper's Table 7."""
+    from ..reporting.paper_numbers import load_paper_table
+
+    df = load_paper_table(PACE_TABLE)
+    return {(m, d): float(v) for m, d, v in zip(df["method"], df["dataset"], df["value"])}
+
+
+def with_hours(runs: pd.DataFrame, pace: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """`runs` plus seconds_per_question (the paper's, see the module's note; NaN where the
+    paper timed no such method) and hours = questions x seconds / 3,600."""
+    pace = paper_pace() if pace is None else pace
+    by_method: dict[str, list[float]] = {}
+    for (m, _), s in pace.items():
+        by_method.setdefault(m, []).append(s)
+    out = runs.copy()
+    out["seconds_per_question"] = [
+        pace.get((m, d), statistics.mean(by_method[m]) if m in by_method else float("nan"))
+        for m, d in zip(out["method"], out["dataset"])]
+    out["hours"] = out["questions"] * out["seconds_per_question"] / 3600
+    return out
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per notebook: runs, question-runs, question-runs with a pace, and their hours."""
+    paced = runs["seconds_per_question"].notna()
+    g = runs.assign(paced=runs["questions"].where(paced, 0)).groupby(["notebook", "table"], sort=True)
+    return pd.DataFrame({"runs": g.size(), "question_runs": g["questions"].sum(),
+                         "with_paper_pace": g["paced"].sum(),
+                         "hours_at_paper_pace": g["hours"].sum(min_count=1).round(1)}).reset_index()
