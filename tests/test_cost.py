@@ -66,3 +66,22 @@ def test_cost_command_prints_the_table(capsys):
     out = capsys.readouterr().out
     assert "| 04-complex-qa" in out and "question-runs in Tables 1-4 and 7" in out
     assert "ARITHMETIC" in out
+
+
+def test_the_papers_pace_is_applied_to_its_own_model_only(capsys):
+    assert cost.pace_applies(load_config("paper")) and not cost.pace_applies(load_config("default"))
+    main(["cost", "--profile", "default"])
+    out = capsys.readouterr().out
+    assert "hours" not in out.split("[cost]")[0]            # no hours column
+    assert "no hours: the paper's Table 7 timed its own model, not smollm2-135m-instruct" in out
+
+
+def test_preflight_reports_the_work_ahead():
+    from seakr_repro.tools.preflight import Report, note_work
+
+    for profile, hours in (("paper", True), ("default", False)):
+        report = Report()
+        note_work(load_config(profile), report)
+        (line,) = report.ok
+        assert line.startswith("work: ") and ("h at the paper's Table 7 pace" in line) == hours
+        assert not report.problems

@@ -80,6 +80,13 @@ def paper_pace() -> dict[tuple[str, str], float]:
     return {(m, d): float(v) for m, d, v in zip(df["method"], df["dataset"], df["value"])}
 
 
+def pace_applies(cfg: Config) -> bool:
+    """Whether the profile runs the model the paper timed (its hours mean something there)."""
+    from ..reporting.paper_numbers import load_paper_table
+
+    return cfg["model.name"] in set(load_paper_table(PACE_TABLE)["model"])
+
+
 def with_hours(runs: pd.DataFrame, pace: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     """`runs` plus seconds_per_question (the paper's, see the module's note; NaN where the
     paper timed no such method) and hours = questions x seconds / 3,600."""
@@ -96,9 +103,12 @@ def with_hours(runs: pd.DataFrame, pace: dict[tuple[str, str], float] | None = N
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per notebook: runs, question-runs, question-runs with a pace, and their hours."""
-    paced = runs["seconds_per_question"].notna()
-    g = runs.assign(paced=runs["questions"].where(paced, 0)).groupby(["notebook", "table"], sort=True)
-    return pd.DataFrame({"runs": g.size(), "question_runs": g["questions"].sum(),
-                         "with_paper_pace": g["paced"].sum(),
-                         "hours_at_paper_pace": g["hours"].sum(min_count=1).round(1)}).reset_index()
+    """Per notebook: runs and question-runs; with hours (`with_hours`), also the question-runs
+    that have a pace and their hours."""
+    g = runs.groupby(["notebook", "table"], sort=True)
+    out = pd.DataFrame({"runs": g.size(), "question_runs": g["questions"].sum()})
+    if "hours" in runs:
+        paced = runs["questions"].where(runs["seconds_per_question"].notna(), 0)
+        out["with_paper_pace"] = paced.groupby([runs["notebook"], runs["table"]]).sum()
+        out["hours_at_paper_pace"] = g["hours"].sum(min_count=1).round(1)
+    return out.reset_index()

@@ -235,11 +235,28 @@ def check_gpu(cfg: Config, report: Report) -> None:
         report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}")
 
 
+def note_work(cfg: Config, report: Report) -> None:
+    """How much the paper tables amount to (`steps.cost`): question-runs, and hours at the paper's
+    Table 7 pace for the methods it timed. Information, never a problem."""
+    from ..steps.cost import pace_applies, question_runs, with_hours
+
+    try:
+        runs = with_hours(question_runs(cfg))
+    except UserError:           # a set that is not on disk: check_datasets reports it
+        return
+    line = f"work: {int(runs['questions'].sum()):,} question-runs in Tables 1-4 and 7"
+    if pace_applies(cfg):       # the paper's pace is for its model only
+        timed = runs["hours"].notna()
+        line += (f"; {int(runs.loc[timed, 'questions'].sum()):,} of them take about "
+                 f"{runs['hours'].sum():,.1f} h at the paper's Table 7 pace (arithmetic)")
+    report.ok.append(line + f" (`python -m seakr_repro cost --profile {cfg.profile}` per table)")
+
+
 def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
                  lambda r: check_datasets(cfg, r), lambda r: check_disk(cfg, r),
-                 lambda r: check_gpu(cfg, r)):
+                 lambda r: check_gpu(cfg, r), lambda r: note_work(cfg, r)):
         step(report)
     return report
 
