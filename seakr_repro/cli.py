@@ -134,24 +134,22 @@ def cmd_status(args):
 
 
 def cmd_cost(args):
-    from .steps.cost import pace_applies, question_runs, summary, with_hours
+    from .steps.cost import pace_applies, question_runs, summary, totals, with_hours
 
     cfg = _config(args)
-    runs = with_hours(question_runs(cfg))
-    paced = pace_applies(cfg)
-    if not paced:      # the paper's seconds are for its model: none here
-        runs = runs.drop(columns=["seconds_per_question", "hours"])
+    paced = pace_applies(cfg)        # the paper's seconds are for its model only
+    runs = with_hours(question_runs(cfg)) if paced else question_runs(cfg)
     if args.runs:
         print(runs.round(2).to_markdown(index=False))
         print()
     print(summary(runs).to_markdown(index=False))
-    line = f"\n[cost] profile {args.profile}: {int(runs['questions'].sum()):,} question-runs in Tables 1-4 and 7"
+    n, timed, hours = totals(runs)
+    line = f"\n[cost] profile {args.profile}: {n:,} question-runs in Tables 1-4 and 7"
     if paced:
-        line += (f"; {int(runs.loc[runs['hours'].notna(), 'questions'].sum()):,} of them (FLARE, DRAGIN, "
-                 f"SeaKR and its rows) take {runs['hours'].sum():,.1f} hours at the paper's Table 7 pace "
-                 "(4x GeForce 3090, vLLM; ARITHMETIC, not measured here); the paper timed no other method. "
-                 "Upper bounds: a run with another's settings and questions reuses its run file (Table 3's "
-                 "seakr row reads Table 1's)")
+        line += (f"; {timed:,} of them (FLARE, DRAGIN, SeaKR and its rows) take {hours:,.1f} hours at the "
+                 "paper's Table 7 pace (4x GeForce 3090, vLLM; ARITHMETIC, not measured here); the paper "
+                 "timed no other method. Upper bounds: a run with another's settings and questions reuses "
+                 "its run file (Table 3's seakr row reads Table 1's)")
     else:
         line += (f"; no hours: the paper's Table 7 timed its own model, not {cfg['model.name']} "
                  f"(`status` gives a run's own pace once it has started)")

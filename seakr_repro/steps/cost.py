@@ -48,27 +48,20 @@ def _capped(cfg: Config, dataset: str, cap: int | None) -> int:
 def question_runs(cfg: Config) -> pd.DataFrame:
     """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
     Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples."""
-    from ..artifacts import REASONING_ABLATIONS, TABLES
-    from ..data.registry import DATASETS
+    from ..artifacts import TABLES
+    from .grid import runs_on
     from .tables import table_datasets
 
     rows = []
     for key, spec in TABLES.items():
-        sets = table_datasets(cfg, key)
-        if spec.kind == "timing":
-            cap = notebook_parameter(cfg, spec.step, "N_QUESTIONS")
-        elif spec.sample:
-            cap = cfg.get(spec.sample)
-        else:
-            cap = notebook_parameter(cfg, spec.step, "N_QUESTIONS")
+        # a table's sample setting (Tables 3/4: analysis.n_questions), else its notebook's N_QUESTIONS
+        cap = cfg.get(spec.sample) if spec.sample else notebook_parameter(cfg, spec.step, "N_QUESTIONS")
         runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
                 else [(s.label, s.method) for s in spec.runs])
         for label, method in runs:
-            for d in sets:
-                if label in REASONING_ABLATIONS and DATASETS[d].kind == "simple":
-                    continue      # complex QA only, as run_grid skips them
-                rows.append({"notebook": spec.step, "table": key, "run": label, "method": method,
-                             "dataset": d, "questions": _capped(cfg, d, cap)})
+            rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
+                      "questions": _capped(cfg, d, cap)}
+                     for d in table_datasets(cfg, key) if runs_on(label, d)]
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 
@@ -112,3 +105,11 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         out["with_paper_pace"] = paced.groupby([runs["notebook"], runs["table"]]).sum()
         out["hours_at_paper_pace"] = g["hours"].sum(min_count=1).round(1)
     return out.reset_index()
+
+
+def totals(runs: pd.DataFrame) -> tuple[int, int, float]:
+    """(question-runs, those with a pace, their hours); the last two 0 without `with_hours`."""
+    if "hours" not in runs:
+        return int(runs["questions"].sum()), 0, 0.0
+    timed = runs["hours"].notna()
+    return int(runs["questions"].sum()), int(runs.loc[timed, "questions"].sum()), float(runs["hours"].sum())

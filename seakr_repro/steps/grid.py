@@ -134,6 +134,14 @@ def select_questions(cfg: Config, dataset: str, n: int | None) -> list:
     return sample(records, n, cfg["datasets.sample_seed"])
 
 
+def runs_on(label: str, dataset: str) -> bool:
+    """Whether a table row runs on a data set: the self-aware reasoning ablations apply to
+    complex QA only (paper, Table 3)."""
+    from ..data.registry import DATASETS
+
+    return not (label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple")
+
+
 def analysis_datasets(cfg: Config) -> list[str]:
     """The data sets of Tables 3/4 (notebooks 06, 07): `analysis.datasets`, null = the profile's."""
     from .prepare import profile_datasets
@@ -152,7 +160,6 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
              datasets: Sequence[str], n_questions: int | None = None, table: str = "",
              progress: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
     """Run every spec on every data set; return (tidy results, {label: why it has no numbers})."""
-    from ..data.registry import DATASETS
     from ..evaluation import score_predictions
     from ..methods import build_method
     from .runner import run_method, run_path, summarise
@@ -164,8 +171,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     rows, skipped = [], {}
     for spec in model_order(specs, cfg["model.name"]):   # one model load per model, not per spec
         for dataset in datasets:
-            if spec.label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple":
-                continue   # self-aware reasoning applies to complex QA only (paper, Table 3)
+            if not runs_on(spec.label, dataset):
+                continue
             records = select_questions(cfg, dataset, n_questions)
             try:
                 backend = pool.get(spec.model)

@@ -240,17 +240,17 @@ def check_gpu(cfg: Config, report: Report) -> None:
 def note_work(cfg: Config, report: Report) -> None:
     """How much the paper tables amount to (`steps.cost`): question-runs, and hours at the paper's
     Table 7 pace for the methods it timed. Information, never a problem."""
-    from ..steps.cost import pace_applies, question_runs, with_hours
+    from ..steps.cost import pace_applies, question_runs, totals, with_hours
 
     try:
-        runs = with_hours(question_runs(cfg))
+        paced = pace_applies(cfg)   # the paper's pace is for its model only
+        runs = with_hours(question_runs(cfg)) if paced else question_runs(cfg)
     except UserError:           # a set that is not on disk: check_datasets reports it
         return
-    line = f"work: {int(runs['questions'].sum()):,} question-runs in Tables 1-4 and 7"
-    if pace_applies(cfg):       # the paper's pace is for its model only
-        timed = runs["hours"].notna()
-        line += (f"; {int(runs.loc[timed, 'questions'].sum()):,} of them take about "
-                 f"{runs['hours'].sum():,.1f} h at the paper's Table 7 pace (arithmetic)")
+    n, timed, hours = totals(runs)
+    line = f"work: {n:,} question-runs in Tables 1-4 and 7"
+    if paced:
+        line += f"; {timed:,} of them take about {hours:,.1f} h at the paper's Table 7 pace (arithmetic)"
     report.ok.append(line + f" (`python -m seakr_repro cost --profile {cfg.profile}` per table)")
 
 
