@@ -15,6 +15,8 @@ question runs in a fresh process on each side (model load and warm-up not timed)
 the calibrated thresholds given explicitly (the same on both sides). The two sides must agree on
 every question's LLM calls, generated tokens, answer and raw output, else the timing compares
 different work and the script says so. Output: tables/<profile>/bench_against_<rev>.json.
+Meant for the default profile: the copy of the derived cache would hold the paper profile's DPR
+corpus and index (tens of GiB) too.
 """
 from __future__ import annotations
 
