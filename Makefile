@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
+# Waiting OpenMP threads sleep instead of spinning, so a busy machine slows torch by a fair share,
+# not 15x (seakr_repro/core/threads.py sets the thread count from the usable cores). Yours wins.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
@@ -54,6 +57,8 @@ check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code 
 
 bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
 	$(PY) -m seakr_repro.tools.bench --profile $(PROFILE)
+	# decode-like steps alone and beside two busy processes: torch's own thread setting vs ours
+	$(PY) -m seakr_repro.tools.bench_contention
 	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
 	$(PY) -m seakr_repro.tools.bench --shared --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)

@@ -5,3 +5,8 @@ two commands (`make reproduce`, `make test`) and DESIGN.md for the architecture.
 """
 
 __version__ = "0.1.0"
+
+# Before anything below imports torch: a fair share of the cores on a busy machine (core/threads.py).
+from .core import threads as _threads  # noqa: E402
+
+_threads.apply()

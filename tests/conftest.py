@@ -3,8 +3,17 @@ import os
 
 import pytest
 
+import seakr_repro  # noqa: F401  (first: a fair share of the cores before torch starts, core/threads.py)
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# The notebook smoke runs' time limit (per test, and per cell), on a quiet machine. A busy machine
+# gets it multiplied by how much slower the decode-like step runs at collection than the quiet
+# speed measured on the 2-core CI machine (tools/bench_contention.py), so a notebook that takes
+# 25 s when quiet is not failed by a machine three times as busy.
+NOTEBOOK_TIMEOUT = 900
+QUIET_STEPS_PER_S = 75.0
 
 
 def pytest_addoption(parser):
@@ -19,11 +28,29 @@ def pytest_collection_modifyitems(config, items):
         has_cuda = False
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
     skip_slow = pytest.mark.skip(reason="slow: run with `make test-all` (--runslow)")
+    notebook_items = [item for item in items if "notebooks" in item.keywords]
+    if notebook_items:
+        config.notebook_timeout = scaled_notebook_timeout()
+        for item in notebook_items:
+            item.add_marker(pytest.mark.timeout(config.notebook_timeout))
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
         if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
+
+
+def scaled_notebook_timeout(probe_seconds: float = 0.5) -> int:
+    from seakr_repro.tools.bench_contention import steps_per_second
+
+    slowdown = max(1.0, QUIET_STEPS_PER_S / max(steps_per_second(probe_seconds), 1e-3))
+    return int(NOTEBOOK_TIMEOUT * slowdown)
+
+
+@pytest.fixture(scope="session")
+def notebook_timeout(pytestconfig) -> int:
+    """Seconds per notebook cell for the smoke runs (see NOTEBOOK_TIMEOUT)."""
+    return getattr(pytestconfig, "notebook_timeout", NOTEBOOK_TIMEOUT)
 
 
 @pytest.fixture(scope="session")

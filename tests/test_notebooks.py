@@ -64,9 +64,10 @@ def results_root(tmp_path_factory):
 
 
 @pytest.mark.parametrize("notebook", notebook_steps(), ids=lambda p: p.stem)
-def test_notebook_runs_headless(notebook, results_root):
+def test_notebook_runs_headless(notebook, results_root, notebook_timeout):
     out = run_notebook(notebook, "smoke", SMOKE_PARAMS.get(notebook.stem, {}),
-                       out_dir=results_root / "smoke" / "notebooks", timeout=900, progress=False)
+                       out_dir=results_root / "smoke" / "notebooks", timeout=notebook_timeout,
+                       progress=False)
     executed = json.loads(out.read_text())
     errors = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]

@@ -1,0 +1,123 @@
+"""A fair share of a busy machine: every process that computes with torch on the CPU waits
+passively and runs as many threads as the cores it may use, unless the user's environment says
+otherwise (issue 28)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from seakr_repro import pipeline
+from seakr_repro.core import threads
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ("import os, seakr_repro, torch, json; "
+          "print(json.dumps({'policy': os.environ.get('OMP_WAIT_POLICY'), "
+          "'omp': os.environ.get('OMP_NUM_THREADS'), 'torch': torch.get_num_threads()}))")
+
+
+def _clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env.update(extra)
+    return env
+
+
+def _report(env, cpus=None):
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    out = subprocess.run([sys.executable, "-c", REPORT], env=env, capture_output=True, text=True,
+                         timeout=120, preexec_fn=pin, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_package_sets_the_passive_wait_policy_and_threads_before_torch():
+    got = _report(_clean_env())
+    assert got["policy"] == "PASSIVE"
+    assert got["omp"] == str(threads.usable_cpus()) and got["torch"] == threads.usable_cpus()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores to pin to one")
+def test_threads_follow_the_cpu_affinity_not_the_machine():
+    """Pinned to one core, torch runs one thread (torch alone would start one per physical core)."""
+    got = _report(_clean_env(), cpus={min(os.sched_getaffinity(0))})
+    assert got["omp"] == "1" and got["torch"] == 1
+
+
+def test_the_users_own_environment_wins():
+    got = _report(_clean_env(OMP_WAIT_POLICY="ACTIVE", OMP_NUM_THREADS="1"))
+    assert got == {"policy": "ACTIVE", "omp": "1", "torch": 1}
+
+
+def test_cgroup_quota_caps_the_thread_count(tmp_path):
+    v2 = tmp_path / "cpu.max"
+    missing = (tmp_path / "no-quota", tmp_path / "no-period")
+    affinity = len(os.sched_getaffinity(0))
+    v2.write_text("50000 100000\n")          # half a core: one thread
+    assert threads.usable_cpus(v2, missing) == 1
+    v2.write_text("max 100000\n")
+    assert threads.usable_cpus(v2, missing) == affinity
+    quota, period = tmp_path / "quota", tmp_path / "period"
+    quota.write_text("150000\n")
+    period.write_text("100000\n")
+    assert threads.usable_cpus(tmp_path / "absent", (quota, period)) == min(affinity, 2)
+    quota.write_text("-1\n")                 # cgroup v1's "no quota"
+    assert threads.usable_cpus(tmp_path / "absent", (quota, period)) == affinity
+
+
+def test_fair_share_env_adds_only_what_is_unset():
+    assert threads.fair_share_env({"OMP_WAIT_POLICY": "ACTIVE"}, cpus=3) == \
+        {"OMP_NUM_THREADS": "3"}
+    assert threads.fair_share_env({}, cpus=1)["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_notebook_kernels_inherit_the_setting(tmp_path, monkeypatch):
+    """A papermill kernel started by `reproduce` sees the policy before its first import."""
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: (tmp_path / "results" / p).resolve())
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    threads.apply()
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = new_code_cell('PROFILE = "default"')
+    params.metadata["tags"] = ["parameters"]
+    seen = tmp_path / "seen.txt"
+    nb.cells = [params, new_code_cell(f"import os; open({str(seen)!r}, 'w').write("
+                                      "os.environ.get('OMP_WAIT_POLICY', 'unset'))")]
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    nbformat.write(nb, nbdir / "00-env.ipynb")
+    pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False)
+    assert seen.read_text() == "PASSIVE"
+
+
+@pytest.mark.parametrize("users, seen", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_make_exports_the_wait_policy_unless_the_user_set_one(users, seen):
+    env = _clean_env(**({"OMP_WAIT_POLICY": users} if users else {}))
+    out = subprocess.run(["make", "-s", "--eval", "show-policy: ; @echo $$OMP_WAIT_POLICY",
+                          "show-policy"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == seen
+
+
+def test_the_notebook_timeout_scales_with_a_measured_slowdown(monkeypatch):
+    import conftest
+    from seakr_repro.tools import bench_contention
+
+    monkeypatch.setattr(bench_contention, "steps_per_second", lambda s: conftest.QUIET_STEPS_PER_S / 3)
+    assert conftest.scaled_notebook_timeout() == 3 * conftest.NOTEBOOK_TIMEOUT
+    monkeypatch.setattr(bench_contention, "steps_per_second", lambda s: conftest.QUIET_STEPS_PER_S * 2)
+    assert conftest.scaled_notebook_timeout() == conftest.NOTEBOOK_TIMEOUT   # never below the base
+
+
+def test_contention_benchmark_compares_torchs_own_setting_with_the_packages(monkeypatch):
+    from seakr_repro.tools import bench_contention
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")       # as this process has it
+    old, new = bench_contention.setting_env("old"), bench_contention.setting_env("new")
+    assert "OMP_WAIT_POLICY" not in old and "OMP_NUM_THREADS" not in old
+    assert new["OMP_WAIT_POLICY"] == "PASSIVE" and new["OMP_NUM_THREADS"] == str(threads.usable_cpus())
+    got = bench_contention.measure("new", competitors=1, seconds=0.2)
+    assert got["steps_per_s"] > 0 and got["threads"] == threads.usable_cpus()
