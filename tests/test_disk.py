@@ -60,7 +60,8 @@ def test_per_question_needs_follow_the_profile_s_question_counts(tmp_path, monke
     assert small["call_cache"] < full["call_cache"] / 1000
     # a notebook's own cap counts too: notebook 04 on 3 questions of each set
     capped = disk_needs.estimate_needs(load_config("paper", {"notebooks.04-complex-qa.N_QUESTIONS": 3}))
-    table1 = sum(disk_needs.CACHE_BYTES_PER_QUESTION[m] for m in ("cot", "ircot", "self_rag", "flare", "dragin", "seakr"))
+    table1 = sum(disk_needs.CACHE_BYTES_PER_QUESTION[m]
+                 for m in ("cot", "ircot", "self_rag", "flare", "dragin", "seakr"))
     assert full["call_cache"] - capped["call_cache"] == (12_576 + 7_405 + 954 - 3 * 3) * table1
 
 
@@ -82,7 +83,8 @@ def test_the_corpus_on_disk_is_measured_not_assumed(tmp_path, monkeypatch):
         fh.write("id\ttext\ttitle\n")
         for i in range(1, 60_001):
             fh.write(f'{i}\t"{"word " * (10 + i % 7)}"\tTitle {i}\n')
-    assert abs(disk_needs.corpus_passages(load_config("paper", {"corpus.tsv_path": str(big)})) - 60_000) < 1_200     # 2%
+    sized = disk_needs.corpus_passages(load_config("paper", {"corpus.tsv_path": str(big)}))
+    assert abs(sized - 60_000) < 1_200     # 2%
     corpus = prepare.corpus_path(cfg)                   # once converted, the corpus file counts
     corpus.parent.mkdir(parents=True)
     corpus.write_text('{"id": "1"}\n' * 7)
