@@ -44,6 +44,18 @@ def mark_current(path: Path) -> None:
         write_json(record, {**current, label: path.name})
 
 
+def current_name(dataset_dir: Path, label: str) -> str | None:
+    """The file name `mark_current` recorded for `label` in a data set's run directory, or None
+    (nothing recorded, or an unreadable record)."""
+    from ..core.io import read_json
+
+    record = dataset_dir / CURRENT_NAME
+    try:
+        return read_json(record).get(label) if record.is_file() else None
+    except (UserError, AttributeError):
+        return None
+
+
 def read_results(path: str | Path, repair: bool = False) -> list[dict]:
     """Finished lines of a run file. A torn LAST line is dropped (and cut from the file if
     `repair`); a malformed line elsewhere is an error naming the line."""

@@ -53,6 +53,11 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
 
 
+def _run_bytes(path: Path) -> int:
+    """Bytes of the run files under `path` (not the small current-file records beside them)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*.jsonl")) if Path(path).exists() else 0
+
+
 def _files(path: Path) -> int:
     return sum(1 for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
 
@@ -154,7 +159,7 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
         sets = [d for d in datasets if m in artifacts.methods("table1") and d in cfg["datasets.complex"]
                 or m in artifacts.methods("table2") and d in cfg["datasets.simple"]]
         cache_before, files_before = _du(cache_dir), _files(cache_dir)
-        runs_before = _du(results_dir(cfg.profile) / "runs")
+        runs_before = _run_bytes(results_dir(cfg.profile) / "runs")
         t0 = time.perf_counter()
         res, skipped = grid.run_grid(cfg, pool, searcher, [spec], sets, questions, progress=False)
         wall = time.perf_counter() - t0
@@ -167,7 +172,8 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
             "retrievals_per_q": round(float(f1["retrievals_per_q"].mean()), 2) if len(f1) else None,
             "cache_bytes_per_q": round((_du(cache_dir) - cache_before) / max(n, 1)),
             "cache_files_per_q": round((_files(cache_dir) - files_before) / max(n, 1), 2),
-            "run_file_bytes_per_q": round((_du(results_dir(cfg.profile) / "runs") - runs_before) / max(n, 1)),
+            "run_file_bytes_per_q": round((_run_bytes(results_dir(cfg.profile) / "runs") - runs_before)
+                                          / max(n, 1)),
         }
     rss_methods = _rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:

@@ -109,9 +109,8 @@ def stopped_line(cfg: Config, run: dict | None, notebooks_dir: Path = NOTEBOOKS_
 
 
 def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
-    from ..core.io import read_json
     from ..evaluation import score_predictions
-    from ..steps.runner import CURRENT_NAME, read_results
+    from ..steps.runner import current_name, read_results
 
     runs = _results(cfg) / "runs"
     n_boot = n_boot or cfg.get("evaluation.bootstrap_samples", 1000)
@@ -119,11 +118,7 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     rows = []
     for path in sorted(runs.glob("*/*.jsonl")) if runs.is_dir() else []:
         dataset, label = path.parent.name, path.stem.rsplit("-", 1)[0]
-        record = path.parent / CURRENT_NAME
-        try:
-            current = read_json(record).get(label) if record.is_file() else None
-        except UserError:
-            current = None
+        current = current_name(path.parent, label)
         config = "" if current is None else "current" if current == path.name else "older"
         # an older configuration's questions are not this run's: no total, no time left
         total = run_total(cfg, dataset, label, sizes) if config != "older" else "-"
