@@ -235,10 +235,10 @@ PATH_ENV = ("SEAKR_RESULTS_DIR", "SEAKR_CACHE_DIR", "SEAKR_RAW_DIR", "SEAKR_FIGU
 
 def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
                       only: Iterable[str] | None = None, cell_timeout: float | None = None,
-                      preflight: bool = True) -> str:
+                      preflight: bool = True, progress: bool = True) -> str:
     """The shell command that runs (and after a stop resumes) this `reproduce`, from the
-    repository root: the same profile, --set, --only, --cell-timeout, --no-preflight and SEAKR_*
-    paths."""
+    repository root: the same profile, --set, --only, --cell-timeout, --no-preflight, --quiet and
+    SEAKR_* paths."""
     exe = Path(sys.executable)
     with contextlib.suppress(ValueError):
         exe = exe.relative_to(Path.cwd())      # .venv/bin/python, as the Makefile runs it
@@ -250,7 +250,8 @@ def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
         args += ["--only", step]
     if cell_timeout is not None:
         args += ["--cell-timeout", f"{cell_timeout:g}"]
-    return shlex.join(args + ([] if preflight else ["--no-preflight"]))
+    args += [] if preflight else ["--no-preflight"]
+    return shlex.join(args + ([] if progress else ["--quiet"]))
 
 
 def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
@@ -266,7 +267,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     With `preflight`, everything the profile needs is checked before the first step that runs
     (`preflight.check`): all missing pieces in one error, before anything long starts."""
     cfg: Config = load_config(profile, overrides)
-    command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight)
+    command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress)
     if cell_timeout is None:
         cell_timeout = cfg.get("reproduce.cell_timeout")
     # how the steps are run (time limit) is not an input of their results

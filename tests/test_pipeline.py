@@ -234,7 +234,7 @@ def test_the_resume_command_repeats_the_run_s_own_arguments(monkeypatch):
                  "SEAKR_MODEL_PATH", "SEAKR_OVERRIDES"):
         monkeypatch.delenv(name, raising=False)
     cmd = pipeline.reproduce_command("paper", {"model.backend": "vllm", "runner.concurrency": 8},
-                                     ["04"], 60.0)
+                                     ["04"], 60.0, preflight=False, progress=False)
     assert cmd.startswith("'SEAKR_RESULTS_DIR=/tmp/r s' ")
     assert cmd.endswith("-m seakr_repro reproduce --profile paper --set model.backend=vllm "
-                        "--set runner.concurrency=8 --only 04 --cell-timeout 60")
+                        "--set runner.concurrency=8 --only 04 --cell-timeout 60 --no-preflight --quiet")
