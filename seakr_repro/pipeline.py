@@ -6,6 +6,8 @@ package source, the parameters passed, or an earlier step's stamp (earlier steps
 Execution goes to a temporary file that is renamed on success, so a failed run never leaves a
 fresh-looking notebook; the failed one (an error, a cell timeout, a dead kernel) is kept as
 <name>.failed.ipynb for inspection and the run ends with one paragraph, no traceback.
+One run per profile: `reproduce` holds results/<profile>/reproduce.lock (`core.runlock`), which
+names the run and the command that resumes it (`status` reads it).
 
 Cells have no time limit unless `reproduce.cell_timeout` (or `reproduce --cell-timeout`) sets one:
 the paper profile's index build and method notebooks run for days. What the kernel prints (progress
@@ -19,6 +21,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -225,6 +228,32 @@ def _overrides_env(overrides: dict[str, Any]):
             os.environ[OVERRIDES_ENV] = before
 
 
+# the environment variables that change what a run reads or writes: a resume command repeats them
+PATH_ENV = ("SEAKR_RESULTS_DIR", "SEAKR_CACHE_DIR", "SEAKR_RAW_DIR", "SEAKR_FIGURES_DIR",
+            "SEAKR_TABLES_DIR", "SEAKR_MODEL_PATH", OVERRIDES_ENV)
+
+
+def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
+                      only: Iterable[str] | None = None, cell_timeout: float | None = None,
+                      preflight: bool = True, progress: bool = True) -> str:
+    """The shell command that runs (and after a stop resumes) this `reproduce`, from the
+    repository root: the same profile, --set, --only, --cell-timeout, --no-preflight, --quiet and
+    SEAKR_* paths."""
+    exe = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        exe = exe.relative_to(Path.cwd())      # .venv/bin/python, as the Makefile runs it
+    args = [f"{k}={v}" for k in PATH_ENV if (v := os.environ.get(k))]
+    args += [str(exe), "-m", "seakr_repro", "reproduce", "--profile", profile]
+    for key, value in (overrides or {}).items():
+        args += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    for step in only or []:
+        args += ["--only", step]
+    if cell_timeout is not None:
+        args += ["--cell-timeout", f"{cell_timeout:g}"]
+    args += [] if preflight else ["--no-preflight"]
+    return shlex.join(args + ([] if progress else ["--quiet"]))
+
+
 def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
               parameters: dict[str, dict] | None = None, progress: bool = True,
               notebooks_dir: Path = NOTEBOOKS_DIR,
@@ -238,6 +267,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     With `preflight`, everything the profile needs is checked before the first step that runs
     (`preflight.check`): all missing pieces in one error, before anything long starts."""
     cfg: Config = load_config(profile, overrides)
+    command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress)
     if cell_timeout is None:
         cell_timeout = cfg.get("reproduce.cell_timeout")
     # how the steps are run (time limit) is not an input of their results
@@ -255,6 +285,15 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     if unknown:
         raise UserError(f"unknown step(s) {sorted(unknown)}", setting="--only",
                         fix="use notebook names such as " + ", ".join(p.stem for p in steps[:3]))
+    from .core.runlock import LOCK_NAME, hold
+
+    with hold(results_dir(profile) / LOCK_NAME, command):
+        return _run_steps(profile, cfg, steps, only, force, parameters, progress, overrides,
+                          cell_timeout, preflight, settings_hash)
+
+
+def _run_steps(profile, cfg, steps, only, force, parameters, progress, overrides, cell_timeout,
+               preflight, settings_hash) -> list[StepResult]:
     code = package_fingerprint()
     upstream = ""
     results = []

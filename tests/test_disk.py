@@ -23,20 +23,72 @@ def test_require_free_space_names_the_need_and_the_path(tmp_path):
     assert "the Lucene index needs about" in text and str(tmp_path) in text and "Fix:" in text
 
 
-def test_estimate_needs_per_profile():
+def test_estimate_needs_per_profile(tmp_path, monkeypatch):
     from seakr_repro.core.config import load_config
+    from seakr_repro.steps import prepare
 
+    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path)       # no corpus built: the known counts
     paper = disk_needs.estimate_needs(load_config("paper"))
     assert set(paper) == {"corpus_jsonl", "index", "call_cache", "step02_vectors", "run_files"}
     # 1,788 calibration questions x 2 hooks x 32 layers x 20 samples x 4,096 dims x 2 bytes
     assert paper["step02_vectors"] == 1788 * 2 * 32 * 20 * 4096 * 2
-    # the paper's two-field BM25 keeps the text twice in its corpus file; one field keeps it once
-    assert paper["corpus_jsonl"] == 21_015_324 * disk_needs.JSONL_BYTES_PER_PASSAGE * 2
+    # the paper's two-field BM25 keeps the text twice in its corpus file and indexes two fields
+    assert paper["corpus_jsonl"] == 21_015_324 * 1_348 and paper["index"] == 21_015_324 * 771
     one_field = disk_needs.estimate_needs(load_config("paper", {"retrieval.scheme": "single_field"}))
-    assert one_field["corpus_jsonl"] == 21_015_324 * disk_needs.JSONL_BYTES_PER_PASSAGE
+    assert one_field["corpus_jsonl"] == 21_015_324 * 704 and one_field["index"] == 21_015_324 * 574
     default = disk_needs.estimate_needs(load_config("default"))
     assert all(default[k] < paper[k] for k in paper)
     assert default["step02_vectors"] == 40 * 2 * 30 * 10 * 576 * 2      # SmolLM2, N = 30 + 10
+
+
+def test_per_question_needs_follow_the_profile_s_question_counts(tmp_path, monkeypatch):
+    """A 2-question profile needs a 2-question profile's call cache and run files: each run's
+    questions as the cost count has them (datasets.n_questions, a notebook's N_QUESTIONS, the
+    analysis sample), not the paper's full sets."""
+    from seakr_repro.core.config import load_config
+    from seakr_repro.steps import prepare
+    from seakr_repro.steps.cost import question_runs
+
+    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path)
+    full = disk_needs.estimate_needs(load_config("paper"))
+    small_cfg = load_config("paper", {"datasets.n_questions": 2, "analysis.n_questions": 2})
+    small = disk_needs.estimate_needs(small_cfg)
+    runs = question_runs(small_cfg)
+    assert set(runs["questions"]) == {2}
+    expected = sum(n * disk_needs.RUN_BYTES_PER_QUESTION[m] for m, n in zip(runs["method"], runs["questions"]))
+    assert small["run_files"] == expected and small["run_files"] < full["run_files"] / 1000
+    assert small["call_cache"] < full["call_cache"] / 1000
+    # a notebook's own cap counts too: notebook 04 on 3 questions of each set
+    capped = disk_needs.estimate_needs(load_config("paper", {"notebooks.04-complex-qa.N_QUESTIONS": 3}))
+    table1 = sum(disk_needs.CACHE_BYTES_PER_QUESTION[m]
+                 for m in ("cot", "ircot", "self_rag", "flare", "dragin", "seakr"))
+    assert full["call_cache"] - capped["call_cache"] == (12_576 + 7_405 + 954 - 3 * 3) * table1
+
+
+def test_the_corpus_on_disk_is_measured_not_assumed(tmp_path, monkeypatch):
+    """A stand-in psgs_w100.tsv of 4,811 passages is not the 21M of the real one (the issue's
+    2-question profile was told 38.8 GiB); a large TSV is sized from its first MiB's lines."""
+    from seakr_repro.core.config import load_config
+    from seakr_repro.steps import prepare
+
+    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "cache")
+    tsv = tmp_path / "psgs_w100.tsv"
+    tsv.write_text("id\ttext\ttitle\n" + "".join(f'{i}\t"some passage text {i}"\tTitle {i}\n'
+                                                for i in range(1, 4812)))
+    cfg = load_config("paper", {"corpus.tsv_path": str(tsv)})
+    needs = disk_needs.estimate_needs(cfg)
+    assert needs["corpus_jsonl"] == 4_811 * 1_348 and needs["index"] == 4_811 * 771
+    big = tmp_path / "big.tsv"
+    with open(big, "w") as fh:
+        fh.write("id\ttext\ttitle\n")
+        for i in range(1, 60_001):
+            fh.write(f'{i}\t"{"word " * (10 + i % 7)}"\tTitle {i}\n')
+    sized = disk_needs.corpus_passages(load_config("paper", {"corpus.tsv_path": str(big)}))
+    assert abs(sized - 60_000) < 1_200     # 2%
+    corpus = prepare.corpus_path(cfg)                   # once converted, the corpus file counts
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text('{"id": "1"}\n' * 7)
+    assert disk_needs.corpus_passages(cfg) == 7
 
 
 def test_method_runs_check_the_profile_s_disk_needs(tmp_path, monkeypatch):

@@ -102,7 +102,7 @@ def test_self_rag_requires_checkpoint():
         build_method("self_rag", FakeBackend(lambda p, s: ""), FakeSearcher(DOCS), "bundled-2wiki")
 
 
-def _self_rag(p_retrieve):
+def _self_rag(p_retrieve, docs=DOCS):
     """d2's continuation is relevant and fully supported; d1's is irrelevant."""
     def score(prefix, tok):
         good = "Ann Lee is a director." in prefix
@@ -120,7 +120,7 @@ def _self_rag(p_retrieve):
             return "[Relevant]Ann Lee[Fully supported][Utility:5]"
         return "[Irrelevant]Bob Ray[No support / Contradictory][Utility:2]"
     b = FakeBackend(respond, score=score, name="selfrag_llama2_7b")
-    s = FakeSearcher(DOCS)
+    s = FakeSearcher(docs)
     return build_method("self-rag", b, s, "bundled-2wiki").run(Q), s
 
 
@@ -135,6 +135,14 @@ def test_self_rag_picks_best_scored_passage():
 def test_self_rag_skips_retrieval_below_threshold():
     r, s = _self_rag(0.1)
     assert r.answer == "Tom Hux" and s.queries == [] and r.n_retrievals == 0
+
+
+def test_self_rag_with_no_passage_answers_without_retrieval():
+    """A query with no BM25 hit: nothing to critique, so the answer is the continuation after
+    [No Retrieval] (the official code's answer when it does not retrieve), the search counted."""
+    r, s = _self_rag(0.5, docs=[])
+    assert r.answer == "Tom Hux" and len(s.queries) == 1 and r.n_retrievals == 1
+    assert r.extra["no_hits"] and [t["kind"] for t in r.trace][-2:] == ["no_hits", "no_retrieval"]
 
 
 def test_unknown_method_and_setting():

@@ -212,3 +212,29 @@ def test_progress_is_redrawn_in_place_on_a_terminal():
     echo.write("\r30%")
     echo.write("next\n")
     assert out.getvalue() == "\r10%\x1b[K\r30%\x1b[K\n30%next\n"
+
+
+def test_a_second_reproduce_of_a_profile_is_refused_naming_the_first(steps, tmp_path):
+    """One run per profile: reproduce takes results/<profile>/reproduce.lock; while another run
+    holds it, a second reproduce stops at once with the holder named, and runs nothing."""
+    from seakr_repro.core import runlock
+    nbdir, log = steps
+    lock = tmp_path / "results" / "smoke" / runlock.LOCK_NAME
+    with runlock.hold(lock, "python -m seakr_repro reproduce --profile smoke"):
+        with pytest.raises(UserError, match=r"another reproduce of this profile is running \(pid \d+"):
+            pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, preflight=False)
+    assert not log.exists()
+    pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, preflight=False)   # released
+    assert log.read_text().count("smoke") == 2 and runlock.holder(lock) is None
+
+
+def test_the_resume_command_repeats_the_run_s_own_arguments(monkeypatch):
+    monkeypatch.setenv("SEAKR_RESULTS_DIR", "/tmp/r s")
+    for name in ("SEAKR_CACHE_DIR", "SEAKR_RAW_DIR", "SEAKR_FIGURES_DIR", "SEAKR_TABLES_DIR",
+                 "SEAKR_MODEL_PATH", "SEAKR_OVERRIDES"):
+        monkeypatch.delenv(name, raising=False)
+    cmd = pipeline.reproduce_command("paper", {"model.backend": "vllm", "runner.concurrency": 8},
+                                     ["04"], 60.0, preflight=False, progress=False)
+    assert cmd.startswith("'SEAKR_RESULTS_DIR=/tmp/r s' ")
+    assert cmd.endswith("-m seakr_repro reproduce --profile paper --set model.backend=vllm "
+                        "--set runner.concurrency=8 --only 04 --cell-timeout 60 --no-preflight --quiet")

@@ -58,6 +58,19 @@ def test_partial_table_from_run_files(half_run):
     assert rows.index("CoT (partial) (a)") < rows.index("SEAKR (partial) (b)")   # the paper's order
 
 
+def test_the_recorded_current_file_wins_over_a_newer_older_configuration(half_run):
+    """The row's latest run recorded its file (runner.mark_current): a file of another
+    configuration touched later (copied back, say) is not taken for the run in progress."""
+    import os
+
+    from seakr_repro.steps.runner import mark_current
+    runs = half_run / "default" / "runs" / "bundled-2wiki"
+    mark_current(runs / "seakr-bbbb.jsonl")
+    os.utime(runs / "seakr-old0.jsonl")                  # now the newest file
+    f1 = render.partial_results(load_config("default"), "table1")[0].query("metric == 'f1'").set_index("method")
+    assert f1.loc["seakr", "n"] == 3 and f1.loc["seakr", "value"] == 100.0
+
+
 def test_render_all_goes_on_around_a_running_step(half_run, monkeypatch):
     monkeypatch.setattr(render, "TABLES_DIR", half_run / "tables")
     done = render.render_all(load_config("default")).set_index("table")["rendered"]

@@ -52,22 +52,47 @@ def test_extrapolation_is_per_unit_arithmetic():
     assert ex["step03_rss_gib_at_1788"] == round((1.1e9 + 1e6 * 1588) / 1024 ** 3, 2)
 
 
-def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys):
-    # ~20 s: a 200-passage Lucene index and three child processes, as `make scale-check` runs
+def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys, monkeypatch):
+    # ~30 s: a 200-passage Lucene index and three child processes, as `make scale-check` runs.
+    # Real dev sets where the user keeps them must not be read: their questions have no hit in the
+    # synthetic corpus (Self-RAG once crashed on that); the paper profile's own paths are used.
+    from pathlib import Path
+    fixtures = Path(__file__).parent / "fixtures" / "datasets"
+    monkeypatch.setenv("SEAKR_RAW_DIR", str(fixtures))        # dev sets in the official layouts
     out = tmp_path / "scale.json"
     assert scale_check.main(["--passages", "200", "--questions", "1", "--calibration", "1",
-                             "--vector-questions", "2", "--n-boot", "5", "--methods", "cot", "seakr",
-                             "--workdir", str(tmp_path / "work"), "--out", str(out)]) == 0
+                             "--vector-questions", "2", "--n-boot", "5", "--methods", "cot", "self_rag",
+                             "seakr", "--workdir", str(tmp_path / "work"), "--out", str(out)]) == 0
     m = json.loads(out.read_text())
     assert m["index"]["indexed"] == 200 and m["index"]["index_passages_per_s"] > 0
-    assert set(m["runs"]["methods"]) == {"cot", "seakr"}
+    assert m["index"]["scheme"] == "es_best_fields"
+    assert json.loads((tmp_path / "work" / "index" / "index_meta.json").read_text())["scheme"] == "es_best_fields"
+    assert m["runs"]["paper_paths"] == {"scheme": "es_best_fields", "demos": "official",
+                                        "simple_qa_passages": "official", "questions": "synthetic"}
+    assert set(m["runs"]["methods"]) == {"cot", "self_rag", "seakr"}
+    assert not any(v["skipped"] for v in m["runs"]["methods"].values())
     seakr = m["runs"]["methods"]["seakr"]
     assert seakr["questions"] == 6 and seakr["llm_calls_per_q"] > 1 and seakr["cache_bytes_per_q"] > 0
+    runs = tmp_path / "work" / "results" / "paper" / "runs"
+    rows = [json.loads(line) for f in runs.glob("*/*.jsonl") for line in f.read_text().splitlines()]
+    assert rows and all(r["id"].startswith("synthetic-") for r in rows)
+    # simple QA read the stand-in top-10 file (passages 0-9), not a BM25 search of the corpus
+    nq = [json.loads(line) for f in runs.glob("nq/seakr-*.jsonl") for line in f.read_text().splitlines()]
+    seen = {h["id"] for r in nq for t in r["trace"] for h in t.get("hits", [])}
+    assert seen and seen <= {str(i) for i in range(10)}
     # step 02 writes 2 hooks x 32 layers x k x 4,096 float16 per question (+ the .npy header)
     assert m["runs"]["step02"]["vector_bytes_per_q"] == 2 * 32 * 20 * 4096 * 2 + 128
     assert [s["questions"] for s in m["step03"]["sizes"]] == [1, 2]
     ex = m["extrapolation"]
     assert ex["note"].startswith("arithmetic") and ex["index_build_hours"] > 0
-    assert set(ex["python_overhead_hours_per_method"]) == {"cot", "seakr"}
+    assert set(ex["python_overhead_hours_per_method"]) == {"cot", "self_rag", "seakr"}
+    # one source for the paper corpus's size: disk_needs, as the README's disk table and preflight
+    from seakr_repro.core.config import load_config
+    from seakr_repro.steps import disk_needs, prepare
+    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "no-cache")
+    needs = disk_needs.estimate_needs(load_config("paper"))
+    assert ex["corpus_jsonl_gib"] == round(needs["corpus_jsonl"] / 1024 ** 3, 1)
+    assert ex["index_gib"] == round(needs["index"] / 1024 ** 3, 1)
+    assert ex["synthetic_corpus_bytes_per_passage"] > 1000        # the text is kept twice
     printed = capsys.readouterr().out
     assert "MEASURED" in printed and "ARITHMETIC" in printed

@@ -1,8 +1,14 @@
 """`python -m seakr_repro status` on a fabricated results directory: partial and torn run files,
 steps in every state, totals capped by a notebook's N_QUESTIONS."""
 import json
+import os
+import re
+import socket
+import time
 
 import pytest
+
+from seakr_repro.core import runlock
 
 from seakr_repro.steps import plan
 from seakr_repro.tools import status
@@ -61,19 +67,77 @@ def test_runs_done_total_scores_pace_eta(results):
 
 
 def test_steps_in_every_state(results):
-    steps = status.step_status(load_config("default")).set_index("step")
+    with runlock.hold(results / runlock.LOCK_NAME, "make reproduce"):      # a live run
+        steps = status.step_status(load_config("default")).set_index("step")
     assert steps.loc["00-prepare-data", "state"] == "done"
     assert steps.loc["00-prepare-data", "took"] == "1h 02m"
     assert steps.loc["01-build-bm25-index", "state"] == "running"
     assert steps.loc["02-extract-hidden-states", "state"] == "failed"
     assert steps.loc["90-render", "state"] == "not run"
+    # the same temporary notebook with no live run: stopped, not running forever
+    steps = status.step_status(load_config("default")).set_index("step")
+    assert steps.loc["01-build-bm25-index", "state"] == "stopped"
 
 
 def test_report_and_cli(results, capsys):
     from seakr_repro.cli import main
-    assert main(["status", "--profile", "default"]) == 0
+    with runlock.hold(results / runlock.LOCK_NAME, "python -m seakr_repro reproduce --profile default"):
+        assert main(["status", "--profile", "default"]) == 0
     out = capsys.readouterr().out
-    assert "| bundled-2wiki | seakr" in out and "running" in out and "disk: results/default" in out
+    assert "| bundled-2wiki | seakr" in out and "disk: results/default" in out
+    assert f"reproduce: running, pid {os.getpid()} on host {socket.gethostname()}" in out
+    assert re.search(r"\| 01-build-bm25-index +\| running", out)
+
+
+def _dead_holder(results, host=None, age=0.0):
+    """The lock file a run killed with -9 leaves: its record, no flock held."""
+    lock = results / runlock.LOCK_NAME
+    lock.write_text(json.dumps({"pid": 999999, "host": host or socket.gethostname(),
+                                "started": "2026-01-01 10:00:00", "cwd": "/repo",
+                                "command": "python -m seakr_repro reproduce --profile default"}))
+    os.utime(lock, (time.time() - age, time.time() - age))
+    return lock
+
+
+def test_a_run_that_is_gone_is_stopped_with_the_resume_command(results):
+    _dead_holder(results, age=7200)
+    os.utime(results / "notebooks" / ".01-build-bm25-index.running.ipynb",
+             (time.time() - 3600, time.time() - 3600))            # papermill's last save
+    text = status.report(load_config("default"))
+    stopped_at = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - 3600))
+    assert f"reproduce: stopped at {stopped_at}" in text and "in step 01-build-bm25-index" in text
+    assert "pid 999999" in text and "its process is gone" in text
+    assert text.splitlines()[1].endswith(
+        "resume with: cd /repo && python -m seakr_repro reproduce --profile default")
+    assert re.search(r"\| 01-build-bm25-index +\| stopped", text) and "| running" not in text
+
+
+def test_a_run_on_another_host_is_alive_while_its_heartbeat_is_fresh(results):
+    _dead_holder(results, host="elsewhere")
+    assert status.run_holder(load_config("default"))["alive"]
+    assert "reproduce: running, pid 999999 on host elsewhere" in status.report(load_config("default"))
+    _dead_holder(results, host="elsewhere", age=2 * runlock.STALE_S)
+    assert not status.run_holder(load_config("default"))["alive"]
+    assert "reproduce: stopped at" in status.report(load_config("default"))
+
+
+def test_no_lock_at_all_still_says_stopped_and_how_to_resume(results):
+    text = status.report(load_config("default"))
+    assert "reproduce: stopped at" in text and "reproduce --profile default" in text
+
+
+def test_run_files_of_older_configurations_are_labelled(results):
+    from seakr_repro.steps.runner import mark_current
+    runs = results / "runs" / "bundled-2wiki"
+    (runs / "seakr-old999.jsonl").write_text("".join(json.dumps(_row(i, True)) + "\n" for i in range(6)))
+    table = status.run_status(load_config("default"))
+    assert set(table[table.run == "seakr"].config) == {""}         # nothing recorded: not guessed
+    mark_current(runs / "seakr-abc123.jsonl")
+    table = status.run_status(load_config("default")).set_index("file")
+    cur, old = table.loc["runs/bundled-2wiki/seakr-abc123.jsonl"], table.loc["runs/bundled-2wiki/seakr-old999.jsonl"]
+    assert (cur["config"], cur["done"], cur["total"]) == ("current", 4, 10)
+    assert (old["config"], old["done"], old["eta"]) == ("older", 6, "-") and old["total"] == "-"
+    assert table.loc["runs/bundled-2wiki/cot-def456.jsonl", "config"] == ""   # another label
 
 
 def test_no_results_yet(tmp_path, monkeypatch):

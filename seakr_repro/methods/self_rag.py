@@ -78,17 +78,28 @@ class SelfRAG(Method):
         return {"id": hit.id, "answer": clean(answer_part), "raw": text, "seq": seq, "isrel": rel,
                 "issup": sup, "isuse": use, "score": score}
 
+    def _without_passages(self, base: str, trace: list, p_ret: float, n_retrievals: int,
+                          **extra) -> MethodResult:
+        gen = self.backend.generate(base + NO_RETRIEVE, max_new_tokens=self.settings["max_new_tokens"])
+        trace.append(step_record("no_retrieval", base, gen.text))
+        return MethodResult(answer=clean(gen.text), raw_output=gen.text, trace=trace,
+                            n_retrievals=n_retrievals, extra={"p_retrieval": p_ret, **extra})
+
     def answer(self, record) -> MethodResult:
         s, base = self.settings, self.prompt(record.question)
         p_ret = self._probs(base, (RETRIEVE, NO_RETRIEVE))[0]
         trace = [step_record("retrieve_decision", base, "", p_retrieval=p_ret,
                              threshold=s["threshold"], retrieve=p_ret > s["threshold"])]
         if p_ret <= s["threshold"]:
-            gen = self.backend.generate(base + NO_RETRIEVE, max_new_tokens=s["max_new_tokens"])
-            trace.append(step_record("no_retrieval", base, gen.text))
-            return MethodResult(answer=clean(gen.text), raw_output=gen.text, trace=trace,
-                                n_retrievals=0, extra={"p_retrieval": p_ret})
+            return self._without_passages(base, trace, p_ret, n_retrievals=0)
         hits = self.search(record.question, s["ndocs"])
+        if not hits:
+            # No passage to critique (a query with no BM25 hit). The official short-form code would
+            # fail here (it ranks the passages' continuations, and there are none); its answer
+            # whenever it does not retrieve is the continuation after [No Retrieval], so that is
+            # the answer. The search was made: it counts as a retrieval, as the official count does.
+            trace.append(step_record("no_hits", record.question, "", hits=[]))
+            return self._without_passages(base, trace, p_ret, n_retrievals=1, no_hits=True)
         cands = [self._candidate(base, h) for h in hits]
         best = max(cands, key=lambda c: c["score"])   # first wins ties
         trace.append(step_record("candidates", base, best["raw"], hits=hits_brief(hits),

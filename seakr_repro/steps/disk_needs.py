@@ -3,20 +3,26 @@ files), by arithmetic from measured per-unit sizes: checked before a grid of run
 shown by preflight."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..core.disk import require_free_space
 
 
 # Per-unit sizes, MEASURED (README, "Disk and memory"): per passage on the default corpus (real
-# Wikipedia text, 4,810 passages: JSONL 3,384,093 B, Lucene index with -storeContents 2,757,991 B);
-# per question per method by `make scale-check` (call cache in its default "gram" form, run file).
-JSONL_BYTES_PER_PASSAGE = 704
-INDEX_BYTES_PER_PASSAGE = 574
+# Wikipedia text, 4,810 passages) in each retrieval scheme's layout: one field (JSONL 3,384,093 B,
+# Lucene index with -storeContents 2,757,991 B) and the paper profile's es_best_fields (the corpus
+# keeps `text` beside `contents`: JSONL 6,483,116 B; title and text indexed as fields of their own:
+# index 3,706,101 B); per question per method by `make scale-check` (call cache in its default
+# "gram" form, run file).
+JSONL_BYTES_PER_PASSAGE = {"single_field": 704, "es_best_fields": 1_348}
+INDEX_BYTES_PER_PASSAGE = {"single_field": 574, "es_best_fields": 771}
 PASSAGES = {"wiki-excerpt": 4_810, "dpr-wiki": 21_015_324}
 CACHE_BYTES_PER_QUESTION = {"cot": 1_179, "ircot": 6_137, "self_rag": 17_488, "flare": 11_750,
                             "dragin": 17_582, "seakr": 95_200}
 RUN_BYTES_PER_QUESTION = {"cot": 800, "ircot": 5_886, "self_rag": 2_295, "flare": 7_196,
                           "dragin": 8_900, "seakr": 5_642}
 FANOUT_SINGLE_VALUE = 1_788       # step 02's calibration questions when N_FANOUT is null (all)
+_SAMPLE_BYTES = 1 << 20           # lines read to measure a passage file's bytes per line
 
 
 def set_size(cfg, name: str) -> int:
@@ -33,38 +39,63 @@ def set_size(cfg, name: str) -> int:
     return min(n, total) if n is not None else total
 
 
+def lines_in(path: Path) -> int:
+    """A passage file's lines: counted when the file is under 1 MiB, else its size over the mean
+    line length of its first MiB (a 13 GB TSV in a moment, to within a few per cent)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(_SAMPLE_BYTES)
+    if size <= _SAMPLE_BYTES:
+        return head.count(b"\n") + (1 if head and not head.endswith(b"\n") else 0)
+    whole = head[:head.rfind(b"\n") + 1]
+    return round(size * whole.count(b"\n") / max(len(whole), 1))
+
+
+def corpus_passages(cfg) -> int:
+    """Passages of the profile's corpus: of the corpus JSONL or DPR's TSV when on disk (a stand-in
+    or partial TSV is measured, not taken for the 21M of the real one), else the known count."""
+    from ..core.paths import REPO_ROOT
+    from .prepare import corpus_path
+
+    corpus = corpus_path(cfg)
+    if corpus.is_file():
+        return lines_in(corpus)
+    if cfg["corpus.name"] == "dpr-wiki":
+        tsv = Path(cfg["corpus.tsv_path"])
+        tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
+        if tsv.is_file():
+            return max(lines_in(tsv) - 1, 0)     # its header line
+    return PASSAGES.get(cfg["corpus.name"], 0)
+
+
 def estimate_needs(cfg) -> dict[str, int]:
     """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
-    step 02's vectors and the run files of Tables 1/2 and the Table 3 ablations. Arithmetic from
-    the per-unit sizes above times the profile's counts (model shapes from the model registry)."""
-    from ..artifacts import ABLATIONS, methods
+    step 02's vectors and the run files of Tables 1-4 and 7. Arithmetic from the per-unit sizes
+    above times the profile's counts: the corpus's passages (`corpus_passages`) and each run's
+    questions as `cost.question_runs` counts them (each set's size capped by datasets.n_questions
+    and the notebook's or table's sample); model shapes from the model registry."""
     from ..llm.registry import MODELS
+    from .cost import question_runs
 
-    passages = PASSAGES.get(cfg["corpus.name"], 0)
-    nb = lambda key: (cfg.get("notebooks", {}) or {}).get(key, {}) or {}   # noqa: E731
-    complex_q = sum(set_size(cfg, d) for d in cfg["datasets.complex"])
-    simple_q = sum(set_size(cfg, d) for d in cfg["datasets.simple"])
-    analysed = cfg.get("analysis.datasets") or [*cfg["datasets.complex"], *cfg["datasets.simple"]]
-    n_abl = cfg.get("analysis.n_questions")       # Tables 3/4's sample per data set
-    abl_q = sum(set_size(cfg, d) if n_abl is None else min(n_abl, set_size(cfg, d))
-                for d in analysed)
+    runs = question_runs(cfg)
     cache = run = 0
-    table1, table2 = methods("table1"), methods("table2")
-    for m in set(table1) | set(table2):
-        n = complex_q * (m in table1) + simple_q * (m in table2)
-        cache += n * CACHE_BYTES_PER_QUESTION[m]
-        run += n * RUN_BYTES_PER_QUESTION[m]
-    cache += abl_q * CACHE_BYTES_PER_QUESTION["seakr"]           # ablations mostly share its calls
-    run += abl_q * (len(ABLATIONS) - 1) * RUN_BYTES_PER_QUESTION["seakr"]
+    for table, method, n in zip(runs["table"], runs["method"], runs["questions"]):
+        run += n * RUN_BYTES_PER_QUESTION.get(method, RUN_BYTES_PER_QUESTION["seakr"])
+        if table != "table3":
+            cache += n * CACHE_BYTES_PER_QUESTION.get(method, CACHE_BYTES_PER_QUESTION["seakr"])
+    # the ablations (Table 3) share most of their calls: one SeaKR run's worth per data set
+    ablated = runs[runs["table"] == "table3"].groupby("dataset")["questions"].max()
+    cache += int(ablated.sum()) * CACHE_BYTES_PER_QUESTION["seakr"]
+    nb = lambda key: (cfg.get("notebooks", {}) or {}).get(key, {}) or {}   # noqa: E731
     n02 = nb("02-extract-hidden-states")
     fan, bundled = n02.get("N_FANOUT", 60), n02.get("N_BUNDLED", 40)
     n_cal = (FANOUT_SINGLE_VALUE if fan is None else fan) + (bundled or 0)
     spec = MODELS.get(cfg["model.name"])
     layers, hidden = (spec.n_layers, spec.hidden) if spec else (32, 4096)
-    # the two-field BM25's corpus keeps the text a second time under its own key (~2x, arithmetic)
-    jsonl = JSONL_BYTES_PER_PASSAGE * (2 if cfg.get("retrieval.scheme") == "es_best_fields" else 1)
-    return {"corpus_jsonl": passages * jsonl,
-            "index": passages * INDEX_BYTES_PER_PASSAGE,
+    scheme = cfg.get("retrieval.scheme") or "single_field"
+    passages = corpus_passages(cfg)
+    return {"corpus_jsonl": passages * JSONL_BYTES_PER_PASSAGE[scheme],
+            "index": passages * INDEX_BYTES_PER_PASSAGE[scheme],
             "call_cache": int(cache),
             "step02_vectors": n_cal * 2 * layers * int(cfg["uncertainty.k"]) * hidden * 2,
             "run_files": int(run)}

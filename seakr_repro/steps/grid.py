@@ -162,7 +162,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     """Run every spec on every data set; return (tidy results, {label: why it has no numbers})."""
     from ..evaluation import score_predictions
     from ..methods import build_method
-    from .runner import run_method, run_path, summarise
+    from .runner import mark_current, run_method, run_path, summarise
 
     from .disk_needs import require_for_runs
 
@@ -183,6 +183,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 skipped[spec.label] = err.what
                 break
             path = run_path(cfg.profile, dataset, spec.label, method.config)
+            mark_current(path)
             done = run_method(method, records, path, backend=backend, progress=progress,
                               desc=f"{spec.label} on {dataset}",
                               concurrency=_concurrency(cfg, backend, method))

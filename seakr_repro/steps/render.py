@@ -72,7 +72,7 @@ def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[
     from ..evaluation import score_predictions
     from .grid import select_questions
     from .prepare import load_prepared
-    from .runner import read_results
+    from .runner import current_name, read_results
     from .plan import run_total
 
     spec = _table(spec)
@@ -86,6 +86,8 @@ def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[
             files = [f for f in files if f.stem.rsplit("-", 1)[0] == label]   # not "seakr-x" for "seakr"
             if not files:
                 continue
+            current = current_name(runs / dataset, label)      # the latest run's file, else the newest
+            files = [f for f in files if f.name == current] or files
             if prepared is None:
                 prepared = [r.id for r in load_prepared(cfg, dataset)]
             total = run_total(cfg, dataset, label) or len(prepared)

@@ -29,6 +29,33 @@ def run_path(profile: str, dataset: str, method_name: str, method_config: dict) 
     return results_dir(profile) / "runs" / dataset / f"{method_name}-{config_hash(method_config)}.jsonl"
 
 
+CURRENT_NAME = "current.json"     # beside the run files of a data set: {label: the current file}
+
+
+def mark_current(path: Path) -> None:
+    """Record `path` as its label's current run file (the one the latest run of that row writes);
+    files of the same label under other config hashes are then older configurations (`status`)."""
+    from ..core.io import read_json, write_json
+
+    record = path.parent / CURRENT_NAME
+    label = path.stem.rsplit("-", 1)[0]
+    current = read_json(record) if record.is_file() else {}
+    if current.get(label) != path.name:
+        write_json(record, {**current, label: path.name})
+
+
+def current_name(dataset_dir: Path, label: str) -> str | None:
+    """The file name `mark_current` recorded for `label` in a data set's run directory, or None
+    (nothing recorded, or an unreadable record)."""
+    from ..core.io import read_json
+
+    record = dataset_dir / CURRENT_NAME
+    try:
+        return read_json(record).get(label) if record.is_file() else None
+    except (UserError, AttributeError):
+        return None
+
+
 def read_results(path: str | Path, repair: bool = False) -> list[dict]:
     """Finished lines of a run file. A torn LAST line is dropped (and cut from the file if
     `repair`); a malformed line elsewhere is an error naming the line."""

@@ -1,14 +1,20 @@
 """`make scale-check`: a paper-scale dry run on a CPU, and the arithmetic to the whole profile.
 
 A synthetic backend with LLaMA-2-7B's shapes (`llm/synthetic.py`, instant deterministic outputs) and
-a synthetic corpus of `--passages` passages (100 words and a title each, indexed by the real
-pyserini path) drive the PAPER profile's own code: every Table 1/2 method through
-`grid.run_grid` on a few questions per data set (the real dev sets when present, else
-synthetic questions in the same record format), step 02's extraction, and step 03's per-layer
-reading of a synthetic vector store of the paper's shape. Measured: host RSS (each part in its own
+a synthetic corpus of `--passages` passages (100 words and a title each, in the paper profile's
+`es_best_fields` layout and indexed by the real pyserini path with that scheme) drive the PAPER
+profile's own code: every Table 1/2 method through `grid.run_grid` on a few synthetic questions
+per data set (always: the real dev sets' questions have no answer in a synthetic corpus), with the
+paper profile's official prompts and DPR top-10 passages for simple QA read from stand-ins in the
+official formats (`write_standins`: the example lists' lengths of the official SEAKR/dataset.py,
+100-word passages), step 02's extraction, and step 03's per-layer reading of a synthetic vector
+store of the paper's shape. Nothing under data/raw is read (SEAKR_RAW_DIR points at the
+stand-ins). Measured: host RSS (each part in its own
 child process), disk per question (run files, call cache, vectors), Python overhead per question
 per method (the model costs nothing here: this is everything else), the index build rate.
-The extrapolation to 21,015,324 passages and the paper's question counts is arithmetic and says so.
+The extrapolation to 21,015,324 passages and the paper's question counts is arithmetic and says so;
+its disk sizes are `steps.disk_needs`'s (real-text bytes per passage, the one source of those
+figures), with the synthetic corpus's own bytes per passage beside them as a check.
 
 BLAS runs on one thread here: U's k x k products are too small to gain from more, and on a loaded
 machine idle BLAS threads made a 20 x 4,096 Gram product 500x slower (0.33 s against 0.64 ms).
@@ -33,6 +39,9 @@ PAPER_QUESTIONS = {"2wiki": 12_576, "hotpotqa": 7_405, "iirc": 954, "nq": 3_610,
                    "squad": 7_357}                                  # paper Table 6
 PAPER_CALIBRATION = 1_788        # FanOutQA single-value sub-questions (step 02 at paper scale)
 PAPER_SHAPE = {"layers": 32, "k": 20, "hidden": 4096}
+# entries of each `examples` list in the official SEAKR/dataset.py (counted in THU-KEG/SeaKR), and
+# their typical shape there: a question of ~75 characters, 3 reasoning steps of ~50, a short answer
+OFFICIAL_EXAMPLES = {"2wiki": 10, "hotpotqa": 20, "iirc": 20, "simple": 29}
 
 
 def _rss_bytes() -> int:
@@ -44,23 +53,39 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
 
 
+def _run_bytes(path: Path) -> int:
+    """Bytes of the run files under `path` (not the small current-file records beside them)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*.jsonl")) if Path(path).exists() else 0
+
+
 def _files(path: Path) -> int:
     return sum(1 for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
 
 
 # ------------------------------------------------------------------------------ corpus + index
-def build_synthetic_index(work: Path, passages: int, threads: int = 2) -> dict:
-    from ..data.corpus import write_corpus
-    from ..llm.synthetic import synthetic_passages
-    from ..retrieval.lucene import build_lucene_index
+def paper_config(overrides: dict | None = None):
+    """The paper profile on the synthetic backend (and the caller's overrides)."""
+    from ..core.config import load_config
 
+    return load_config("paper", overrides={"model.backend": "synthetic", **(overrides or {})})
+
+
+def build_synthetic_index(work: Path, passages: int, threads: int = 2) -> dict:
+    """The synthetic corpus in the paper profile's corpus layout, indexed with its scheme."""
+    from ..data.corpus import STORED_FIELDS, WITH_TEXT_FIELDS, write_corpus
+    from ..llm.synthetic import synthetic_passages
+    from ..retrieval.index import build_index
+
+    scheme = paper_config()["retrieval.scheme"]
     corpus = work / "corpus.jsonl"
     t0 = time.perf_counter()
-    write_corpus(synthetic_passages(passages), corpus, progress=False)
+    write_corpus(synthetic_passages(passages), corpus, progress=False,
+                 fields=WITH_TEXT_FIELDS if scheme == "es_best_fields" else STORED_FIELDS)
     t1 = time.perf_counter()
-    counters = build_lucene_index(corpus, work / "index", threads=threads, progress=False)
+    info = build_index(corpus, work / "index", backend="pyserini", threads=threads, progress=False,
+                       scheme=scheme)
     t2 = time.perf_counter()
-    return {"passages": passages, "indexed": counters.get("indexed", 0),
+    return {"passages": passages, "scheme": scheme, "indexed": info.doc_count,
             "corpus_seconds": round(t1 - t0, 1), "corpus_bytes": corpus.stat().st_size,
             "index_seconds": round(t2 - t1, 1), "index_bytes": _du(work / "index"),
             "index_passages_per_s": round(passages / (t2 - t1), 1)}
@@ -72,33 +97,61 @@ def _child_runs(work: Path, questions: int, calibration: int, methods: list[str]
         return _runs(work, questions, calibration, methods)
 
 
+def write_standins(raw: Path, questions: int) -> Path:
+    """Under `raw` (the child's SEAKR_RAW_DIR), what the paper profile reads besides the corpus, in
+    the official formats: a SeaKR clone's SEAKR/dataset.py whose classes hold `examples` lists of
+    the official lengths (synthetic text), and DPR top-10 files (a JSON list of {question, answers,
+    ctxs}) for the synthetic simple-QA questions. Returns the clone's directory."""
+    from ..data.registry import DATASETS, TOP_PASSAGES, top_passages_path
+    from ..llm.synthetic import synthetic_passages, synthetic_question, synthetic_word
+    from ..prompts.official import CLASSES, DATASET_FILE
+
+    def words(seed: int, n: int) -> str:
+        return " ".join(synthetic_word((seed * 31 + j * 7) % 3000) for j in range(n))
+
+    repo = raw / "SeaKR"
+    (repo / DATASET_FILE).parent.mkdir(parents=True, exist_ok=True)
+    classes = []
+    for family, cls in CLASSES.items():
+        examples = [{"question": words(i, 12).capitalize() + "?",
+                     "cot": [words(i + s, 8).capitalize() + "." for s in range(3)],
+                     "answer": words(i, 2).title()} for i in range(OFFICIAL_EXAMPLES[family])]
+        classes.append(f"class {cls}:\n    examples = {examples!r}\n")
+    (repo / DATASET_FILE).write_text("\n\n".join(classes), encoding="utf-8")
+    ctxs = [{"id": p["id"], "title": p["title"], "text": p["text"]} for p in synthetic_passages(10)]
+    for name in TOP_PASSAGES:
+        if name not in DATASETS:
+            continue
+        path = top_passages_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        qs = [synthetic_question(name, i) for i in range(questions)]
+        path.write_text(json.dumps([{"question": q["question"], "answers": q["answers"], "ctxs": ctxs}
+                                    for q in qs]), encoding="utf-8")
+    return repo
+
+
 def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
     from ..steps import extraction
     from .. import artifacts
     from ..steps import grid
-    from ..core.config import load_config
     from ..data.records import QuestionRecord
-    from ..data.registry import dataset_available, load_dataset
     from ..core.io import write_jsonl
     from ..llm import load_backend
     from ..llm.synthetic import synthetic_question
-    from ..core.paths import results_dir
-    from ..retrieval.lucene import PyseriniSearcher
+    from ..core.paths import RAW_DIR, results_dir
+    from ..retrieval.index import open_searcher
 
-    # the paper profile on the synthetic backend; the inputs it downloads (the official repository's
-    # demos, DPR's top-10 passage files) are not here, so the paper's demos and BM25 stand in
-    cfg = load_config("paper", overrides={"model.backend": "synthetic", "prompts.demos": "paper",
-                                          "seakr.simple_qa_passages": "bm25"})
+    # the paper profile on the synthetic backend, with its own prompts, passages and searcher
+    repo = write_standins(RAW_DIR, questions)
+    cfg = paper_config({"prompts.official_repo": str(repo)})
     datasets = list(cfg["datasets.complex"]) + list(cfg["datasets.simple"])
-    real = {}
-    for name in datasets:              # step 00's prepared files, real questions where present
-        recs = (load_dataset(name, n=questions, seed=cfg["datasets.sample_seed"]) if dataset_available(name)
-                else [QuestionRecord.from_dict(synthetic_question(name, i)) for i in range(questions)])
-        real[name] = dataset_available(name)
+    for name in datasets:              # step 00's prepared files: synthetic questions
+        recs = [QuestionRecord.from_dict(synthetic_question(name, i)) for i in range(questions)]
         write_jsonl(results_dir(cfg.profile) / "data" / f"{name}.jsonl", (r.to_dict() for r in recs))
     backend = load_backend(cfg)
     pool = grid.BackendPool(cfg, backend)
-    searcher = PyseriniSearcher(work / "index")
+    searcher = open_searcher(work / "index", k1=cfg["retrieval.k1"], b=cfg["retrieval.b"],
+                             scheme=cfg["retrieval.scheme"])
     cache_dir = Path(os.environ["SEAKR_CACHE_DIR"]) / "llm"
     per_method = {}
     for m in methods:
@@ -106,7 +159,7 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
         sets = [d for d in datasets if m in artifacts.methods("table1") and d in cfg["datasets.complex"]
                 or m in artifacts.methods("table2") and d in cfg["datasets.simple"]]
         cache_before, files_before = _du(cache_dir), _files(cache_dir)
-        runs_before = _du(results_dir(cfg.profile) / "runs")
+        runs_before = _run_bytes(results_dir(cfg.profile) / "runs")
         t0 = time.perf_counter()
         res, skipped = grid.run_grid(cfg, pool, searcher, [spec], sets, questions, progress=False)
         wall = time.perf_counter() - t0
@@ -119,7 +172,8 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
             "retrievals_per_q": round(float(f1["retrievals_per_q"].mean()), 2) if len(f1) else None,
             "cache_bytes_per_q": round((_du(cache_dir) - cache_before) / max(n, 1)),
             "cache_files_per_q": round((_files(cache_dir) - files_before) / max(n, 1), 2),
-            "run_file_bytes_per_q": round((_du(results_dir(cfg.profile) / "runs") - runs_before) / max(n, 1)),
+            "run_file_bytes_per_q": round((_run_bytes(results_dir(cfg.profile) / "runs") - runs_before)
+                                          / max(n, 1)),
         }
     rss_methods = _rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,7 +184,9 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
     t0 = time.perf_counter()
     out = extraction.run_extraction(backend, records, cfg, n_shot=4, progress=False)
     wall = time.perf_counter() - t0
-    return {"datasets_real": real, "methods": per_method, "rss_methods_bytes": rss_methods,
+    paths = {"scheme": cfg["retrieval.scheme"], "demos": cfg["prompts.demos"],
+             "simple_qa_passages": cfg["seakr.simple_qa_passages"], "questions": "synthetic"}
+    return {"paper_paths": paths, "methods": per_method, "rss_methods_bytes": rss_methods,
             "cache_forms_paper_shape": cache_forms,
             "step02": {"questions": calibration, "wall_s_per_q": round(wall / max(calibration, 1), 3),
                        "vector_bytes_per_q": round(_du(out / "vectors") / max(calibration, 1)),
@@ -258,9 +314,10 @@ def _cache_report(model: str, n: int, k: int, max_tokens: int) -> dict:
 def extrapolate(m: dict) -> dict:
     """The whole paper profile from the measurements: ARITHMETIC, not a measurement."""
     gib = 1024 ** 3
+    from ..steps.disk_needs import INDEX_BYTES_PER_PASSAGE, JSONL_BYTES_PER_PASSAGE
+
     idx, runs, s03 = m["index"], m["runs"], m["step03"]
-    per_psg_index = idx["index_bytes"] / idx["passages"]
-    per_psg_corpus = idx["corpus_bytes"] / idx["passages"]
+    scheme = idx.get("scheme", "es_best_fields")
     n_complex = sum(PAPER_QUESTIONS[d] for d in ("2wiki", "hotpotqa", "iirc"))
     n_simple = sum(PAPER_QUESTIONS[d] for d in ("nq", "triviaqa", "squad"))
     from ..artifacts import methods
@@ -275,8 +332,12 @@ def extrapolate(m: dict) -> dict:
     return {
         "note": "arithmetic from the measurements above (per-unit figures x the paper's counts)",
         "index_build_hours": round(PAPER_PASSAGES / idx["index_passages_per_s"] / 3600, 2),
-        "corpus_jsonl_gib": round(PAPER_PASSAGES * per_psg_corpus / gib, 1),
-        "index_gib": round(PAPER_PASSAGES * per_psg_index / gib, 1),
+        # disk_needs' real-text sizes (what the README's disk table and preflight use) ...
+        "corpus_jsonl_gib": round(PAPER_PASSAGES * JSONL_BYTES_PER_PASSAGE[scheme] / gib, 1),
+        "index_gib": round(PAPER_PASSAGES * INDEX_BYTES_PER_PASSAGE[scheme] / gib, 1),
+        # ... and the synthetic corpus's own, measured here in the same layout, as a check
+        "synthetic_corpus_bytes_per_passage": round(idx["corpus_bytes"] / idx["passages"]),
+        "synthetic_index_bytes_per_passage": round(idx["index_bytes"] / idx["passages"]),
         "python_overhead_hours_per_method": hours,
         "python_overhead_hours_total": round(sum(hours.values()), 1),
         "call_cache_gib": round(cache_b / gib, 2),
@@ -320,23 +381,26 @@ def main(argv=None) -> int:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="seakr-scale-check-"))
     work.mkdir(parents=True, exist_ok=True)
     vec_bytes = a.vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2
-    need = a.passages * 1500 + vec_bytes + a.calibration * 11_000_000 + (1 << 30)
+    need = a.passages * 2500 + vec_bytes + a.calibration * 11_000_000 + (1 << 30)
     require_free_space(work, need, f"the scale check ({a.passages:,} passages, "
                                    f"{a.vector_questions} paper-shaped vector questions)")
     try:
         m: dict = {"passages": a.passages, "cpu_cores": os.cpu_count()}
         print(f"[scale-check] synthetic corpus of {a.passages:,} passages + Lucene index ...", flush=True)
         saved = work / "index-measurements.json"      # a kept --workdir reuses its index
-        if saved.is_file() and json.loads(saved.read_text())["passages"] == a.passages:
+        scheme = paper_config()["retrieval.scheme"]
+        if saved.is_file() and (json.loads(saved.read_text())["passages"],
+                                json.loads(saved.read_text()).get("scheme")) == (a.passages, scheme):
             m["index"] = json.loads(saved.read_text())
         else:
             m["index"] = build_synthetic_index(work, a.passages)
             saved.write_text(json.dumps(m["index"]))
-        for stale in ("results", "cache", *(x.name for x in work.glob("store-*"))):
+        for stale in ("results", "cache", "raw", *(x.name for x in work.glob("store-*"))):
             shutil.rmtree(work / stale, ignore_errors=True)   # disk is measured from empty
         print(f"[scale-check] {json.dumps(m['index'])}", flush=True)
         print(f"[scale-check] paper profile, synthetic backend: {', '.join(methods)}, step 02 ...", flush=True)
-        env = {"SEAKR_RESULTS_DIR": str(work / "results"), "SEAKR_CACHE_DIR": str(work / "cache")}
+        env = {"SEAKR_RESULTS_DIR": str(work / "results"), "SEAKR_CACHE_DIR": str(work / "cache"),
+               "SEAKR_RAW_DIR": str(work / "raw")}          # the stand-ins, never data/raw
         m["runs"] = _spawn(["--child", "runs", "--workdir", str(work), "--questions", str(a.questions),
                             "--calibration", str(a.calibration), "--methods", *methods], env)
         print("[scale-check] step 03 over paper-shaped vectors ...", flush=True)
@@ -363,8 +427,9 @@ def _print_report(m: dict) -> None:
     from ..core.disk import human_bytes
 
     idx, runs, ex = m["index"], m["runs"], m["extrapolation"]
-    print(f"\nMEASURED on {m['cpu_cores']} cores, synthetic LLaMA-2-7B-shaped backend:")
-    print(f"  index build: {idx['passages']:,} passages in {idx['index_seconds']} s = "
+    print(f"\nMEASURED on {m['cpu_cores']} cores, synthetic LLaMA-2-7B-shaped backend, the paper "
+          f"profile's paths: {json.dumps(runs['paper_paths'])}")
+    print(f"  index build ({idx['scheme']}): {idx['passages']:,} passages in {idx['index_seconds']} s = "
           f"{idx['index_passages_per_s']:,.0f} passages/s; index {human_bytes(idx['index_bytes'])}, "
           f"corpus JSONL {human_bytes(idx['corpus_bytes'])}")
     for name, v in runs["methods"].items():

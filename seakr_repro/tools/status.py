@@ -1,23 +1,29 @@
 """`python -m seakr_repro status`: where a (possibly days-long) `make reproduce` stands.
 
 Two tables from what is on disk, read-only and while the run goes on:
+- the run: whether a `reproduce` of the profile is alive (its lock, `core.runlock`: held, or a
+  fresh heartbeat from another host), and if it stopped mid-step, when and the command that resumes it;
 - steps: each numbered notebook, done (its stamp under results/<p>/stamps/), running (papermill's
-  temporary notebook is there), failed (<name>.failed.ipynb) or not run;
-- runs: each run file results/<p>/runs/<dataset>/<label>-<hash>.jsonl: questions done of the total,
-  running EM/F1 with bootstrap intervals, seconds per question, the time left at that pace, and
-  its size on disk.
+  temporary notebook is there and the run is alive), stopped (the temporary notebook is there but
+  the run is gone: a crash, kill -9, a reboot), failed (<name>.failed.ipynb) or not run;
+- runs: each run file results/<p>/runs/<dataset>/<label>-<hash>.jsonl: whether it is the row's
+  current configuration (the file its latest run wrote, `runner.mark_current`) or an older one,
+  questions done of the total, running EM/F1 with bootstrap intervals, seconds per question, the
+  time left at that pace, and its size on disk.
 A torn last line (a write in progress) is ignored as the runner does; a file damaged elsewhere is
 listed as unreadable instead of stopping the report.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from ..core.config import Config
+from ..core.runlock import LOCK_NAME, describe, holder
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import UserError
 from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT
@@ -42,11 +48,19 @@ def _duration(seconds: float | None) -> str:
     return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
-def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR) -> pd.DataFrame:
+def run_holder(cfg: Config) -> dict | None:
+    """The profile's `reproduce` lock: who holds or last held it and whether that run is alive."""
+    return holder(_results(cfg) / LOCK_NAME)
+
+
+def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd.DataFrame:
+    """`run`: `run_holder(cfg)` when already read (default: read it)."""
     from ..core.io import read_json
     from ..pipeline import notebook_steps
 
     res = _results(cfg)
+    run = run_holder(cfg) if run is ... else run
+    alive = bool(run and run["alive"])
     rows = []
     for nb in notebook_steps(notebooks_dir):
         stamp = res / "stamps" / f"{nb.stem}.json"
@@ -58,7 +72,7 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR) -> pd.DataFram
             except (UserError, ValueError):
                 info = {}
         if (out_dir / f".{nb.stem}.running.ipynb").is_file():
-            state = "running"
+            state = "running" if alive else "stopped"
         elif (out_dir / nb.name.replace(".ipynb", ".failed.ipynb")).is_file():
             state = "failed"
         elif info:
@@ -70,9 +84,33 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR) -> pd.DataFram
     return pd.DataFrame(rows, columns=["step", "state", "finished", "took"])
 
 
+def stopped_line(cfg: Config, run: dict | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> str | None:
+    """'stopped at <time> ...; resume with: <command>' when a step was left mid-way by a run
+    that is gone; None otherwise."""
+    from ..pipeline import notebook_steps, reproduce_command
+
+    if run and run["alive"]:
+        return None
+    out_dir = _results(cfg) / "notebooks"
+    left = [out_dir / f".{nb.stem}.running.ipynb" for nb in notebook_steps(notebooks_dir)]
+    left = [p for p in left if p.is_file()]
+    if not left:
+        return None
+    # the last sign of life: the holder's heartbeat, or papermill's last save of the notebook
+    last = max([p.stat().st_mtime for p in left] + ([run["heartbeat"]] if run else []))
+    step = left[0].name[1:].replace(".running.ipynb", "")
+    if run:
+        who = f" ({describe(run)}; {run['how']})"
+        resume = f"cd {shlex.quote(run.get('cwd', '.'))} && {run['command']}"
+    else:
+        who, resume = "", reproduce_command(cfg.profile)
+    return (f"stopped at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last))} in step {step}"
+            f"{who}; resume with: {resume}")
+
+
 def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     from ..evaluation import score_predictions
-    from ..steps.runner import read_results
+    from ..steps.runner import current_name, read_results
 
     runs = _results(cfg) / "runs"
     n_boot = n_boot or cfg.get("evaluation.bootstrap_samples", 1000)
@@ -80,8 +118,12 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     rows = []
     for path in sorted(runs.glob("*/*.jsonl")) if runs.is_dir() else []:
         dataset, label = path.parent.name, path.stem.rsplit("-", 1)[0]
-        total = run_total(cfg, dataset, label, sizes)
-        row = {"dataset": dataset, "run": label, "done": 0, "total": total, "em": "", "f1": "",
+        current = current_name(path.parent, label)
+        config = "" if current is None else "current" if current == path.name else "older"
+        # an older configuration's questions are not this run's: no total, no time left
+        total = run_total(cfg, dataset, label, sizes) if config != "older" else "-"
+        row = {"dataset": dataset, "run": label, "config": config, "done": 0, "total": total,
+               "em": "", "f1": "",
                "s/question": "", "eta": "", "disk": human_bytes(path.stat().st_size),
                "file": str(path.relative_to(_results(cfg)))}
         try:
@@ -100,10 +142,10 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
             # concurrent questions overlap in time: the pace is seconds / questions in flight
             pace = sum(r.get("seconds", 0.0) / max(1, r.get("concurrency", 1)) for r in done) / len(done)
             row["s/question"] = f"{pace:.2f}"
-            row["eta"] = "done" if total is not None and len(done) >= total else \
+            row["eta"] = "-" if config == "older" else "done" if total is not None and len(done) >= total else \
                 _duration(pace * (total - len(done))) if total is not None else "?"
         rows.append(row)
-    return pd.DataFrame(rows, columns=["dataset", "run", "done", "total", "em", "f1", "s/question",
+    return pd.DataFrame(rows, columns=["dataset", "run", "config", "done", "total", "em", "f1", "s/question",
                                        "eta", "disk", "file"])
 
 
@@ -132,15 +174,25 @@ def disk_status(cfg: Config, cache: bool = False) -> str:
 def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR) -> str:
     """The whole status report as text (Markdown tables)."""
     t0 = time.perf_counter()
-    steps = step_status(cfg, notebooks_dir)
+    run = run_holder(cfg)
+    steps = step_status(cfg, notebooks_dir, run)
     runs = run_status(cfg)
-    parts = [f"profile {cfg.profile}, {time.strftime('%Y-%m-%d %H:%M:%S')}", "",
-             "steps:", steps.to_markdown(index=False), ""]
+    parts = [f"profile {cfg.profile}, {time.strftime('%Y-%m-%d %H:%M:%S')}"]
+    stopped = stopped_line(cfg, run, notebooks_dir)
+    if run and run["alive"]:
+        parts.append(f"reproduce: running, {describe(run)} ({run['how']})")
+    elif stopped:
+        parts.append(f"reproduce: {stopped}")
+    else:
+        parts.append("reproduce: not running")
+    parts += ["", "steps:", steps.to_markdown(index=False), ""]
     if runs.empty:
         parts.append("runs: none yet")
     else:
         conf = 100 * cfg.get("evaluation.confidence", 0.95)
-        parts += [f"runs (EM/F1 in % with {conf:g}% bootstrap intervals; eta at the pace so far):",
+        parts += [f"runs (EM/F1 in % with {conf:g}% bootstrap intervals; eta at the pace so far; "
+                  "config: current = the file the row's latest run wrote, older = an earlier "
+                  "configuration's file):",
                   runs.to_markdown(index=False)]
     parts += ["", "disk: " + disk_status(cfg, cache), f"(status took {time.perf_counter() - t0:.1f} s)"]
     return "\n".join(parts)
