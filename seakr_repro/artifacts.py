@@ -30,8 +30,8 @@ def spec_for(method: str, label: str | None = None, overrides: dict | None = Non
     return RunSpec(label or method, method, dict(overrides or {}), model)
 
 
-# SeaKR as the official code runs it, and with its deviations corrected (README, "Faithful and
-# fixed"); both run in every profile, side by side, whatever the profile's own mode.
+# SeaKR as the official code runs it, and with its deviations corrected (docs/faithful-and-
+# fixed.md); both run in every profile, side by side, whatever the profile's own mode.
 FAITHFUL = {"mode": "faithful", "forced_eos": "replace_last"}
 FIXED = {"mode": "fixed", "forced_eos": "append"}
 CALIBRATED = "calibrated"          # an ABLATIONS delta resolved to step 03's thresholds at run time

@@ -86,7 +86,7 @@ def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys, monkeypatch):
     ex = m["extrapolation"]
     assert ex["note"].startswith("arithmetic") and ex["index_build_hours"] > 0
     assert set(ex["python_overhead_hours_per_method"]) == {"cot", "self_rag", "seakr"}
-    # one source for the paper corpus's size: disk_needs, as the README's disk table and preflight
+    # one source for the paper corpus's size: disk_needs, as docs/disk-and-memory.md's table and preflight
     from seakr_repro.core.config import load_config
     from seakr_repro.steps import disk_needs, prepare
     monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "no-cache")

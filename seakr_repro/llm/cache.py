@@ -13,7 +13,7 @@ for a sample call, its k forced-EOS vectors in one of two compact forms (`cache.
   matrix (so the same U up to rounding), NOT the model's hidden states; the SampleSet then
   carries `vectors_form = "gram"`. Nothing in the package reads cached vectors for anything else.
 - "float16": the k x d vectors themselves in float16 (half today's float32; U moves by the
-  rounding measured in the README).
+  rounding measured in docs/disk-and-memory.md).
 
 `CachedBackend` also counts calls, hits, misses and tokens: the runner reports them per question.
 """

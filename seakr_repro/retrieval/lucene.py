@@ -67,13 +67,13 @@ def build_lucene_index(corpus_path: str | Path, out_dir: str | Path, threads: in
                        progress: bool = True, fields: Sequence[str] = ()) -> dict:
     """Run Anserini's IndexCollection (what `python -m pyserini.index.lucene` calls) in a
     subprocess; return its final counters. Only `contents` (title + newline + text) is stored:
-    -storeRaw would store the passage's JSON, a second copy of the text (see the README, "Disk
-    and memory", for the sizes). `fields` are JSON keys indexed as fields of their own besides
+    -storeRaw would store the passage's JSON, a second copy of the text (see docs/disk-and-
+    memory.md for the sizes). `fields` are JSON keys indexed as fields of their own besides
     `contents` (indexed, not stored)."""
     from ..core.disk import require_free_space
 
     out_dir = Path(out_dir)
-    # measured: the index takes ~0.82 x the JSONL (README, "Disk and memory"); ask for 1x
+    # measured: the index takes ~0.82 x the JSONL (docs/disk-and-memory.md); ask for 1x
     require_free_space(out_dir, Path(corpus_path).stat().st_size, "the Lucene index")
     cmd = [str(java_binary()), *quiet_jvm_options(), "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
            "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..core.disk import require_free_space
 
 
-# Per-unit sizes, MEASURED (README, "Disk and memory"): per passage on the default corpus (real
+# Per-unit sizes, MEASURED (docs/disk-and-memory.md): per passage on the default corpus (real
 # Wikipedia text, 4,810 passages) in each retrieval scheme's layout: one field (JSONL 3,384,093 B,
 # Lucene index with -storeContents 2,757,991 B) and the paper profile's es_best_fields (the corpus
 # keeps `text` beside `contents`: JSONL 6,483,116 B; title and text indexed as fields of their own:

@@ -332,7 +332,7 @@ def extrapolate(m: dict) -> dict:
     return {
         "note": "arithmetic from the measurements above (per-unit figures x the paper's counts)",
         "index_build_hours": round(PAPER_PASSAGES / idx["index_passages_per_s"] / 3600, 2),
-        # disk_needs' real-text sizes (what the README's disk table and preflight use) ...
+        # disk_needs' real-text sizes (what docs/disk-and-memory.md's table and preflight use) ...
         "corpus_jsonl_gib": round(PAPER_PASSAGES * JSONL_BYTES_PER_PASSAGE[scheme] / gib, 1),
         "index_gib": round(PAPER_PASSAGES * INDEX_BYTES_PER_PASSAGE[scheme] / gib, 1),
         # ... and the synthetic corpus's own, measured here in the same layout, as a check

@@ -1,0 +1,300 @@
+"""The README and docs/ stay true: links resolve, named make targets exist, fenced commands parse,
+named settings exist in params/base.yaml, and the README's claims table matches the ledger."""
+import argparse
+import contextlib
+import importlib.util
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seakr_repro.cli import build_parser, main as cli_main
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# Settings the docs name on purpose although base.yaml lacks them. Keep this list short.
+ALLOWED_UNKNOWN_SETTINGS = {
+    "uncertainty.kk",  # docs/paper-profile.md: the misspelt key of the settings-check example
+}
+FILE_SUFFIXES = {"py", "json", "jsonl", "yaml", "yml", "md", "csv", "tsv", "npz", "npy", "zip",
+                 "ipynb", "tex", "pdf", "png", "txt", "sh", "gz", "lock", "toml", "cfg", "html"}
+SHELL_LANGS = {"bash", "sh", "shell", "console"}
+FENCE = re.compile(r"^(```|~~~)([^\n]*)\n(.*?)^\1[ \t]*$", re.M | re.S)
+
+
+# ---------------------------------------------------------------- Markdown parsing
+
+def fenced_blocks(text):
+    """(language, body) of every fenced code block."""
+    return [(m.group(2).strip().lower(), m.group(3)) for m in FENCE.finditer(text)]
+
+
+def prose(text):
+    """The text without fenced blocks (their lines kept blank, so nothing merges)."""
+    return FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def code_spans(text):
+    """Inline code spans outside fenced blocks; a span may wrap lines but not cross a blank one."""
+    spans = []
+    for para in re.split(r"\n[ \t]*\n", prose(text)):
+        spans += [" ".join(m.group(2).split()) for m in re.finditer(r"(`+)(.+?)\1", para, re.S)]
+    return spans
+
+
+def github_slug(heading):
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]{1,2}(?=\S)|(?<=\S)[`*_]{1,2}", "", heading.strip()).lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(text):
+    seen, out = {}, set()
+    for line in prose(text).splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            slug = github_slug(m.group(1))
+            n = seen.get(slug, 0)
+            out.add(slug if n == 0 else f"{slug}-{n}")
+            seen[slug] = n + 1
+    return out
+
+
+def links(text):
+    """Targets of Markdown links and images, outside code."""
+    body = re.sub(r"(`+)(.+?)\1", "", prose(text), flags=re.S)
+    return re.findall(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", body)
+
+
+def broken_links(page):
+    """Relative links of a Markdown file whose file or #anchor does not exist."""
+    bad = []
+    for target in links(page.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):   # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{page.name}: {target} (no such file)")
+        elif anchor and (dest.is_dir() or dest.suffix != ".md"
+                         or anchor not in anchors(dest.read_text(encoding="utf-8"))):
+            bad.append(f"{page.name}: {target} (no such heading)")
+    return bad
+
+
+# ---------------------------------------------------------------- make targets and commands
+
+def makefile_targets(makefile_text):
+    return set(re.findall(r"^([A-Za-z0-9_.-]+)[ \t]*:(?!=)", makefile_text, re.M))
+
+
+def make_target(argv):
+    """The target a `make ...` argv names (variables skipped; none = the default goal)."""
+    words = [a for a in argv[1:] if "=" not in a and not a.startswith("-")]
+    return words[0] if words else None
+
+
+def named_make_targets(text):
+    """Targets of every `make X` in code spans and fenced blocks."""
+    code = " ".join(code_spans(text)) + " " + " ".join(body for _, body in fenced_blocks(text))
+    return set(re.findall(r"(?<![\w/.-])make\s+(?:[A-Z_]+=\S+\s+)*([a-z][\w-]*)", code))
+
+
+def fenced_commands(text):
+    """argv of each command line in the shell blocks (continuations joined, comments dropped)."""
+    out = []
+    for lang, body in fenced_blocks(text):
+        if lang in SHELL_LANGS:
+            for line in body.replace("\\\n", " ").splitlines():
+                argv = shlex.split(line, comments=True)
+                if argv:
+                    out.append(argv)
+    return out
+
+
+def strict_parser():
+    """The command line's parser, refusing abbreviated options: the docs spell each one out."""
+    parser = build_parser()
+    parser.allow_abbrev = False
+    for action in parser._actions:  # noqa: SLF001 (argparse keeps its subparsers only here)
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                sub.allow_abbrev = False
+    return parser
+
+
+def command_problem(argv, targets):
+    """Why a documented command would not run as written, or None."""
+    if argv[0] == "make":
+        target = make_target(argv)
+        return None if target is None or target in targets else f"no make target {target!r}"
+    if Path(argv[0]).name.startswith("python") and argv[1:2] == ["-m"] and len(argv) > 2:
+        module, args = argv[2], argv[3:]
+        if module == "seakr_repro":
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    strict_parser().parse_args(args)
+            except SystemExit as exc:
+                return None if exc.code == 0 else f"seakr_repro does not accept {shlex.join(args)!r}"
+            return None
+        return None if importlib.util.find_spec(module) else f"no module {module}"
+    return f"not a make or python -m command: {shlex.join(argv)}"
+
+
+def subcommand_help_problem(sub):
+    """`python -m seakr_repro SUB --help` must exit 0."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cli_main([sub, "--help"])
+    except SystemExit as exc:
+        return None if exc.code == 0 else f"{sub} --help exited {exc.code}"
+    return f"{sub} --help did not exit"
+
+
+# ---------------------------------------------------------------- settings
+
+def _code_namespaces():
+    """First components of dotted names that are code, not settings: the package's modules."""
+    pkg = ROOT / "seakr_repro"
+    names = {"seakr_repro"}
+    for path in pkg.rglob("*"):
+        if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists()):
+            names.add(path.stem)
+    return names
+
+
+def setting_candidates(span):
+    """Dotted setting keys a code span names: `a.b`, `a.b: value`, `a.b=value`, `--set a.b=v`."""
+    keys = re.findall(r"--set[ =]([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)=", span)  # not `--set key=value`
+    head = re.split(r"[\s:=]", span, maxsplit=1)[0]
+    if re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+", head) and head.rsplit(".", 1)[1] not in FILE_SUFFIXES:
+        keys.append(head)
+    return keys
+
+
+def unknown_settings(text, base, code_namespaces):
+    """Dotted keys named in code spans that base.yaml lacks. A key whose first part is not a
+    top-level setting but a module of the package (`steps.grid`) or an importable module
+    (`torch.multinomial`) is code and skipped."""
+    bad = []
+    for span in code_spans(text):
+        for key in setting_candidates(span):
+            first = key.split(".")[0]
+            if first not in base and (first in code_namespaces or importlib.util.find_spec(first)):
+                continue
+            node = base
+            for part in key.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    if key not in ALLOWED_UNKNOWN_SETTINGS:
+                        bad.append(key)
+                    break
+                node = node[part]
+    return bad
+
+
+def _base():
+    return yaml.safe_load((ROOT / "params" / "base.yaml").read_text())
+
+
+# ---------------------------------------------------------------- the checks
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page):
+    assert broken_links(page) == []
+
+
+def test_readme_links_every_docs_page():
+    readme_links = set(links((ROOT / "README.md").read_text()))
+    for page in PAGES[1:]:
+        assert f"docs/{page.name}" in readme_links, page.name
+
+
+def test_make_targets_named_in_readme_exist():
+    targets = makefile_targets((ROOT / "Makefile").read_text())
+    named = named_make_targets((ROOT / "README.md").read_text())
+    assert {"reproduce", "test"} <= named
+    assert sorted(named - targets) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_fenced_commands_parse(page):
+    targets = makefile_targets((ROOT / "Makefile").read_text())
+    commands = fenced_commands(page.read_text())
+    assert [p for p in (command_problem(a, targets) for a in commands) if p] == []
+
+
+def test_every_documented_subcommand_has_help():
+    subs = set()
+    for page in PAGES:
+        for argv in fenced_commands(page.read_text()):
+            if argv[1:3] == ["-m", "seakr_repro"] and len(argv) > 3 and not argv[3].startswith("-"):
+                subs.add(argv[3])
+    assert {"preflight", "status"} <= subs
+    assert [p for p in map(subcommand_help_problem, sorted(subs)) if p] == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_named_settings_exist(page):
+    assert unknown_settings(page.read_text(), _base(), _code_namespaces()) == []
+
+
+def test_readme_verdicts_match_the_ledger():
+    claims = (ROOT / "tables/default/claims.md").read_text()
+    ledger = dict(re.findall(r"^\| (\d) \| \*\*[^*]+\*\* \(([^)]+)\)", claims, re.M))
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| # | claim | verdict |"):].split("\n\n")[0]
+    ours = dict(re.findall(r"^\| (\d) \| [^|]+ \| ([^|]+?) \|", table, re.M))
+    assert len(ledger) == 7 and ours == ledger
+
+
+# ---------------------------------------------------------------- the checker fails when it should
+
+def test_broken_link_and_anchor_are_reported(tmp_path):
+    (tmp_path / "a.md").write_text("# Top\n\n## The paper profile's cost\n")
+    page = tmp_path / "p.md"
+    page.write_text("[ok](a.md) [ok](a.md#the-paper-profiles-cost) [ok](#here) [web](https://x.org/y)\n"
+                    "# Here\n[gone](missing.md) [bad](a.md#nope) `[code](missing2.md)`\n"
+                    "```\n[fenced](missing3.md)\n```\n")
+    assert broken_links(page) == ["p.md: missing.md (no such file)", "p.md: a.md#nope (no such heading)"]
+
+
+def test_unknown_make_target_is_reported():
+    targets = makefile_targets("help:  ## x\nreproduce: $(STAMP)\nVAR := 1\n$(STAMP): a\n")
+    assert targets == {"help", "reproduce"}
+    named = named_make_targets("run `make reproduce PROFILE=paper` or `make PROFILE=x figures`")
+    assert named == {"reproduce", "figures"}
+    assert command_problem(["make", "reproduce", "PROFILE=paper"], targets) is None
+    assert command_problem(["make", "reproduc"], targets) == "no make target 'reproduc'"
+
+
+def test_bad_commands_are_reported():
+    text = "```bash\nmake test   # the tests\n.venv/bin/python -m seakr_repro search \"a b\" \\\n    -k 3\n```\n"
+    assert fenced_commands(text) == [["make", "test"],
+                                     [".venv/bin/python", "-m", "seakr_repro", "search", "a b", "-k", "3"]]
+    targets = {"test"}
+    assert command_problem(fenced_commands(text)[1], targets) is None
+    assert command_problem(["python", "-m", "seakr_repro", "no-such-command"], targets)
+    assert command_problem(["python", "-m", "seakr_repro", "status", "--no-such-flag"], targets)
+    assert command_problem(["python", "-m", "seakr_repro", "status", "--profil", "paper"], targets)
+    assert command_problem(["python", "-m", "seakr_repro.tools.no_such_tool"], targets)
+    assert command_problem(["rm", "-rf", "results"], targets)
+    assert subcommand_help_problem("status") is None
+    assert subcommand_help_problem("no-such-command")
+
+
+def test_unknown_settings_are_reported():
+    base, code = _base(), _code_namespaces()
+    good = ("`seakr.mode`, `seakr.mode: fixed`, `model.vllm.allow_untested_version: true`, "
+            "`--set retrieval.backend=bm25s`, `cache.vectors`")
+    not_settings = ("`steps/runner.py`, `cli.py`, `seakr_repro.steps.disk_needs.estimate_needs(cfg)`, "
+                    "`steps.grid.run_grid`, `torch.multinomial`, `LLM.collective_rpc`, `psgs_w100.tsv`, "
+                    "`hotpot_train_v1.1.json`, `vllm==0.32.0`, `nq-test.qa.csv`")
+    assert unknown_settings(good + " " + not_settings, base, code) == []
+    bad = "`seakr.moed`, `seakrr.mode: fixed`, `model.vllm.allow_untested`, `--set model.dtyp=float16`"
+    assert unknown_settings(bad, base, code) == ["seakr.moed", "seakrr.mode", "model.vllm.allow_untested",
+                                                 "model.dtyp"]
