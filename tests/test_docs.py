@@ -101,8 +101,9 @@ def make_target(argv):
 
 def named_make_targets(text):
     """Targets of every `make X` in code spans and fenced blocks."""
-    code = " ".join(code_spans(text)) + " " + " ".join(body for _, body in fenced_blocks(text))
-    return set(re.findall(r"(?<![\w/.-])make\s+(?:[A-Z_]+=\S+\s+)*([a-z][\w-]*)", code))
+    pieces = code_spans(text) + [line for _, body in fenced_blocks(text) for line in body.splitlines()]
+    return {target for piece in pieces   # each span and line alone: `make` then `python` is no target
+            for target in re.findall(r"(?<![\w/.-])make[ \t]+(?:[A-Z_]+=\S+[ \t]+)*([a-z][\w-]*)", piece)}
 
 
 def fenced_commands(text):
@@ -271,6 +272,7 @@ def test_unknown_make_target_is_reported():
     assert targets == {"help", "reproduce"}
     named = named_make_targets("run `make reproduce PROFILE=paper` or `make PROFILE=x figures`")
     assert named == {"reproduce", "figures"}
+    assert named_make_targets("a `make` target, or `python -m x`") == set()
     assert command_problem(["make", "reproduce", "PROFILE=paper"], targets) is None
     assert command_problem(["make", "reproduc"], targets) == "no make target 'reproduc'"
 
