@@ -183,7 +183,8 @@ def unknown_settings(text, base, code_namespaces):
     top-level setting but a module of the package (`steps.grid`) or an importable module
     (`torch.multinomial`) is code and skipped."""
     bad = []
-    for span in code_spans(text):
+    shell_lines = [line for lang, body in fenced_blocks(text) if lang in SHELL_LANGS for line in body.splitlines()]
+    for span in code_spans(text) + shell_lines:
         for key in setting_candidates(span):
             first = key.split(".")[0]
             if first not in base and (first in code_namespaces or importlib.util.find_spec(first)):
@@ -300,6 +301,7 @@ def test_unknown_settings_are_reported():
                     "`steps.grid.run_grid`, `torch.multinomial`, `LLM.collective_rpc`, `psgs_w100.tsv`, "
                     "`hotpot_train_v1.1.json`, `vllm==0.32.0`, `nq-test.qa.csv`")
     assert unknown_settings(good + " " + not_settings, base, code) == []
-    bad = "`seakr.moed`, `seakrr.mode: fixed`, `model.vllm.allow_untested`, `--set model.dtyp=float16`"
+    bad = ("`seakr.moed`, `seakrr.mode: fixed`, `model.vllm.allow_untested`, `--set model.dtyp=float16`\n"
+           "```bash\nmake reproduce  # `seakr.mode`\npython -m seakr_repro run --set seakr.mod=fixed\n```\n")
     assert unknown_settings(bad, base, code) == ["seakr.moed", "seakrr.mode", "model.vllm.allow_untested",
-                                                 "model.dtyp"]
+                                                 "model.dtyp", "seakr.mod"]
