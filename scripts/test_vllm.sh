@@ -7,7 +7,7 @@
 set -uo pipefail
 PY=${1:?usage: scripts/test_vllm.sh PYTHON [pytest args...]}
 shift
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 TESTS=(tests/test_vllm_backend.py tests/test_vllm_plumbing.py)
 why=$("$PY" -c "from seakr_repro.llm.vllm.backend import vllm_available; print(vllm_available() or '')") || {
   echo "[test-vllm] error: $PY cannot import seakr_repro. Fix: rm -r .venv-vllm && make setup-vllm" >&2
