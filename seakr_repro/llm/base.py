@@ -62,7 +62,7 @@ class SampleSet:
     samples: list[Generation]
     vectors: np.ndarray          # k x d, float32; rows of empty samples are still present
     layer: int
-    hook: str                    # "mlp_out" | "residual"
+    hook: str                    # "mlp_out" | "residual" (`llm.hooks.HOOKS`, defined there)
 
     @property
     def nonempty_vectors(self) -> np.ndarray:
@@ -186,7 +186,7 @@ class BackendExtras(Protocol):
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
         """Optional; step 02 refuses a backend without it. The forced-EOS vector of each
-        "prompt + completion + EOS" at every layer for both hooks:
+        "prompt + completion + EOS" at every layer for both hooks, as `llm.hooks` defines them:
         {"mlp_out": L x k x d, "residual": L x k x d} float32."""
         ...
 

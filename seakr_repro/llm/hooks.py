@@ -1,20 +1,31 @@
-"""Capture one decoder layer's vector during a forward pass.
+"""Capture one decoder layer's vector during a forward pass: the one definition of both hooks.
 
-SeaKR's official vector is the output of layer l's MLP sub-module BEFORE the residual add
-("mlp_out"); INSIDE and most probes use the layer's output, i.e. the residual stream
-("residual", equal to `output_hidden_states[l + 1]` for every layer but the last, whose
-hidden_states entry has the final norm applied). Forward hooks read either without patching the
-model. The capture can also cut the forward pass short after layer l (`stop_after=True`): the
+- "mlp_out": the output of layer l's MLP sub-module, BEFORE the residual add. This is SeaKR's
+  official vector (its forked vLLM clones the decoder layer's MLP output inside the layer loop).
+- "residual": the residual stream AFTER decoder layer l (the layer's input plus its attention and
+  MLP outputs), never passed through the model's final norm, at every layer including the last.
+  INSIDE and most probes read this quantity. For l < L-1 it equals transformers'
+  `output_hidden_states[l + 1]`; at the last layer transformers' `hidden_states[-1]` is the
+  final norm of it (`model.model.norm(residual)`), which is not a per-layer quantity, so the
+  layer curve of step 02 would change scale at its last point. SeaKR's own capture is likewise
+  taken inside the layer loop, before the final norm.
+
+`hook_module` says which module's forward output holds the vector and `hooked_vector` reads it
+from that output, for transformers' modules and vLLM's (whose decoder layers return
+(hidden, residual) with the residual add deferred to the next layer's norm). Both backends and
+every capture go through these two functions. Forward hooks read the output without patching
+the model; the capture can cut the forward pass short after layer l (`stop_after=True`): the
 layers above do not influence the vector, so computing them would be wasted work.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import torch
+if TYPE_CHECKING:      # torch only for annotations: step 02's store imports HOOKS without it
+    import torch
 
-HOOKS = ("mlp_out", "residual")
+HOOKS = ("mlp_out", "residual")     # the order of the hooks in step 02's stored arrays too
 
 
 class _StopForward(Exception):
@@ -45,6 +56,23 @@ def hook_module(model, layer: int, hook: str) -> torch.nn.Module:
     raise ValueError(f"hook must be one of {HOOKS}, not {hook!r}")
 
 
+def hooked_vector(output, hook: str, deferred_residual: bool = False) -> torch.Tensor:
+    """The vector `hook` names (module docstring), from the forward output of `hook_module`.
+
+    transformers' decoder layers return the stream itself (or a tuple that starts with it).
+    vLLM's return (hidden, residual) with the residual add deferred to the next layer's norm
+    (`deferred_residual=True`, the vLLM worker): the stream after the layer is their sum.
+    """
+    if not isinstance(output, tuple):
+        return output
+    if hook == "residual" and deferred_residual:
+        if len(output) != 2:
+            raise ValueError(f"a vLLM decoder layer returned {len(output)} items, not "
+                             "(hidden, residual): this model's residual stream is unknown here")
+        return output[0] + output[1]
+    return output[0]
+
+
 @contextlib.contextmanager
 def capture(model, layer: int, hook: str, stop_after: bool = False) -> Iterator[dict]:
     """Yield a dict whose "out" holds the hooked module's output (batch x seq x d) after a forward.
@@ -54,7 +82,7 @@ def capture(model, layer: int, hook: str, stop_after: bool = False) -> Iterator[
     box: dict = {}
 
     def _hook(_module, _inputs, output):
-        box["out"] = (output[0] if isinstance(output, tuple) else output).detach()
+        box["out"] = hooked_vector(output, hook).detach()
         if stop_after:
             raise _StopForward
 

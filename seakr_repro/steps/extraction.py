@@ -7,8 +7,9 @@ package does not ship their pages) plus the bundled single-hop questions. Each q
 a greedy answer (correct = F1 >= 0.5 against the golds and aliases), k samples of the same context
 with the statistics every estimator of `uncertainty.registry` needs, and the forced-EOS vector
 (sequence per `uncertainty.forced_eos`) of every sample at EVERY layer for both hooks (MLP output
-and residual stream), stored as float16. Step 03 scores the configured hook, layer and variant
-through the same registry as the methods, so delta is calibrated on the U that gates retrieval.
+and residual stream, as `llm.hooks` defines them), stored as float16. Step 03 scores the
+configured hook, layer and variant through the same registry as the methods, so delta is
+calibrated on the U that gates retrieval.
 Extraction is resumable: one .npy per question plus one JSON line, skipped when both exist.
 
 Host memory is bounded at paper scale (1,788 questions x 2 hooks x 32 layers x 20 samples x 4,096
@@ -31,13 +32,13 @@ from ..core.config import Config
 from ..core.errors import UserError
 from ..core.io import iter_jsonl
 from ..core.paths import results_dir
+from ..llm.hooks import HOOKS
 from .estimators import u_layer, u_params
 
 if TYPE_CHECKING:
     pass
 
 CORRECT_F1 = 0.5        # a closed-book answer counts as correct from this token F1 on
-HOOKS = ("mlp_out", "residual")
 
 
 def calibration_records(n_fanout: int | None, n_bundled: int | None, seed: int = 42) -> list:

@@ -48,6 +48,7 @@ import numpy as np
 from ...core.errors import UserError
 from ..base import Generation, SampleSet
 from .. import defaults
+from ..hooks import HOOKS
 from . import worker as vllm_worker
 from .engine import EngineThread
 from ..model_info import middle_layer, model_dims, resolve_dtype, weights_fingerprint
@@ -305,8 +306,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
         """Step 02's vectors: every layer's MLP output and residual stream at the forced EOS of
-        "prompt + completion + EOS" -> {"mlp_out": L x k x d, "residual": L x k x d} float32
-        (the last layer's residual after the final norm, as transformers' hidden_states[-1])."""
+        "prompt + completion + EOS" -> {"mlp_out": L x k x d, "residual": L x k x d} float32,
+        both as `llm.hooks` defines them (the last layer's residual too is before the final norm)."""
         self._install([("all",)])
         ids = self._encode(prompt)
         seqs = [list(ids) + list(c) + [self.eos_token_id] for c in completions]
@@ -315,7 +316,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                                extra_args={vllm_worker.KEY: {"tag": t, "all": True}}) for t in tags]
         results = self._engine.run([{"prompt_token_ids": s} for s in seqs], params, tags)
         out = {}
-        for hook in ("mlp_out", "residual"):
+        for hook in HOOKS:
             out[hook] = np.stack([np.stack([np.asarray(cap["all"][f"{layer}:{hook}"], np.float32)
                                             for _res, cap in results])
                                   for layer in range(self.n_layers)])
@@ -332,8 +333,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                     forced_eos: str = "append") -> list[SampleSet]:
         layer = middle_layer(self.n_layers) if layer is None else int(layer)
         check_forced_eos(forced_eos)
-        if hook not in ("mlp_out", "residual"):
-            raise ValueError(f"hook must be mlp_out or residual, not {hook!r}")
+        if hook not in HOOKS:
+            raise ValueError(f"hook must be one of {HOOKS}, not {hook!r}")
         if not 0 <= layer < self.n_layers:
             raise ValueError(f"layer {layer} is outside 0..{self.n_layers - 1}")
         self._install([("vec", layer, hook), ("stats",)])   # stats: warped log-probs

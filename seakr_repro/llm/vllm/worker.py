@@ -4,14 +4,15 @@ These functions run INSIDE vLLM's workers (sent with `LLM.collective_rpc`, which
 the worker as first argument; they are module-level so they travel by reference). They install
 forward hooks on the worker's model, exactly like the transformers backend's hooks:
 
-- "vec"   a layer's MLP output or residual stream at the LAST token of a request: with the request
-          "prompt + completion + EOS" that is SeaKR's forced-EOS vector;
+- "vec"   a layer's MLP output or residual stream (`llm.hooks` defines both) at the LAST token of
+          a request: with the request "prompt + completion + EOS" that is SeaKR's forced-EOS
+          vector;
 - "stats" entropy and logsumexp of each next-token distribution a request is sampled from (FLARE,
           LN-entropy, energy), read off the logits; with "warp": [temperature, top_k, top_p]
           also the logsumexp of the warped logits (the sampled token's warped log-prob);
 - "hidden" the final (normed) hidden states of every position of a request, turned into
           teacher-forced log-probabilities by `fetch` (`score`);
-- "all"   every layer's MLP output and residual stream at the last token (step 02's vectors);
+- "all"   every layer's "vec" at the last token (step 02's vectors);
 - "attention" DRAGIN's per-token attention: the last layer's softmax(q k^T) over the request's
           own tokens, max over query positions, summed over this worker's heads; a request with
           "rows" gets the rows of chosen query positions instead (DRAGIN's query formulation).
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..hooks import decoder_layers
+from ..hooks import HOOKS, decoder_layers, hook_module, hooked_vector
 from ..sampling import token_stats, warped_logsumexp
 
 KEY = "seakr"        # SamplingParams.extra_args key that marks a request for capture
@@ -83,32 +84,24 @@ class _Capture:
         key = ("vec", layer, hook)
         if key in self.handles:
             return
-        layers = decoder_layers(self.model)
-        if not 0 <= layer < len(layers):
-            raise ValueError(f"layer {layer} is outside 0..{len(layers) - 1}")
-        module = layers[layer].mlp if hook == "mlp_out" else layers[layer]
+        module = hook_module(self.model, layer, hook)
         want = [layer, hook]
-        # the last layer's "residual" is taken after the final norm (ensure_all), as
-        # transformers' output_hidden_states[-1] has it
-        last = layer == len(layers) - 1
 
         def _hook(_m, _inp, out):
             rows = self.tagged()
             if not rows:
                 return
-            # vLLM's decoder layers return (hidden, residual) with the residual add deferred to
-            # the next layer's norm: the residual stream after this layer is their sum.
-            if isinstance(out, tuple):
-                h, res = out[0], (out[1] if len(out) > 1 else None)
-                out = h + res if (hook == "residual" and res is not None) else h
+            out = hooked_vector(out, hook, deferred_residual=True)
             for _i, spec, start, end in rows:
                 if end <= start:
                     continue
-                # chunked prefill calls this once per chunk: the last chunk's last row wins
+                # chunked prefill calls this once per chunk: the last chunk's last row wins.
+                # A copy, not a view (on the CPU .float().cpu() returns the tensor itself): the
+                # next layer's add-norm may work in place (`fused_add_rms_norm.maybe_inplace`)
                 if spec.get("vec") == want:
-                    self.slot(spec["tag"])["vec"] = out[end - 1].float().cpu()
-                if spec.get("all") and not (hook == "residual" and last):
-                    self.slot(spec["tag"]).setdefault("all", {})[(layer, hook)] = out[end - 1].float().cpu()
+                    self.slot(spec["tag"])["vec"] = out[end - 1].float().cpu().clone()
+                if spec.get("all"):
+                    self.slot(spec["tag"]).setdefault("all", {})[(layer, hook)] = out[end - 1].float().cpu().clone()
 
         self.handles[key] = module.register_forward_hook(_hook)
 
@@ -150,24 +143,11 @@ class _Capture:
 
         self.handles[("hidden",)] = norm.register_forward_hook(_hook)
 
-
     def ensure_all(self) -> None:
         """Vectors of every layer at both hooks, for requests tagged "all"."""
-        layers = decoder_layers(self.model)
-        for layer in range(len(layers)):
-            for hook in ("mlp_out", "residual"):
+        for layer in range(len(decoder_layers(self.model))):
+            for hook in HOOKS:
                 self.ensure_vec(layer, hook)
-        if ("all_norm",) in self.handles:
-            return
-        top = len(layers) - 1
-
-        def _hook(_m, _inp, out):
-            h = out[0] if isinstance(out, tuple) else out
-            for _i, spec, start, end in self.tagged():
-                if spec.get("all") and end > start:
-                    self.slot(spec["tag"]).setdefault("all", {})[(top, "residual")] = h[end - 1].float().cpu()
-
-        self.handles[("all_norm",)] = _inner(self.model).norm.register_forward_hook(_hook)
 
     def ensure_attention(self) -> None:
         """DRAGIN's attention from the last layer's attention op inputs (q, k after rotary)."""
