@@ -311,12 +311,15 @@ def _paper_f1(table: str, a: str, b: str, datasets: Sequence[str] | None = None)
     return f"{a} {means[a][0]:.1f} vs {b} {means[b][0]:.1f} F1 (mean over {sets})"
 
 
-def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], dict[int, str]]:
-    """Every measurement this profile's saved results allow, and why the others are missing."""
+def measure_claims(cfg, n_boot: int | None = None, res=None) -> tuple[list[Measurement], dict[int, str]]:
+    """Every measurement this profile's saved results allow (those under `res`, default
+    results/<profile>/), and why the others are missing."""
+    from pathlib import Path
+
     from ..evaluation import f1_score
     from ..core.paths import results_dir
 
-    res = results_dir(cfg.profile)
+    res = Path(res) if res is not None else results_dir(cfg.profile)
     boot = {"n_boot": int(n_boot or cfg["evaluation.bootstrap_samples"]), "seed": int(cfg["seed"]),
             "confidence": float(cfg["evaluation.confidence"])}
     out: list[Measurement] = []
@@ -390,7 +393,7 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
         sc = pd.read_csv(scores_path)
         closed = sc[sc["condition"] == "closed-book"].set_index("id")
         gold = sc[sc["condition"] == "gold passage"].set_index("id").reindex(closed.index)
-        delta = float(read_deltas(cfg)["eigen"])
+        delta = float(read_deltas(cfg, res)["eigen"])
         retrieve = closed["u"] > delta
         selective = np.where(retrieve, gold["f1"], closed["f1"])
         src = f"{MECHANISMS}/retrieval_scores.csv"
