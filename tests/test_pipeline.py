@@ -212,3 +212,17 @@ def test_progress_is_redrawn_in_place_on_a_terminal():
     echo.write("\r30%")
     echo.write("next\n")
     assert out.getvalue() == "\r10%\x1b[K\r30%\x1b[K\n30%next\n"
+
+
+def test_moving_to_a_gpu_reruns_the_steps(steps, monkeypatch):
+    """model.device: auto resolves per machine: results from the CPU are not up to date on a GPU."""
+    import torch
+    nbdir, log = steps
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    auto = {"model.device": "auto"}
+    assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
+                                                 overrides=auto)] == ["ran", "ran"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Test GPU")
+    assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
+                                                 overrides=auto, preflight=False)] == ["ran", "ran"]
