@@ -180,3 +180,14 @@ def test_claims_inputs_name_every_file_the_ledger_reads():
     src = inspect.getsource(C.measure_claims).replace("{MECHANISMS}", C.MECHANISMS)
     read = set(re.findall(r'"([\w./-]+\.csv)"', src))
     assert read and all(any(i == name or i.endswith("/" + name) for i in C.INPUTS) for name in read)
+
+
+@pytest.mark.skipif(D._gpu_driver_files(), reason="a GPU driver is here: torch is asked")
+def test_loading_the_default_profile_does_not_import_torch_without_a_gpu_driver():
+    import subprocess
+    import sys
+
+    code = ("import sys; from seakr_repro.core.config import load_config; "
+            "cfg = load_config('default'); print('torch' in sys.modules, cfg['notebooks']['11-mechanisms'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split(" ", 1)[0] == "False" and "160" in out

@@ -14,8 +14,19 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU. On Linux without NVIDIA's or ROCm's device files it cannot,
+    and torch is not imported for the answer (loading a profile stays quick: status, cost)."""
+    import sys
+    if "torch" not in sys.modules and sys.platform.startswith("linux") and not _gpu_driver_files():
+        return False
     import torch
     return bool(torch.cuda.is_available())
+
+
+def _gpu_driver_files() -> bool:
+    from pathlib import Path
+    return (Path("/proc/driver/nvidia").exists() or Path("/dev/kfd").exists()
+            or any(Path("/dev").glob("nvidia[0-9]*")))
 
 
 def resolve_device(device: str) -> str:
