@@ -58,7 +58,7 @@ def provenance(cfg=None, **extra) -> dict[str, Any]:
         rec.update(profile=cfg.profile, config_hash=cfg.hash, seed=cfg.get("seed"),
                    model=cfg.get("model.name"), corpus=cfg.get("corpus.name"),
                    compute=compute(cfg), config=cfg.to_dict())
-    rec.update(extra)          # an artifact made from others passes their `compute` here
+    rec.update(extra)          # an artifact made from others adds theirs (the ledger: inputs_compute)
     return rec
 
 
