@@ -46,6 +46,23 @@ def test_gpu_section_gives_notebooks_07_and_11_their_full_sizes_on_a_gpu(gpu):
     assert load_config("default", {"model.device": "cpu"})["notebooks"]["07-backbones"]["N_CAL_FANOUT"] == 15
     assert load_config("default", {"notebooks.11-mechanisms.N_QUESTIONS": 50}
                        )["notebooks"]["11-mechanisms"]["N_QUESTIONS"] == 50
+    assert load_config("default")["uncertainty.k"] == 10          # the sizes no notebook parameter holds
+
+
+def test_a_profile_extending_default_keeps_its_own_sizes_on_a_gpu(gpu, tmp_path):
+    from seakr_repro.core.paths import PARAMS_DIR
+
+    smoke = load_config("smoke")["notebooks"]
+    assert smoke["07-backbones"]["N_CAL_FANOUT"] == 2 and smoke["11-mechanisms"]["N_QUESTIONS"] == 3
+    for name in ("base", "default"):
+        (tmp_path / f"{name}.yaml").write_text((PARAMS_DIR / f"{name}.yaml").read_text())
+    # what the child does not set comes from default's gpu section; its own gpu section wins last
+    (tmp_path / "child.yaml").write_text("extends: default\nuncertainty:\n  k: 6\n"
+                                         "gpu:\n  uncertainty:\n    k: 12\n")
+    child = load_config("child", params_dir=tmp_path)
+    assert child["uncertainty.k"] == 12 and child["notebooks"]["11-mechanisms"] == {"N_QUESTIONS": None}
+    with pytest.raises(UserError, match="cannot set the gpu section"):
+        load_config("default", {"gpu.uncertainty.k": 20})
 
 
 def test_gpu_section_is_ignored_on_the_cpu(no_gpu):

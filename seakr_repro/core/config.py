@@ -4,7 +4,7 @@ A profile file may name `extends: other` to start from another profile. Override
 line or a notebook's parameters cell are dotted keys (`uncertainty.k=5`). A profile's `gpu:`
 section holds settings (any of base.yaml's) that replace the profile's own when `model.device`
 resolves to CUDA on the machine loading it (auto with a GPU, or cuda): the default profile's CPU
-sizes give way to full ones there. Overrides still win over it.
+sizes give way to full ones there. A profile extending it and the overrides still win over it.
 
 Settings are checked when loaded: params/base.yaml is the schema. Every key of a profile file or an
 override must exist there, and its value must have the type of base.yaml's value (or the types
@@ -387,7 +387,10 @@ def _cached_checker(base: Path, mtime_ns: int) -> _Checker:
     return checker
 
 
-def _resolve(name: str, params_dir: Path, seen: tuple = ()) -> dict:
+def _resolve(name: str, params_dir: Path, seen: tuple = (), gpu: bool = False) -> dict:
+    """The profile's settings over those of the profiles it extends. With `gpu`, each file's gpu:
+    section is applied over that file's settings and its parents' (a profile extending it then
+    overrides them as it overrides any setting: smoke keeps its tiny sizes on a GPU)."""
     if name in seen:
         raise UserError(f"profile '{name}' extends itself through {' -> '.join(seen)}",
                         path=params_dir / f"{name}.yaml", fix="remove the cycle in `extends`")
@@ -395,8 +398,9 @@ def _resolve(name: str, params_dir: Path, seen: tuple = ()) -> dict:
     data, lines = _load_yaml(path)
     _checker(params_dir).check_profile(data, _Source(path.name, path, lines))
     parent = data.pop("extends", "base" if name != "base" else None)
-    base = _resolve(parent, params_dir, seen + (name,)) if parent else {}
-    return _deep_merge(base, data)
+    base = _resolve(parent, params_dir, seen + (name,), gpu) if parent else {}
+    merged = _deep_merge(base, data)
+    return _deep_merge(merged, data.get(GPU_SECTION) or {}) if gpu else merged
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -441,6 +445,11 @@ class Config:
         checker = _checker(self.params_dir)
         data = copy.deepcopy(self.data)
         for dotted, value in overrides.items():
+            if str(dotted).split(".")[0] == GPU_SECTION:
+                raise _Source(source).error(str(dotted), "an override cannot set the gpu section (it "
+                                            "is applied when the profile is loaded)",
+                                            "set the setting itself, e.g. uncertainty.k=20, or "
+                                            "model.device=cpu to keep the profile's CPU settings")
             checker.check(str(dotted), value, _Source(source))
             node = data
             parts = str(dotted).split(".")
@@ -474,20 +483,19 @@ def load_config(profile: str = "default", overrides: Mapping[str, Any] | None = 
     """The profile's settings; then SEAKR_OVERRIDES (set by `reproduce --set` for the notebooks
     it runs), then `overrides` (`source` names where they came from in error messages)."""
     params_dir = Path(params_dir) if params_dir else PARAMS_DIR
-    data = _resolve(profile, params_dir)
-    data["profile"] = profile
     env = env_overrides()
 
-    def with_all(settings: dict) -> Config:
-        cfg = Config(profile, settings, params_dir)
+    def load(gpu: bool) -> Config:
+        data = _resolve(profile, params_dir, gpu=gpu)
+        data["profile"] = profile
+        cfg = Config(profile, data, params_dir)
         if env:
             cfg = cfg.with_overrides(env, source=f"{OVERRIDES_ENV} (set by `reproduce --set`)")
         return cfg.with_overrides(overrides, source=source) if overrides else cfg
 
-    cfg = with_all(data)
-    gpu = cfg.get(GPU_SECTION) or {}
-    if gpu and on_gpu(cfg["model.device"]):      # the profile's GPU sizes, under the overrides
-        cfg = with_all(_deep_merge(data, gpu))
+    cfg = load(gpu=False)
+    if cfg.get(GPU_SECTION) and on_gpu(cfg["model.device"]):   # the GPU sizes, under the overrides
+        cfg = load(gpu=True)
     return cfg
 
 
