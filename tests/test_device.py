@@ -113,6 +113,7 @@ def test_compute_note_names_each_kind_of_machine():
     mixed = D.compute_note([cpu, h100, None])
     assert "mix" in mixed and "CPU, float32" in mixed and "not recorded" in mixed
     assert D.compute_note([]) == ""
+    assert D.compute_note([None]).startswith("Device and dtype not recorded")
 
 
 def test_gpu_calls_are_cached_apart_from_the_cpus(tmp_path):

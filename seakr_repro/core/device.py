@@ -75,6 +75,8 @@ def compute_note(records: Iterable[Mapping[str, Any] | None]) -> str:
     kinds = list(dict.fromkeys(describe(r) for r in records))
     if not kinds:
         return ""
+    if kinds == [describe(None)]:
+        return "Device and dtype not recorded (results written before provenance recorded them)."
     if len(kinds) == 1:
         return f"Computed on {kinds[0]}."
     return "Computed on a mix of machines: " + "; ".join(kinds) + "."
