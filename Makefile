@@ -61,6 +61,8 @@ bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the 
 	$(PY) -m seakr_repro.tools.bench_contention
 	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
 	$(PY) -m seakr_repro.tools.bench --shared --profile $(PROFILE)
+	# SeaKR per question in float32 and in bfloat16, alternating on the same questions: the ratio, answers compared
+	$(PY) -m seakr_repro.tools.bench --dtypes float32,bfloat16 --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
 	  $$BENCH_PY -m seakr_repro.tools.bench_backends --profile $(PROFILE)

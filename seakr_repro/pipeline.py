@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
+from .core.device import compute
 from .core.errors import UserError
 from .core.io import read_json, write_json
 from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
@@ -272,6 +273,8 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
         cell_timeout = cfg.get("reproduce.cell_timeout")
     # how the steps are run (time limit) is not an input of their results
     settings = {k: v for k, v in cfg.data.items() if k != "reproduce"}
+    # where the model runs is an input too: model.device auto is the CPU here and CUDA there
+    settings["resolved device"] = compute(cfg)["device"]
     settings_hash = _sha(json.dumps(settings, sort_keys=True, default=str).encode())
     # per-profile notebook parameters (params/<profile>.yaml, section `notebooks`), then the caller's
     parameters = {name: {**(cfg.get("notebooks", {}) or {}).get(name, {}), **(parameters or {}).get(name, {})}

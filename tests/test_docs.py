@@ -131,6 +131,10 @@ def strict_parser():
 
 def command_problem(argv, targets):
     """Why a documented command would not run as written, or None."""
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):   # leading VAR=value assignments
+        argv = argv[1:]
+    if not argv:
+        return "only variable assignments"
     if argv[0] == "make":
         target = make_target(argv)
         return None if target is None or target in targets else f"no make target {target!r}"
@@ -289,6 +293,8 @@ def test_bad_commands_are_reported():
     assert command_problem(["python", "-m", "seakr_repro", "status", "--profil", "paper"], targets)
     assert command_problem(["python", "-m", "seakr_repro.tools.no_such_tool"], targets)
     assert command_problem(["rm", "-rf", "results"], targets)
+    assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "status"], targets) is None
+    assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "statu"], targets)
     assert subcommand_help_problem("status") is None
     assert subcommand_help_problem("no-such-command")
 

@@ -238,3 +238,17 @@ def test_the_resume_command_repeats_the_run_s_own_arguments(monkeypatch):
     assert cmd.startswith("'SEAKR_RESULTS_DIR=/tmp/r s' ")
     assert cmd.endswith("-m seakr_repro reproduce --profile paper --set model.backend=vllm "
                         "--set runner.concurrency=8 --only 04 --cell-timeout 60 --no-preflight --quiet")
+
+
+def test_moving_to_a_gpu_reruns_the_steps(steps, monkeypatch):
+    """model.device: auto resolves per machine: results from the CPU are not up to date on a GPU."""
+    import torch
+    nbdir, log = steps
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    auto = {"model.device": "auto"}
+    assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
+                                                 overrides=auto)] == ["ran", "ran"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Test GPU")
+    assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
+                                                 overrides=auto, preflight=False)] == ["ran", "ran"]

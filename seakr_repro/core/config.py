@@ -1,7 +1,10 @@
 """Profiles: params/<profile>.yaml layered on params/base.yaml, resolved into one hashable config.
 
 A profile file may name `extends: other` to start from another profile. Overrides from the command
-line or a notebook's parameters cell are dotted keys (`uncertainty.k=5`).
+line or a notebook's parameters cell are dotted keys (`uncertainty.k=5`). A profile's `gpu:`
+section holds settings (any of base.yaml's) that replace the profile's own when `model.device`
+resolves to CUDA on the machine loading it (auto with a GPU, or cuda): the default profile's CPU
+sizes give way to full ones there. A profile extending it and the overrides still win over it.
 
 Settings are checked when loaded: params/base.yaml is the schema. Every key of a profile file or an
 override must exist there, and its value must have the type of base.yaml's value (or the types
@@ -28,6 +31,9 @@ from .paths import NOTEBOOKS_DIR, PARAMS_DIR
 
 # Keys a profile file may hold besides base.yaml's: set by the loader, or naming the parent profile.
 META_KEYS = ("extends", "profile")
+
+# The section of settings applied over the profile's when model.device resolves to CUDA.
+GPU_SECTION = "gpu"
 
 # Types of the settings whose base.yaml value cannot tell (null, or an int or a word). An entry is
 # a type, None (null allowed) or a literal string (that exact word allowed).
@@ -114,8 +120,13 @@ class _Source:
     label: str
     path: Path | None = None
     lines: dict = field(default_factory=dict)
+    prefix: str = ""                     # "gpu.": the settings checked are inside that section
+
+    def within(self, section: str) -> "_Source":
+        return _Source(self.label, self.path, self.lines, f"{self.prefix}{section}.")
 
     def error(self, dotted: str, what: str, fix: str) -> UserError:
+        dotted = self.prefix + dotted
         line = None
         parts = dotted.split(".")
         while parts and line is None:            # the key's own line, else its section's
@@ -175,6 +186,8 @@ class _Checker:
         parts = dotted.split(".")
         if dotted in META_KEYS:
             return
+        if parts[0] == GPU_SECTION:
+            return self._check_gpu(".".join(parts[1:]), value, src)
         node: Any = self.schema
         for i, part in enumerate(parts):
             prefix = ".".join(parts[:i + 1])
@@ -186,6 +199,25 @@ class _Checker:
                 raise self.unknown(prefix, src, dotted)
             node = node[part]
         self._check_value(dotted, value, node, src)
+
+    def _check_gpu(self, inner: str, value, src: _Source) -> None:
+        """`gpu` (a section of settings) or `gpu.<setting>`: each checked as a profile's own."""
+        if src.prefix:
+            raise src.error(GPU_SECTION, "a gpu section inside the gpu section",
+                            "write the GPU settings directly under the profile's gpu: section")
+        settings = {inner: value} if inner else value
+        if settings is None:
+            return
+        if not isinstance(settings, dict):
+            raise src.error(GPU_SECTION, f"'{GPU_SECTION}' is {_value_name(settings)}, but it must be "
+                            "a section of settings", "write settings under it, e.g. gpu: {uncertainty: {k: 20}}")
+        for key, sub in settings.items():
+            if str(key) == "model.device" or (str(key) == "model" and isinstance(sub, dict)
+                                               and "device" in sub):
+                raise src.error(f"{GPU_SECTION}.model.device", "the gpu section cannot set "
+                                "model.device: it applies once model.device has resolved to cuda",
+                                "set model.device in the profile itself")
+            self.check(str(key), sub, src.within(GPU_SECTION))
 
     def _check_value(self, dotted: str, value, base_value, src: _Source) -> None:
         if dotted in OPEN_MAPPINGS:
@@ -355,7 +387,10 @@ def _cached_checker(base: Path, mtime_ns: int) -> _Checker:
     return checker
 
 
-def _resolve(name: str, params_dir: Path, seen: tuple = ()) -> dict:
+def _resolve(name: str, params_dir: Path, seen: tuple = (), gpu: bool = False) -> dict:
+    """The profile's settings over those of the profiles it extends. With `gpu`, each file's gpu:
+    section is applied over that file's settings and its parents' (a profile extending it then
+    overrides them as it overrides any setting: smoke keeps its tiny sizes on a GPU)."""
     if name in seen:
         raise UserError(f"profile '{name}' extends itself through {' -> '.join(seen)}",
                         path=params_dir / f"{name}.yaml", fix="remove the cycle in `extends`")
@@ -363,8 +398,9 @@ def _resolve(name: str, params_dir: Path, seen: tuple = ()) -> dict:
     data, lines = _load_yaml(path)
     _checker(params_dir).check_profile(data, _Source(path.name, path, lines))
     parent = data.pop("extends", "base" if name != "base" else None)
-    base = _resolve(parent, params_dir, seen + (name,)) if parent else {}
-    return _deep_merge(base, data)
+    base = _resolve(parent, params_dir, seen + (name,), gpu) if parent else {}
+    merged = _deep_merge(base, data)
+    return _deep_merge(merged, data.get(GPU_SECTION) or {}) if gpu else merged
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -409,6 +445,11 @@ class Config:
         checker = _checker(self.params_dir)
         data = copy.deepcopy(self.data)
         for dotted, value in overrides.items():
+            if str(dotted).split(".")[0] == GPU_SECTION:
+                raise _Source(source).error(str(dotted), "an override cannot set the gpu section (it "
+                                            "is applied when the profile is loaded)",
+                                            "set the setting itself, e.g. uncertainty.k=20, or "
+                                            "model.device=cpu to keep the profile's CPU settings")
             checker.check(str(dotted), value, _Source(source))
             node = data
             parts = str(dotted).split(".")
@@ -442,13 +483,28 @@ def load_config(profile: str = "default", overrides: Mapping[str, Any] | None = 
     """The profile's settings; then SEAKR_OVERRIDES (set by `reproduce --set` for the notebooks
     it runs), then `overrides` (`source` names where they came from in error messages)."""
     params_dir = Path(params_dir) if params_dir else PARAMS_DIR
-    data = _resolve(profile, params_dir)
-    data["profile"] = profile
-    cfg = Config(profile, data, params_dir)
     env = env_overrides()
-    if env:
-        cfg = cfg.with_overrides(env, source=f"{OVERRIDES_ENV} (set by `reproduce --set`)")
-    return cfg.with_overrides(overrides, source=source) if overrides else cfg
+
+    def load(gpu: bool) -> Config:
+        data = _resolve(profile, params_dir, gpu=gpu)
+        data["profile"] = profile
+        cfg = Config(profile, data, params_dir)
+        if env:
+            cfg = cfg.with_overrides(env, source=f"{OVERRIDES_ENV} (set by `reproduce --set`)")
+        return cfg.with_overrides(overrides, source=source) if overrides else cfg
+
+    cfg = load(gpu=False)
+    if cfg.get(GPU_SECTION) and on_gpu(cfg["model.device"]):   # the GPU sizes, under the overrides
+        cfg = load(gpu=True)
+    return cfg
+
+
+def on_gpu(device: str) -> bool:
+    """Whether a `model.device` setting runs on CUDA here (cuda as asked, or auto with a GPU)."""
+    if device == "auto":
+        from .device import cuda_available
+        return cuda_available()
+    return device == "cuda"
 
 
 def env_overrides() -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Provenance for every artifact: config, model, data, seed, versions, git revision, time.
+"""Provenance for every artifact: config, model, data, seed, versions, git revision, time, and
+where the model ran (`compute`: device, GPU name, dtype; core/device.py).
 
 `save_table`/`save_json` write the artifact and a `<name>.provenance.json` beside it, so any number
 in a table can be traced to the run that produced it.
@@ -14,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .device import compute
 from .io import atomic_open, write_json
 from .paths import REPO_ROOT
 
@@ -54,9 +56,19 @@ def provenance(cfg=None, **extra) -> dict[str, Any]:
     }
     if cfg is not None:
         rec.update(profile=cfg.profile, config_hash=cfg.hash, seed=cfg.get("seed"),
-                   model=cfg.get("model.name"), corpus=cfg.get("corpus.name"), config=cfg.to_dict())
-    rec.update(extra)
+                   model=cfg.get("model.name"), corpus=cfg.get("corpus.name"),
+                   compute=compute(cfg), config=cfg.to_dict())
+    rec.update(extra)          # an artifact made from others adds theirs (the ledger: inputs_compute)
     return rec
+
+
+def read_compute(path: str | Path) -> dict[str, Any] | None:
+    """The `compute` record of an artifact's provenance (None: no provenance, or written before
+    it was recorded)."""
+    from .io import read_json
+
+    prov = Path(path).with_name(Path(path).name + ".provenance.json")
+    return read_json(prov).get("compute") if prov.is_file() else None
 
 
 def save_json(obj: Any, path: str | Path, cfg=None, **extra) -> Path:

@@ -25,9 +25,14 @@ def resolve_dtype(dtype: str):
     return table[dtype]
 
 
-def weights_fingerprint(path: Path, dtype) -> str:
-    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each."""
+def weights_fingerprint(path: Path, dtype, device: str = "cpu") -> str:
+    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each.
+    A GPU draws other samples than the CPU from the same seed, so its calls are cached apart
+    (the CPU's fingerprint is unchanged: caches made before this still serve it)."""
     h = hashlib.sha256(str(dtype).encode())
+    kind = str(device).split(":")[0]
+    if kind != "cpu":
+        h.update(f"device:{kind}".encode())
     cfg = path / "config.json"
     if cfg.is_file():
         h.update(cfg.read_bytes())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core.device import resolve_device
 from ..core.errors import DataMissingError, UserError
 from ..core import paths
 from .model_info import resolve_dtype
@@ -185,19 +186,6 @@ def get_spec(name: str) -> ModelSpec:
         raise UserError(f"unknown model '{name}'", setting="model.name",
                         fix=f"use one of {', '.join(MODELS)}")
     return MODELS[name]
-
-
-def resolve_device(device: str) -> str:
-    import torch
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("model.device is cuda but torch sees no CUDA GPU", setting="model.device",
-                        fix="set model.device: cpu (or auto), or install a CUDA build of torch")
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device '{device}'", setting="model.device",
-                        fix="use auto, cpu or cuda")
-    return device
 
 
 def model_dir(name: str, cfg: Any = None) -> Path:

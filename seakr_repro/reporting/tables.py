@@ -119,8 +119,10 @@ def _marks(df: pd.DataFrame) -> dict[str, str]:
     return {row: "abcdefghijklmnopqrstuvwxyz"[i % 26] for i, row in enumerate(notes)}
 
 
-def to_markdown(df: pd.DataFrame, caption: str = "", differs_because: str | None = None) -> str:
-    """A GitHub Markdown table with the caption above and legend and footnotes below."""
+def to_markdown(df: pd.DataFrame, caption: str = "", differs_because: str | None = None,
+                note: str = "") -> str:
+    """A GitHub Markdown table with the caption above and legend, `note` (where the results were
+    computed) and footnotes below."""
     marks = _marks(df)
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731 - a "|" would split the cell
     head = [esc((df.index.name or "").capitalize())] + [esc(f"{d} {m}") for d, m in df.columns]
@@ -129,7 +131,7 @@ def to_markdown(df: pd.DataFrame, caption: str = "", differs_because: str | None
         name = esc(row) + (f" ({marks[row]})" if row in marks else "")
         lines.append("| " + " | ".join([name, *map(esc, values)]) + " |")
     parts = [f"**{esc(_caption(caption, differs_because))}**", ""] if caption or differs_because else []
-    parts += lines + ["", CELL_LEGEND]
+    parts += lines + ["", CELL_LEGEND] + ([esc(note)] if note else [])
     parts += [f"({marks[r]}) {r}: {why}" for r, why in df.attrs.get("footnotes", {}).items()]
     return "\n".join(parts) + "\n"
 
@@ -146,7 +148,7 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(df: pd.DataFrame, caption: str = "", label: str = "",
-             differs_because: str | None = None) -> str:
+             differs_because: str | None = None, note: str = "") -> str:
     """A booktabs table: data sets as column groups, metrics below, footnotes under the tabular."""
     marks = _marks(df)
     groups: list[tuple[str, int]] = []
@@ -170,7 +172,7 @@ def to_latex(df: pd.DataFrame, caption: str = "", label: str = "",
         name = latex_escape(row) + (rf"$^{{{marks[row]}}}$" if row in marks else "")
         lines.append(" & ".join([name, *map(latex_escape, values)]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    foot = [latex_escape(CELL_LEGEND)]
+    foot = [latex_escape(CELL_LEGEND)] + ([latex_escape(note)] if note else [])
     foot += [rf"$^{{{marks[r]}}}$ " + latex_escape(f"{r}: {why}")
              for r, why in df.attrs.get("footnotes", {}).items()]
     lines.append(r"\par\smallskip{\footnotesize " + r" \\ ".join(foot) + "}")
@@ -184,12 +186,14 @@ def to_latex(df: pd.DataFrame, caption: str = "", label: str = "",
 
 
 def save_table(df: pd.DataFrame, stem: str, dir: str | Path | None = None, caption: str = "",
-               label: str | None = None, differs_because: str | None = None) -> tuple[Path, Path]:
+               label: str | None = None, differs_because: str | None = None,
+               note: str = "") -> tuple[Path, Path]:
     """Write <stem>.md and <stem>.tex side by side in `dir` (default tables/), each atomically."""
     directory = Path(dir or TABLES_DIR)
     md, tex = directory / f"{stem}.md", directory / f"{stem}.tex"
     with atomic_open(md) as fh:
-        fh.write(to_markdown(df, caption, differs_because))
+        fh.write(to_markdown(df, caption, differs_because, note))
     with atomic_open(tex) as fh:
-        fh.write(to_latex(df, caption, label if label is not None else f"tab:{stem}", differs_because))
+        fh.write(to_latex(df, caption, label if label is not None else f"tab:{stem}", differs_because,
+                          note))
     return md, tex

@@ -220,7 +220,7 @@ def ledger_markdown(df: pd.DataFrame, title: str, note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def ledger_latex(df: pd.DataFrame, title: str) -> str:
+def ledger_latex(df: pd.DataFrame, title: str, note: str = "") -> str:
     """The ledger as a booktabs longtable-free table (one line per measurement)."""
     from ..reporting.tables import latex_escape
 
@@ -237,7 +237,8 @@ def ledger_latex(df: pd.DataFrame, title: str) -> str:
                 latex_escape(_verdict_text(row))]) + r" \\")
         lines.append(r"\midrule")
     lines[-1] = r"\bottomrule"
-    lines += [r"\end{tabular}", rf"\caption{{{latex_escape(title)}}}", r"\label{tab:claims}",
+    caption = f"{title}. {note}" if note else title
+    lines += [r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}", r"\label{tab:claims}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -248,6 +249,10 @@ BASELINES_COMPLEX = ("cot", "ircot", "flare", "dragin")
 BASELINES_SIMPLE = ("cot", "flare", "dragin")
 MECHANISMS = "11-mechanisms"   # notebook 11's results folder
 NONINFERIORITY_F1 = 2.0   # claim 4's "little or nothing": within 2 F1 points of always retrieving
+# Every saved results file measure_claims reads (their provenance says where they were computed).
+INPUTS = ("03-uncertainty-estimators/question_scores.csv", f"{MECHANISMS}/retrieval_scores.csv",
+          f"{MECHANISMS}/rerank.csv", "04-complex-qa/results.csv", "05-simple-qa/results.csv",
+          "06-ablations/results.csv", "09-efficiency/results.csv")
 
 
 def _runs(res_dir, csv: str, table: str | None = None) -> dict[str, dict[str, list[dict]]]:
@@ -306,12 +311,15 @@ def _paper_f1(table: str, a: str, b: str, datasets: Sequence[str] | None = None)
     return f"{a} {means[a][0]:.1f} vs {b} {means[b][0]:.1f} F1 (mean over {sets})"
 
 
-def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], dict[int, str]]:
-    """Every measurement this profile's saved results allow, and why the others are missing."""
+def measure_claims(cfg, n_boot: int | None = None, res=None) -> tuple[list[Measurement], dict[int, str]]:
+    """Every measurement this profile's saved results allow (those under `res`, default
+    results/<profile>/), and why the others are missing."""
+    from pathlib import Path
+
     from ..evaluation import f1_score
     from ..core.paths import results_dir
 
-    res = results_dir(cfg.profile)
+    res = Path(res) if res is not None else results_dir(cfg.profile)
     boot = {"n_boot": int(n_boot or cfg["evaluation.bootstrap_samples"]), "seed": int(cfg["seed"]),
             "confidence": float(cfg["evaluation.confidence"])}
     out: list[Measurement] = []
@@ -385,7 +393,7 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
         sc = pd.read_csv(scores_path)
         closed = sc[sc["condition"] == "closed-book"].set_index("id")
         gold = sc[sc["condition"] == "gold passage"].set_index("id").reindex(closed.index)
-        delta = float(read_deltas(cfg)["eigen"])
+        delta = float(read_deltas(cfg, res)["eigen"])
         retrieve = closed["u"] > delta
         selective = np.where(retrieve, gold["f1"], closed["f1"])
         src = f"{MECHANISMS}/retrieval_scores.csv"
@@ -456,18 +464,22 @@ def measure_claims(cfg, n_boot: int | None = None) -> tuple[list[Measurement], d
 
 def render_ledger(cfg, out_dir=None, n_boot: int | None = None) -> pd.DataFrame:
     """Measure every claim and write claims.md, claims.csv and claims.tex under tables/<profile>/."""
+    from ..core.device import compute_note
     from ..core.io import atomic_open
-    from ..core.paths import TABLES_DIR
-    from ..core.provenance import save_dataframe
+    from ..core.paths import TABLES_DIR, results_dir
+    from ..core.provenance import read_compute, save_dataframe
 
     measurements, missing = measure_claims(cfg, n_boot)
     df = ledger_frame(measurements, missing)
     directory = out_dir or TABLES_DIR / cfg.profile
     title = (f"The paper's claims on the {cfg.profile} profile ({cfg['model.name']}): paired "
              "differences on the same questions, 95% bootstrap intervals")
-    save_dataframe(df, directory / "claims.csv", cfg)
+    res = results_dir(cfg.profile)
+    inputs = {name: read_compute(res / name) for name in INPUTS if (res / name).is_file()}
+    note = compute_note(inputs.values())
+    save_dataframe(df, directory / "claims.csv", cfg, inputs_compute=inputs)
     with atomic_open(directory / "claims.md") as fh:
-        fh.write(ledger_markdown(df, title))
+        fh.write(ledger_markdown(df, title, note))
     with atomic_open(directory / "claims.tex") as fh:
-        fh.write(ledger_latex(df, title))
+        fh.write(ledger_latex(df, title, note))
     return df

@@ -52,8 +52,9 @@ def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, par
     return registry.score_all(stats, params, names)
 
 
-def delta_path(cfg: Config) -> Path:
-    return results_dir(cfg.profile) / "calibration" / "delta.json"
+def delta_path(cfg: Config, res: Path | None = None) -> Path:
+    """Step 03's thresholds under the profile's results (or the results directory `res`)."""
+    return (res or results_dir(cfg.profile)) / "calibration" / "delta.json"
 
 
 def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Path:
@@ -61,24 +62,24 @@ def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Pa
                                         "diagnostics": diagnostics})
 
 
-def calibrated_deltas(cfg: Config) -> dict[str, float]:
+def calibrated_deltas(cfg: Config, res: Path | None = None) -> dict[str, float]:
     """The per-estimator thresholds step 03 wrote (DataMissingError before it ran)."""
     from ..core.errors import DataMissingError
     from ..core.io import read_json
 
-    path = delta_path(cfg)
+    path = delta_path(cfg, res)
     if not path.is_file():
         raise DataMissingError("no calibrated delta yet", path=path,
                                fix="run notebook 03-uncertainty-estimators")
     return {k: float(v) for k, v in read_json(path)["deltas"].items()}
 
 
-def read_deltas(cfg: Config) -> dict[str, float]:
+def read_deltas(cfg: Config, res: Path | None = None) -> dict[str, float]:
     """The thresholds the methods use. eigen: step 03's calibrated delta when
     `uncertainty.use_calibrated_delta` and step 03 ran, else `uncertainty.delta` (the paper
     profile: -6, fixed, as the official scripts). The other estimators have no official threshold:
     theirs always come from step 03 when it ran."""
-    deltas = calibrated_deltas(cfg) if delta_path(cfg).is_file() else {}
+    deltas = calibrated_deltas(cfg, res) if delta_path(cfg, res).is_file() else {}
     if not (cfg["uncertainty.use_calibrated_delta"] and "eigen" in deltas):
         deltas["eigen"] = float(cfg["uncertainty.delta"])
     return deltas

@@ -156,7 +156,17 @@ def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
         results = pd.read_csv(path)
     if skipped is None and path.with_name("skipped.json").is_file():
         skipped = read_json(path.with_name("skipped.json"))
-    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption, differs_because(cfg))
+    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption, differs_because(cfg),
+                       computed_on(path))
+
+
+def computed_on(results: Path) -> str:
+    """'Computed on CPU, float32.': the device and dtype of a results file, from its provenance
+    ("" when the file is not written yet: a partial table's rows)."""
+    from ..core.device import compute_note
+    from ..core.provenance import read_compute
+
+    return compute_note([read_compute(results)]) if Path(results).is_file() else ""
 
 
 def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) -> tuple[Path, Path] | None:
@@ -177,7 +187,7 @@ def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) ->
     wide = _beside(cfg, spec, ours, reasons, partial)
     caption = spec.caption + (" " + PARTIAL_CAPTION if partial else "")
     return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile,
-                      caption=caption, differs_because=differs_because(cfg))
+                      caption=caption, differs_because=differs_because(cfg), note=computed_on(path))
 
 
 def render_all(cfg: Config) -> pd.DataFrame:

@@ -21,6 +21,11 @@ A check feeds (b)'s completions through (a)'s vector pass: the vectors must agre
   - SeaKR seconds per question on the profile (transformers backend, call cache off, one question
     at a time, the two paths alternating question by question so machine load hits both alike).
 Written to results/<profile>/bench/shared_prefix.json.
+
+`--dtypes float32,bfloat16` (what `make bench` runs third) gives SeaKR seconds, LLM calls and
+generated tokens per question with the profile's model in each dtype, the dtypes alternating
+question by question on the same questions, each one's ratio to the first, and on how many
+questions every dtype gave the same answer. Written to results/<profile>/bench/dtypes.json.
 """
 from __future__ import annotations
 
@@ -208,35 +213,38 @@ def _reference_twin(new):
                      new.prefix_cache_tokens, shared_prefix=False, max_batch_contexts=new.max_batch_contexts)
 
 
-def _seakr_per_question(cfg_profile: str, dataset: str, n: int) -> dict:
-    """SeaKR seconds per question, today's path against shared prefix, alternating by question."""
+def _seakr_alternating(cfg, backends: dict, dataset: str, n: int) -> dict:
+    """SeaKR on the profile's first n questions of `dataset`, one question at a time with each
+    backend in turn (the order swapped every question, so a shared machine's load falls on all
+    alike; call cache off). Per backend: seconds, LLM calls, generated tokens, EM and answers per
+    question; `answers_agree`: the questions on which every backend gave the same answer."""
     import tempfile
     from pathlib import Path
 
     from .bench_backends import _run
-    from ..core.config import load_config
-    from ..steps.grid import deltas_for
-    from ..llm import load_backend
-    from ..steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
     from ..core.paths import results_dir
+    from ..steps.grid import deltas_for
+    from ..steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
+    from ..steps.runner import read_results
 
-    cfg = load_config(cfg_profile)
     if not (results_dir(cfg.profile) / "data" / f"{dataset}.jsonl").is_file():
         prepare_datasets(cfg, [dataset])
     ensure_index(cfg)
     searcher = open_profile_searcher(cfg)
     records = load_prepared(cfg, dataset)[:n]
     deltas = deltas_for(cfg)
-    new = load_backend(cfg, cache=False)
-    ref = _reference_twin(new)
-    new.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)   # warm-up
-    out: dict[str, list[dict]] = {"reference": [], "shared_prefix": []}
+    for be in backends.values():                 # warm-up: first-call allocations, kernels
+        be.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)
+    out: dict[str, list[dict]] = {label: [] for label in backends}
+    answers: dict[str, list[str]] = {label: [] for label in backends}
     with tempfile.TemporaryDirectory(prefix="seakr-bench-") as tmp:
         for i, rec in enumerate(records):
-            for label, be in (("reference", ref), ("shared_prefix", new)):
+            order = list(backends.items())
+            for label, be in (order if i % 2 == 0 else order[::-1]):
                 row = _run(cfg, be, searcher, dataset, [rec], deltas, 1, Path(tmp), f"{label}-{i}")
                 out[label].append(row)
-    summary = {}
+                answers[label] += [r["answer"] for r in read_results(Path(tmp) / f"{label}-{i}.jsonl")]
+    summary: dict = {}
     for label, rows in out.items():
         secs = [r["seconds_per_question"] for r in rows]
         summary[label] = {
@@ -244,12 +252,74 @@ def _seakr_per_question(cfg_profile: str, dataset: str, n: int) -> dict:
             "llm_calls_per_question": round(statistics.mean(r["llm_calls_per_question"] for r in rows), 2),
             "generated_tokens_per_question": round(statistics.mean(
                 r["generated_tokens_per_question"] for r in rows), 1),
-            "em": round(statistics.mean(r["em"] for r in rows), 1)}
-    summary["speedup"] = round(summary["reference"]["seconds_per_question"]
-                               / summary["shared_prefix"]["seconds_per_question"], 2)
+            "em": round(statistics.mean(r["em"] for r in rows), 1), "answers": answers[label]}
+    summary["answers_agree"] = sum(len(set(a)) == 1 for a in zip(*answers.values()))
     summary["questions"] = [r.id for r in records]
     summary["dataset"] = dataset
     return summary
+
+
+def _seakr_per_question(cfg_profile: str, dataset: str, n: int) -> dict:
+    """SeaKR seconds per question, today's path against shared prefix, alternating by question."""
+    from ..core.config import load_config
+    from ..llm import load_backend
+
+    cfg = load_config(cfg_profile)
+    new = load_backend(cfg, cache=False)
+    summary = _seakr_alternating(cfg, {"reference": _reference_twin(new), "shared_prefix": new},
+                                 dataset, n)
+    summary["speedup"] = round(summary["reference"]["seconds_per_question"]
+                               / summary["shared_prefix"]["seconds_per_question"], 2)
+    return summary
+
+
+def dtype_main(args) -> dict:
+    """`--dtypes a,b`: SeaKR per question with the profile's model in each dtype (transformers
+    backend), alternating question by question; the ratio of each to the first. Written to
+    results/<profile>/bench/dtypes.json."""
+    import torch
+
+    from ..core.config import load_config
+    from ..core.device import compute
+    from ..core.errors import UserError, report_and_exit
+    from ..core.io import write_json
+    from ..core.paths import results_dir
+    from ..core.provenance import provenance
+    from ..llm import load_backend
+
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if len(dtypes) < 2 or len(set(dtypes)) != len(dtypes):
+        raise SystemExit(f"--dtypes needs two or more different dtypes, e.g. float32,bfloat16 (got {args.dtypes})")
+    try:
+        cfgs = {d: load_config(args.profile, {"model.backend": "hf", "model.dtype": d}) for d in dtypes}
+        backends = {d: load_backend(cfgs[d], cache=False) for d in dtypes}
+    except UserError as e:
+        report_and_exit(e)
+    base = dtypes[0]
+    cfg = cfgs[base]
+    sq = _seakr_alternating(cfg, backends, args.dataset, args.seakr_questions)
+    for d in dtypes:
+        sq[d]["ratio_to_" + base] = {
+            key: round(sq[d][key] / sq[base][key], 3) if sq[base][key] else None
+            for key in ("seconds_per_question", "llm_calls_per_question", "generated_tokens_per_question")}
+    report = {"what": "SeaKR per question by model.dtype (transformers backend, call cache off, one "
+                      "question at a time, the dtypes alternating question by question)",
+              "profile": args.profile, "model": cfg["model.name"], "dtypes": dtypes,
+              "torch_threads": torch.get_num_threads(), "seakr_per_question": sq,
+              "compute": {d: compute(cfgs[d]) for d in dtypes},
+              "provenance": provenance(cfg)}
+    out = results_dir(args.profile) / "bench" / "dtypes.json"
+    write_json(out, report)
+    n = len(sq["questions"])
+    print(f"SeaKR on {sq['dataset']}, {n} questions, one at a time, dtypes alternating:")
+    print(f"{'dtype':<10}{'s/question':>11}{'calls/q':>9}{'tokens/q':>10}{'EM':>7}{'s ratio':>9}")
+    for d in dtypes:
+        r = sq[d]
+        print(f"{d:<10}{r['seconds_per_question']:>11.2f}{r['llm_calls_per_question']:>9.2f}"
+              f"{r['generated_tokens_per_question']:>10.1f}{r['em']:>7.1f}"
+              f"{r['ratio_to_' + base]['seconds_per_question']:>9.3f}")
+    print(f"same answer in every dtype on {sq['answers_agree']} of {n} questions; saved {out}")
+    return report
 
 
 def shared_main(args) -> dict:
@@ -402,18 +472,21 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--shared", action="store_true",
                     help="shared-prefix decoding against today's path (see above)")
+    ap.add_argument("--dtypes", default=None,
+                    help="e.g. float32,bfloat16: SeaKR per question in each model.dtype, alternating; "
+                         "ratios to the first (results/<profile>/bench/dtypes.json)")
     ap.add_argument("--seakr-questions", type=int, default=4,
-                    help="with --shared: SeaKR questions per path (0 = skip)")
-    ap.add_argument("--dataset", default="bundled-2wiki", help="with --shared: SeaKR's questions")
+                    help="with --shared or --dtypes: SeaKR questions per path (0 = skip with --shared)")
+    ap.add_argument("--dataset", default="bundled-2wiki", help="with --shared or --dtypes: SeaKR's questions")
     ap.add_argument("--parts", choices=("all", "micro", "seakr"), default="all",
                     help="with --shared: micro = U-evaluation, decode step and memory; seakr = "
                          "SeaKR per question only (written to shared_prefix_seakr.json)")
     args = ap.parse_args(argv)
-    if args.shared:
+    if args.shared or args.dtypes:
         if args.threads:
             import torch
             torch.set_num_threads(args.threads)
-        return shared_main(args)
+        return dtype_main(args) if args.dtypes else shared_main(args)
 
     import torch
     import transformers

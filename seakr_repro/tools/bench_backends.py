@@ -160,7 +160,7 @@ def _child(args) -> dict:
     from ..core.errors import UserError, report_and_exit
     from ..steps.grid import deltas_for
     from ..llm import load_backend
-    from ..llm.registry import resolve_device
+    from ..core.device import resolve_device
     from ..llm.vllm.backend import vllm_available
     from ..core.paths import results_dir
     from ..steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets

@@ -217,14 +217,23 @@ def gpu_need_bytes(cfg: Config) -> int | None:
 
 
 def check_gpu(cfg: Config, report: Report) -> None:
-    if cfg["model.device"] != "cuda":
+    from ..core.device import resolve_device
+
+    setting = cfg["model.device"]
+    if setting == "cpu":
+        return
+    try:
+        device = resolve_device(setting)
+    except UserError:
+        report.problems.append("GPU: model.device is cuda but torch sees no CUDA GPU (fix: install a "
+                               "CUDA build of torch and check nvidia-smi, or set model.device: cpu "
+                               "or auto)")
+        return
+    if device == "cpu":
+        report.ok.append("device: CPU (model.device: auto, and torch sees no CUDA GPU)")
         return
     import torch
 
-    if not torch.cuda.is_available():
-        report.problems.append("GPU: model.device is cuda but torch sees no CUDA GPU (fix: install a "
-                               "CUDA build of torch and check nvidia-smi, or set model.device: cpu)")
-        return
     total = torch.cuda.get_device_properties(0).total_memory
     need = gpu_need_bytes(cfg)
     if need is not None and total < need:
@@ -234,7 +243,8 @@ def check_gpu(cfg: Config, report: Report) -> None:
             f"{human_bytes(total)} (fix: use a larger GPU, or lower model.max_batch_rows and "
             f"model.prefix_cache_tokens)")
     else:
-        report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}")
+        gpu_sizes = " (the profile's gpu: settings apply)" if cfg.get("gpu") else ""
+        report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}{gpu_sizes}")
 
 
 def note_work(cfg: Config, report: Report) -> None:

@@ -152,7 +152,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tok, name, weights_fingerprint(path, dtype), max_batch_rows, prefix_cache_tokens,
+        return cls(model, tok, name, weights_fingerprint(path, dtype, device), max_batch_rows, prefix_cache_tokens,
                    shared_prefix, max_batch_contexts)
 
     def close(self) -> None:

@@ -170,7 +170,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             kwargs["block_size"] = int(block_size or 32)
         llm = LLM(**kwargs)
         tok = AutoTokenizer.from_pretrained(path)
-        return cls(llm, tok, name, f"vllm:{weights_fingerprint(path, resolve_dtype(dtype))}")
+        return cls(llm, tok, name, f"vllm:{weights_fingerprint(path, resolve_dtype(dtype), device)}")
 
     def close(self) -> None:
         """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
