@@ -149,6 +149,22 @@ def test_seakr_query_alignment_sees_the_byte_tokens(backend, tok):
     assert "Zürich" in q2
 
 
+def test_official_query_builder_counts_only_ascii_letters_and_digits(backend, tok):
+    """SEAKR/reasoner.py (_restruct_tokens, remove_special_characters) strips every character but
+    [a-zA-Z0-9] from each token and word and drops what is left empty: the byte tokens of "ü" do
+    not count, so Zürich is judged on Z... and ...rich alone and enters the official query."""
+    from seakr_repro.methods.seakr.query import formulate_query
+    gen, names = _zurich(backend, tok, byte_p=0.3)
+    q, info = formulate_query(gen.text, gen.tokens, gen.logprobs, "Where was the film shot?", None,
+                              mode="faithful")
+    kept = {r["word"]: r for sent in info["words"] for r in sent}
+    assert kept["Zürich"]["max_1mp"] == pytest.approx(0.01, abs=1e-3) and kept["Zürich"]["kept"]
+    assert q == "film shot Zürich"
+    fixed, _ = formulate_query(gen.text, gen.tokens, gen.logprobs, "Where was the film shot?", None,
+                               mode="fixed")
+    assert "Zürich" not in fixed          # every letter counts: the unsure "ü" drops the word
+
+
 def test_vllm_generation_decodes_like_the_transformers_backend(backend, tok):
     """The vLLM backend's output handling (no engine needed): same ids, same text and tokens."""
     from seakr_repro.llm.vllm.backend import VLLMBackend

@@ -6,21 +6,40 @@ words (NOUN ADJ VERB PROPN NUM ADV, minus thus/answer/is/so, POS re-tagged on th
 code does); fall back to the question's content words; keep the last `max_tokens` (64) tokens.
 
 faithful: the code resets the kept-word list for every sentence, so only the LAST sentence of the
-step contributes; fixed: every sentence contributes.
+step contributes; and a token or word counts only if it holds an ASCII letter or digit (the code
+strips every other character first: the "é" of "Pérez" drops out of the word's tokens, and a word
+like "–" or "北京" is no word); fixed: every sentence contributes, any Unicode letter counts.
+`engine_view` gives the greedy tokens as the official engine hands them to the query builder.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-from ..text import align_words, content_words
+from ..text import ASCII_ALNUM, ALNUM, align_words, content_words
+
+
+def engine_view(gen, forced_eos: str) -> tuple[list[str], list[float]]:
+    """The greedy step's token texts and log-probs as the query builder reads them. With
+    `replace_last` (the official engine's stop checker) a step cut at max_tokens has its last
+    token overwritten by EOS -- text "", log-prob 0 -- so no word can claim it: the word it ends
+    is judged on its other tokens, or dropped when it has none. (After a stop string the
+    overwritten token lies past the returned text, and a sampled EOS is left alone: nothing to do.)
+    A last token already cut from the text (an unfinished byte-fallback character) is not there."""
+    tokens, logprobs = list(gen.tokens), list(gen.logprobs)
+    uncut = gen.all_token_ids is None or len(gen.all_token_ids) == len(gen.token_ids)
+    if forced_eos == "replace_last" and gen.finish_reason == "length" and tokens and uncut:
+        tokens[-1], logprobs[-1] = "", 0.0
+    return tokens, logprobs
 
 
 def kept_words(text: str, tokens: list[str], logprobs: list[float], question: str,
-               previous_step: str | None, prob_threshold: float) -> list[list[dict]]:
-    """Per sentence, each aligned word with its max(1 - p) and whether it is kept."""
+               previous_step: str | None, prob_threshold: float, ascii_only: bool = False
+               ) -> list[list[dict]]:
+    """Per sentence, each aligned word with its max(1 - p) and whether it is kept (`ascii_only`:
+    only tokens and words with an ASCII letter or digit count, as the official code)."""
     out = []
-    for sent in align_words(text, tokens):
+    for sent in align_words(text, tokens, ASCII_ALNUM if ascii_only else ALNUM):
         rows = []
         for word, idx in sent:
             risk = max(1.0 - math.exp(logprobs[i]) for i in idx)
@@ -53,7 +72,7 @@ def formulate_query(step_text: str, tokens: list[str], logprobs: list[float], qu
     words: list[str] = []
     if step_text.strip():
         per_sentence = kept_words(step_text, tokens, logprobs, question, previous_step,
-                                  prob_threshold)
+                                  prob_threshold, ascii_only=mode == "faithful")
         info["words"] = per_sentence
         used = per_sentence[-1:] if mode == "faithful" else per_sentence
         words = [r["word"] for sent in used for r in sent if r["kept"]]
