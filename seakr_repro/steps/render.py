@@ -100,7 +100,8 @@ def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[
                 rows.append({"method": label, "model": label if spec.rows == "model" else cfg["model.name"],
                              "dataset": dataset, "metric": metric, "value": score[metric],
                              "low": score[f"{metric}_low"], "high": score[f"{metric}_high"],
-                             "n": score["n"]})
+                             "n": score["n"],
+                             "run_file": str(files[-1].relative_to(results_dir(cfg.profile)))})
             counts.setdefault(label, {})[dataset] = (len(done), total)
     notes = {}
     for label, by_dataset in counts.items():      # a row is partial until every data set is done
@@ -128,17 +129,50 @@ PARTIAL_CAPTION = ("Partial: its notebook has not finished; rows marked (partial
                    "questions done so far (footnotes).")
 
 
+OFFICIAL_LIMIT_S = 20 * 60    # main_multihop.py: asyncio.wait_for(reasoner.solve(...), timeout=20*60)
+
+
+def official_drop_note(cfg: Config, spec: Table, ours: pd.DataFrame) -> dict[str, str]:
+    """{"seakr": footnote} where a table has SeaKR's row on complex QA. The official multi-hop
+    runs (main_multihop.py, run_one_question) write a question that raises or runs past 20
+    minutes to failed.jsonl, out of the scored set, and cancel the run at the 10th such error;
+    simple QA (main_simpleqa.py) drops nothing. The package scores every question: the note
+    counts this run's SeaKR questions over 20 minutes (their own wall time, `seconds`), where the
+    rows name their run files."""
+    from ..data.registry import DATASETS
+    from .runner import read_results
+
+    if spec.kind != "grid" or "seakr" not in spec.methods or ours.empty:
+        return {}
+    rows = ours[(ours["method"] == "seakr")
+                & ours["dataset"].map(lambda d: d in DATASETS and DATASETS[d].kind == "complex")]
+    if rows.empty:
+        return {}
+    note = ("the paper's SeaKR runs on complex QA leave out every question that fails or runs past "
+            "20 minutes, and stop at the 10th failure (main_multihop.py); this package scores every "
+            "question")
+    files = rows["run_file"].dropna().unique() if "run_file" in rows.columns else []
+    done = [r for f in files for r in read_results(results_dir(cfg.profile) / f)]
+    if done:
+        over = sum(1 for r in done if float(r.get("seconds") or 0) > OFFICIAL_LIMIT_S)
+        note += (f": {over} of the {len(done):,} questions in this row's run files took over 20 "
+                 "minutes, none failed (a failure here stops the run, which resumes)")
+    return {"seakr": note}
+
+
 def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
             partial: dict[str, str] | None = None) -> pd.DataFrame:
     """Our rows of one table beside the paper's (ours | paper | delta per cell)."""
     from ..reporting import load_paper_table, side_by_side
 
+    notes = official_drop_note(cfg, spec, ours)
     ours = ours_for_table(ours, spec)
     paper = load_paper_table(spec.paper) if spec.paper else ours.iloc[:0]
     if spec.rows == "method" and "model" in paper.columns and paper["model"].nunique() > 1:
         paper = paper[paper["model"] == paper["model"].mode()[0]]
     return side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
-                        reasons=reasons, show_ci="low" in ours.columns, partial=partial or {})
+                        reasons=reasons, show_ci="low" in ours.columns, partial=partial or {},
+                        notes=notes)
 
 
 def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
