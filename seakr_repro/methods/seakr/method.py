@@ -221,7 +221,7 @@ class SeaKR(Method):
     def _retrieve(self, question, gen, steps, docs, doc_ids, searched, trace) -> Step | None:
         s = self.settings
         previous = steps[-1].text if steps else None
-        tokens, logprobs = engine_view(gen, s["forced_eos"])
+        tokens, logprobs = engine_view(gen, s["forced_eos"], s["mode"])
         query, info = formulate_query(gen.text, tokens, logprobs, question, previous,
                                       prob_threshold=s["query_prob_threshold"], mode=s["mode"])
         entry = {"kind": "retrieve", "failed_step": gen.text, "query": query, "query_info": info}

@@ -19,17 +19,28 @@ from typing import Callable
 from ..text import ASCII_ALNUM, ALNUM, align_words, content_words
 
 
-def engine_view(gen, forced_eos: str) -> tuple[list[str], list[float]]:
-    """The greedy step's token texts and log-probs as the query builder reads them. With
-    `replace_last` (the official engine's stop checker) a step cut at max_tokens has its last
-    token overwritten by EOS -- text "", log-prob 0 -- so no word can claim it: the word it ends
-    is judged on its other tokens, or dropped when it has none. (After a stop string the
-    overwritten token lies past the returned text, and a sampled EOS is left alone: nothing to do.)
-    A last token already cut from the text (an unfinished byte-fallback character) is not there."""
+def engine_view(gen, forced_eos: str, mode: str = "fixed") -> tuple[list[str], list[float]]:
+    """The greedy step's token texts and log-probs as the query builder reads them.
+
+    faithful: the official builder reads the engine's whole token list, which runs past the
+    returned text up to the token that completed the stop string; a token that the cut splits
+    ("e." of "Lee. She" cut at ". ") lends the word it ends its log-prob, so it is kept here with
+    the part of its text before the cut. With `replace_last` (the official engine's stop checker)
+    the last token of that list is overwritten by EOS -- text "", log-prob 0 -- so no word can
+    claim it: at max_tokens the step's last word is judged on its other tokens, or dropped when
+    it has none. A sampled EOS is left alone. fixed: the returned text's own tokens only."""
     tokens, logprobs = list(gen.tokens), list(gen.logprobs)
-    uncut = gen.all_token_ids is None or len(gen.all_token_ids) == len(gen.token_ids)
-    if forced_eos == "replace_last" and gen.finish_reason == "length" and tokens and uncut:
-        tokens[-1], logprobs[-1] = "", 0.0
+    all_ids, n = gen.all_token_ids, len(tokens)
+    overwrite = forced_eos == "replace_last" and gen.finish_reason != "eos"
+    if all_ids is None or len(all_ids) == len(gen.token_ids):       # nothing cut
+        if overwrite and gen.finish_reason == "length" and tokens:
+            tokens[-1], logprobs[-1] = "", 0.0
+        return tokens, logprobs
+    rest = gen.text[len("".join(tokens)):]
+    split_is_last = n == len(all_ids) - 1
+    if mode == "faithful" and rest and gen.all_logprobs and not (overwrite and split_is_last):
+        tokens.append(rest)
+        logprobs.append(gen.all_logprobs[n])
     return tokens, logprobs
 
 
