@@ -24,8 +24,9 @@ engine's forced-EOS sequence | append), self_aware_retrieval (False: every step 
 BM25's top unused document), reasoning (self_aware | rationales | knowledge), mode (fixed | faithful:
 the code's bugs -- last-sentence query of ASCII-only words, comma-truncating extraction, periods
 deleted from steps and replaced in the question, re-ask prompt without the first output,
-knowledge-path U from the re-ask, empty passages padding a short search). replace_last also
-overwrites the max_tokens-th token of the greedy step the query is built from (`query.engine_view`).
+knowledge-path U from the re-ask, empty passages padding a short search, the query reading the
+token a stop string splits). replace_last also overwrites the max_tokens-th token of the greedy
+step the query is built from (`query.engine_view`).
 """
 from __future__ import annotations
 
