@@ -110,3 +110,6 @@ def test_official_runs_drop_failed_and_20_minute_questions_the_seakr_row_says_so
     assert render.official_drop_note(cfg, render._table("table2"), frame) == {}
     assert set(render.official_drop_note(cfg, render._table("table1"), frame.assign(
         dataset="bundled-2wiki"))) == {"seakr"}
+    # Table 4: SeaKR on every backbone, one row per model
+    backbones = frame.assign(dataset="bundled-2wiki", model=["gemma-3-270m"])
+    assert set(render.official_drop_note(cfg, render._table("table4"), backbones)) == {"gemma-3-270m"}

@@ -133,31 +133,38 @@ OFFICIAL_LIMIT_S = 20 * 60    # main_multihop.py: asyncio.wait_for(reasoner.solv
 
 
 def official_drop_note(cfg: Config, spec: Table, ours: pd.DataFrame) -> dict[str, str]:
-    """{"seakr": footnote} where a table has SeaKR's row on complex QA. The official multi-hop
-    runs (main_multihop.py, run_one_question) write a question that raises or runs past 20
-    minutes to failed.jsonl, out of the scored set, and cancel the run at the 10th such error;
-    simple QA (main_simpleqa.py) drops nothing. The package scores every question: the note
-    counts this run's SeaKR questions over 20 minutes (their own wall time, `seconds`), where the
-    rows name their run files."""
+    """{row: footnote} for SeaKR's rows on complex QA (Tables 1 and 3: the `seakr` row; Table 4:
+    every backbone). The official multi-hop runs (main_multihop.py, run_one_question) write a
+    question that raises or runs past 20 minutes to failed.jsonl, out of the scored set, and
+    cancel the run at the 10th such error; simple QA (main_simpleqa.py) drops nothing. The
+    package scores every question: the note counts the row's questions over 20 minutes (their
+    own wall time, `seconds`) in the run files the rows name."""
     from ..data.registry import DATASETS
     from .runner import read_results
 
-    if spec.kind != "grid" or "seakr" not in spec.methods or ours.empty:
+    if ours.empty or spec.rows not in ours.columns:
         return {}
-    rows = ours[(ours["method"] == "seakr")
-                & ours["dataset"].map(lambda d: d in DATASETS and DATASETS[d].kind == "complex")]
-    if rows.empty:
-        return {}
-    note = ("the paper's SeaKR runs on complex QA leave out every question that fails or runs past "
-            "20 minutes, and stop at the 10th failure (main_multihop.py); this package scores every "
-            "question")
-    files = rows["run_file"].dropna().unique() if "run_file" in rows.columns else []
-    done = [r for f in files for r in read_results(results_dir(cfg.profile) / f)]
-    if done:
-        over = sum(1 for r in done if float(r.get("seconds") or 0) > OFFICIAL_LIMIT_S)
-        note += (f": {over} of the {len(done):,} questions in this row's run files took over 20 "
-                 "minutes, none failed (a failure here stops the run, which resumes)")
-    return {"seakr": note}
+    if spec.kind == "grid":
+        labels = ["seakr"] if "seakr" in spec.methods else []
+    else:
+        labels = list(dict.fromkeys(ours[spec.rows])) if spec.kind == "backbones" else []
+    complex_qa = ours["dataset"].map(lambda d: d in DATASETS and DATASETS[d].kind == "complex")
+    notes = {}
+    for label in labels:
+        rows = ours[(ours[spec.rows] == label) & complex_qa]
+        if rows.empty:
+            continue
+        note = ("the paper's SeaKR runs on complex QA leave out every question that fails or runs "
+                "past 20 minutes, and stop at the 10th failure (main_multihop.py); this package "
+                "scores every question")
+        files = rows["run_file"].dropna().unique() if "run_file" in rows.columns else []
+        done = [r for f in files for r in read_results(results_dir(cfg.profile) / f)]
+        if done:
+            over = sum(1 for r in done if float(r.get("seconds") or 0) > OFFICIAL_LIMIT_S)
+            note += (f": {over} of the {len(done):,} questions in this row's run files took over "
+                     "20 minutes, none failed (a failure here stops the run, which resumes)")
+        notes[label] = note
+    return notes
 
 
 def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
