@@ -149,6 +149,46 @@ def test_seakr_query_alignment_sees_the_byte_tokens(backend, tok):
     assert "Zürich" in q2
 
 
+def test_official_query_builder_counts_only_ascii_letters_and_digits(backend, tok):
+    """SEAKR/reasoner.py (_restruct_tokens, remove_special_characters) strips every character but
+    [a-zA-Z0-9] from each token and word and drops what is left empty: the byte tokens of "ü" do
+    not count, so Zürich is judged on Z... and ...rich alone and enters the official query."""
+    from seakr_repro.methods.seakr.query import formulate_query
+    gen, names = _zurich(backend, tok, byte_p=0.3)
+    q, info = formulate_query(gen.text, gen.tokens, gen.logprobs, "Where was the film shot?", None,
+                              mode="faithful")
+    kept = {r["word"]: r for sent in info["words"] for r in sent}
+    assert kept["Zürich"]["max_1mp"] == pytest.approx(0.01, abs=1e-3) and kept["Zürich"]["kept"]
+    assert q == "film shot Zürich"
+    fixed, _ = formulate_query(gen.text, gen.tokens, gen.logprobs, "Where was the film shot?", None,
+                               mode="fixed")
+    assert "Zürich" not in fixed          # every letter counts: the unsure "ü" drops the word
+
+
+def test_official_query_reads_the_token_the_stop_string_splits(backend, tok):
+    """The official query builder reads the engine's token list, which runs to the token that
+    completed the stop string: "Lee. She" is "▁L" "e" "e." "▁S" here, the text is cut at ". ",
+    and "e." still lends "Lee" its probability (SEAKR/reasoner.py, _restruct_tokens); "▁S", the
+    token that completed ". ", was overwritten by EOS and counts for nothing."""
+    from seakr_repro.methods.seakr.query import engine_view, formulate_query
+    cont = ids_of(tok, "The film was directed by Ann Lee. She")
+    names = tok.convert_ids_to_tokens(cont)
+    assert names[-5:-1] == ["\u2581L", "e", "e.", "\u2581S"]
+    probs = [0.99] * len(cont)
+    probs[names.index("e.")] = 0.3
+    with scripted(backend, [(cont, probs)]):
+        gen = backend.generate(PROMPT, max_new_tokens=30, stop=[". "])
+    assert gen.text == " The film was directed by Ann Lee" and gen.tokens[-1] == "e"
+    question = "Who made the film?"
+    toks, lps = engine_view(gen, "replace_last", "faithful")
+    assert toks[-1] == "e" and len(toks) == len(gen.tokens) + 1
+    q, _ = formulate_query(gen.text, toks, lps, question, None, mode="faithful")
+    assert q == "film directed Ann"                   # Lee: 1 - 0.3 from "e."
+    toks, lps = engine_view(gen, "append", "fixed")   # fixed: the returned text's tokens
+    q, _ = formulate_query(gen.text, toks, lps, question, None, mode="fixed")
+    assert q == "film directed Ann Lee"
+
+
 def test_vllm_generation_decodes_like_the_transformers_backend(backend, tok):
     """The vLLM backend's output handling (no engine needed): same ids, same text and tokens."""
     from seakr_repro.llm.vllm.backend import VLLMBackend

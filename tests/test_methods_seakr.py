@@ -307,3 +307,86 @@ def test_estimator_switch_and_delta_requirement():
     assert b.sample_calls == []                        # perplexity needs no samples
     with pytest.raises(UserError):
         make(respond, lambda p: "low", estimator="nope")
+
+
+# -- the official code's last four behaviours (issue 21, points 7-10): faithful as the code, fixed not
+
+
+def test_official_retriever_pads_a_short_search_with_empty_passages_that_compete():
+    """SEAKR/retriever.py pads fewer than N = 3 hits with empty passages (fresh random ids); they
+    are re-ranked like the others and one can enter the context as an empty "[1]"."""
+    def respond(p, stop):
+        if ". " not in stop:
+            return final_answer(p, stop)
+        ctx = context(p).strip()
+        if ctx == "Context: [1]":
+            return "So the answer is Ann Lee."
+        return "Bob Ray made it" if ctx else "Zorro Nights was directed by Tom Hux"
+    level = lambda p, stop: "low" if ". " not in stop or context(p).strip() == "Context: [1]" else "high"
+    for mode, ids in (("faithful", ["d1", "_empty-1-1", "_empty-1-2"]), ("fixed", ["d1"])):
+        backend, searcher = FakeBackend(respond, level), FakeSearcher(DOCS, results=lambda q: DOCS[:1])
+        m = build_method("seakr", backend, searcher, "bundled-2wiki", n_shot=1, mode=mode)
+        r = m.run(Q)
+        rerank = next(t for t in r.trace if t["kind"] == "rerank")
+        assert [c["id"] for c in rerank["candidates"]] == ids
+        if mode == "faithful":     # equal U of the two empty passages: the first wins (stable sort)
+            assert rerank["chosen"] == "_empty-1-1" and r.extra["doc_ids"] == ["_empty-1-1"]
+            assert r.extra["steps"][-1] == "So the answer is Ann Lee."
+            assert any(context(p).strip() == "Context: [1]" for p, _ in backend.generate_calls)
+        else:
+            assert rerank["chosen"] == "d1" and r.extra["doc_ids"] == ["d1"]
+
+
+def test_official_stop_checker_overwrites_the_max_tokens_th_token_the_query_reads():
+    """At max_tokens the forked engine's stop checker overwrites the last token with EOS, log-prob
+    and text included (stop_checker.py, _change_last_token); the query builder then has no token
+    for the last word and drops it, even a word of the question (reasoner.py, _restruct_tokens)."""
+    def respond(p, stop):
+        if ". " not in stop:
+            return final_answer(p, stop)
+        if context(p):
+            return "So the answer is Ann Lee."
+        g = gen("The film Zorro Nights came out before Gaumont", probs=[0.99] * 6 + [0.5, 0.99])
+        g.finish_reason = "length"        # the step ran into max_tokens
+        return g
+    queries = {}
+    for forced in ("replace_last", "append"):
+        rec = QuestionRecord(id="q3", question="Did Gaumont release Zorro Nights?", answers=["x"])
+        backend, searcher = FakeBackend(respond, lambda p, stop: "high" if ". " in stop else "low"), FakeSearcher(DOCS)
+        build_method("seakr", backend, searcher, "bundled-2wiki", n_shot=1, mode="fixed",
+                     forced_eos=forced).run(rec)
+        queries[forced] = searcher.queries[0]
+    assert queries["append"] == "film Zorro Nights came Gaumont"
+    assert queries["replace_last"] == "film Zorro Nights came"
+    # a word of several tokens keeps its other ones and is judged on them
+    from seakr_repro.llm.base import Generation
+    from seakr_repro.methods.seakr.query import engine_view
+    g = Generation("in Gaumont", token_ids=[1, 2, 3], tokens=[" in", " Gau", "mont"],
+                   logprobs=[0.0, math.log(0.99), math.log(0.2)], finish_reason="length")
+    toks, lps = engine_view(g, "replace_last")
+    q, info = formulate_query(g.text, toks, lps, "Where?", None, mode="faithful")
+    assert (toks, lps[-1]) == ([" in", " Gau", ""], 0.0) and q == "Gaumont"
+    assert engine_view(g, "append") == (g.tokens, g.logprobs)
+    g.finish_reason = "stop"                  # a stop string's token is past the returned text
+    assert engine_view(g, "replace_last") == (g.tokens, g.logprobs)
+
+
+def test_official_simple_qa_choice_is_the_lowest_u_over_every_passage_empty_outputs_included():
+    """eval_singlehop.ipynb takes idxmin of eigen_score over the ten passages, whatever the output;
+    the re-ask then answers from the chosen (empty) output (main_simpleqa.py)."""
+    def respond(p, stop):
+        if p.endswith(" So the answer is "):
+            return "Bob Ray"
+        if "Bob Ray" in context(p):
+            return ""
+        if "Ann Lee" in context(p):
+            return "So the answer is Ann Lee."
+        return "So the answer is Tom Hux."
+    # the direct answer is unsure; d1 (empty output) has the lowest U, then d2
+    level = lambda p: ("low" if "Bob Ray" in context(p) else 0.01 if "directed by" in context(p)
+                       else "high")
+    for mode, chosen, answer in (("faithful", "d1", "Bob Ray"), ("fixed", "d2", "Ann Lee")):
+        backend, searcher = FakeBackend(respond, level), FakeSearcher(DOCS)
+        r = build_method("seakr", backend, searcher, "bundled-single", n_shot=1, mode=mode).run(Q)
+        assert (r.extra["chosen_doc"], r.answer) == (chosen, answer)
+        assert min(r.extra["passage_us"]) == r.extra["passage_us"][0]

@@ -100,3 +100,29 @@ def test_paper_sized_profiles_are_comparable_with_the_paper():
     assert render.differs_because(load_config("paper-vllm")) is None
     assert "sample of 1000" in render.differs_because(load_config("paper-sample"))
     assert "not comparable" in render.differs_because(load_config("default"))
+
+
+def test_official_runs_drop_failed_and_20_minute_questions_the_seakr_row_says_so(half_run):
+    """main_multihop.py writes a question that raises or outlives asyncio.wait_for(..., 20*60) to
+    failed.jsonl, out of the scored set (and cancels the run at the 10th error); the package keeps
+    every question, and SeaKR's complex-QA row says how many would have gone."""
+    cfg = load_config("default")
+    runs = half_run / "default" / "runs" / "bundled-2wiki"
+    runs.joinpath("seakr-bbbb.jsonl").write_text("".join(json.dumps(
+        {"id": f"q{i}", "answer": "Paris", "golds": ["Paris"], "seconds": s}) + "\n"
+        for i, s in enumerate((12.0, 1300.5, 1199.9))))
+    text = render.render_table(cfg, "table1", out_dir=half_run / "tables")[0].read_text()
+    seakr = next(line for line in text.splitlines() if line.startswith("(") and "SEAKR" in line)
+    assert "fails or runs past 20 minutes" in seakr and "main_multihop.py" in seakr
+    assert "1 of the 3 questions in this row's run files took over 20 minutes" in seakr
+    cot = next(line for line in text.splitlines() if line.startswith("(") and "CoT" in line)
+    assert "20 minutes" not in cot                        # only SeaKR's row: the official rule
+    # simple QA (main_simpleqa.py) drops nothing: no note
+    frame = render.pd.DataFrame([{"method": "seakr", "dataset": "bundled-single", "metric": "em",
+                                  "value": 1.0, "run_file": "runs/bundled-single/seakr-x.jsonl"}])
+    assert render.official_drop_note(cfg, render._table("table2"), frame) == {}
+    assert set(render.official_drop_note(cfg, render._table("table1"), frame.assign(
+        dataset="bundled-2wiki"))) == {"seakr"}
+    # Table 4: SeaKR on every backbone, one row per model
+    backbones = frame.assign(dataset="bundled-2wiki", model=["gemma-3-270m"])
+    assert set(render.official_drop_note(cfg, render._table("table4"), backbones)) == {"gemma-3-270m"}

@@ -6,7 +6,8 @@ from functools import lru_cache
 
 CONTENT_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM", "ADV"})   # SeaKR's query filter
 QUERY_STOPWORDS = frozenset({"thus", "answer", "is", "so"})                # case-sensitive, as the code
-_ALNUM = re.compile(r"[^\W_]")          # a letter or digit, accented ones included
+ALNUM = re.compile(r"[^\W_]")           # a letter or digit, accented ones included
+ASCII_ALNUM = re.compile(r"[A-Za-z0-9]")  # SeaKR's code: only these make a token or word count
 
 
 @lru_cache(maxsize=1)
@@ -29,9 +30,10 @@ def content_words(text: str, pos: frozenset = CONTENT_POS, stop: frozenset = QUE
     return " ".join(t.text for t in nlp()(text.strip()) if t.pos_ in pos and t.text not in stop)
 
 
-def token_spans(text: str, tokens: list[str]) -> list[tuple[int, int] | None]:
-    """Character span of each generated token in `text` (None for whitespace/punctuation-only
-    tokens or tokens that cannot be found), by a left-to-right search of its stripped text.
+def token_spans(text: str, tokens: list[str], word_chars: re.Pattern = ALNUM
+                ) -> list[tuple[int, int] | None]:
+    """Character span of each generated token in `text` (None for tokens with no `word_chars`
+    character or that cannot be found), by a left-to-right search of its stripped text.
     Tokens are decoded in context (`llm.tokenizing.decode_pieces`): the leading byte-fallback
     tokens of a character decode to "" and share the span of the token that completes it."""
     spans: list[tuple[int, int] | None] = []
@@ -42,7 +44,7 @@ def token_spans(text: str, tokens: list[str]) -> list[tuple[int, int] | None]:
             spans.append(None)
             continue
         piece = tok.replace("\u2581", " ").strip()
-        idx = text.find(piece, pos) if piece and _ALNUM.search(piece) else -1
+        idx = text.find(piece, pos) if piece and word_chars.search(piece) else -1
         if idx < 0:
             spans.append(None)
             pending = []
@@ -55,16 +57,18 @@ def token_spans(text: str, tokens: list[str]) -> list[tuple[int, int] | None]:
     return spans
 
 
-def align_words(text: str, tokens: list[str]) -> list[list[tuple[object, list[int]]]]:
-    """Per sentence, the alphanumeric spaCy words of `text` with the indices of the generated
-    tokens overlapping each word; words that no token covers are dropped (the official code drops
-    such a word too -- the last one, whose token only the EOS pass saw)."""
-    spans = token_spans(text, tokens)
+def align_words(text: str, tokens: list[str], word_chars: re.Pattern = ALNUM
+                ) -> list[list[tuple[object, list[int]]]]:
+    """Per sentence, the spaCy words of `text` that hold a `word_chars` character (a letter or
+    digit; ASCII_ALNUM: SeaKR's code), with the indices of the generated tokens overlapping each
+    word; words that no token covers are dropped (the official code drops such a word too -- the
+    last one, whose token only the EOS pass saw)."""
+    spans = token_spans(text, tokens, word_chars)
     out = []
     for sent in nlp()(text).sents:
         words = []
         for w in sent:
-            if not _ALNUM.search(w.text):
+            if not word_chars.search(w.text):
                 continue
             lo, hi = w.idx, w.idx + len(w.text)
             idx = [i for i, s in enumerate(spans) if s and s[0] < hi and s[1] > lo]

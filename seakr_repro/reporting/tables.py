@@ -57,7 +57,8 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
                  decimals: int | None = None,
                  show_ci: bool = False, reasons: Mapping[str, str] | None = None,
                  order: Sequence[str] | None = None,
-                 partial: Mapping[str, str] | None = None) -> pd.DataFrame:
+                 partial: Mapping[str, str] | None = None,
+                 notes: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Wide table: one row per `rows` value, columns (dataset, metric), cells "ours | paper | delta".
 
     `ours` is tidy (rows, dataset, metric, value[, low, high]) in the paper's units (percent);
@@ -65,13 +66,15 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
     paper does (`DECIMALS`, else 1). `reasons` maps a row name to why it has no
     numbers of ours; `order` fixes the row order (default: the paper's, then ours).
     `partial` maps a row to a note such as "partial: 40 of 1,200 questions": the row is labelled
-    "(partial)" and the note becomes its footnote.
+    "(partial)" and the note becomes its footnote. `notes` maps a row to a footnote about how its
+    numbers compare (shown only for rows the table has).
     Row labels come from the paper's `label` column, else ours, else the id.
     """
     o = _keyed(ours, rows, "our", ["value"])
     p = _keyed(paper, rows, "paper", ["value"])
     reasons = {canonical(k): v for k, v in (reasons or {}).items()}
     partial = {canonical(k): v for k, v in (partial or {}).items()}
+    notes = {canonical(k): v for k, v in (notes or {}).items()}
     row_ids = list(dict.fromkeys([*(canonical(r) for r in order or []), *p["_row"], *o["_row"], *reasons]))
     cols = list(dict.fromkeys(zip(pd.concat([p["_ds"], o["_ds"]]), pd.concat([p["_m"], o["_m"]]))))
     labels = {}
@@ -98,9 +101,9 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
     index = pd.Index([shown[r] for r in row_ids], name=rows)
     out = pd.DataFrame(table, index=index)
     out.columns = pd.MultiIndex.from_tuples(out.columns, names=["dataset", "metric"])
-    notes = {r: "; ".join(x for x in (partial.get(r), reasons.get(r)) if x)
-             for r in row_ids if r in partial or r in reasons}
-    out.attrs["footnotes"] = {shown[r]: why for r, why in notes.items()}
+    foot = {r: "; ".join(x for x in (partial.get(r), reasons.get(r), notes.get(r)) if x)
+            for r in row_ids if r in partial or r in reasons or r in notes}
+    out.attrs["footnotes"] = {shown[r]: why for r, why in foot.items()}
     return out
 
 

@@ -5,7 +5,8 @@ Complex QA, per iteration (facts, steps 1-5):
    FAILS when it is empty or U > delta. A step stating "the answer is ..." ends the loop first, as
    in the code (the check runs before the failure test).
 2. a failed step is discarded and turned into a query (`query.py`); a repeated query ends the loop.
-3. BM25 top N = 3, documents already selected skipped; each candidate regenerates the step with
+3. BM25 top N = 3 (faithful: padded to N with empty passages, as the code's retriever pads a
+   short result), documents already selected skipped; each candidate regenerates the step with
    context = selected docs + candidate; the lowest U wins (empty output = +inf) and joins the context.
    No unused candidate ends the loop.
 4. stop on an answer, after max_reasoning_steps steps or max_docs documents.
@@ -15,13 +16,17 @@ Complex QA, per iteration (facts, steps 1-5):
    " So the answer is " appended.
 Simple QA (`simple_qa`): one retrieval round -- the direct answer if its U < delta, else the
 answer of the one-passage prompt with the lowest U, over DPR's precomputed top 10
-(`simple_qa_passages: official`, as main_simpleqa.py) or BM25's top 10 from our corpus (`bm25`).
+(`simple_qa_passages: official`, as main_simpleqa.py) or BM25's top 10 from our corpus (`bm25`);
+an empty output competes with its U in faithful mode (eval_singlehop.ipynb), ranks last in fixed.
 
 Switches (Table 3): estimator (`uncertainty.registry`), forced_eos (replace_last: the official
 engine's forced-EOS sequence | append), self_aware_retrieval (False: every step retrieves), rerank (False:
 BM25's top unused document), reasoning (self_aware | rationales | knowledge), mode (fixed | faithful:
-the code's bugs -- last-sentence query, comma-truncating extraction, periods deleted from steps and
-replaced in the question, re-ask prompt without the first output, knowledge-path U from the re-ask).
+the code's bugs -- last-sentence query of ASCII-only words, comma-truncating extraction, periods
+deleted from steps and replaced in the question, re-ask prompt without the first output,
+knowledge-path U from the re-ask, empty passages padding a short search, the query reading the
+token a stop string splits). replace_last also overwrites the max_tokens-th token of the greedy
+step the query is built from (`query.engine_view`).
 """
 from __future__ import annotations
 
@@ -41,9 +46,10 @@ from ...prompts import (
     simple_qa_stops,
     stop_strings,
 )
+from ...retrieval.base import Hit
 from ...retrieval.passages import PrecomputedPassages
 from ..base import Method, MethodResult, hits_brief, step_record
-from .query import formulate_query, truncate_tokens
+from .query import engine_view, formulate_query, truncate_tokens
 from ...llm.stops import check_forced_eos
 from .uncertainty import Scorer, resolve_delta
 from ..text import sentences
@@ -216,7 +222,8 @@ class SeaKR(Method):
     def _retrieve(self, question, gen, steps, docs, doc_ids, searched, trace) -> Step | None:
         s = self.settings
         previous = steps[-1].text if steps else None
-        query, info = formulate_query(gen.text, gen.tokens, gen.logprobs, question, previous,
+        tokens, logprobs = engine_view(gen, s["forced_eos"], s["mode"])
+        query, info = formulate_query(gen.text, tokens, logprobs, question, previous,
                                       prob_threshold=s["query_prob_threshold"], mode=s["mode"])
         entry = {"kind": "retrieve", "failed_step": gen.text, "query": query, "query_info": info}
         trace.append(entry)
@@ -228,6 +235,9 @@ class SeaKR(Method):
                                            getattr(self.backend, "count_tokens", None)), s["top_n"])
         self.q.n_search += 1
         entry["hits"] = hits_brief(hits)
+        if s["mode"] == "faithful":   # the code's retriever pads to N with empty passages
+            hits = hits + [Hit(f"_empty-{self.q.n_search}-{i}", 0.0, "", "")
+                           for i in range(len(hits), s["top_n"])]
         cands = [h for h in hits if h.id not in doc_ids]
         if not cands:
             return None
@@ -352,7 +362,10 @@ class SeaKR(Method):
             hits = hits[:1]
         called = self._calls([self.q.fit(demos, question, docs=[h.text]) for h in hits],
                              [stops] * len(hits), s["rerank"], [format_context([h.text]) for h in hits])
-        cands = [((u if g.text.strip() else math.inf) if s["rerank"] else 0.0, h,
+        # the script's choice (eval_singlehop.ipynb) is the lowest U over all passages, empty
+        # outputs included; fixed ranks an empty output last, as complex QA's re-ranking does
+        empty_last = s["mode"] == "fixed"
+        cands = [((u if g.text.strip() or not empty_last else math.inf) if s["rerank"] else 0.0, h,
                   partial(self.q.fit, demos, question, docs=[h.text]), g, u)
                  for h, (g, u) in zip(hits, called)]
         trace.append(step_record("passages", "", "", hits=hits_brief(hits),

@@ -6,21 +6,51 @@ words (NOUN ADJ VERB PROPN NUM ADV, minus thus/answer/is/so, POS re-tagged on th
 code does); fall back to the question's content words; keep the last `max_tokens` (64) tokens.
 
 faithful: the code resets the kept-word list for every sentence, so only the LAST sentence of the
-step contributes; fixed: every sentence contributes.
+step contributes; and a token or word counts only if it holds an ASCII letter or digit (the code
+strips every other character first: the "é" of "Pérez" drops out of the word's tokens, and a word
+like "–" or "北京" is no word); fixed: every sentence contributes, any Unicode letter counts.
+`engine_view` gives the greedy tokens as the official engine hands them to the query builder.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-from ..text import align_words, content_words
+from ..text import ASCII_ALNUM, ALNUM, align_words, content_words
+
+
+def engine_view(gen, forced_eos: str, mode: str = "fixed") -> tuple[list[str], list[float]]:
+    """The greedy step's token texts and log-probs as the query builder reads them.
+
+    faithful: the official builder reads the engine's whole token list, which runs past the
+    returned text up to the token that completed the stop string; a token that the cut splits
+    ("e." of "Lee. She" cut at ". ") lends the word it ends its log-prob, so it is kept here with
+    the part of its text before the cut. With `replace_last` (the official engine's stop checker)
+    the last token of that list is overwritten by EOS -- text "", log-prob 0 -- so no word can
+    claim it: at max_tokens the step's last word is judged on its other tokens, or dropped when
+    it has none. A sampled EOS is left alone. fixed: the returned text's own tokens only."""
+    tokens, logprobs = list(gen.tokens), list(gen.logprobs)
+    all_ids, n = gen.all_token_ids, len(tokens)
+    overwrite = forced_eos == "replace_last" and gen.finish_reason != "eos"
+    if all_ids is None or len(all_ids) == len(gen.token_ids):       # nothing cut
+        if overwrite and gen.finish_reason == "length" and tokens:
+            tokens[-1], logprobs[-1] = "", 0.0
+        return tokens, logprobs
+    rest = gen.text[len("".join(tokens)):]
+    split_is_last = n == len(all_ids) - 1
+    if mode == "faithful" and rest and gen.all_logprobs and not (overwrite and split_is_last):
+        tokens.append(rest)
+        logprobs.append(gen.all_logprobs[n])
+    return tokens, logprobs
 
 
 def kept_words(text: str, tokens: list[str], logprobs: list[float], question: str,
-               previous_step: str | None, prob_threshold: float) -> list[list[dict]]:
-    """Per sentence, each aligned word with its max(1 - p) and whether it is kept."""
+               previous_step: str | None, prob_threshold: float, ascii_only: bool = False
+               ) -> list[list[dict]]:
+    """Per sentence, each aligned word with its max(1 - p) and whether it is kept (`ascii_only`:
+    only tokens and words with an ASCII letter or digit count, as the official code)."""
     out = []
-    for sent in align_words(text, tokens):
+    for sent in align_words(text, tokens, ASCII_ALNUM if ascii_only else ALNUM):
         rows = []
         for word, idx in sent:
             risk = max(1.0 - math.exp(logprobs[i]) for i in idx)
@@ -53,7 +83,7 @@ def formulate_query(step_text: str, tokens: list[str], logprobs: list[float], qu
     words: list[str] = []
     if step_text.strip():
         per_sentence = kept_words(step_text, tokens, logprobs, question, previous_step,
-                                  prob_threshold)
+                                  prob_threshold, ascii_only=mode == "faithful")
         info["words"] = per_sentence
         used = per_sentence[-1:] if mode == "faithful" else per_sentence
         words = [r["word"] for sent in used for r in sent if r["kept"]]
