@@ -433,6 +433,13 @@ def _top_records(path: Path, what: str) -> Iterable[tuple[int, Any]]:
     return enumerate({"question": rows[0][k], "ctxs": rows[1].get(k, [])} for k in keys)
 
 
+def iter_top_questions(path: str | Path) -> Iterator[str]:
+    """The questions of a top-passages file, in file order (its passages are not kept)."""
+    what = "a DPR retriever-output file (a JSON list of {question, answers, ctxs})"
+    for i, rec in _top_records(Path(path), what):
+        yield _need(rec, "question", str, Path(path), _where(i), what).strip()
+
+
 def load_dpr_top_passages(path: str | Path, top: int = 10) -> dict[str, list[dict[str, str]]]:
     """question -> its first `top` retrieved passages ({id, title, text}), from DPR's retriever
     output (a JSON list of {question, answers, ctxs: [...]}, streamed) or the SeaKR authors'

@@ -201,6 +201,33 @@ def describe_missing(name: str) -> str:
     return text
 
 
+def top10_questions(name: str, passages: str | Path | None = None) -> tuple[list[QuestionRecord], dict]:
+    """Simple QA as main_simpleqa.py evaluates it: the questions of the top-10 file (`passages`,
+    default `top_passages_path(name)`), in its order, each with the golds and id of the dev file's
+    record of the same (stripped) text. Returns (records, note): the note counts the file's
+    questions, those the dev file lacks (no golds: not evaluated) and repeats (evaluated once)."""
+    from .loaders import iter_top_questions
+
+    path = paths.setting_path(passages) if passages else top_passages_path(name)
+    by_text: dict[str, QuestionRecord] = {}
+    for record in load_dataset(name):
+        by_text.setdefault(record.question, record)
+    records, seen, unmatched, repeated, total = [], set(), 0, 0, 0
+    for question in iter_top_questions(path):
+        total += 1
+        record = by_text.get(question)
+        if record is None:
+            unmatched += 1
+        elif record.id in seen:
+            repeated += 1
+        else:
+            seen.add(record.id)
+            records.append(record)
+    note = {"questions_from": str(path), "golds_from": str(get_spec(name).default_path()),
+            "in_file": total, "matched": len(records), "unmatched": unmatched, "repeated": repeated}
+    return records, note
+
+
 def load_dataset(name: str, path: str | Path | None = None, n: int | None = None,
                  seed: int = 42) -> list[QuestionRecord]:
     """Load a data set by name (from `path` if given), then keep `n` questions sampled with `seed`
