@@ -191,3 +191,15 @@ def test_step02_uses_the_official_prompt_when_the_profile_says_so(monkeypatch, t
         extraction.extract_question(FakeBackend(lambda p, s: ""), record, cfg, n_shot=1)
     assert seen[0].startswith(first)
     assert ("Lio Brandt" in seen[0]) == (profile == "paper")
+
+
+def test_an_absent_backbone_is_skipped_with_the_setting_that_would_fill_it():
+    from seakr_repro.steps import tables
+
+    def loader(cfg, name):
+        raise DataMissingError(f"the weights of {name} are not on this machine",
+                               setting=f"model.paths.{name}", fix="download them and set the path")
+    cfg = load_config("paper")
+    _, skipped, _ = tables.run_backbones(cfg, grid.BackendPool(cfg, loader=loader), FakeSearcher([]),
+                                         ["llama-3-8b"], ["nq"], 1, [], 2, progress=False)
+    assert "model.paths.llama-3-8b" in skipped["llama-3-8b"] and "download them" in skipped["llama-3-8b"]
