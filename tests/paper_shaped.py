@@ -187,8 +187,9 @@ def write_datasets(raw: Path, people: list[dict]) -> None:
     write_top10(single, people)
 
 
-DRAGIN_DATA = '''# Stand-in laid out like src/data.py of oneal2000/DRAGIN: the same class names and
-# `examplars` structure, with invented text. It is read, never run.
+DRAGIN_DATA = '''# Stand-in laid out like src/data.py of oneal2000/DRAGIN: the same class names, `examplars`
+# lists (cot one string; StrategyQA's a tuple, with ctxs) and one-line template lambdas, with
+# invented text. It is read, never run (the import below fails).
 import no_such_module_here
 from typing import Dict, List
 
@@ -199,35 +200,84 @@ class BaseDataset:
 
 class StrategyQA(BaseDataset):
     examplars: List[Dict] = [
-        {"question": "Can a cat read?", "cot": "Cats cannot read.", "answer": "no"},
+        {
+            'question': 'Can a cat read a map?',
+            'ctxs': [(None, "Cats cannot read."), (None, "Reading a map needs reading.")],
+            'cot': ('Cats cannot read. ', 'A map must be read. ', 'Thus, a cat cannot read a map.'),
+            'answer': 'no',
+        },
     ]
+    demo_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    test_input_template = lambda self, ques: f'Reason step by step as the examples do.\\n\\nQuestion: {ques}\\nAnswer:'
+    output_template = lambda self, cot, ans: f'{cot} So the answer is {ans}.'
 
 
 class WikiMultiHopQA(BaseDataset):
     examplars: List[Dict] = [
-        {"question": "Where was the director of film Glass Harbour born?",
-         "cot": "Glass Harbour was directed by Ivo Kell. Ivo Kell was born in Lisbon. So the answer is Lisbon.",
-         "answer": "Lisbon"},
-        {"question": "Who was born first, Ada Quill or Bram Ostler?",
-         "cot": "Ada Quill was born in 1901. Bram Ostler was born in 1899. So the answer is Bram Ostler.",
-         "answer": "Bram Ostler"},
+        {
+            'question': "Where was the director of film Glass Harbour born?",
+            'cot': "Glass Harbour was directed by Ivo Kell. Ivo Kell was born in Lisbon.",
+            'answer': "Lisbon",
+        },
+        {
+            'question': "Who was born first, Ada Quill or Bram Ostler?",
+            'cot': "Ada Quill was born in 1901. Bram Ostler was born in 1899. Thus, Bram Ostler was born first.",
+            'answer': "Bram Ostler",
+        },
+        {
+            'question': "Are the Vell and the Orn in the same country?",
+            'cot': "The Vell is in Norland. The Orn is in Norland. Thus, they are in the same country.",
+            'answer': "yes",
+        },
     ]
+    demo_input_template = test_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    output_template = lambda self, cot, ans: f'{cot} So the answer is {ans}.'
 
 
 class HotpotQA(BaseDataset):
     examplars: List[Dict] = [
-        {"question": "Which river is longer, the Vell or the Orn?",
-         "cot": "The Vell is 210 km long. The Orn is 95 km long. So the answer is the Vell.",
-         "answer": "the Vell"},
+        {
+            'question': "Which river is longer, the Vell or the Orn?",
+            'cot': "The Vell is 210 km long. The Orn is 95 km long. Thus, the Vell is longer.",
+            'answer': "the Vell",
+        },
+        {
+            'question': "What instrument does the founder of the Nym Quartet play?",
+            'cot': "The Nym Quartet was founded by Lio Brandt. Lio Brandt plays the cello.",
+            'answer': "cello",
+        },
+        {
+            'question': "In which city was the architect of the Kell Tower born?",
+            'cot': "The Kell Tower was designed by Esme Marr. Esme Marr was born in Riga.",
+            'answer': "Riga",
+        },
     ]
+    demo_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    test_input_template = lambda self, ques: f'Reason step by step as above.\\nQuestion: {ques}\\nAnswer:'
+    output_template = lambda self, cot, ans: f'{cot} So the answer is {ans}.'
 
 
 class IIRC(BaseDataset):
     examplars: List[Dict] = [
-        {"question": "How old was Tess Arlo when her band formed?",
-         "cot": "Tess Arlo was born in 1970. Her band formed in 1990. So the answer is 20.",
-         "answer": "20"},
+        {
+            "question": "How old was Tess Arlo when her band formed?",
+            "cot": "Tess Arlo was born in 1970. Her band formed in 1990. So she was 1990 - 1970 = 20.",
+            "answer": "20"
+        },
+        {
+            "question": "How many years did the ship Orn Star sail?",
+            "cot": "The Orn Star was launched in 1811. It was broken up in 1864. So it sailed 1864 - 1811 = 53 years.",
+            "answer": "53"
+        },
+        {
+            "question": "Which league did the club of Finn Vance play in?",
+            "cot": "Finn Vance played for Riga United. Riga United played in the Baltic League.",
+            "answer": "Baltic League"
+        },
     ]
+    demo_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    test_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    output_template = lambda self, cot, ans: f'{cot} So the answer is {ans}.'
 '''
 
 

@@ -137,15 +137,15 @@ def test_preflight_names_a_missing_top10_file_even_with_the_qa_csv_there(raw):
 def test_preflight_checks_the_official_clone(raw):
     cfg = load_config("paper")
     report = preflight.Report()
-    preflight.check_clones(cfg, report)
-    assert any("official SeaKR clone" in p and str(raw / "SeaKR" / "SEAKR" / "dataset.py") in p
+    preflight.check_prompts(cfg, report)
+    assert any("SeaKR's clone" in p and str(raw / "SeaKR" / "SEAKR" / "dataset.py") in p
                and "git clone https://github.com/THU-KEG/SeaKR" in p for p in report.problems)
     shutil.copytree(FIX / "official_repo", raw / "SeaKR")       # the default place, data/raw/SeaKR
     report = preflight.Report()
-    preflight.check_clones(cfg, report)
-    assert not report.problems and report.ok == [f"official SeaKR clone ({cfg['prompts.official_repo']})"]
+    preflight.check_prompts(cfg, report)
+    assert not report.problems and report.ok == [f"SeaKR's clone ({cfg['prompts.official_repo']})"]
     report = preflight.Report()
-    preflight.check_clones(load_config("default"), report)      # paper demos: no clone needed
+    preflight.check_prompts(load_config("default"), report)      # paper demos: no clone needed
     assert not report.problems and not report.ok
 
 

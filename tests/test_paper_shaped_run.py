@@ -76,9 +76,11 @@ def test_preflight_finds_every_piece_of_the_paper_profile(run):
     out = pre.stdout
     assert "everything needed is in place" in out
     for piece in ("model llama-2-7b-chat", "model llama-2-7b", "model selfrag-llama2-7b",
-                  "official SeaKR clone", "top-10 passages of nq", "top-10 passages of squad",
+                  "SeaKR's clone", "top-10 passages of nq", "top-10 passages of squad",
                   "data set iirc", "data set hotpotqa"):
         assert piece in out, piece
+    if "dragin_repo" in (load_config("base")["prompts"] or {}):    # issue 21's faithful baselines
+        assert "DRAGIN's clone" in out
     # the LLaMA-3 backbones are absent: their rows are skipped, with the setting that names them
     assert "the llama-3-8b row of Table 4" in out and "model.paths.llama-3-8b" in out
 

@@ -46,7 +46,7 @@ def test_every_missing_piece_in_one_error(bare_machine):
                   "hotpotqa/hotpotqa-dev.json", "iirc/iirc_train_dev/dev.json",          # each layout
                   "top-10 passages of nq", "top-10 passages of triviaqa", "top-10 passages of squad",
                   str(bare_machine / "raw" / "singlehop_data" / "sq_top10.json"), "singlehop_data.zip",
-                  "official SeaKR clone", str(bare_machine / "raw" / "SeaKR"), "git clone",
+                  "SeaKR's clone", str(bare_machine / "raw" / "SeaKR"), "git clone",
                   "disk: the paper profile needs about", "10.0 GiB is free",
                   "torch sees no CUDA GPU"):
         assert piece in text, piece

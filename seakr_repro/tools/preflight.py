@@ -189,30 +189,32 @@ def check_datasets(cfg: Config, report: Report) -> None:
                 report.skipped.append(f"notebook 11's mechanism experiments: {describe_missing(mech)}")
 
 
-def check_clones(cfg: Config, report: Report) -> None:
-    """The official repositories whose example lists the profile reads: THU-KEG/SeaKR
-    (prompts.demos: official) and, where the package reads DRAGIN's lists (prompts.dragin_repo,
-    baselines.mode: faithful), oneal2000/DRAGIN. Parsed here as the run will parse them."""
+def check_prompts(cfg: Config, report: Report) -> None:
+    """The clones the prompts are read from (`prompts.demos: official`): SeaKR's (THU-KEG/SeaKR,
+    its SEAKR/dataset.py parsed as the run will parse it) and, where the baselines read DRAGIN's
+    lists (prompts.dragin_repo, baselines.mode: faithful), DRAGIN's (its src/data.py)."""
     from ..core.paths import setting_path
     from ..prompts import official
 
-    if cfg.get("prompts.demos") == "official":
-        try:
-            for family in official.CLASSES:
-                official.official_demos(cfg.get("prompts.official_repo"), family)
-            report.ok.append(f"official SeaKR clone ({cfg.get('prompts.official_repo')})")
-        except UserError as err:
-            where = f" at {err.path}" if err.path else ""
-            report.problems.append(f"official SeaKR clone (prompts.official_repo){where}: {_reason(err)}")
+    if cfg.get("prompts.demos") != "official":
+        return
+    repo = cfg.get("prompts.official_repo")
+    try:
+        for family in official.CLASSES:
+            official.official_demos(repo, family)
+        report.ok.append(f"SeaKR's clone ({repo})")
+    except UserError as err:
+        where = f" at {err.path}" if err.path else ""
+        report.problems.append(f"SeaKR's clone (prompts.official_repo){where}: {_reason(err)}")
     dragin = (cfg.get("prompts", {}) or {}).get("dragin_repo")
     if dragin and cfg.get("baselines.mode") == "faithful":
         data = setting_path(dragin) / "src" / "data.py"
         if data.is_file():
-            report.ok.append(f"official DRAGIN clone ({dragin})")
+            report.ok.append(f"DRAGIN's clone ({dragin})")
         else:
-            report.problems.append(f"official DRAGIN clone (prompts.dragin_repo): {data} was not found "
-                                   "(fix: `git clone https://github.com/oneal2000/DRAGIN` and set "
-                                   "prompts.dragin_repo to the clone's directory)")
+            report.problems.append(f"DRAGIN's clone (prompts.dragin_repo) at {data}: it was not found "
+                                   "(fix: `git clone https://github.com/oneal2000/DRAGIN data/raw/DRAGIN` "
+                                   "or set prompts.dragin_repo to a clone's directory)")
 
 
 def disk_need_bytes(cfg: Config) -> int:
@@ -295,7 +297,7 @@ def note_work(cfg: Config, report: Report) -> None:
 def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
-                 lambda r: check_datasets(cfg, r), lambda r: check_clones(cfg, r),
+                 lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
                  lambda r: check_disk(cfg, r),
                  lambda r: check_gpu(cfg, r), lambda r: note_work(cfg, r)):
         step(report)
