@@ -31,13 +31,13 @@ def cmd_corpus(args):
 
 
 def cmd_prepare(args):
-    from .steps.prepare import dataset_statistics, ensure_corpus, prepare_datasets
+    from .steps.prepare import dataset_statistics, ensure_corpus, prepare_datasets, source_notes
 
     cfg = _config(args)
     path = ensure_corpus(cfg, progress=not args.quiet)
     print(f"corpus: {path}")
     loaded = prepare_datasets(cfg, args.dataset or None)
-    print(dataset_statistics(loaded).to_markdown(index=False))
+    print(dataset_statistics(loaded, source_notes(cfg)).to_markdown(index=False))
 
 
 def cmd_index(args):

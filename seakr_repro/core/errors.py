@@ -40,6 +40,12 @@ class DataMissingError(UserError):
     """A data set, corpus or model the user must download is not where we look for it."""
 
 
+class QuestionError(UserError):
+    """One question cannot be answered for a reason of its own, not the run's (its text is not in
+    the precomputed passages, say): the runner records it as a failed question with the reason
+    and goes on with the next, as the official script's failed.jsonl does."""
+
+
 def report_and_exit(err: UserError, stream=None) -> None:
     """Print the error as one wrapped paragraph and exit with status 2 (no traceback)."""
     stream = stream or sys.stderr

@@ -18,6 +18,19 @@ TABLES_DIR = Path(os.environ.get("SEAKR_TABLES_DIR", REPO_ROOT / "tables"))
 RESULTS_ROOT = Path(os.environ.get("SEAKR_RESULTS_DIR", REPO_ROOT / "results"))
 
 
+def setting_path(value: str | os.PathLike) -> Path:
+    """A path named by a setting (corpus.tsv_path, prompts.official_repo, ...): absolute as given;
+    relative to the repository root, except that `data/raw/...` follows RAW_DIR, so that
+    SEAKR_RAW_DIR moves the profiles' default places of the user's downloads with it."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    parts = path.parts
+    if parts[:2] == ("data", "raw"):
+        return RAW_DIR.joinpath(*parts[2:])
+    return REPO_ROOT / path
+
+
 def results_dir(profile: str) -> Path:
     """results/<profile>/, created on demand."""
     path = RESULTS_ROOT / profile

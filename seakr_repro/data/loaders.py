@@ -34,11 +34,14 @@ HOW_TO_GET = {
     "2wiki": ("get DRAGIN's 2WikiMultihopQA preparation (the IDs release, data_ids_april7.zip, from the "
               "2WikiMultihopQA repository, github.com/Alab-NII/2wikimultihop; DRAGIN's README gives the "
               "wget line), unzip it and put dev.json and id_aliases.json in data/raw/2wikimultihopqa/"),
-    "hotpotqa": ("download the HotpotQA distractor dev set (as DRAGIN's and IRCoT's download scripts do: "
-                 "wget http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json) and "
-                 "put it at data/raw/hotpotqa/hotpot_dev_distractor_v1.json"),
+    "hotpotqa": ("download the HotpotQA distractor dev set (wget http://curtis.ml.cmu.edu/datasets/hotpot/"
+                 "hotpot_dev_distractor_v1.json) and put it at data/raw/hotpotqa/"
+                 "hotpot_dev_distractor_v1.json, or at data/raw/hotpotqa/hotpotqa-dev.json as DRAGIN's "
+                 "README saves it (SeaKR's multihop_data.zip holds it there too)"),
     "iirc": ("download IIRC as DRAGIN's README does (wget https://iirc-dataset.s3.us-west-2.amazonaws.com/"
-             "iirc_train_dev.tgz, then tar -xzf it) and put its dev.json at data/raw/iirc/dev.json"),
+             "iirc_train_dev.tgz, tar -xzf it, mv iirc_train_dev data/raw/iirc) so that its dev.json is "
+             "data/raw/iirc/dev.json; data/raw/iirc/iirc_train_dev/dev.json, the layout of SeaKR's "
+             "multihop_data.zip, works too"),
     "dpr-dev": ("download DPR's retriever dev file (questions with their gold passages' ids in DPR's "
                 "Wikipedia) with the DPR repository's `python data/download_data.py --resource "
                 "data.retriever.nq-dev` or from https://dl.fbaipublicfiles.com/dpr/data/retriever/"
@@ -62,7 +65,7 @@ HOW_TO_GET = {
     "hotpotqa-train": ("download the HotpotQA training set (wget http://curtis.ml.cmu.edu/datasets/hotpot/"
                        "hotpot_train_v1.1.json) and put it at data/raw/hotpotqa/hotpot_train_v1.1.json"),
     "iirc-train": ("the IIRC archive (iirc_train_dev.tgz) also holds train.json: put it at "
-                   "data/raw/iirc/train.json"),
+                   "data/raw/iirc/train.json (or data/raw/iirc/iirc_train_dev/train.json)"),
     "dpr-train": ("download DPR's training questions from https://dl.fbaipublicfiles.com/dpr/data/retriever/ "
                   "(or with the DPR repository's data/download_data.py): nq-train.qa.csv "
                   "(--resource data.retriever.qas.nq-train), trivia-train.qa.csv.gz "
@@ -125,10 +128,13 @@ def _where(index: int, rid: Any = None) -> str:
     return f"record {index + 1}" + (f" (id {rid!r})" if isinstance(rid, (str, int)) else "")
 
 
-def _resolve(path: str | Path, default_name: str) -> Path:
-    """Accept either the file itself or the folder that holds it under its usual name."""
+def _resolve(path: str | Path, *names: str) -> Path:
+    """Accept either the file itself or the folder that holds it under one of its usual names
+    (the first that exists; else the first name, which the missing-file error then shows)."""
     path = Path(path)
-    return path / default_name if path.is_dir() else path
+    if not path.is_dir():
+        return path
+    return next((path / n for n in names if (path / n).is_file()), path / names[0])
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -210,8 +216,9 @@ def twowiki_golds(records: list[QuestionRecord], mode: str) -> list[QuestionReco
 
 
 def load_hotpotqa(path: str | Path, source: str = "hotpotqa") -> list[QuestionRecord]:
-    """HotpotQA distractor dev (hotpot_dev_distractor_v1.json, or the folder holding it)."""
-    path = require_file(_resolve(path, "hotpot_dev_distractor_v1.json"), "HotpotQA dev set",
+    """HotpotQA distractor dev (hotpot_dev_distractor_v1.json, or DRAGIN's name for it,
+    hotpotqa-dev.json; or the folder holding either)."""
+    path = require_file(_resolve(path, "hotpot_dev_distractor_v1.json", "hotpotqa-dev.json"), "HotpotQA dev set",
                         HOW_TO_GET["hotpotqa"])
     what = "the HotpotQA distractor dev json"
     records = []
@@ -229,8 +236,9 @@ def load_hotpotqa(path: str | Path, source: str = "hotpotqa") -> list[QuestionRe
 
 
 def load_iirc(path: str | Path, source: str = "iirc") -> list[QuestionRecord]:
-    """IIRC dev.json (or its folder): answerable questions only (answer type "none" is skipped)."""
-    path = require_file(_resolve(path, "dev.json"), "IIRC dev.json", HOW_TO_GET["iirc"])
+    """IIRC dev.json (or its folder, also as SeaKR's zip nests it in iirc_train_dev/): answerable
+    questions only (answer type "none" is skipped)."""
+    path = require_file(_resolve(path, "dev.json", "iirc_train_dev/dev.json"), "IIRC dev.json", HOW_TO_GET["iirc"])
     what = "IIRC's dev.json (a list of passages, each with its questions)"
     records = []
     for i, passage in enumerate(_json_list(path, what, HOW_TO_GET["iirc"])):
@@ -423,6 +431,13 @@ def _top_records(path: Path, what: str) -> Iterable[tuple[int, Any]]:
     rows = [_need(columns, k, dict, path, "the top-level object", what) for k in ("question", "ctxs")]
     keys = sorted(rows[0], key=lambda k: int(k) if str(k).isdigit() else str(k))
     return enumerate({"question": rows[0][k], "ctxs": rows[1].get(k, [])} for k in keys)
+
+
+def iter_top_questions(path: str | Path) -> Iterator[str]:
+    """The questions of a top-passages file, in file order (its passages are not kept)."""
+    what = "a DPR retriever-output file (a JSON list of {question, answers, ctxs})"
+    for i, rec in _top_records(Path(path), what):
+        yield _need(rec, "question", str, Path(path), _where(i), what).strip()
 
 
 def load_dpr_top_passages(path: str | Path, top: int = 10) -> dict[str, list[dict[str, str]]]:

@@ -39,19 +39,36 @@ class DatasetSpec:
     how_to_get: str
     description: str
     files: tuple[str, ...] = ()  # files the folder must hold
+    # other accepted places of `rel` under the root: the layouts the official instructions leave
+    # (DRAGIN's download lines, SeaKR's multihop_data.zip); the first complete one is read
+    alt: tuple[str, ...] = field(default=(), kw_only=True)
     # the one data-set family map: which few-shot prompts a set takes ("2wiki", "hotpotqa", "iirc",
     # "simple") and the paper's table column its rows sit under (None: not a column of the paper)
     family: str = field(kw_only=True)
     column: str | None = field(kw_only=True)
 
-    def default_path(self) -> Path:
+    def layouts(self) -> list[Path]:
+        """Every accepted place of the data set, the canonical one first."""
         if self.root == "package":
-            return fanoutqa_path("dev")
-        return (paths.RAW_DIR if self.root == "raw" else paths.BUNDLED_DIR) / self.rel
+            return [fanoutqa_path("dev")]
+        base = paths.RAW_DIR if self.root == "raw" else paths.BUNDLED_DIR
+        return [base / rel for rel in (self.rel, *self.alt)]
+
+    def _files(self, place: Path) -> list[Path]:
+        return [place / f for f in self.files] if self.files else [place]
+
+    def default_path(self) -> Path:
+        """The first accepted place that holds every file, else the canonical one."""
+        places = self.layouts()
+        return next((p for p in places if all(f.is_file() for f in self._files(p))), places[0])
 
     def required_files(self) -> list[Path]:
-        base = self.default_path()
-        return [base / f for f in self.files] if self.files else [base]
+        return self._files(self.default_path())
+
+    def expected_at(self) -> str:
+        """Where the files are looked for, each accepted layout named."""
+        places = [", ".join(str(f) for f in self._files(p)) for p in self.layouts()]
+        return places[0] + "".join(f" (or {p})" for p in places[1:])
 
 
 def _bundled(name: str, loader, rel: str, kind: str, description: str, files=(), **family) -> DatasetSpec:
@@ -67,9 +84,11 @@ DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
              family="2wiki", column="2wiki"),
     DatasetSpec("hotpotqa", load_hotpotqa, "raw", "hotpotqa/hotpot_dev_distractor_v1.json", "complex",
                 7405, HOW_TO_GET["hotpotqa"], "HotpotQA distractor dev",
-             family="hotpotqa", column="hotpotqa"),
+                alt=("hotpotqa/hotpotqa-dev.json",),          # DRAGIN's wget -O, SeaKR's zip
+                family="hotpotqa", column="hotpotqa"),
     DatasetSpec("iirc", load_iirc, "raw", "iirc/dev.json", "complex", 954, HOW_TO_GET["iirc"],
                 "IIRC dev set (answerable questions)",
+                alt=("iirc/iirc_train_dev/dev.json",),        # SeaKR's multihop_data.zip
                 family="iirc", column="iirc"),
     DatasetSpec("nq", load_dpr_qa, "raw", "dpr/nq-test.qa.csv", "simple", 3610, HOW_TO_GET["dpr"],
                 "Natural Questions test (DPR's split)",
@@ -95,6 +114,7 @@ DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
                 family="hotpotqa", column=None),
     DatasetSpec("iirc-train", load_iirc, "raw", "iirc/train.json", "complex", None,
                 HOW_TO_GET["iirc-train"], "IIRC train set (answerable questions)",
+                alt=("iirc/iirc_train_dev/train.json",),
                 family="iirc", column=None),
     DatasetSpec("nq-train", load_dpr_qa, "raw", "dpr/nq-train.qa.csv", "simple", None,
                 HOW_TO_GET["dpr-train"], "Natural Questions train (DPR's split)",
@@ -171,7 +191,7 @@ def describe_missing(name: str) -> str:
     """Where the data set is expected and how to get it (one paragraph)."""
     spec = get_spec(name)
     try:
-        where = ", ".join(str(p) for p in spec.required_files())
+        where = spec.expected_at()
     except DataMissingError:
         where = "the installed fanoutqa package"
     text = f"{spec.description} is expected at {where}. To get it: {spec.how_to_get}."
@@ -179,6 +199,33 @@ def describe_missing(name: str) -> str:
         text += (f" With seakr.simple_qa_passages: official, its DPR top-10 passages are expected "
                  f"at {top_passages_path(name)}. To get them: {HOW_TO_GET['top10']}.")
     return text
+
+
+def top10_questions(name: str, passages: str | Path | None = None) -> tuple[list[QuestionRecord], dict]:
+    """Simple QA as main_simpleqa.py evaluates it: the questions of the top-10 file (`passages`,
+    default `top_passages_path(name)`), in its order, each with the golds and id of the dev file's
+    record of the same (stripped) text. Returns (records, note): the note counts the file's
+    questions, those the dev file lacks (no golds: not evaluated) and repeats (evaluated once)."""
+    from .loaders import iter_top_questions
+
+    path = paths.setting_path(passages) if passages else top_passages_path(name)
+    by_text: dict[str, QuestionRecord] = {}
+    for record in load_dataset(name):
+        by_text.setdefault(record.question, record)
+    records, seen, unmatched, repeated, total = [], set(), 0, 0, 0
+    for question in iter_top_questions(path):
+        total += 1
+        record = by_text.get(question)
+        if record is None:
+            unmatched += 1
+        elif record.id in seen:
+            repeated += 1
+        else:
+            seen.add(record.id)
+            records.append(record)
+    note = {"questions_from": str(path), "golds_from": str(get_spec(name).default_path()),
+            "in_file": total, "matched": len(records), "unmatched": unmatched, "repeated": repeated}
+    return records, note
 
 
 def load_dataset(name: str, path: str | Path | None = None, n: int | None = None,

@@ -81,8 +81,7 @@ def official_demos(repo: str | Path | None, family: str) -> tuple[Demo, ...]:
         raise DataMissingError("prompts.demos is 'official' but no clone of the official "
                                "repository was given", setting="prompts.official_repo",
                                fix=HOW_TO_GET)
-    root = Path(repo).expanduser()
-    path = (root if root.is_absolute() else paths.REPO_ROOT / root) / DATASET_FILE
+    path = paths.setting_path(repo) / DATASET_FILE
     if not path.is_file():
         raise DataMissingError(f"the official repository's {DATASET_FILE} was not found", path=path,
                                setting="prompts.official_repo", fix=HOW_TO_GET)

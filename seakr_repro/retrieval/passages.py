@@ -2,7 +2,8 @@
 
 `main_simpleqa.py` does not search: it scores the 10 passages DPR's dense retriever returned for
 each question (the authors' packed <set>_top10.json). `PrecomputedPassages` serves them with the
-searcher's `search(question, k)` signature, looking the question up by its exact text.
+searcher's `search(question, k)` signature, looking the question up by its exact text; a question
+the file lacks is that question's failure (`QuestionError`), recorded by the runner.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..core import paths
-from ..core.errors import UserError
+from ..core.errors import QuestionError, UserError
 from .base import Hit
 
 
@@ -24,8 +25,7 @@ class PrecomputedPassages:
     backend = "precomputed"
 
     def __init__(self, path: str | Path, top: int = 10):
-        path = Path(path).expanduser()
-        self.path, self.top = path if path.is_absolute() else paths.REPO_ROOT / path, int(top)
+        self.path, self.top = paths.setting_path(path), int(top)
 
     @property
     def table(self) -> dict:
@@ -41,7 +41,7 @@ class PrecomputedPassages:
                             fix=f"set seakr.simple_qa_top to at most {self.top}")
         found = self.table.get(query.strip())
         if found is None:
-            raise UserError(f"the question {query[:80]!r} is not in the precomputed passages",
+            raise QuestionError(f"the question {query[:80]!r} is not in the precomputed passages",
                             path=self.path, setting="seakr.simple_qa_passages",
                             fix="use the passages file of the same data set as the questions "
                                 "(nq_top10.json for nq, tq_top10.json for triviaqa, sq_top10.json "

@@ -111,7 +111,8 @@ def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequen
     from ..uncertainty import registry
 
     all_layers = [True] * len(contexts) if all_layers is None else list(all_layers)
-    demos = demos_for("bundled-single", n_shot)
+    # SeaKR's simple-QA prompt with the profile's examples (prompts.demos: official = the code's)
+    demos = demos_for("bundled-single", n_shot, cfg.get("prompts.demos", "paper"), cfg.get("prompts.official_repo"))
     prompts = [build_prompt(demos, record.question, docs=list(docs)) for docs in contexts]
     layer = u_layer(cfg, backend.n_layers)
     # each context's greedy answer and its k samples in one call (one batch on the transformers

@@ -179,8 +179,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 settings = {**method_settings(cfg, spec.method, deltas),
                             **row_overrides(cfg, spec.overrides)}
                 method = build_method(spec.method, backend, searcher, dataset, **settings)
-            except DataMissingError as err:
-                skipped[spec.label] = err.what
+            except DataMissingError as err:      # the whole paragraph: the path and how to get it
+                skipped[spec.label] = err.paragraph()
                 break
             path = run_path(cfg.profile, dataset, spec.label, method.config)
             mark_current(path)
@@ -197,7 +197,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                              "dataset": dataset, "metric": metric, "value": score[metric],
                              "low": score[f"{metric}_low"], "high": score[f"{metric}_high"],
                              "n": score["n"], **{k: costs[k] for k in (
-                                 "retrievals_per_q", "llm_calls_per_q", "tokens_per_q", "seconds_per_q")},
+                                 "retrievals_per_q", "llm_calls_per_q", "tokens_per_q", "seconds_per_q",
+                                 "failed")},
                              "run_file": str(path.relative_to(results_dir(cfg.profile)))})
     return pd.DataFrame(rows), skipped
 

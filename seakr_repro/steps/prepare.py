@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.io import write_jsonl
-from ..core.paths import CACHE_DIR, REPO_ROOT, results_dir
+from ..core.paths import CACHE_DIR, results_dir, setting_path
 
 if TYPE_CHECKING:
     import pandas
@@ -36,8 +36,7 @@ def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> 
         corpus.build_wiki_excerpt_corpus(out, cfg["corpus.words_per_passage"], progress=progress,
                                          fields=fields)
     elif name == "dpr-wiki":
-        tsv = Path(cfg["corpus.tsv_path"])
-        tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
+        tsv = setting_path(cfg["corpus.tsv_path"])
         corpus.convert_dpr_tsv(tsv, out, progress=progress, fields=fields)
     else:
         raise UserError(f"unknown corpus '{name}'", setting="corpus.name",
@@ -49,32 +48,88 @@ def profile_datasets(cfg: Config) -> list[str]:
     return list(cfg["datasets.complex"]) + list(cfg["datasets.simple"])
 
 
-def check_datasets_available(names) -> None:
-    """One error listing every missing data set with its download instructions."""
+def top10_file(cfg: Config, name: str) -> Path | None:
+    """The top-10 passages file whose questions a simple-QA set evaluates (main_simpleqa.py takes
+    its questions from that file), or None where the profile does not read one
+    (seakr.simple_qa_passages: bm25, or a set without official passages and no path given)."""
+    from ..data.registry import DATASETS, TOP_PASSAGES, top_passages_path
+
+    if cfg.get("seakr.simple_qa_passages") != "official" or DATASETS[name].kind != "simple":
+        return None
+    given = cfg.get("seakr.simple_qa_passages_path")
+    if given:
+        return setting_path(given)
+    return top_passages_path(name) if name in TOP_PASSAGES else None
+
+
+def missing_inputs(cfg: Config | None, names) -> list[str]:
+    """Each missing data set, and each missing top-10 file the profile reads, with where to get it."""
+    from ..data.loaders import HOW_TO_GET
     from ..data.registry import dataset_available, describe_missing
 
-    missing = [n for n in names if not dataset_available(n)]
+    out = [f"data set {n}: {describe_missing(n)}" for n in names if not dataset_available(n)]
+    for name in names if cfg is not None else ():
+        top = top10_file(cfg, name)
+        if top is not None and not top.is_file():
+            out.append(f"top-10 passages of {name} (seakr.simple_qa_passages: official, whose questions "
+                       f"simple QA evaluates): not found at {top}. To get them: {HOW_TO_GET['top10']}")
+    return out
+
+
+def check_datasets_available(names, cfg: Config | None = None) -> None:
+    """One error listing every missing data set (and top-10 file) with its download instructions."""
+    missing = missing_inputs(cfg, names)
     if missing:
         raise DataMissingError(
-            "these data sets are not on disk: " + "; ".join(f"{n}: {describe_missing(n)}" for n in missing),
+            "these inputs are not on disk: " + "; ".join(missing),
             fix="download them as described, or use PROFILE=default, which needs no download")
 
 
 def prepare_datasets(cfg: Config, names=None) -> dict:
-    """Load each data set of the profile (sampled per datasets.n_questions) and save it as JSONL."""
+    """Load each data set of the profile (sampled per datasets.n_questions) and save it as JSONL.
+
+    A simple-QA set read with its official top-10 passages takes its questions from that file, as
+    main_simpleqa.py does (`registry.top10_questions`); where they came from and how many of the
+    file's questions the dev file lacks is saved beside it (<name>.source.json, `source_notes`)."""
+    from ..core.io import write_json
     from ..data.loaders import twowiki_golds
-    from ..data.registry import load_dataset
+    from ..data.records import sample
+    from ..data.registry import load_dataset, top10_questions
 
     names = list(names or profile_datasets(cfg))
-    check_datasets_available(names)
+    check_datasets_available(names, cfg)
     out_dir = results_dir(cfg.profile) / "data"
+    n, seed = cfg["datasets.n_questions"], cfg["datasets.sample_seed"]
     loaded = {}
     for name in names:
-        records = load_dataset(name, n=cfg["datasets.n_questions"], seed=cfg["datasets.sample_seed"])
+        top = top10_file(cfg, name)
+        note_path = out_dir / f"{name}.source.json"
+        if top is None:
+            records = load_dataset(name, n=n, seed=seed)
+            note_path.unlink(missing_ok=True)
+        else:
+            records, note = top10_questions(name, top)
+            records = sample(records, n, seed)
+            write_json(note_path, note)
+            if note["unmatched"]:
+                print(f"[prepare] {name}: {note['unmatched']} of the {note['in_file']} questions of {top} "
+                      f"are not in {note['golds_from']} (no golds): not evaluated", flush=True)
         records = twowiki_golds(records, cfg["evaluation.twowiki_golds"])
         write_jsonl(out_dir / f"{name}.jsonl", (r.to_dict() for r in records))
         loaded[name] = records
     return loaded
+
+
+def source_notes(cfg: Config) -> dict[str, dict]:
+    """Per prepared set read from a top-10 file: where its questions came from and the counts."""
+    from ..core.io import read_json
+
+    out = {}
+    for name in profile_datasets(cfg):
+        path = results_dir(cfg.profile) / "data" / f"{name}.source.json"
+        if path.is_file():
+            out[name] = read_json(path)
+    return out
 
 
 def load_prepared(cfg: Config, name: str):
@@ -88,8 +143,9 @@ def load_prepared(cfg: Config, name: str):
                        f"run notebook 00-prepare-data (or `python -m seakr_repro prepare --profile {cfg.profile}`)")]
 
 
-def dataset_statistics(loaded: dict) -> "pandas.DataFrame":
-    """Per data set: size (ours and the paper's Table 6), kind, question/answer lengths, types."""
+def dataset_statistics(loaded: dict, notes: dict | None = None) -> "pandas.DataFrame":
+    """Per data set: size (ours and the paper's Table 6), kind, question/answer lengths, types;
+    with `notes` (`source_notes`), the top-10 file's questions the dev file lacks."""
     import pandas as pd
     from collections import Counter
     from ..data.registry import DATASETS
@@ -109,6 +165,8 @@ def dataset_statistics(loaded: dict) -> "pandas.DataFrame":
             "with_aliases": sum(bool(r.aliases) for r in records),
             "types": ", ".join(f"{t} {n}" for t, n in types.most_common()),
         })
+        if notes:
+            rows[-1]["unmatched_questions"] = notes[name]["unmatched"] if name in notes else None
     return pd.DataFrame(rows)
 
 

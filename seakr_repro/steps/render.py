@@ -184,6 +184,18 @@ def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
                         notes=notes)
 
 
+def failure_note(ours: pd.DataFrame) -> str:
+    """The caption's count of questions that failed for a reason of their own (scored as
+    unanswered; each run file's `failed` lines say why), per row and data set."""
+    if "failed" not in ours.columns:
+        return ""
+    cells = ours[ours["failed"].fillna(0) > 0].drop_duplicates(["method", "dataset"])
+    if cells.empty:
+        return ""
+    return (" Failed questions, scored as unanswered (the run files' `failed` lines say why): "
+            + ", ".join(f"{r.method} on {r.dataset} {int(r.failed)}" for r in cells.itertuples()) + ".")
+
+
 def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
                  skipped: dict[str, str] | None = None) -> str:
     """One table beside the paper's, as Markdown with its caption and why the numbers differ.
@@ -197,8 +209,8 @@ def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
         results = pd.read_csv(path)
     if skipped is None and path.with_name("skipped.json").is_file():
         skipped = read_json(path.with_name("skipped.json"))
-    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption, differs_because(cfg),
-                       computed_on(path))
+    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption + failure_note(results),
+                       differs_because(cfg), computed_on(path))
 
 
 def computed_on(results: Path) -> str:
@@ -226,7 +238,7 @@ def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) ->
     skipped_file = path.with_name("skipped.json")
     reasons = read_json(skipped_file) if skipped_file.is_file() else None
     wide = _beside(cfg, spec, ours, reasons, partial)
-    caption = spec.caption + (" " + PARTIAL_CAPTION if partial else "")
+    caption = spec.caption + failure_note(ours) + (" " + PARTIAL_CAPTION if partial else "")
     return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile,
                       caption=caption, differs_because=differs_because(cfg), note=computed_on(path))
 

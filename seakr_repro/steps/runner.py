@@ -4,6 +4,9 @@ The output file is keyed by method and config hash: results/<profile>/runs/<data
 A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
 most the question in flight; on resume, finished ids are skipped and a torn last line (a kill in the
 middle of a write) is cut off. Nothing is duplicated and nothing finished is recomputed.
+A question that fails for a reason of its own (`QuestionError`) is a finished line too, with
+`failed` (the reason) and an empty answer, scored as unanswered: the tables count it
+(`summarise`'s `failed`), and the run goes on.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..core.errors import UserError
+from ..core.errors import QuestionError, UserError
 from ..core.paths import results_dir
 
 
@@ -124,6 +127,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
 
     from ..llm.batching import worker
     from ..llm.cache import counting
+    from ..methods.base import MethodResult
 
     if scorer is None:
         from ..evaluation import exact_match, f1_score
@@ -155,7 +159,10 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
             before = _counters(backend) if backend is not None and not scoped else {}
             oom_before = _oom_retries(backend)
             t0 = time.perf_counter()
-            result = method.run(record)
+            try:
+                result, failed = method.run(record), None
+            except QuestionError as err:     # this question's own problem: record it, go on
+                result, failed = MethodResult(answer="", raw_output=""), err.paragraph()
             seconds = time.perf_counter() - t0
             after = _counters(backend) if backend is not None and not scoped else {}
         delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
@@ -173,6 +180,8 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
         }
         if concurrency > 1:
             row["concurrency"] = concurrency
+        if failed:
+            row["failed"] = failed
         return row
 
     bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
@@ -239,4 +248,5 @@ def summarise(rows: Iterable[dict]) -> dict:
         "llm_calls_per_q": round(sum(r["llm_calls"] for r in rows) / n, 2),
         "tokens_per_q": round(sum(r["tokens"] for r in rows) / n, 1),
         "seconds_per_q": round(sum(r["seconds"] for r in rows) / n, 3),
+        "failed": sum(bool(r.get("failed")) for r in rows),
     }

@@ -87,7 +87,7 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
             kbae_train, _ = training_questions(cfg, simple[0], n_kbae)
             adapter = bootstrap_adapter(backend, kbae_train, out / "kbae_adapter", **kbae_settings)
         except DataMissingError as err:     # no training questions: the row says why, the rest runs
-            no_kbae = err.what
+            no_kbae = err.paragraph()
     frames, notes = [], []
     for dataset in datasets:
         specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt")]
@@ -95,8 +95,8 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
             train, source = training_questions(cfg, dataset, n_train)
         except DataMissingError as err:
             for v in ("skr-icl", "skr-cls", "skr-knn"):
-                skip(v, err.what)
-            notes.append({"dataset": dataset, "train_source": None, "skipped": err.what})
+                skip(v, err.paragraph())
+            notes.append({"dataset": dataset, "train_source": None, "skipped": err.paragraph()})
         else:
             labels = build_skr_labels(backend, searcher, train, dataset)
             save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)

@@ -73,7 +73,7 @@ def run_backbones(cfg: Config, pool: BackendPool, searcher, models: Sequence[str
         try:
             backend = pool.get(model)
         except DataMissingError as err:
-            skipped[model] = err.what
+            skipped[model] = err.paragraph()   # the setting to set and how to get it
             continue
         if model == cfg["model.name"]:
             delta = deltas_for(cfg)["eigen"]

@@ -2,8 +2,9 @@
 
 `make reproduce PROFILE=paper` runs for days; a missing data set or model found on day three costs
 days. `check(cfg)` looks at the profile's own model, the optional models (Self-RAG for Tables 1/2,
-the Table 4 backbones), the corpus, every question set, the Java runtime for Lucene, free disk and
-GPU memory, and raises one `DataMissingError` that lists every missing piece with where to get it
+the Table 4 backbones), the corpus, every question set and top-10 passages file, the official
+clones whose example lists the profile reads, the Java runtime for Lucene, free disk and GPU
+memory, and raises one `DataMissingError` that lists every missing piece with where to get it
 and where to put it. All checks are cheap (file look-ups, no model loads), so the shipped profiles
 (smoke, default) run them too.
 
@@ -113,7 +114,7 @@ def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
 
 
 def check_corpus(cfg: Config, report: Report) -> None:
-    from ..core.paths import REPO_ROOT
+    from ..core.paths import setting_path
     from ..steps.prepare import corpus_path
 
     name = cfg["corpus.name"]
@@ -122,8 +123,7 @@ def check_corpus(cfg: Config, report: Report) -> None:
     elif name == "dpr-wiki":
         from ..data.corpus import DPR_TSV_HELP
 
-        tsv = Path(cfg["corpus.tsv_path"])
-        tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
+        tsv = setting_path(cfg["corpus.tsv_path"])
         if tsv.is_file():
             report.ok.append(f"corpus {name} ({tsv})")
         else:
@@ -167,6 +167,18 @@ def check_datasets(cfg: Config, report: Report) -> None:
             report.ok.append(f"data set {name}")
         else:
             report.problems.append(f"data set {name}: {describe_missing(name)}")
+    from ..steps.prepare import top10_file
+
+    for name in profile_datasets(cfg):         # simple QA's questions and passages (official)
+        top = top10_file(cfg, name)
+        if top is None:
+            continue
+        if top.is_file():
+            report.ok.append(f"top-10 passages of {name} ({top})")
+        else:
+            from ..data.loaders import HOW_TO_GET
+            report.problems.append(f"top-10 passages of {name}: not found at {top} (setting "
+                                   f"seakr.simple_qa_passages: official) (fix: {HOW_TO_GET['top10']})")
     # notebook 11's questions with gold passages: optional, its experiments are skipped without them
     mech = (cfg.get("notebooks", {}) or {}).get("11-mechanisms", {}).get("DATASET")
     if mech and mech not in profile_datasets(cfg):
@@ -175,6 +187,34 @@ def check_datasets(cfg: Config, report: Report) -> None:
                 report.ok.append(f"data set {mech} (notebook 11)")
             else:
                 report.skipped.append(f"notebook 11's mechanism experiments: {describe_missing(mech)}")
+
+
+def check_prompts(cfg: Config, report: Report) -> None:
+    """The clones the prompts are read from (`prompts.demos: official`): SeaKR's (THU-KEG/SeaKR,
+    its SEAKR/dataset.py parsed as the run will parse it) and, where the baselines read DRAGIN's
+    lists (prompts.dragin_repo, baselines.mode: faithful), DRAGIN's (its src/data.py)."""
+    from ..core.paths import setting_path
+    from ..prompts import official
+
+    if cfg.get("prompts.demos") != "official":
+        return
+    repo = cfg.get("prompts.official_repo")
+    try:
+        for family in official.CLASSES:
+            official.official_demos(repo, family)
+        report.ok.append(f"SeaKR's clone ({repo})")
+    except UserError as err:
+        where = f" at {err.path}" if err.path else ""
+        report.problems.append(f"SeaKR's clone (prompts.official_repo){where}: {_reason(err)}")
+    dragin = (cfg.get("prompts", {}) or {}).get("dragin_repo")
+    if dragin and cfg.get("baselines.mode") == "faithful":
+        data = setting_path(dragin) / "src" / "data.py"
+        if data.is_file():
+            report.ok.append(f"DRAGIN's clone ({dragin})")
+        else:
+            report.problems.append(f"DRAGIN's clone (prompts.dragin_repo) at {data}: it was not found "
+                                   "(fix: `git clone https://github.com/oneal2000/DRAGIN data/raw/DRAGIN` "
+                                   "or set prompts.dragin_repo to a clone's directory)")
 
 
 def disk_need_bytes(cfg: Config) -> int:
@@ -267,7 +307,8 @@ def note_work(cfg: Config, report: Report) -> None:
 def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
-                 lambda r: check_datasets(cfg, r), lambda r: check_disk(cfg, r),
+                 lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
+                 lambda r: check_disk(cfg, r),
                  lambda r: check_gpu(cfg, r), lambda r: note_work(cfg, r)):
         step(report)
     return report
