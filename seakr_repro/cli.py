@@ -104,12 +104,17 @@ def cmd_datasets(args):
 
 
 def cmd_reproduce(args):
-    from .pipeline import reproduce
+    from .pipeline import parse_param, reproduce
 
     from .core.config import parse_override
 
     overrides = dict(parse_override(s) for s in (args.set or []))
+    parameters: dict[str, dict] = {}
+    for text in args.param or []:
+        step, name, value = parse_param(text)
+        parameters.setdefault(step, {})[name] = value
     results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
+                        parameters=parameters,
                         cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
                         progress=not args.quiet)
     ran = [r for r in results if r.status == "ran"]
@@ -227,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
     p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
     p.add_argument("--force", action="store_true", help="re-run even if up to date")
+    p.add_argument("--param", action="append", metavar="NOTEBOOK:NAME=VALUE",
+                   help="a notebook parameter for this run, e.g. --param 03:N_BOOT=200 (repeatable; "
+                        "wins over the parameters cell and the profile, and the notebook says so)")
     p.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a notebook cell after this many seconds (default: "
                         "reproduce.cell_timeout, null = no limit)")

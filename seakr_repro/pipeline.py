@@ -53,6 +53,28 @@ def package_fingerprint() -> str:
     return _sha(*(str(p.relative_to(REPO_ROOT)).encode() + p.read_bytes() for p in files))
 
 
+def parse_param(text: str, notebooks_dir: Path = NOTEBOOKS_DIR) -> tuple[str, str, Any]:
+    """`reproduce --param 03:N_BOOT=200` -> ("03-uncertainty-estimators", "N_BOOT", 200): a
+    notebook (its number or name), one name of its parameters cell, a value parsed as YAML."""
+    from .core.config import notebook_parameters, parse_override
+
+    step, sep, assignment = text.partition(":")
+    fix = "write NOTEBOOK:NAME=VALUE, e.g. --param 03:N_BOOT=200"
+    if not sep or "=" not in assignment:
+        raise UserError(f"--param '{text}' is not NOTEBOOK:NAME=VALUE", setting="--param", fix=fix)
+    matches = [p for p in notebook_steps(notebooks_dir) if step in (p.stem, p.stem[:2])]
+    if not matches:
+        raise UserError(f"--param '{text}': no notebook '{step}'", setting="--param",
+                        fix="use a notebook's number or name, e.g. 03 or 03-uncertainty-estimators")
+    name, value = parse_override(assignment)
+    allowed = notebook_parameters(matches[0])
+    if name not in allowed or name == "PROFILE":
+        raise UserError(f"--param '{text}': notebook {matches[0].stem} has no parameter '{name}'",
+                        setting="--param", fix="its parameters cell defines " +
+                        ", ".join(sorted(allowed - {"PROFILE"})) + " (the profile: --profile)")
+    return matches[0].stem, name, value
+
+
 @dataclass
 class StepResult:
     name: str
@@ -157,7 +179,12 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    params = {"PROFILE": profile, **(parameters or {})}
+    from .notebook import NOTEBOOK_ENV, PARAMETERS_ENV, PROFILE_ENV
+
+    # the notebook's first cell (notebook.parameters) applies these by the documented rule and
+    # shows every value with where it came from; papermill injects nothing
+    kernel_env = {**KERNEL_ENV, PROFILE_ENV: profile, NOTEBOOK_ENV: str(Path(notebook).resolve()),
+                  PARAMETERS_ENV: json.dumps(parameters or {})}
     out_dir = out_dir or results_dir(profile) / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / notebook.name
@@ -176,8 +203,8 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     quiet = logging.NullHandler()
     logging.getLogger("papermill").addHandler(quiet)
     try:
-        with _environ(KERNEL_ENV):
-            pm.execute_notebook(str(notebook), str(tmp), parameters=params, kernel_name=KERNEL,
+        with _environ(kernel_env):
+            pm.execute_notebook(str(notebook), str(tmp), kernel_name=KERNEL,
                                 cwd=str(notebook.parent), progress_bar=False,
                                 execution_timeout=timeout or None, log_output=False,
                                 stdout_file=echoes[0], stderr_file=echoes[1],
@@ -243,9 +270,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     # how the steps are run (time limit) is not an input of their results
     settings = {k: v for k, v in cfg.data.items() if k != "reproduce"}
     settings_hash = _sha(json.dumps(settings, sort_keys=True, default=str).encode())
-    # per-profile notebook parameters (params/<profile>.yaml, section `notebooks`), then the caller's
-    parameters = {name: {**(cfg.get("notebooks", {}) or {}).get(name, {}), **(parameters or {}).get(name, {})}
-                  for name in {*(cfg.get("notebooks", {}) or {}), *(parameters or {})}}
+    parameters = parameters or {}        # the command line's (--param), per notebook
     steps = notebook_steps(notebooks_dir)
     if not steps:
         raise UserError("no numbered notebooks found", path=notebooks_dir,
@@ -256,12 +281,22 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
         raise UserError(f"unknown step(s) {sorted(unknown)}", setting="--only",
                         fix="use notebook names such as " + ", ".join(p.stem for p in steps[:3]))
     code = package_fingerprint()
+    from .notebook import effective_parameters, last_profile_file
+    # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
+    last = last_profile_file(results_dir(profile).parent)
+    last.parent.mkdir(parents=True, exist_ok=True)
+    last.write_text(profile + "\n", encoding="utf-8")
     upstream = ""
     results = []
     for nb in steps:
-        step_params = (parameters or {}).get(nb.stem, {})
+        step_params = parameters.get(nb.stem, {})
+        # the values the notebook will run with (notebook.effective_parameters: the same rule its
+        # first cell applies), so an edited parameter or profile value re-runs it
+        effective = {p.name: p.value for p in effective_parameters(nb, profile=profile,
+                                                                    command_line=step_params,
+                                                                    overrides=overrides)}
         stamp = _sha(nb.read_bytes(), settings_hash.encode(), code.encode(), upstream.encode(),
-                     json.dumps(step_params, sort_keys=True).encode())
+                     json.dumps(effective, sort_keys=True, default=str).encode())
         upstream = stamp
         selected = not only or nb.stem in only or nb.stem[:2] in only
         out = results_dir(profile) / "notebooks" / nb.name

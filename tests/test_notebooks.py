@@ -15,7 +15,8 @@ from seakr_repro.pipeline import notebook_steps, run_notebook
 
 pytestmark = pytest.mark.notebooks
 
-# Tiny parameters per notebook (on top of PROFILE="smoke"): params/smoke.yaml, section notebooks.
+# Tiny parameters per notebook: params/smoke.yaml, section notebooks (each notebook's first cell
+# applies them, as under `reproduce --profile smoke`).
 SMOKE_PARAMS: dict[str, dict] = load_config("smoke")["notebooks"]
 
 # What each notebook must leave behind, relative to results/<profile>/.
@@ -65,12 +66,16 @@ def results_root(tmp_path_factory):
 
 @pytest.mark.parametrize("notebook", notebook_steps(), ids=lambda p: p.stem)
 def test_notebook_runs_headless(notebook, results_root):
-    out = run_notebook(notebook, "smoke", SMOKE_PARAMS.get(notebook.stem, {}),
-                       out_dir=results_root / "smoke" / "notebooks", timeout=900, progress=False)
+    out = run_notebook(notebook, "smoke", out_dir=results_root / "smoke" / "notebooks", timeout=900,
+                       progress=False)
     executed = json.loads(out.read_text())
-    errors = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+    outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    # the first output: every parameter with the value that ran and where it came from
+    table = "".join(outputs[0]["data"]["text/markdown"])
+    assert "| `PROFILE` | `'smoke'` | command line" in table
+    for name, value in SMOKE_PARAMS.get(notebook.stem, {}).items():
+        assert f"| `{name}` | `{value!r}` | profile (params/" in table, (name, table)
     for rel in EXPECTED.get(notebook.stem, []):
         rendered = rel.startswith(("tables/", "figures/"))
         path = results_root / rel if rendered else results_root / "smoke" / rel
