@@ -48,6 +48,10 @@ EXPECTED = {
                   "figures/smoke/figure3_k.png", "figures/smoke/table1_f1.pdf"],
 }
 
+# Images each notebook must show inline: Figure 3's three panels (03), the mechanisms (11), and
+# 90's re-rendered figures (Tables 1/2's F1 and Figure 3 again).
+SHOWS_IMAGES = {"03-uncertainty-estimators": 3, "11-mechanisms": 1, "90-render": 5}
+
 
 @pytest.fixture(scope="module")
 def results_root(tmp_path_factory):
@@ -76,6 +80,12 @@ def test_notebook_runs_headless(notebook, results_root):
     assert "| `PROFILE` | `'smoke'` | command line" in table
     for name, value in SMOKE_PARAMS.get(notebook.stem, {}).items():
         assert f"| `{name}` | `{value!r}` | profile (params/" in table, (name, table)
+    # a notebook that draws a figure shows it, as an image (not its path)
+    images = sum("image/png" in o.get("data", {}) for o in outputs)
+    assert images >= SHOWS_IMAGES.get(notebook.stem, 0), f"{notebook.stem} shows {images} image(s)"
+    if notebook.stem == "90-render":
+        assert any("claims" in "".join(o.get("data", {}).get("text/markdown", "")).lower()
+                   for o in outputs), "90 does not show the claims ledger"
     for rel in EXPECTED.get(notebook.stem, []):
         rendered = rel.startswith(("tables/", "figures/"))
         path = results_root / rel if rendered else results_root / "smoke" / rel

@@ -209,6 +209,7 @@ class MechanismsRun:
     aurocs: pd.DataFrame | None = None    # each estimator's AUROC for "this answer is wrong"
     accuracy: pd.DataFrame | None = None  # F1 and share right, closed-book and with the gold passage
     figure: Any = None
+    figure_files: tuple = ()              # the saved PNG and PDF (notebook 11 shows the PNG)
 
 
 def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: int, n_shot: int,
@@ -245,5 +246,5 @@ def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: in
                "auroc": aurocs.to_dict("records"), "accuracy": accuracy.reset_index().to_dict("records")},
               out / "summary.json", cfg)
     figure = plot_mechanisms(rerank, retrieval, backend.name)
-    save_figure(figure, "mechanisms", FIGURES_DIR / cfg.profile)
-    return MechanismsRun(dataset, None, rerank, retrieval, picks, aurocs, accuracy, figure)
+    files = tuple(save_figure(figure, "mechanisms", FIGURES_DIR / cfg.profile).values())
+    return MechanismsRun(dataset, None, rerank, retrieval, picks, aurocs, accuracy, figure, files)
