@@ -185,12 +185,18 @@ def cmd_run(args):
 
 
 def cmd_render(args):
-    from .steps.render import render_all, render_figures
+    from .core.paths import FIGURES_DIR, repo_relative
+    from .steps.render import declared_figures, render_all, render_figures
 
     cfg = _config(args)
     print(render_all(cfg).to_markdown(index=False))
-    for path in render_figures(cfg):
-        print(f"figure: {path}")
+    written = render_figures(cfg)
+    for path in written:
+        print(f"figure: {repo_relative(path)}")
+    skipped = [s for s in declared_figures() if s not in {p.stem for p in written}]
+    if skipped:
+        print(f"figures skipped, files under {repo_relative(FIGURES_DIR / cfg.profile)}/ left as they "
+              f"are (no results/{cfg.profile}/ to draw them from): {', '.join(skipped)}")
 
 
 def build_parser() -> argparse.ArgumentParser:

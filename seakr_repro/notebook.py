@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, RESULTS_ROOT
+from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, RESULTS_ROOT, repo_relative as relative
 
 # How `reproduce` (pipeline.run_notebook) tells a notebook kernel what the command line chose.
 PROFILE_ENV = "SEAKR_PROFILE"                  # the profile (reproduce --profile)
@@ -274,12 +274,3 @@ def show_markdown(path: Path, missing: str = "") -> None:
     path = Path(path)
     _display_markdown(path.read_text(encoding="utf-8") if path.is_file() else missing or
                       f"`{relative(path)}` does not exist yet")
-
-
-def relative(path: Path) -> str:
-    """A path relative to the repository where it lies inside it (what a reader can open)."""
-    path = Path(path)
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT.resolve()))
-    except ValueError:
-        return str(path)

@@ -179,22 +179,33 @@ def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) ->
 
 
 def render_all(cfg: Config) -> pd.DataFrame:
-    """Render every table whose results exist; return a status frame (table, rendered, files)."""
+    """Render every table whose results exist; return a status frame (table, rendered, files).
+    A table (or the claims ledger) with no results is skipped and its files are left as they
+    are: rendering never replaces a committed table with an empty one."""
+    from ..core.paths import repo_relative as relative
+
     status = []
     for spec in TABLES:
         files = render_table(cfg, spec)
         finished = (results_dir(cfg.profile) / spec.results).is_file()
         status.append({"table": spec.stem,
                        "rendered": "no" if files is None else "yes" if finished else "partial",
-                       "files": ", ".join(str(p) for p in files) if files else
-                       f"missing {spec.results}: run its notebook first"})
+                       "files": ", ".join(relative(p) for p in files) if files else
+                       f"skipped, files left as they are: no results/{cfg.profile}/{spec.results} "
+                       f"(run notebook {spec.step})"})
     # the paper's claims, measured on whatever this profile has run so far (steps/claims.py)
     from .claims import render_ledger
 
     ledger = render_ledger(cfg, out_dir=TABLES_DIR / cfg.profile)   # TABLES_DIR as this module sees it
-    measured = int((ledger["measurement"] != "not measured").sum())
-    status.append({"table": "claims", "rendered": "yes" if measured else "partial",
-                   "files": str(TABLES_DIR / cfg.profile / "claims.md")})
+    claims_md = relative(TABLES_DIR / cfg.profile / "claims.md")
+    if ledger is None:
+        status.append({"table": "claims", "rendered": "no",
+                       "files": f"skipped, {claims_md} left as it is: no claim can be measured from "
+                                f"results/{cfg.profile}/ (run the notebooks first)"})
+    else:
+        complete = bool((ledger["measurement"] != "not measured").all())
+        status.append({"table": "claims", "rendered": "yes" if complete else "partial",
+                       "files": claims_md})
     return pd.DataFrame(status)
 
 
@@ -274,6 +285,11 @@ def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Pa
     if fig is None:
         return []
     return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or figure_dir(cfg)).values())
+
+
+def declared_figures() -> list[str]:
+    """The stems of every figure `render_figures` draws (each table's F1 figure, Figure 3's panels)."""
+    return [spec.f1_figure for spec in TABLES if spec.f1_figure] + list(FIGURES)
 
 
 def render_figures(cfg: Config) -> list[Path]:
