@@ -113,6 +113,11 @@ def cmd_reproduce(args):
     for text in args.param or []:
         step, name, value = parse_param(text)
         parameters.setdefault(step, {})[name] = value
+    if args.dry_run:
+        from .pipeline import dry_run_report, plan
+        print(dry_run_report(plan(args.profile, only=args.only, force=args.force,
+                                  parameters=parameters, overrides=overrides)))
+        return
     results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
                         parameters=parameters,
                         cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
@@ -238,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
     p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
     p.add_argument("--force", action="store_true", help="re-run even if up to date")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run nothing: list the steps that would run and why")
     p.add_argument("--param", action="append", metavar="NOTEBOOK:NAME=VALUE",
                    help="a notebook parameter for this run, e.g. --param 03:N_BOOT=200 (repeatable; "
                         "wins over the parameters cell and the profile, and the notebook says so)")

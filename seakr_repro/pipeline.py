@@ -1,8 +1,9 @@
 """`make reproduce`: run the numbered notebooks in order under papermill, incrementally.
 
 Each executed notebook is kept as results/<profile>/notebooks/<name>.ipynb (the log of the run).
-A step re-runs only when one of its inputs changed: the notebook itself, the resolved profile, the
-package source, the parameters passed, or an earlier step's stamp (earlier steps produce its inputs).
+A step re-runs only when one of its own inputs changed (steps/graph.py over artifacts.STEPS): its
+code cells, the parameters it runs with, the profile sections and package modules it reads, or a
+step whose outputs it reads; `plan` says which and why (`reproduce --dry-run`, `status`).
 Execution goes to a temporary file that is renamed on success, so a failed run never leaves a
 fresh-looking notebook; the failed one (an error, a cell timeout, a dead kernel) is kept as
 <name>.failed.ipynb for inspection and the run ends with one paragraph, no traceback.
@@ -14,7 +15,6 @@ bars, a line per question, Anserini's logs) is streamed to the terminal, throttl
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .core.errors import UserError
 from .core.io import read_json, write_json
-from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
+from .core.paths import NOTEBOOKS_DIR, results_dir
 
 KERNEL = "python3"
 
@@ -36,21 +36,6 @@ KERNEL = "python3"
 def notebook_steps(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     """The numbered notebooks (NN-name.ipynb), in order."""
     return sorted(p for p in notebooks_dir.glob("[0-9][0-9]-*.ipynb"))
-
-
-def _sha(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()[:16]
-
-
-def package_fingerprint() -> str:
-    """Hash of the package source and shipped data: a code change re-runs what depends on it."""
-    files = sorted((REPO_ROOT / "seakr_repro").rglob("*.py"))
-    for shipped in ("bundled", "paper"):  # not data/raw or data/cache: those are inputs/outputs
-        files += sorted(p for p in (REPO_ROOT / "data" / shipped).rglob("*") if p.is_file())
-    return _sha(*(str(p.relative_to(REPO_ROOT)).encode() + p.read_bytes() for p in files))
 
 
 def parse_param(text: str, notebooks_dir: Path = NOTEBOOKS_DIR) -> tuple[str, str, Any]:
@@ -81,10 +66,6 @@ class StepResult:
     status: str          # ran | up-to-date | failed
     seconds: float
     output: Path
-
-
-def _stamp_path(profile: str, name: str) -> Path:
-    return results_dir(profile) / "stamps" / f"{name}.json"
 
 
 # Kernel chatter that says nothing about the notebook: ipykernel's "running over TCP without
@@ -252,74 +233,131 @@ def _overrides_env(overrides: dict[str, Any]):
             os.environ[OVERRIDES_ENV] = before
 
 
-def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
-              parameters: dict[str, dict] | None = None, progress: bool = True,
-              notebooks_dir: Path = NOTEBOOKS_DIR,
-              overrides: dict[str, Any] | None = None, cell_timeout: float | None = None,
-              preflight: bool = True) -> list[StepResult]:
-    """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged.
-
-    `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through the
-    SEAKR_OVERRIDES environment variable and enter the stamps through the config's hash.
-    `cell_timeout` (seconds) overrides reproduce.cell_timeout; neither enters the stamps.
-    With `preflight`, everything the profile needs is checked before the first step that runs
-    (`preflight.check`): all missing pieces in one error, before anything long starts."""
-    cfg: Config = load_config(profile, overrides)
-    if cell_timeout is None:
-        cell_timeout = cfg.get("reproduce.cell_timeout")
-    # how the steps are run (time limit) is not an input of their results
-    settings = {k: v for k, v in cfg.data.items() if k != "reproduce"}
-    settings_hash = _sha(json.dumps(settings, sort_keys=True, default=str).encode())
-    parameters = parameters or {}        # the command line's (--param), per notebook
-    steps = notebook_steps(notebooks_dir)
-    if not steps:
-        raise UserError("no numbered notebooks found", path=notebooks_dir,
-                        fix="run from the repository root")
+def _selected(steps: list[Path], only: Iterable[str] | None) -> set[str]:
     only = set(only or [])
     unknown = only - {p.stem for p in steps} - {p.stem[:2] for p in steps}
     if unknown:
         raise UserError(f"unknown step(s) {sorted(unknown)}", setting="--only",
                         fix="use notebook names such as " + ", ".join(p.stem for p in steps[:3]))
-    code = package_fingerprint()
-    from .notebook import effective_parameters, last_profile_file
+    return {p.stem for p in steps if not only or p.stem in only or p.stem[:2] in only}
+
+
+def _recorded(stamp_file: Path) -> dict | None:
+    try:
+        return read_json(stamp_file) if stamp_file.is_file() else None
+    except (UserError, ValueError):
+        return None
+
+
+def plan(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
+         parameters: dict[str, dict] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
+         overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None) -> list:
+    """What `reproduce` would do, step by step, and why (`steps.graph.Planned`). With `execute`
+    (a function of the notebook and its Planned), each step to run is handed to it in order and
+    its stamp written when it returns; without, nothing runs (`reproduce --dry-run`, `status`).
+    `results`: the profile's results folder to read (default: results_dir, created if missing)."""
+    from .notebook import effective_parameters
+    from .steps import graph
+
+    cfg: Config = load_config(profile, overrides)
+    parameters = parameters or {}        # the command line's (--param), per notebook
+    steps = notebook_steps(notebooks_dir)
+    if not steps:
+        raise UserError("no numbered notebooks found", path=notebooks_dir,
+                        fix="run from the repository root")
+    selected = _selected(steps, only)
+    res = results if results is not None else results_dir(profile)
+    digests: dict[str, str | None] = {}     # each step's stamp once this plan has run
+    out = []
+    for i, nb in enumerate(steps):
+        step = graph.declaration(nb.stem, [p.stem for p in steps[:i]])
+        # the values the notebook will run with: the rule its first cell applies (notebook.py)
+        effective = {p.name: p.value for p in effective_parameters(
+            nb, profile=profile, command_line=parameters.get(nb.stem, {}), overrides=overrides)}
+        inputs = graph.step_inputs(nb, cfg.data, effective, {r: digests.get(r) for r in step.reads}, step)
+        recorded = _recorded(res / "stamps" / f"{nb.stem}.json")
+        digests[nb.stem] = (recorded or {}).get("digest")
+        if nb.stem not in selected:
+            out.append(graph.Planned(nb.stem, "skipped", [], inputs))
+            continue
+        why = graph.reasons(recorded, inputs)
+        executed = res / "notebooks" / nb.name
+        if recorded and not executed.is_file():
+            why.append(f"its executed copy {executed.name} is missing")
+        if force and not why:
+            why = ["--force"]
+        planned = graph.Planned(nb.stem, "run" if why else "up-to-date", why, inputs)
+        out.append(planned)
+        if planned.action == "run":
+            if execute is not None:
+                seconds = execute(nb, planned)
+                write_json(res / "stamps" / f"{nb.stem}.json",
+                           {**inputs, "digest": graph.digest(inputs), "seconds": round(seconds, 1),
+                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            digests[nb.stem] = graph.digest(inputs)
+    return out
+
+
+def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
+              parameters: dict[str, dict] | None = None, progress: bool = True,
+              notebooks_dir: Path = NOTEBOOKS_DIR,
+              overrides: dict[str, Any] | None = None, cell_timeout: float | None = None,
+              preflight: bool = True) -> list[StepResult]:
+    """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged
+    (`plan`, over the step graph of steps/graph.py).
+
+    `parameters` ({notebook: {NAME: value}}, the CLI's --param) win over the parameters cell and
+    the profile. `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through
+    the SEAKR_OVERRIDES environment variable. Both enter the stamps through what they change.
+    `cell_timeout` (seconds) overrides reproduce.cell_timeout; it does not enter the stamps.
+    With `preflight`, everything the profile needs is checked before the first step that runs
+    (`preflight.check`): all missing pieces in one error, before anything long starts."""
+    from .notebook import last_profile_file
+
+    cfg: Config = load_config(profile, overrides)
+    if cell_timeout is None:
+        cell_timeout = cfg.get("reproduce.cell_timeout")
+    _selected(notebook_steps(notebooks_dir), only)      # an unknown --only: said before anything runs
     # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
     last = last_profile_file(results_dir(profile).parent)
     last.parent.mkdir(parents=True, exist_ok=True)
     last.write_text(profile + "\n", encoding="utf-8")
-    upstream = ""
-    results = []
-    for nb in steps:
-        step_params = parameters.get(nb.stem, {})
-        # the values the notebook will run with (notebook.effective_parameters: the same rule its
-        # first cell applies), so an edited parameter or profile value re-runs it
-        effective = {p.name: p.value for p in effective_parameters(nb, profile=profile,
-                                                                    command_line=step_params,
-                                                                    overrides=overrides)}
-        stamp = _sha(nb.read_bytes(), settings_hash.encode(), code.encode(), upstream.encode(),
-                     json.dumps(effective, sort_keys=True, default=str).encode())
-        upstream = stamp
-        selected = not only or nb.stem in only or nb.stem[:2] in only
-        out = results_dir(profile) / "notebooks" / nb.name
-        stamp_file = _stamp_path(profile, nb.stem)
-        previous = read_json(stamp_file).get("stamp") if stamp_file.is_file() else None
-        if not selected or (not force and previous == stamp and out.is_file()):
-            results.append(StepResult(nb.stem, "up-to-date" if selected else "skipped", 0.0, out))
-            if progress:
-                print(f"[reproduce] {nb.stem}: {results[-1].status}", flush=True)
-            continue
-        if preflight:           # once, before the first step that runs (none: nothing to check)
+    pending = {"preflight": preflight}
+    ran: dict[str, float] = {}
+
+    def execute(nb: Path, planned) -> float:
+        if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
             from .tools.preflight import check
             check(cfg, announce=progress)
-            preflight = False
+            pending["preflight"] = False
         if progress:
-            print(f"[reproduce] {nb.stem}: running (profile {profile})", flush=True)
+            print(f"[reproduce] {nb.stem}: running (profile {profile}): {'; '.join(planned.reasons)}",
+                  flush=True)
         t0 = time.perf_counter()
         with _overrides_env({**env_overrides(), **(overrides or {})}):
-            run_notebook(nb, profile, step_params, timeout=cell_timeout, progress=progress)
-        seconds = time.perf_counter() - t0
-        write_json(stamp_file, {"stamp": stamp, "seconds": round(seconds, 1),
-                                "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        results.append(StepResult(nb.stem, "ran", seconds, out))
+            run_notebook(nb, profile, (parameters or {}).get(nb.stem, {}), timeout=cell_timeout,
+                         progress=progress)
+        ran[nb.stem] = time.perf_counter() - t0
         if progress:
-            print(f"[reproduce] {nb.stem}: done in {seconds:.0f} s", flush=True)
+            print(f"[reproduce] {nb.stem}: done in {ran[nb.stem]:.0f} s", flush=True)
+        return ran[nb.stem]
+
+    results = []
+    for planned in plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute):
+        out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
+        if planned.action == "run":
+            results.append(StepResult(planned.name, "ran", ran[planned.name], out))
+            continue
+        results.append(StepResult(planned.name, planned.action, 0.0, out))
+        if progress:
+            print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
     return results
+
+
+def dry_run_report(planned: list) -> str:
+    """`reproduce --dry-run`: what would run and why, one line per step."""
+    lines = [f"{p.name}: {'would run: ' + '; '.join(p.reasons) if p.action == 'run' else p.action}"
+             for p in planned]
+    n = sum(p.action == "run" for p in planned)
+    lines.append(f"{n} step(s) would run" if n else "nothing to do: every step is up to date")
+    return "\n".join(lines)

@@ -44,9 +44,12 @@ def _duration(seconds: float | None) -> str:
 
 def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR) -> pd.DataFrame:
     from ..core.io import read_json
-    from ..pipeline import notebook_steps
+    from ..pipeline import notebook_steps, plan
 
     res = _results(cfg)
+    # a done step is stale when an input changed after it ran (the plan `reproduce` would follow)
+    stale = {p.name: p.reasons for p in plan(cfg.profile, notebooks_dir=notebooks_dir, results=res)
+             if p.action == "run"} if (res / "stamps").is_dir() else {}
     rows = []
     for nb in notebook_steps(notebooks_dir):
         stamp = res / "stamps" / f"{nb.stem}.json"
@@ -62,7 +65,7 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR) -> pd.DataFram
         elif (out_dir / nb.name.replace(".ipynb", ".failed.ipynb")).is_file():
             state = "failed"
         elif info:
-            state = "done"
+            state = "stale: " + "; ".join(stale[nb.stem]) if nb.stem in stale else "done"
         else:
             state = "not run"
         rows.append({"step": nb.stem, "state": state, "finished": info.get("finished", ""),
