@@ -68,8 +68,9 @@ figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved res
 
 tables: figures  ## same as figures (tables and figures are rendered together)
 
-lab: $(STAMP)  ## open JupyterLab on the notebooks
-	$(VENV)/bin/jupyter lab notebooks/
+lab: $(STAMP)  ## JupyterLab on the repository: notebooks, executed copies (results/), figures, tables
+	@$(PY) -m seakr_repro.notebook
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks
 
 clean-results:  ## delete results/ for PROFILE
 	rm -rf results/$(PROFILE)

@@ -274,3 +274,30 @@ def show_markdown(path: Path, missing: str = "") -> None:
     path = Path(path)
     _display_markdown(path.read_text(encoding="utf-8") if path.is_file() else missing or
                       f"`{relative(path)}` does not exist yet")
+
+
+# ------------------------------------------------------------------ `make lab`
+
+def lab_guide(root: Path = REPO_ROOT) -> str:
+    """What `make lab` prints before JupyterLab starts on the repository: where the notebooks,
+    the executed copies of the last run, the figures and the tables are."""
+    from .core.paths import FIGURES_DIR, TABLES_DIR
+
+    profile = last_profile()
+    shown = profile or DEFAULT_PROFILE
+    executed = RESULTS_ROOT / shown / "notebooks"
+    copies = sorted(executed.glob("[0-9][0-9]-*.ipynb")) if executed.is_dir() else []
+    rows = [("notebooks/", "the steps; PROFILE = None there runs " +
+             (f"the profile `reproduce` last ran: {profile}" if profile else "default (no `reproduce` yet)")),
+            (f"{relative(executed)}/", f"executed copies of the last run ({len(copies)} notebooks, "
+             "with their outputs)" if copies else "executed copies of each run (none yet: make reproduce)"),
+            (f"{relative(FIGURES_DIR / shown)}/", "figures (PNG, PDF)"),
+            (f"{relative(TABLES_DIR / shown)}/", "tables beside the paper and the claims ledger (claims.md)")]
+    width = max(len(r[0]) for r in rows) + 2
+    lines = [f"JupyterLab opens on the repository ({root}); in its file browser:"]
+    lines += [f"  {where.ljust(width)}{what}" for where, what in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(lab_guide())
