@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .core.progress import EXECUTED_ENV
 from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, RESULTS_ROOT, repo_relative as relative
 
 # How `reproduce` (pipeline.run_notebook) tells a notebook kernel what the command line chose.
 PROFILE_ENV = "SEAKR_PROFILE"                  # the profile (reproduce --profile)
-NOTEBOOK_ENV = "SEAKR_NOTEBOOK"                # the path of the notebook being run
+NOTEBOOK_ENV = EXECUTED_ENV                    # the path of the notebook being run
 PARAMETERS_ENV = "SEAKR_NOTEBOOK_PARAMETERS"   # JSON {NAME: value} (reproduce --param)
 DEFAULT_PROFILE = "default"
 
@@ -240,6 +241,9 @@ def parameters(namespace: dict, notebook: str) -> list[Parameter]:
     names = list(notebook_cell_values(path)) if path.is_file() else []
     cell = {n: namespace[n] for n in names if n in namespace}
     chosen = os.environ.get(PROFILE_ENV) or None
+    from .core.progress import text_bars_for_libraries
+
+    text_bars_for_libraries()            # progress: a widget in the Lab, text in an executed copy
     params = effective_parameters(path, cell, chosen, command_line_parameters())
     for p in params:
         namespace[p.name] = p.value

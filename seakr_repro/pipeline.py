@@ -72,7 +72,7 @@ class StepResult:
 # encryption" at start-up and its traceback when a timed-out kernel is shut down mid-reply (the
 # kernel's own log runs at level CRITICAL; the notebook's output is not affected), debugpy's
 # "frozen modules" note (PYDEVD_DISABLE_FILE_VALIDATION), and tqdm.auto's fallback to text bars
-# when ipywidgets is absent (the text bars are what we want here).
+# when ipywidgets is absent (core.progress gives text bars in these kernels without it).
 NOISE = re.compile(r"running over TCP without encryption|frozen modules|-Xfrozen_modules"
                    r"|PYDEVD_DISABLE_FILE_VALIDATION|IProgress not found"
                    r"|from \.autonotebook import tqdm as notebook_tqdm")

@@ -80,6 +80,10 @@ def test_notebook_runs_headless(notebook, results_root):
     assert "| `PROFILE` | `'smoke'` | command line" in table
     for name, value in SMOKE_PARAMS.get(notebook.stem, {}).items():
         assert f"| `{name}` | `{value!r}` | profile (params/" in table, (name, table)
+    # quiet: no tqdm fallback warning in what the notebook shows
+    shown = json.dumps([o.get("text", "") for o in outputs] +
+                       [o.get("data", {}).get("text/markdown", "") for o in outputs])
+    assert "TqdmWarning" not in shown and "IProgress" not in shown
     # a notebook that draws a figure shows it, as an image (not its path)
     images = sum("image/png" in o.get("data", {}) for o in outputs)
     assert images >= SHOWS_IMAGES.get(notebook.stem, 0), f"{notebook.stem} shows {images} image(s)"

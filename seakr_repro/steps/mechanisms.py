@@ -112,7 +112,7 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
     """`trial` for every (record, gold) not yet in `out_dir/trials.jsonl` (one JSON line per
     question, appended and flushed as it finishes: a crash loses at most the current question);
     returns (re-ranking table, retrieval scores table) of every finished trial of `pairs`."""
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
