@@ -57,6 +57,21 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
 
+# The rows of ours that the paper has no name for: the words a table shows, and its key's line.
+ROW_WORDS: dict[str, tuple[str, str]] = {
+    "estimator-perplexity-true": ("Perplexity (true)", "the perplexity of the returned text's "
+                                  "tokens (the Perplexity row is what the paper's code computes)"),
+    "estimator-multi-perplexity": ("Multi-perplexity", "the samples' mean perplexity in place of "
+                                   "the Gram determinant"),
+    "estimator-ln-entropy-true": ("LN-Entropy (true)", "Malinin & Gales' length-normalised entropy "
+                                  "(the LN-Entropy row is what the paper's code computes)"),
+    "calibrated-delta": ("SeaKR, calibrated δ", "SeaKR with step 03's calibrated threshold instead "
+                         "of the profile's δ"),
+    "faithful": ("SeaKR, official code", "SeaKR as the authors' code runs it, its deviations from "
+                 "the paper included (README, Faithful and fixed)"),
+    "fixed": ("SeaKR, corrected", "SeaKR with those deviations corrected"),
+}
+
 
 @dataclass(frozen=True)
 class Table:
