@@ -251,11 +251,13 @@ def _recorded(stamp_file: Path) -> dict | None:
 
 def plan(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
          parameters: dict[str, dict] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
-         overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None) -> list:
+         overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None,
+         announce=None) -> list:
     """What `reproduce` would do, step by step, and why (`steps.graph.Planned`). With `execute`
     (a function of the notebook and its Planned), each step to run is handed to it in order and
     its stamp written when it returns; without, nothing runs (`reproduce --dry-run`, `status`).
-    `results`: the profile's results folder to read (default: results_dir, created if missing)."""
+    `results`: the profile's results folder to read (default: results_dir, created if missing);
+    `announce`: called with each step that does not run, in order."""
     from .notebook import effective_parameters
     from .steps import graph
 
@@ -279,6 +281,8 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
         digests[nb.stem] = (recorded or {}).get("digest")
         if nb.stem not in selected:
             out.append(graph.Planned(nb.stem, "skipped", [], inputs))
+            if announce is not None:
+                announce(out[-1])
             continue
         why = graph.reasons(recorded, inputs)
         executed = res / "notebooks" / nb.name
@@ -288,6 +292,8 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
             why = ["--force"]
         planned = graph.Planned(nb.stem, "run" if why else "up-to-date", why, inputs)
         out.append(planned)
+        if planned.action != "run" and announce is not None:
+            announce(planned)
         if planned.action == "run":
             if execute is not None:
                 seconds = execute(nb, planned)
@@ -342,15 +348,17 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
             print(f"[reproduce] {nb.stem}: done in {ran[nb.stem]:.0f} s", flush=True)
         return ran[nb.stem]
 
-    results = []
-    for planned in plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute):
-        out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
-        if planned.action == "run":
-            results.append(StepResult(planned.name, "ran", ran[planned.name], out))
-            continue
-        results.append(StepResult(planned.name, planned.action, 0.0, out))
+    def announce(planned) -> None:
         if progress:
             print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
+
+    results = []
+    for planned in plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
+                        announce=announce):
+        out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
+        ran_for = ran.get(planned.name, 0.0)
+        results.append(StepResult(planned.name, "ran" if planned.action == "run" else planned.action,
+                                  ran_for, out))
     return results
 
 

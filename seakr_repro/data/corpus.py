@@ -193,5 +193,7 @@ def corpus_summary(path: str | Path, progress: bool = False) -> dict:
             titles.add(obj.get("title", ""))
     if n == 0:
         raise UserError("the corpus is empty", path=path, fix="rebuild it")
-    return {"path": str(path), "passages": n, "articles": len(titles),
+    from ..core.paths import repo_relative
+
+    return {"path": repo_relative(path), "passages": n, "articles": len(titles),
             "mean_words_per_passage": round(words / n, 1)}
