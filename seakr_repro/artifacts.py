@@ -57,6 +57,21 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
 
+# The rows of ours that the paper has no name for: the words a table shows, and its key's line.
+ROW_WORDS: dict[str, tuple[str, str]] = {
+    "estimator-perplexity-true": ("Perplexity (true)", "the perplexity of the returned text's "
+                                  "tokens (the Perplexity row is what the paper's code computes)"),
+    "estimator-multi-perplexity": ("Multi-perplexity", "the samples' mean perplexity in place of "
+                                   "the Gram determinant"),
+    "estimator-ln-entropy-true": ("LN-Entropy (true)", "Malinin & Gales' length-normalised entropy "
+                                  "(the LN-Entropy row is what the paper's code computes)"),
+    "calibrated-delta": ("SeaKR, calibrated δ", "SeaKR with step 03's calibrated threshold instead "
+                         "of the profile's δ"),
+    "faithful": ("SeaKR, official code", "SeaKR as the authors' code runs it, its deviations from "
+                 "the paper included (README, Faithful and fixed)"),
+    "fixed": ("SeaKR, corrected", "SeaKR with those deviations corrected"),
+}
+
 
 @dataclass(frozen=True)
 class Table:
@@ -144,3 +159,42 @@ FIGURE3 = (
 )
 FIGURES: dict[str, Panel] = {p.stem: p for p in FIGURE3}
 PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's delta -6 is comparable
+
+
+# The step graph: what each numbered notebook reads, so `reproduce` re-runs a step when one of
+# its own inputs changed and not when an unrelated step ran again (steps/graph.py). `reads`: the
+# steps whose outputs under results/<profile>/ it reads (their folders, calibration/delta.json,
+# the run files); `settings`: the profile's sections it reads (None: all of them; a notebook's
+# own `notebooks:` entry enters through its parameters); `shipped`: folders under data/ it reads.
+@dataclass(frozen=True)
+class Step:
+    name: str
+    reads: tuple = ()
+    settings: tuple | None = None
+    shipped: tuple = ("bundled",)
+
+
+_DATA = ("seed", "corpus", "datasets", "analysis", "evaluation")
+_PREPARED = ("00-prepare-data", "01-build-bm25-index")        # question records and the index
+_CALIBRATED = _PREPARED + ("03-uncertainty-estimators",)      # ... and step 03's thresholds
+
+STEPS: dict[str, Step] = {s.name: s for s in (
+    Step("00-prepare-data", settings=_DATA),
+    Step("01-build-bm25-index", ("00-prepare-data",), settings=_DATA + ("retrieval",)),
+    # closed-book calibration questions (FanOutQA from its package, the bundled single-hop set)
+    Step("02-extract-hidden-states", settings=("seed", "model", "uncertainty", "evaluation", "prompts")),
+    Step("03-uncertainty-estimators", ("02-extract-hidden-states",),
+         settings=("seed", "model", "uncertainty", "evaluation")),
+    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper")),
+    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper")),
+    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper")),
+    Step("07-backbones", _PREPARED, shipped=("bundled", "paper")),     # calibrates each backbone itself
+    Step("08-case-studies", ("04-complex-qa",), settings=("seed",), shipped=()),   # step 04's traces
+    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper")),
+    Step("10-seed-methods", _PREPARED + ("04-complex-qa", "05-simple-qa")),  # SeaKR's rows: 04/05's runs
+    Step("11-mechanisms", _CALIBRATED),
+    # every table's step, Figure 3's (03) and the claims ledger's (03, 11 and the tables)
+    Step("90-render", tuple(sorted({t.step for t in TABLES.values()} |
+                                   {"03-uncertainty-estimators", "11-mechanisms"})),
+         shipped=("paper",)),
+)}

@@ -104,12 +104,22 @@ def cmd_datasets(args):
 
 
 def cmd_reproduce(args):
-    from .pipeline import reproduce
+    from .pipeline import parse_param, reproduce
 
     from .core.config import parse_override
 
     overrides = dict(parse_override(s) for s in (args.set or []))
+    parameters: dict[str, dict] = {}
+    for text in args.param or []:
+        step, name, value = parse_param(text)
+        parameters.setdefault(step, {})[name] = value
+    if args.dry_run:
+        from .pipeline import dry_run_report, plan
+        print(dry_run_report(plan(args.profile, only=args.only, force=args.force,
+                                  parameters=parameters, overrides=overrides)))
+        return
     results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
+                        parameters=parameters,
                         cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
                         progress=not args.quiet)
     ran = [r for r in results if r.status == "ran"]
@@ -180,12 +190,18 @@ def cmd_run(args):
 
 
 def cmd_render(args):
-    from .steps.render import render_all, render_figures
+    from .core.paths import FIGURES_DIR, repo_relative
+    from .steps.render import declared_figures, render_all, render_figures
 
     cfg = _config(args)
     print(render_all(cfg).to_markdown(index=False))
-    for path in render_figures(cfg):
-        print(f"figure: {path}")
+    written = render_figures(cfg)
+    for path in written:
+        print(f"figure: {repo_relative(path)}")
+    skipped = [s for s in declared_figures() if s not in {p.stem for p in written}]
+    if skipped:
+        print(f"figures skipped, files under {repo_relative(FIGURES_DIR / cfg.profile)}/ left as they "
+              f"are (no results/{cfg.profile}/ to draw them from): {', '.join(skipped)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
     p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
     p.add_argument("--force", action="store_true", help="re-run even if up to date")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run nothing: list the steps that would run and why")
+    p.add_argument("--param", action="append", metavar="NOTEBOOK:NAME=VALUE",
+                   help="a notebook parameter for this run, e.g. --param 03:N_BOOT=200 (repeatable; "
+                        "wins over the parameters cell and the profile, and the notebook says so)")
     p.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a notebook cell after this many seconds (default: "
                         "reproduce.cell_timeout, null = no limit)")

@@ -1,8 +1,9 @@
 """`make reproduce`: run the numbered notebooks in order under papermill, incrementally.
 
 Each executed notebook is kept as results/<profile>/notebooks/<name>.ipynb (the log of the run).
-A step re-runs only when one of its inputs changed: the notebook itself, the resolved profile, the
-package source, the parameters passed, or an earlier step's stamp (earlier steps produce its inputs).
+A step re-runs only when one of its own inputs changed (steps/graph.py over artifacts.STEPS): its
+code cells, the parameters it runs with, the profile sections and package modules it reads, or a
+step whose outputs it reads; `plan` says which and why (`reproduce --dry-run`, `status`).
 Execution goes to a temporary file that is renamed on success, so a failed run never leaves a
 fresh-looking notebook; the failed one (an error, a cell timeout, a dead kernel) is kept as
 <name>.failed.ipynb for inspection and the run ends with one paragraph, no traceback.
@@ -16,7 +17,6 @@ bars, a line per question, Anserini's logs) is streamed to the terminal, throttl
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -32,7 +32,7 @@ from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .core.device import compute
 from .core.errors import UserError
 from .core.io import read_json, write_json
-from .core.paths import NOTEBOOKS_DIR, REPO_ROOT, results_dir
+from .core.paths import NOTEBOOKS_DIR, results_dir
 
 KERNEL = "python3"
 
@@ -42,19 +42,26 @@ def notebook_steps(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return sorted(p for p in notebooks_dir.glob("[0-9][0-9]-*.ipynb"))
 
 
-def _sha(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()[:16]
+def parse_param(text: str, notebooks_dir: Path = NOTEBOOKS_DIR) -> tuple[str, str, Any]:
+    """`reproduce --param 03:N_BOOT=200` -> ("03-uncertainty-estimators", "N_BOOT", 200): a
+    notebook (its number or name), one name of its parameters cell, a value parsed as YAML."""
+    from .core.config import notebook_parameters, parse_override
 
-
-def package_fingerprint() -> str:
-    """Hash of the package source and shipped data: a code change re-runs what depends on it."""
-    files = sorted((REPO_ROOT / "seakr_repro").rglob("*.py"))
-    for shipped in ("bundled", "paper"):  # not data/raw or data/cache: those are inputs/outputs
-        files += sorted(p for p in (REPO_ROOT / "data" / shipped).rglob("*") if p.is_file())
-    return _sha(*(str(p.relative_to(REPO_ROOT)).encode() + p.read_bytes() for p in files))
+    step, sep, assignment = text.partition(":")
+    fix = "write NOTEBOOK:NAME=VALUE, e.g. --param 03:N_BOOT=200"
+    if not sep or "=" not in assignment:
+        raise UserError(f"--param '{text}' is not NOTEBOOK:NAME=VALUE", setting="--param", fix=fix)
+    matches = [p for p in notebook_steps(notebooks_dir) if step in (p.stem, p.stem[:2])]
+    if not matches:
+        raise UserError(f"--param '{text}': no notebook '{step}'", setting="--param",
+                        fix="use a notebook's number or name, e.g. 03 or 03-uncertainty-estimators")
+    name, value = parse_override(assignment)
+    allowed = notebook_parameters(matches[0])
+    if name not in allowed or name == "PROFILE":
+        raise UserError(f"--param '{text}': notebook {matches[0].stem} has no parameter '{name}'",
+                        setting="--param", fix="its parameters cell defines " +
+                        ", ".join(sorted(allowed - {"PROFILE"})) + " (the profile: --profile)")
+    return matches[0].stem, name, value
 
 
 @dataclass
@@ -65,15 +72,11 @@ class StepResult:
     output: Path
 
 
-def _stamp_path(profile: str, name: str) -> Path:
-    return results_dir(profile) / "stamps" / f"{name}.json"
-
-
 # Kernel chatter that says nothing about the notebook: ipykernel's "running over TCP without
 # encryption" at start-up and its traceback when a timed-out kernel is shut down mid-reply (the
 # kernel's own log runs at level CRITICAL; the notebook's output is not affected), debugpy's
 # "frozen modules" note (PYDEVD_DISABLE_FILE_VALIDATION), and tqdm.auto's fallback to text bars
-# when ipywidgets is absent (the text bars are what we want here).
+# when ipywidgets is absent (core.progress gives text bars in these kernels without it).
 NOISE = re.compile(r"running over TCP without encryption|frozen modules|-Xfrozen_modules"
                    r"|PYDEVD_DISABLE_FILE_VALIDATION|IProgress not found"
                    r"|from \.autonotebook import tqdm as notebook_tqdm")
@@ -161,7 +164,12 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    params = {"PROFILE": profile, **(parameters or {})}
+    from .notebook import NOTEBOOK_ENV, PARAMETERS_ENV, PROFILE_ENV
+
+    # the notebook's first cell (notebook.parameters) applies these by the documented rule and
+    # shows every value with where it came from; papermill injects nothing
+    kernel_env = {**KERNEL_ENV, PROFILE_ENV: profile, NOTEBOOK_ENV: str(Path(notebook).resolve()),
+                  PARAMETERS_ENV: json.dumps(parameters or {})}
     out_dir = out_dir or results_dir(profile) / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / notebook.name
@@ -180,8 +188,8 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     quiet = logging.NullHandler()
     logging.getLogger("papermill").addHandler(quiet)
     try:
-        with _environ(KERNEL_ENV):
-            pm.execute_notebook(str(notebook), str(tmp), parameters=params, kernel_name=KERNEL,
+        with _environ(kernel_env):
+            pm.execute_notebook(str(notebook), str(tmp), kernel_name=KERNEL,
                                 cwd=str(notebook.parent), progress_bar=False,
                                 execution_timeout=timeout or None, log_output=False,
                                 stdout_file=echoes[0], stderr_file=echoes[1],
@@ -234,12 +242,22 @@ PATH_ENV = ("SEAKR_RESULTS_DIR", "SEAKR_CACHE_DIR", "SEAKR_RAW_DIR", "SEAKR_FIGU
             "SEAKR_TABLES_DIR", "SEAKR_MODEL_PATH", OVERRIDES_ENV)
 
 
+LAST_RUN = "last-reproduce.json"    # results/<profile>/: the last run's --set and --param
+
+
+def last_run_arguments(results: Path) -> dict:
+    """The --set overrides and --param parameters of the profile's last `reproduce` (none recorded:
+    empty), so that `status` judges the steps against what that run was asked for."""
+    return {"overrides": {}, "parameters": {}, **(_recorded(Path(results) / LAST_RUN) or {})}
+
+
 def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
                       only: Iterable[str] | None = None, cell_timeout: float | None = None,
-                      preflight: bool = True, progress: bool = True) -> str:
+                      preflight: bool = True, progress: bool = True,
+                      parameters: dict[str, dict] | None = None) -> str:
     """The shell command that runs (and after a stop resumes) this `reproduce`, from the
-    repository root: the same profile, --set, --only, --cell-timeout, --no-preflight, --quiet and
-    SEAKR_* paths."""
+    repository root: the same profile, --set, --param, --only, --cell-timeout, --no-preflight,
+    --quiet and SEAKR_* paths."""
     exe = Path(sys.executable)
     with contextlib.suppress(ValueError):
         exe = exe.relative_to(Path.cwd())      # .venv/bin/python, as the Makefile runs it
@@ -247,6 +265,9 @@ def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
     args += [str(exe), "-m", "seakr_repro", "reproduce", "--profile", profile]
     for key, value in (overrides or {}).items():
         args += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    for nb, values in (parameters or {}).items():
+        for name, value in values.items():
+            args += ["--param", f"{nb}:{name}={json.dumps(value) if not isinstance(value, str) else value}"]
     for step in only or []:
         args += ["--only", step]
     if cell_timeout is not None:
@@ -255,78 +276,155 @@ def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
     return shlex.join(args + ([] if progress else ["--quiet"]))
 
 
-def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
-              parameters: dict[str, dict] | None = None, progress: bool = True,
-              notebooks_dir: Path = NOTEBOOKS_DIR,
-              overrides: dict[str, Any] | None = None, cell_timeout: float | None = None,
-              preflight: bool = True) -> list[StepResult]:
-    """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged.
-
-    `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through the
-    SEAKR_OVERRIDES environment variable and enter the stamps through the config's hash.
-    `cell_timeout` (seconds) overrides reproduce.cell_timeout; neither enters the stamps.
-    With `preflight`, everything the profile needs is checked before the first step that runs
-    (`preflight.check`): all missing pieces in one error, before anything long starts."""
-    cfg: Config = load_config(profile, overrides)
-    command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress)
-    if cell_timeout is None:
-        cell_timeout = cfg.get("reproduce.cell_timeout")
-    # how the steps are run (time limit) is not an input of their results
-    settings = {k: v for k, v in cfg.data.items() if k != "reproduce"}
-    # where the model runs is an input too: model.device auto is the CPU here and CUDA there
-    settings["resolved device"] = compute(cfg)["device"]
-    settings_hash = _sha(json.dumps(settings, sort_keys=True, default=str).encode())
-    # per-profile notebook parameters (params/<profile>.yaml, section `notebooks`), then the caller's
-    parameters = {name: {**(cfg.get("notebooks", {}) or {}).get(name, {}), **(parameters or {}).get(name, {})}
-                  for name in {*(cfg.get("notebooks", {}) or {}), *(parameters or {})}}
-    steps = notebook_steps(notebooks_dir)
-    if not steps:
-        raise UserError("no numbered notebooks found", path=notebooks_dir,
-                        fix="run from the repository root")
+def _selected(steps: list[Path], only: Iterable[str] | None) -> set[str]:
     only = set(only or [])
     unknown = only - {p.stem for p in steps} - {p.stem[:2] for p in steps}
     if unknown:
         raise UserError(f"unknown step(s) {sorted(unknown)}", setting="--only",
                         fix="use notebook names such as " + ", ".join(p.stem for p in steps[:3]))
+    return {p.stem for p in steps if not only or p.stem in only or p.stem[:2] in only}
+
+
+def _recorded(stamp_file: Path) -> dict | None:
+    try:
+        return read_json(stamp_file) if stamp_file.is_file() else None
+    except (UserError, ValueError):
+        return None
+
+
+def plan(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
+         parameters: dict[str, dict] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
+         overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None,
+         announce=None) -> list:
+    """What `reproduce` would do, step by step, and why (`steps.graph.Planned`). With `execute`
+    (a function of the notebook and its Planned), each step to run is handed to it in order and
+    its stamp written when it returns; without, nothing runs (`reproduce --dry-run`, `status`).
+    `results`: the profile's results folder to read (default: results_dir, created if missing);
+    `announce`: called with each step that does not run, in order."""
+    from .notebook import effective_parameters
+    from .steps import graph
+
+    cfg: Config = load_config(profile, overrides)
+    parameters = parameters or {}        # the command line's (--param), per notebook
+    # where the model runs is an input of every step that reads the model section: model.device
+    # auto is the CPU here and CUDA there
+    settings = {**cfg.data, "model": {**(cfg.data.get("model") or {}), "resolved device": compute(cfg)["device"]}}
+    steps = notebook_steps(notebooks_dir)
+    if not steps:
+        raise UserError("no numbered notebooks found", path=notebooks_dir,
+                        fix="run from the repository root")
+    selected = _selected(steps, only)
+    res = results if results is not None else results_dir(profile)
+    digests: dict[str, str | None] = {}     # each step's stamp once this plan has run
+    out = []
+    for i, nb in enumerate(steps):
+        step = graph.declaration(nb.stem, [p.stem for p in steps[:i]])
+        # the values the notebook will run with: the rule its first cell applies (notebook.py)
+        effective = {p.name: p.value for p in effective_parameters(
+            nb, profile=profile, command_line=parameters.get(nb.stem, {}), overrides=overrides)}
+        inputs = graph.step_inputs(nb, settings, effective, {r: digests.get(r) for r in step.reads}, step)
+        recorded = _recorded(res / "stamps" / f"{nb.stem}.json")
+        digests[nb.stem] = (recorded or {}).get("digest")
+        if nb.stem not in selected:
+            out.append(graph.Planned(nb.stem, "skipped", [], inputs))
+            if announce is not None:
+                announce(out[-1])
+            continue
+        why = graph.reasons(recorded, inputs)
+        executed = res / "notebooks" / nb.name
+        if recorded and not executed.is_file():
+            why.append(f"its executed copy {executed.name} is missing")
+        if force and not why:
+            why = ["--force"]
+        planned = graph.Planned(nb.stem, "run" if why else "up-to-date", why, inputs)
+        out.append(planned)
+        if planned.action != "run" and announce is not None:
+            announce(planned)
+        if planned.action == "run":
+            if execute is not None:
+                seconds = execute(nb, planned)
+                write_json(res / "stamps" / f"{nb.stem}.json",
+                           {**inputs, "digest": graph.digest(inputs), "seconds": round(seconds, 1),
+                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            digests[nb.stem] = graph.digest(inputs)
+    return out
+
+
+def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
+              parameters: dict[str, dict] | None = None, progress: bool = True,
+              notebooks_dir: Path = NOTEBOOKS_DIR,
+              overrides: dict[str, Any] | None = None, cell_timeout: float | None = None,
+              preflight: bool = True) -> list[StepResult]:
+    """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged
+    (`plan`, over the step graph of steps/graph.py).
+
+    `parameters` ({notebook: {NAME: value}}, the CLI's --param) win over the parameters cell and
+    the profile. `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through
+    the SEAKR_OVERRIDES environment variable. Both enter the stamps through what they change.
+    `cell_timeout` (seconds) overrides reproduce.cell_timeout; it does not enter the stamps.
+    With `preflight`, everything the profile needs is checked before the first step that runs
+    (`preflight.check`): all missing pieces in one error, before anything long starts."""
+    cfg: Config = load_config(profile, overrides)
+    command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress,
+                                parameters)
+    if cell_timeout is None:
+        cell_timeout = cfg.get("reproduce.cell_timeout")
+    _selected(notebook_steps(notebooks_dir), only)      # an unknown --only: said before anything runs
     from .core.runlock import LOCK_NAME, hold
 
     with hold(results_dir(profile) / LOCK_NAME, command):
-        return _run_steps(profile, cfg, steps, only, force, parameters, progress, overrides,
-                          cell_timeout, preflight, settings_hash)
+        return _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, overrides,
+                          cell_timeout, preflight)
 
 
-def _run_steps(profile, cfg, steps, only, force, parameters, progress, overrides, cell_timeout,
-               preflight, settings_hash) -> list[StepResult]:
-    code = package_fingerprint()
-    upstream = ""
-    results = []
-    for nb in steps:
-        step_params = (parameters or {}).get(nb.stem, {})
-        stamp = _sha(nb.read_bytes(), settings_hash.encode(), code.encode(), upstream.encode(),
-                     json.dumps(step_params, sort_keys=True).encode())
-        upstream = stamp
-        selected = not only or nb.stem in only or nb.stem[:2] in only
-        out = results_dir(profile) / "notebooks" / nb.name
-        stamp_file = _stamp_path(profile, nb.stem)
-        previous = read_json(stamp_file).get("stamp") if stamp_file.is_file() else None
-        if not selected or (not force and previous == stamp and out.is_file()):
-            results.append(StepResult(nb.stem, "up-to-date" if selected else "skipped", 0.0, out))
-            if progress:
-                print(f"[reproduce] {nb.stem}: {results[-1].status}", flush=True)
-            continue
-        if preflight:           # once, before the first step that runs (none: nothing to check)
+def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, overrides, cell_timeout,
+               preflight) -> list[StepResult]:
+    from .notebook import last_profile_file
+
+    # what this run was asked for beyond the profile: `status` plans with it (stale or up to date)
+    write_json(results_dir(profile) / LAST_RUN, {"overrides": overrides or {}, "parameters": parameters or {}})
+    # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
+    last = last_profile_file(results_dir(profile).parent)
+    last.parent.mkdir(parents=True, exist_ok=True)
+    last.write_text(profile + "\n", encoding="utf-8")
+    pending = {"preflight": preflight}
+    ran: dict[str, float] = {}
+
+    def execute(nb: Path, planned) -> float:
+        if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
             from .tools.preflight import check
             check(cfg, announce=progress)
-            preflight = False
+            pending["preflight"] = False
         if progress:
-            print(f"[reproduce] {nb.stem}: running (profile {profile})", flush=True)
+            print(f"[reproduce] {nb.stem}: running (profile {profile}): {'; '.join(planned.reasons)}",
+                  flush=True)
         t0 = time.perf_counter()
         with _overrides_env({**env_overrides(), **(overrides or {})}):
-            run_notebook(nb, profile, step_params, timeout=cell_timeout, progress=progress)
-        seconds = time.perf_counter() - t0
-        write_json(stamp_file, {"stamp": stamp, "seconds": round(seconds, 1),
-                                "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        results.append(StepResult(nb.stem, "ran", seconds, out))
+            run_notebook(nb, profile, (parameters or {}).get(nb.stem, {}), timeout=cell_timeout,
+                         progress=progress)
+        ran[nb.stem] = time.perf_counter() - t0
         if progress:
-            print(f"[reproduce] {nb.stem}: done in {seconds:.0f} s", flush=True)
+            print(f"[reproduce] {nb.stem}: done in {ran[nb.stem]:.0f} s", flush=True)
+        return ran[nb.stem]
+
+    def announce(planned) -> None:
+        if progress:
+            print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
+
+    results = []
+    for planned in plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
+                        announce=announce):
+        out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
+        ran_for = ran.get(planned.name, 0.0)
+        results.append(StepResult(planned.name, "ran" if planned.action == "run" else planned.action,
+                                  ran_for, out))
     return results
+
+
+def dry_run_report(planned: list) -> str:
+    """`reproduce --dry-run`: what would run and why, one line per step."""
+    lines = [f"{p.name}: {'would run: ' + '; '.join(p.reasons) if p.action == 'run' else p.action}"
+             for p in planned]
+    n = sum(p.action == "run" for p in planned)
+    lines.append(f"{n} step(s) would run" if n else "nothing to do: every step is up to date")
+    return "\n".join(lines)

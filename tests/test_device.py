@@ -181,12 +181,20 @@ def test_claims_ledger_says_where_its_inputs_were_computed(tmp_path, monkeypatch
     out = _results_with_compute(tmp_path, monkeypatch, {"device": "cpu", "gpu": None, "dtype": "float32"})
     (out / "results.csv.provenance.json").write_text(json.dumps(
         {"compute": {"device": "cpu", "gpu": None, "dtype": "float32"}}))
+    scores = out.parent / "03-uncertainty-estimators"      # one claim measured: the ledger is written
+    scores.mkdir()
+    pd.DataFrame({"incorrect": [0, 1] * 5, "eigen": [float(i) for i in range(10)],
+                  "est:perplexity": [float(i % 3) for i in range(10)]}).to_csv(scores / "question_scores.csv",
+                                                                              index=False)
+    (scores / "question_scores.csv.provenance.json").write_text(json.dumps(
+        {"compute": {"device": "cpu", "gpu": None, "dtype": "float32"}}))
     C.render_ledger(load_config("default"), out_dir=tmp_path / "tables", n_boot=10)
     assert "Computed on CPU, float32." in (tmp_path / "tables" / "claims.md").read_text()
     assert "Computed on CPU, float32." in (tmp_path / "tables" / "claims.tex").read_text()
     prov = json.loads((tmp_path / "tables" / "claims.csv.provenance.json").read_text())
-    assert prov["inputs_compute"] == {"04-complex-qa/results.csv": {"device": "cpu", "gpu": None,
-                                                                    "dtype": "float32"}}
+    cpu = {"device": "cpu", "gpu": None, "dtype": "float32"}
+    assert prov["inputs_compute"] == {"04-complex-qa/results.csv": cpu,
+                                      "03-uncertainty-estimators/question_scores.csv": cpu}
 
 
 def test_claims_inputs_name_every_file_the_ledger_reads():

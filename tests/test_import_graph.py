@@ -136,7 +136,7 @@ def test_every_module_imports(name):
 # function, so the folders read as the pipeline (steps over the library, tools and the command
 # line over the steps).
 LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "llm": 1,
-          "uncertainty": 2, "methods": 3, "reporting": 3, "artifacts": 3, "steps": 4,
+          "uncertainty": 2, "methods": 3, "reporting": 3, "artifacts": 3, "steps": 4, "notebook": 4,
           "tools": 5, "pipeline": 5, "cli": 6, "__main__": 7}
 # core.config checks a profile's data-set names against the data registry when it loads
 UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry")}

@@ -97,6 +97,7 @@ def test_shared_prefix_loss_equals_the_per_example_loss(tiny):
     assert shared == pytest.approx(total / count, rel=1e-5) and plain == pytest.approx(shared, rel=1e-5)
 
 
+@pytest.mark.filterwarnings("error::FutureWarning")   # notebook 10 shows no deprecation noise
 def test_train_lora_lowers_loss_saves_atomically_and_loads(tiny, tmp_path):
     from seakr_repro.llm.hf.backend import HFBackend
 

@@ -15,7 +15,8 @@ from seakr_repro.pipeline import notebook_steps, run_notebook
 
 pytestmark = pytest.mark.notebooks
 
-# Tiny parameters per notebook (on top of PROFILE="smoke"): params/smoke.yaml, section notebooks.
+# Tiny parameters per notebook: params/smoke.yaml, section notebooks (each notebook's first cell
+# applies them, as under `reproduce --profile smoke`).
 SMOKE_PARAMS: dict[str, dict] = load_config("smoke")["notebooks"]
 
 # What each notebook must leave behind, relative to results/<profile>/.
@@ -47,6 +48,10 @@ EXPECTED = {
                   "figures/smoke/figure3_k.png", "figures/smoke/table1_f1.pdf"],
 }
 
+# Images each notebook must show inline: Figure 3's three panels (03), the mechanisms (11), and
+# 90's re-rendered figures (Tables 1/2's F1 and Figure 3 again).
+SHOWS_IMAGES = {"03-uncertainty-estimators": 3, "11-mechanisms": 1, "90-render": 5}
+
 
 @pytest.fixture(scope="module")
 def results_root(tmp_path_factory):
@@ -65,13 +70,26 @@ def results_root(tmp_path_factory):
 
 @pytest.mark.parametrize("notebook", notebook_steps(), ids=lambda p: p.stem)
 def test_notebook_runs_headless(notebook, results_root, notebook_timeout):
-    out = run_notebook(notebook, "smoke", SMOKE_PARAMS.get(notebook.stem, {}),
-                       out_dir=results_root / "smoke" / "notebooks", timeout=notebook_timeout,
+    out = run_notebook(notebook, "smoke", out_dir=results_root / "smoke" / "notebooks", timeout=notebook_timeout,
                        progress=False)
     executed = json.loads(out.read_text())
-    errors = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+    outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    # the first output: every parameter with the value that ran and where it came from
+    table = "".join(outputs[0]["data"]["text/markdown"])
+    assert "| `PROFILE` | `'smoke'` | command line" in table
+    for name, value in SMOKE_PARAMS.get(notebook.stem, {}).items():
+        assert f"| `{name}` | `{value!r}` | profile (params/" in table, (name, table)
+    # quiet: no tqdm fallback warning in what the notebook shows
+    shown = json.dumps([o.get("text", "") for o in outputs] +
+                       [o.get("data", {}).get("text/markdown", "") for o in outputs])
+    assert "TqdmWarning" not in shown and "IProgress" not in shown
+    # a notebook that draws a figure shows it, as an image (not its path)
+    images = sum("image/png" in o.get("data", {}) for o in outputs)
+    assert images >= SHOWS_IMAGES.get(notebook.stem, 0), f"{notebook.stem} shows {images} image(s)"
+    if notebook.stem == "90-render":
+        assert any("claims" in "".join(o.get("data", {}).get("text/markdown", "")).lower()
+                   for o in outputs), "90 does not show the claims ledger"
     for rel in EXPECTED.get(notebook.stem, []):
         rendered = rel.startswith(("tables/", "figures/"))
         path = results_root / rel if rendered else results_root / "smoke" / rel

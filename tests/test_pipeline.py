@@ -12,9 +12,10 @@ from seakr_repro.core.errors import UserError
 def _notebook(path, body):
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    params = new_code_cell('PROFILE = "default"\nTAG = "x"')
+    params = new_code_cell('PROFILE = None\nTAG = "x"')
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, new_code_cell(body)]
+    shown = new_code_cell(f"from seakr_repro.notebook import parameters\nparameters(globals(), {path.stem!r})")
+    nb.cells = [params, shown, new_code_cell(body)]
     nbformat.write(nb, path)
 
 

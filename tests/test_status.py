@@ -69,7 +69,7 @@ def test_runs_done_total_scores_pace_eta(results):
 def test_steps_in_every_state(results):
     with runlock.hold(results / runlock.LOCK_NAME, "make reproduce"):      # a live run
         steps = status.step_status(load_config("default")).set_index("step")
-    assert steps.loc["00-prepare-data", "state"] == "done"
+    assert steps.loc["00-prepare-data", "state"].startswith("stale: its stamp is from an older reproduce")
     assert steps.loc["00-prepare-data", "took"] == "1h 02m"
     assert steps.loc["01-build-bm25-index", "state"] == "running"
     assert steps.loc["02-extract-hidden-states", "state"] == "failed"
@@ -145,3 +145,22 @@ def test_no_results_yet(tmp_path, monkeypatch):
     monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path)
     text = status.report(load_config("smoke"))
     assert "runs: none yet" in text and not (tmp_path / "smoke").exists()   # creates nothing
+
+
+def test_a_step_is_stale_when_a_step_it_reads_ran_again(results):
+    """After `reproduce --only 03`, step 04 (which reads 03's thresholds) is marked stale."""
+    from seakr_repro import pipeline
+    cfg = load_config("default")
+    for marker in (results / "notebooks").iterdir():      # the fixture's running and failed steps
+        marker.unlink()
+    done = []
+    pipeline.plan("default", execute=lambda nb, planned: done.append(nb.stem) or 1.0, results=results)
+    for name in done:                    # an executed copy for each, as reproduce leaves it
+        (results / "notebooks" / f"{name}.ipynb").write_text("{}")
+    steps = status.step_status(cfg).set_index("step")["state"]
+    assert (steps == "done").sum() == len(done)
+    stamp = results / "stamps" / "03-uncertainty-estimators.json"
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "digest": "re-run"}))
+    steps = status.step_status(cfg).set_index("step")["state"]
+    assert steps["04-complex-qa"] == "stale: a step it reads ran again or will: 03-uncertainty-estimators"
+    assert steps["02-extract-hidden-states"] == "done" and steps["01-build-bm25-index"] == "done"

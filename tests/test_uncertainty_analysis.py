@@ -56,9 +56,10 @@ def _synthetic_vectors(n_q=40, k=12, d=16, seed=0):
 def test_quality_vs_k_and_layer():
     vecs, incorrect = _synthetic_vectors()
     df = quality_vs_k(vecs, incorrect, ks=[1, 2, 8, 20])
-    assert list(df.columns) == ["k", "auroc", "lo", "hi", "n_short"]
+    assert list(df.columns) == ["k", "auroc", "lo", "hi", "n_short", "n", "n_incorrect"]
     assert df.set_index("k").loc[8, "auroc"] == 1.0      # separable once k >= 2
     assert df.set_index("k").loc[20, "n_short"] == 40    # only 12 samples each
+    assert (df["n"] == 40).all() and (df["n_incorrect"] == 20).all()   # what the figure states
     noise = np.random.default_rng(5).normal(size=vecs.shape)
     by_layer = quality_vs_layer({3: noise, 7: vecs}, incorrect, k=8, n_boot=50)
     assert list(by_layer["layer"]) == [3, 7]

@@ -36,3 +36,12 @@ def results_dir(profile: str) -> Path:
     path = RESULTS_ROOT / profile
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def repo_relative(path: str | Path) -> str:
+    """`path` relative to the repository where it lies inside it (what a reader can open), else as given."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT.resolve()))
+    except ValueError:
+        return str(path)

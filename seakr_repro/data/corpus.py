@@ -103,7 +103,7 @@ WITH_TEXT_FIELDS = STORED_FIELDS + ("text",)
 def write_corpus(passages, out_path: str | Path, progress: bool = True, total: int | None = None,
                  fields: Sequence[str] = STORED_FIELDS) -> int:
     """Write passages (their `fields`) as JSONL atomically; refuse an empty corpus."""
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     n = 0
     with atomic_open(out_path) as fh:
@@ -125,7 +125,7 @@ def build_wiki_excerpt_corpus(out_path: str | Path, words_per_passage: int = 100
 
 def iter_dpr_tsv(tsv_path: str | Path, progress: bool = True) -> Iterator[dict]:
     """Stream DPR's psgs_w100.tsv (id, text, title) in constant memory, checking every line."""
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     tsv_path = require_file(tsv_path, "DPR passages TSV (psgs_w100.tsv)", DPR_TSV_HELP)
     csv.field_size_limit(sys.maxsize)
@@ -181,7 +181,7 @@ def load_corpus(path: str | Path) -> dict[str, dict]:
 
 def corpus_summary(path: str | Path, progress: bool = False) -> dict:
     """Passage count, articles, words per passage: streamed, so it works for DPR's 21M too."""
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     n = words = 0
     titles: set[str] = set()
@@ -193,5 +193,7 @@ def corpus_summary(path: str | Path, progress: bool = False) -> dict:
             titles.add(obj.get("title", ""))
     if n == 0:
         raise UserError("the corpus is empty", path=path, fix="rebuild it")
-    return {"path": str(path), "passages": n, "articles": len(titles),
+    from ..core.paths import repo_relative
+
+    return {"path": repo_relative(path), "passages": n, "articles": len(titles),
             "mean_words_per_passage": round(words / n, 1)}

@@ -80,20 +80,45 @@ def _axes(ax):
     return (ax.figure, ax) if ax is not None else plt.subplots()
 
 
+def n_label(df: pd.DataFrame) -> str:
+    """'n = 40 questions, 38 wrong closed-book' from the n / n_incorrect columns, if present."""
+    if "n" not in df.columns or df["n"].isna().all():
+        return ""
+    n = int(df["n"].max())
+    wrong = f", {int(df['n_incorrect'].max())} wrong closed-book" if "n_incorrect" in df.columns else ""
+    return f"n = {n} questions{wrong}"
+
+
+def _title(ax, title: str, df: pd.DataFrame) -> None:
+    n = n_label(df)
+    ax.set_title(title + (f"\n{n}" if n else ""))
+
+
+def _note(ax, text: str) -> None:
+    """A sentence under the axes (what the plot cannot show, or where a marker lies)."""
+    ax.text(0.0, -0.2, text, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
+
+
 def plot_quality_vs_k(df: pd.DataFrame, ax=None, mark_paper_range: bool = True,
                       label: str = "U(c)"):
-    """AUROC of U(c) against the number of samples k (Figure 3, left)."""
+    """AUROC of U(c) against the number of samples k (Figure 3, left). The paper's best range
+    of k is shaded only where our k reaches it; a note says when it lies beyond our k."""
     _need(df, ["k", "auroc"], "quality_vs_k")
+    k_max, (best_lo, best_hi) = int(df["k"].max()), PAPER_BEST_K
     with style():
         fig, ax = _axes(ax)
-        if mark_paper_range:
-            ax.axvspan(*PAPER_BEST_K, color=PALETTE["yellow"], alpha=0.25, linewidth=0,
-                       label="paper: best k")
+        if mark_paper_range and k_max > best_lo:
+            ax.axvspan(best_lo, min(best_hi, k_max), color=PALETTE["yellow"], alpha=0.25, linewidth=0,
+                       label=f"paper: best k {best_lo}-{best_hi}")
         _line_with_band(ax, df["k"], df, label, PALETTE["blue"])
         ax.set_xlabel("samples k")
         ax.set_ylabel("AUROC (closed-book incorrect)")
-        ax.set_title("Quality vs number of samples")
+        _title(ax, "Quality vs number of samples", df)
         ax.legend(loc="best")
+        if mark_paper_range and k_max < best_hi:
+            _note(ax, f"The paper's best k is {best_lo}-{best_hi}; our k stops at {k_max} "
+                      "(uncertainty.k), so that range is " +
+                      ("only partly shown." if k_max > best_lo else "not reached."))
     return fig
 
 
@@ -109,7 +134,7 @@ def plot_quality_vs_layer(df: pd.DataFrame, ax=None, chosen_layer: int | None = 
                        label=f"used: layer {chosen_layer}")
         ax.set_xlabel("layer (0-based)")
         ax.set_ylabel("AUROC (closed-book incorrect)")
-        ax.set_title("Quality vs layer")
+        _title(ax, "Quality vs layer", df)
         ax.legend(loc="best")
     return fig
 
@@ -139,6 +164,22 @@ def plot_delta_tradeoff(df: pd.DataFrame, ax=None, chosen_delta: float | None = 
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("threshold δ")
         ax.set_ylabel("fraction of questions")
-        ax.set_title("Retrieval trade-off vs δ")
+        _title(ax, "Retrieval trade-off vs δ", d)
         ax.legend(loc="best")
+        notes = [_outside(chosen_delta, d, "the chosen"), _outside(paper_delta, d, "the paper's")]
+        if any(notes):
+            _note(ax, " ".join(n for n in notes if n))
     return fig
+
+
+def _outside(delta: float | None, sweep: pd.DataFrame, whose: str) -> str:
+    """A sentence when a δ marker lies outside our U values (every or no question retrieves)."""
+    if delta is None or not np.isfinite(delta):
+        return ""
+    at = int(sweep["delta"].searchsorted(delta, side="right")) - 1
+    rate = 1.0 if at < 0 else float(sweep["retrieval_rate"].iloc[at])
+    if rate >= 1.0:
+        return f"{whose.capitalize()} δ = {delta:.2f} lies below every U here: every question retrieves."
+    if rate <= 0.0:
+        return f"{whose.capitalize()} δ = {delta:.2f} lies above every U here: no question retrieves."
+    return ""

@@ -136,6 +136,10 @@ def to_markdown(df: pd.DataFrame, caption: str = "", differs_because: str | None
     parts = [f"**{esc(_caption(caption, differs_because))}**", ""] if caption or differs_because else []
     parts += lines + ["", CELL_LEGEND] + ([esc(note)] if note else [])
     parts += [f"({marks[r]}) {r}: {why}" for r, why in df.attrs.get("footnotes", {}).items()]
+    key = df.attrs.get("key", {})
+    if key:
+        parts += ["", "Rows of ours without a paper number: " +
+                  "; ".join(f"**{esc(r)}**: {what}" for r, what in key.items()) + "."]
     return "\n".join(parts) + "\n"
 
 
@@ -178,6 +182,9 @@ def to_latex(df: pd.DataFrame, caption: str = "", label: str = "",
     foot = [latex_escape(CELL_LEGEND)] + ([latex_escape(note)] if note else [])
     foot += [rf"$^{{{marks[r]}}}$ " + latex_escape(f"{r}: {why}")
              for r, why in df.attrs.get("footnotes", {}).items()]
+    if df.attrs.get("key"):
+        foot.append(latex_escape("Rows of ours without a paper number: " +
+                                 "; ".join(f"{r}: {what}" for r, what in df.attrs["key"].items()) + "."))
     lines.append(r"\par\smallskip{\footnotesize " + r" \\ ".join(foot) + "}")
     cap = _caption(caption, differs_because)
     if cap:

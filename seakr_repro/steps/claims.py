@@ -462,14 +462,18 @@ def measure_claims(cfg, n_boot: int | None = None, res=None) -> tuple[list[Measu
     return out, missing
 
 
-def render_ledger(cfg, out_dir=None, n_boot: int | None = None) -> pd.DataFrame:
-    """Measure every claim and write claims.md, claims.csv and claims.tex under tables/<profile>/."""
+def render_ledger(cfg, out_dir=None, n_boot: int | None = None) -> pd.DataFrame | None:
+    """Measure every claim and write claims.md, claims.csv and claims.tex under tables/<profile>/.
+    With nothing measured (no results yet: a fresh clone) nothing is written and None is
+    returned, so a ledger rendered from a real run is never replaced by an empty one."""
     from ..core.device import compute_note
     from ..core.io import atomic_open
     from ..core.paths import TABLES_DIR, results_dir
     from ..core.provenance import read_compute, save_dataframe
 
     measurements, missing = measure_claims(cfg, n_boot)
+    if not measurements:
+        return None
     df = ledger_frame(measurements, missing)
     directory = out_dir or TABLES_DIR / cfg.profile
     title = (f"The paper's claims on the {cfg.profile} profile ({cfg['model.name']}): paired "

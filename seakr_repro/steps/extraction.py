@@ -174,7 +174,7 @@ def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = 
     A crash mid-question leaves nothing half-written: the .npy appears by an atomic rename, the
     JSON line after it (a torn last line is dropped on resume), and a question lacking either is
     redone."""
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     out = extraction_dir(cfg, tag)
     (out / "vectors").mkdir(parents=True, exist_ok=True)

@@ -112,7 +112,7 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
     """`trial` for every (record, gold) not yet in `out_dir/trials.jsonl` (one JSON line per
     question, appended and flushed as it finishes: a crash loses at most the current question);
     returns (re-ranking table, retrieval scores table) of every finished trial of `pairs`."""
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -165,15 +165,18 @@ def retrieval_summary(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd
     return pd.DataFrame(rows).sort_values("AUROC", ascending=False, ignore_index=True)
 
 
-def plot_mechanisms(rerank: pd.DataFrame, retrieval: pd.DataFrame, model: str):
-    """Two panels: how often each rule picks the gold passage; each estimator's AUROC."""
+def plot_mechanisms(rerank: pd.DataFrame, retrieval: pd.DataFrame, model: str, dataset: str = ""):
+    """Two panels: how often each rule picks the gold passage; each estimator's AUROC (bars from
+    zero, chance marked)."""
     import matplotlib.pyplot as plt
 
     from ..reporting.figures import PALETTE, style
 
     picks, aurocs = rerank_summary(rerank), retrieval_summary(retrieval)
     with style():
-        fig, (a, b) = plt.subplots(1, 2, figsize=(8.4, 3.2), gridspec_kw={"width_ratios": [1, 1.4]})
+        # constrained layout keeps the estimator names clear of the left panel
+        fig, (a, b) = plt.subplots(1, 2, figsize=(9.0, 3.4), gridspec_kw={"width_ratios": [1, 1.4]},
+                                   layout="constrained")
         colors = [PALETTE["blue"], PALETTE["orange"], PALETTE["black"]]
         for i, (_, r) in enumerate(picks.iterrows()):
             a.bar(i, 100 * r["picks gold"], color=colors[i % 3], alpha=0.85)
@@ -181,6 +184,8 @@ def plot_mechanisms(rerank: pd.DataFrame, retrieval: pd.DataFrame, model: str):
                 a.errorbar(i, 100 * r["picks gold"], yerr=[[100 * (r["picks gold"] - r["low"])],
                                                             [100 * (r["high"] - r["picks gold"])]],
                            color="black", capsize=3, linewidth=1)
+            top = r["high"] if r["high"] is not None and not pd.isna(r["high"]) else r["picks gold"]
+            a.text(i, 100 * top + 2, f"{100 * r['picks gold']:.0f}%", ha="center", fontsize=7)  # 0 shows
         a.set_xticks(range(len(picks)), [t.replace(" (SeaKR)", "\n(SeaKR)") for t in picks["rule"]])
         a.set_ylabel("picks the gold passage (%)")
         a.set_ylim(0, 100)
@@ -191,11 +196,13 @@ def plot_mechanisms(rerank: pd.DataFrame, retrieval: pd.DataFrame, model: str):
         b.barh(y, aurocs["AUROC"], color=colors, xerr=np.nan_to_num(a_err), capsize=3)
         b.set_yticks(y, aurocs["estimator"])
         b.axvline(0.5, color=PALETTE["black"], linestyle="--", linewidth=1, label="chance")
-        b.set_xlim(0.3, 1.0)
+        b.set_xlim(0.0, 1.0)
         b.set_xlabel('AUROC for "the answer is wrong"')
         b.set_title(f"Estimators, {len(retrieval)} answers (closed-book + gold passage)")
         b.legend(loc="lower right")
-        fig.suptitle(f"SeaKR's mechanisms measured directly on {model}", fontsize=10)
+        on = f", {dataset}" + (" (a bundled look-alike set)" if dataset.startswith("bundled") else "") \
+            if dataset else ""
+        fig.suptitle(f"SeaKR's mechanisms measured directly on {model}{on}", fontsize=10)
     return fig
 
 
@@ -209,6 +216,7 @@ class MechanismsRun:
     aurocs: pd.DataFrame | None = None    # each estimator's AUROC for "this answer is wrong"
     accuracy: pd.DataFrame | None = None  # F1 and share right, closed-book and with the gold passage
     figure: Any = None
+    figure_files: tuple = ()              # the saved PNG and PDF (notebook 11 shows the PNG)
 
 
 def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: int, n_shot: int,
@@ -244,6 +252,6 @@ def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: in
     save_json({"dataset": dataset, "n_questions": len(rerank), "picks_gold": picks.to_dict("records"),
                "auroc": aurocs.to_dict("records"), "accuracy": accuracy.reset_index().to_dict("records")},
               out / "summary.json", cfg)
-    figure = plot_mechanisms(rerank, retrieval, backend.name)
-    save_figure(figure, "mechanisms", FIGURES_DIR / cfg.profile)
-    return MechanismsRun(dataset, None, rerank, retrieval, picks, aurocs, accuracy, figure)
+    figure = plot_mechanisms(rerank, retrieval, backend.name, dataset)
+    files = tuple(save_figure(figure, "mechanisms", FIGURES_DIR / cfg.profile).values())
+    return MechanismsRun(dataset, None, rerank, retrieval, picks, aurocs, accuracy, figure, files)

@@ -31,19 +31,38 @@ def _table(spec: Table | str) -> Table:
 PAPER_SETUP = ("model.name", "corpus.name", "datasets.complex", "datasets.simple")
 
 
-def differs_because(cfg: Config) -> str | None:
-    """Why the table's numbers differ from the paper's, or None when the profile runs its setup."""
+def differs_because(cfg: Config, datasets: list[str] | None = None) -> str | None:
+    """Why the table's numbers differ from the paper's, or None when the profile runs its setup.
+    `datasets`: our data sets in the table; each shown under a paper column of another name is
+    named (the default's bundled look-alikes)."""
     from ..core.config import load_config
+    from ..data.registry import paper_column
 
     paper = load_config("paper")
     if all(cfg[key] == paper[key] for key in PAPER_SETUP):
         n = cfg["datasets.n_questions"]
         return None if n is None else (f"they come from a seeded sample of {n} questions per data set "
                                        "(the paper: the whole dev sets)")
+    shown = [f"{d} under {_column_name(d)}" for d in dict.fromkeys(datasets or [])
+             if paper_column(d) != d]
     return (f"they come from the '{cfg.profile}' profile ({cfg['model.name']}, corpus "
             f"'{cfg['corpus.name']}', seakr-repro's bundled question sets written in the style of "
             f"2Wiki/HotpotQA and of single-hop QA) and are not comparable with the paper's "
-            f"(LLaMA-2-7B-chat, DPR Wikipedia, official dev sets); bundled-single is shown under NQ")
+            f"(LLaMA-2-7B-chat, DPR Wikipedia, official dev sets)"
+            + (f"; our look-alike sets stand in the paper's columns: {', '.join(shown)}" if shown else ""))
+
+
+def n_note(ours: pd.DataFrame) -> str:
+    """'n (questions per data set): 2Wiki 8, HotpotQA 8' from our rows (a range where rows differ)."""
+    if "n" not in ours.columns or ours.empty:
+        return ""
+    parts = []
+    for dataset, rows in ours.groupby("dataset", sort=False):
+        n = rows["n"].dropna().astype(int)
+        if len(n):
+            span = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+            parts.append(f"{_column_name(dataset)} {span}")
+    return "n (questions per data set): " + ", ".join(parts) + "." if parts else ""
 
 
 def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
@@ -51,6 +70,7 @@ def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
 
     spec = _table(spec)
     out = df[df["metric"].isin(spec.metrics)].copy()
+    out["ours_dataset"] = out["dataset"]          # what ran (a bundled look-alike, say)
     out["dataset"] = out["dataset"].map(paper_column)
     return out
 
@@ -174,14 +194,22 @@ def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
     """Our rows of one table beside the paper's (ours | paper | delta per cell)."""
     from ..reporting import load_paper_table, side_by_side
 
+    from ..artifacts import ROW_WORDS
+
     notes = official_drop_note(cfg, spec, ours)
     ours = ours_for_table(ours, spec)
+    if spec.rows == "method":                     # our own rows named in words, with a key
+        ours["label"] = ours["method"].map(lambda m: ROW_WORDS.get(m, (m, ""))[0])
     paper = load_paper_table(spec.paper) if spec.paper else ours.iloc[:0]
     if spec.rows == "method" and "model" in paper.columns and paper["model"].nunique() > 1:
         paper = paper[paper["model"] == paper["model"].mode()[0]]
-    return side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
-                        reasons=reasons, show_ci="low" in ours.columns, partial=partial or {},
-                        notes=notes)
+    table = side_by_side(ours, paper[paper["metric"].isin(spec.metrics)], rows=spec.rows,
+                         reasons=reasons, show_ci="low" in ours.columns, partial=partial or {},
+                         notes=notes)
+    shown = set(ours["method"]) if spec.rows == "method" else set()
+    table.attrs["key"] = {words: what for row, (words, what) in ROW_WORDS.items() if row in shown}
+    table.attrs["n"] = n_note(ours)
+    return table
 
 
 def failure_note(ours: pd.DataFrame) -> str:
@@ -192,8 +220,18 @@ def failure_note(ours: pd.DataFrame) -> str:
     cells = ours[ours["failed"].fillna(0) > 0].drop_duplicates(["method", "dataset"])
     if cells.empty:
         return ""
-    return (" Failed questions, scored as unanswered (the run files' `failed` lines say why): "
+    return ("Failed questions, scored as unanswered (the run files' `failed` lines say why): "
             + ", ".join(f"{r.method} on {r.dataset} {int(r.failed)}" for r in cells.itertuples()) + ".")
+
+
+def _caption_of(spec: Table, table: pd.DataFrame, *extra: str) -> str:
+    """The declared caption, then what else it must say, then n per data set."""
+    return " ".join(x for x in (spec.caption, *extra, table.attrs.get("n", "")) if x)
+
+
+def _datasets(cfg: Config, spec: Table) -> list[str]:
+    from .tables import table_datasets
+    return table_datasets(cfg, spec.key)
 
 
 def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
@@ -209,8 +247,9 @@ def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
         results = pd.read_csv(path)
     if skipped is None and path.with_name("skipped.json").is_file():
         skipped = read_json(path.with_name("skipped.json"))
-    return to_markdown(_beside(cfg, spec, results, skipped), spec.caption + failure_note(results),
-                       differs_because(cfg), computed_on(path))
+    table = _beside(cfg, spec, results, skipped)
+    return to_markdown(table, _caption_of(spec, table, failure_note(results)),
+                       differs_because(cfg, _datasets(cfg, spec)), computed_on(path))
 
 
 def computed_on(results: Path) -> str:
@@ -238,34 +277,47 @@ def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) ->
     skipped_file = path.with_name("skipped.json")
     reasons = read_json(skipped_file) if skipped_file.is_file() else None
     wide = _beside(cfg, spec, ours, reasons, partial)
-    caption = spec.caption + failure_note(ours) + (" " + PARTIAL_CAPTION if partial else "")
-    return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile,
-                      caption=caption, differs_because=differs_because(cfg), note=computed_on(path))
+    caption = _caption_of(spec, wide, failure_note(ours), PARTIAL_CAPTION if partial else "")
+    return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile, caption=caption,
+                      differs_because=differs_because(cfg, _datasets(cfg, spec)), note=computed_on(path))
 
 
 def render_all(cfg: Config) -> pd.DataFrame:
-    """Render every table whose results exist; return a status frame (table, rendered, files)."""
+    """Render every table whose results exist; return a status frame (table, rendered, files).
+    A table (or the claims ledger) with no results is skipped and its files are left as they
+    are: rendering never replaces a committed table with an empty one."""
+    from ..core.paths import repo_relative as relative
+
     status = []
     for spec in TABLES:
         files = render_table(cfg, spec)
         finished = (results_dir(cfg.profile) / spec.results).is_file()
         status.append({"table": spec.stem,
                        "rendered": "no" if files is None else "yes" if finished else "partial",
-                       "files": ", ".join(str(p) for p in files) if files else
-                       f"missing {spec.results}: run its notebook first"})
+                       "files": ", ".join(relative(p) for p in files) if files else
+                       f"skipped, files left as they are: no results/{cfg.profile}/{spec.results} "
+                       f"(run notebook {spec.step})"})
     # the paper's claims, measured on whatever this profile has run so far (steps/claims.py)
     from .claims import render_ledger
 
     ledger = render_ledger(cfg, out_dir=TABLES_DIR / cfg.profile)   # TABLES_DIR as this module sees it
-    measured = int((ledger["measurement"] != "not measured").sum())
-    status.append({"table": "claims", "rendered": "yes" if measured else "partial",
-                   "files": str(TABLES_DIR / cfg.profile / "claims.md")})
+    claims_md = relative(TABLES_DIR / cfg.profile / "claims.md")
+    if ledger is None:
+        status.append({"table": "claims", "rendered": "no",
+                       "files": f"skipped, {claims_md} left as it is: no claim can be measured from "
+                                f"results/{cfg.profile}/ (run the notebooks first)"})
+    else:
+        complete = bool((ledger["measurement"] != "not measured").all())
+        status.append({"table": "claims", "rendered": "yes" if complete else "partial",
+                       "files": claims_md})
     return pd.DataFrame(status)
 
 
 def plot_methods_vs_paper(ours: pd.DataFrame, paper: pd.DataFrame, metric: str = "f1",
                           title: str = ""):
-    """Grouped bars per data set: our F1 per method (with CI) beside the paper's, same order."""
+    """Grouped bars per data set: our F1 per method (with CI) beside the paper's, same order.
+    Each panel names our data set (a bundled look-alike is said to be one) and its n; every bar
+    of ours carries its value, so a zero is seen, and a missing one reads n/a."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -274,24 +326,47 @@ def plot_methods_vs_paper(ours: pd.DataFrame, paper: pd.DataFrame, metric: str =
     ours = ours[ours["metric"] == metric]
     datasets = list(dict.fromkeys(ours["dataset"]))
     methods = list(dict.fromkeys(ours["method"]))
+    look_alike = False
     with style():
-        fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.6), squeeze=False)
+        fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8), squeeze=False)
         for ax, ds in zip(axes[0], datasets):
             x = np.arange(len(methods))
             sub = ours[ours["dataset"] == ds].set_index("method").reindex(methods)
             err = None
             if {"low", "high"} <= set(sub.columns):
-                err = np.vstack([sub["value"] - sub["low"], sub["high"] - sub["value"]]).clip(min=0)
-            ax.bar(x - 0.2, sub["value"], 0.4, yerr=err, color=PALETTE["blue"], label="ours", capsize=2)
+                err = np.nan_to_num(np.vstack([sub["value"] - sub["low"], sub["high"] - sub["value"]]).clip(min=0))
+            ax.bar(x - 0.2, sub["value"].fillna(0), 0.4, yerr=err, color=PALETTE["blue"], label="ours",
+                   capsize=2)
+            tops = sub["high"] if "high" in sub.columns else sub["value"]
+            for xi, v, top in zip(x, sub["value"], tops):
+                if not pd.isna(v) and v == 0:          # a zero bar: drawn as a line on the axis
+                    ax.plot([xi - 0.4, xi], [0, 0], color=PALETTE["blue"], linewidth=3, solid_capstyle="butt")
+                above = max(v, top) if not (pd.isna(v) or pd.isna(top)) else (0 if pd.isna(v) else v)
+                ax.text(xi - 0.2, above + 0.8, "n/a" if pd.isna(v) else f"{v:.0f}",
+                        ha="center", va="bottom", fontsize=6)
             p = paper[(paper["dataset"] == ds) & (paper["metric"] == metric)].set_index("method")
             ax.bar(x + 0.2, [p["value"].get(m, np.nan) for m in methods], 0.4,
                    color=PALETTE["orange"], label="paper")
             ax.set_xticks(x, methods, rotation=30, ha="right")
-            ax.set_title(ds)
+            ax.set_ylim(bottom=0)
+            name = _column_name(ds)
+            sources = sub["ours_dataset"].dropna() if "ours_dataset" in sub.columns else pd.Series(dtype=str)
+            source = sources.iloc[0] if len(sources) else ds
+            ns = sub["n"].dropna().astype(int) if "n" in sub.columns else pd.Series(dtype=int)
+            n = "" if ns.empty else f", n = {ns.min()}" if ns.min() == ns.max() else f", n = {ns.min()}-{ns.max()}"
+            if str(source).startswith("bundled"):
+                look_alike = True
+                ax.set_title(f"{name} (paper) | ours: {source}{n}", fontsize=8)
+            else:
+                ax.set_title(f"{name}{n}")
             ax.set_ylabel(f"{metric.upper()} (%)")
         axes[0][0].legend(loc="best")
         if title:
             fig.suptitle(title)
+        if look_alike:
+            fig.text(0.01, -0.02, "Ours ran on seakr-repro's bundled look-alike question sets with a small "
+                     "model: the bars sit beside the paper's for their shape, the values are not comparable.",
+                     fontsize=7, va="top")
         fig.tight_layout()
     return fig
 
@@ -339,6 +414,11 @@ def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Pa
     if fig is None:
         return []
     return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or figure_dir(cfg)).values())
+
+
+def declared_figures() -> list[str]:
+    """The stems of every figure `render_figures` draws (each table's F1 figure, Figure 3's panels)."""
+    return [spec.f1_figure for spec in TABLES if spec.f1_figure] + list(FIGURES)
 
 
 def render_figures(cfg: Config) -> list[Path]:

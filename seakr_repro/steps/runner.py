@@ -123,7 +123,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     as questions finish, so the file order may differ from the record order. `seconds` is then each
     question's own wall time, overlapping with others'.
     """
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     from ..llm.batching import worker
     from ..llm.cache import counting

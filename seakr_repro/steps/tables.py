@@ -19,6 +19,7 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
                        n_questions: int, progress: bool = True) -> pd.DataFrame:
     """Table 7: wall time, LLM calls, tokens and retrievals per question, measured with the LLM
     call cache OFF (a cached re-run would time nothing), on `n_questions` of each set."""
+    from ..evaluation import Interval, bootstrap_ci
     from ..llm import CachedBackend, load_backend
     from ..methods import build_method
     from .runner import config_hash, run_method, summarise
@@ -32,10 +33,16 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
             records = select_questions(cfg, dataset, n_questions)
             method = build_method(name, backend, searcher, dataset, **method_settings(cfg, name, deltas))
             path = out_dir / dataset / f"{name}-{config_hash(method.config)}.jsonl"
-            costs = summarise(run_method(method, records, path, backend=backend, progress=progress,
-                                         desc=f"timing {name} on {dataset}"))
+            done = run_method(method, records, path, backend=backend, progress=progress,
+                              desc=f"timing {name} on {dataset}")
+            costs = summarise(done)
+            # a bootstrap interval of the mean seconds, as the EM/F1 tables give theirs
+            ci = bootstrap_ci([r["seconds"] for r in done], n_boot=cfg["evaluation.bootstrap_samples"],
+                              confidence=cfg["evaluation.confidence"], seed=cfg["seed"]) \
+                if done else Interval(float("nan"), float("nan"), float("nan"))
             rows.append({"table": "table7", "method": name, "dataset": dataset,
                          "metric": "seconds_per_question", "value": costs["seconds_per_q"],
+                         "low": ci.low, "high": ci.high,
                          "llm_calls_per_q": costs["llm_calls_per_q"], "tokens_per_q": costs["tokens_per_q"],
                          "retrievals_per_q": costs["retrievals_per_q"], "n": costs["questions"],
                          "run_file": str(path.relative_to(results_dir(cfg.profile)))})

@@ -56,11 +56,17 @@ def run_holder(cfg: Config) -> dict | None:
 def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd.DataFrame:
     """`run`: `run_holder(cfg)` when already read (default: read it)."""
     from ..core.io import read_json
-    from ..pipeline import notebook_steps
+    from ..pipeline import last_run_arguments, notebook_steps, plan
 
     res = _results(cfg)
     run = run_holder(cfg) if run is ... else run
     alive = bool(run and run["alive"])
+    # a done step is stale when an input changed after it ran (the plan `reproduce` would follow)
+    # (with the --set and --param of the last run, which are not stale inputs by themselves)
+    last = last_run_arguments(res)
+    stale = {p.name: p.reasons for p in plan(cfg.profile, notebooks_dir=notebooks_dir, results=res,
+                                             overrides=last["overrides"], parameters=last["parameters"])
+             if p.action == "run"} if (res / "stamps").is_dir() else {}
     rows = []
     for nb in notebook_steps(notebooks_dir):
         stamp = res / "stamps" / f"{nb.stem}.json"
@@ -76,7 +82,7 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd
         elif (out_dir / nb.name.replace(".ipynb", ".failed.ipynb")).is_file():
             state = "failed"
         elif info:
-            state = "done"
+            state = "stale: " + "; ".join(stale[nb.stem]) if nb.stem in stale else "done"
         else:
             state = "not run"
         rows.append({"step": nb.stem, "state": state, "finished": info.get("finished", ""),

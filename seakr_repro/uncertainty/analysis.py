@@ -120,8 +120,8 @@ def quality_vs_k(vectors_per_question, incorrect, ks: Sequence[int], alpha: floa
         u = [eigen_score(z[:k], alpha=alpha, variant=variant) for z in qs]
         a, lo, hi = auroc_ci(u, y, n_boot=n_boot, seed=seed)
         rows.append({"k": int(k), "auroc": a, "lo": lo, "hi": hi,
-                     "n_short": sum(len(z) < k for z in qs)})
-    return pd.DataFrame(rows, columns=["k", "auroc", "lo", "hi", "n_short"])
+                     "n_short": sum(len(z) < k for z in qs), "n": y.size, "n_incorrect": int(y.sum())})
+    return pd.DataFrame(rows, columns=["k", "auroc", "lo", "hi", "n_short", "n", "n_incorrect"])
 
 
 def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: float = 1e-3,
@@ -140,8 +140,8 @@ def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: f
         row = quality_vs_k(qs, incorrect, [kk], alpha, variant, n_boot, seed).iloc[0]
         del qs
         rows.append({"layer": int(layer), "auroc": row["auroc"], "lo": row["lo"],
-                     "hi": row["hi"]})
-    return pd.DataFrame(rows, columns=["layer", "auroc", "lo", "hi"])
+                     "hi": row["hi"], "n": int(row["n"]), "n_incorrect": int(row["n_incorrect"])})
+    return pd.DataFrame(rows, columns=["layer", "auroc", "lo", "hi", "n", "n_incorrect"])
 
 
 # ---------------------------------------------------------------------- Figure 3: delta
@@ -177,7 +177,7 @@ def delta_sweep(scores, correct_closed_book, deltas=None,
     with np.errstate(invalid="ignore", divide="ignore"):
         acc_kept = (~retrieve & c).sum(axis=1) / n_keep
         acc_ret = (retrieve & c).sum(axis=1) / n_ret
-    out = pd.DataFrame({"delta": d, "retrieval_rate": n_ret / max(s.size, 1),
+    out = pd.DataFrame({"delta": d, "retrieval_rate": n_ret / max(s.size, 1), "n": s.size,
                         "n_retrieved": n_ret, "acc_kept": acc_kept, "acc_retrieved": acc_ret,
                         "incorrect_rate_retrieved": 1.0 - acc_ret})
     if correct_with_retrieval is not None:

@@ -23,6 +23,7 @@ import random
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -137,6 +138,15 @@ def _loss(model, pairs, pad_id: int, n_prefix: int):
                                              labels.reshape(-1), ignore_index=-100)
 
 
+
+@contextlib.contextmanager
+def _quiet_peft():
+    """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model (a
+    FutureWarning in every notebook 10 run); nothing of ours to change, so that one is not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
 def train_lora(model, tokenizer, examples: Sequence[KBAEExample], out_dir, *, steps: int | None = None,
                epochs: float = PAPER_SETTINGS["epochs"], lr: float = PAPER_SETTINGS["lr"],
                r: int = PAPER_SETTINGS["r"], alpha: int = PAPER_SETTINGS["alpha"],
@@ -163,9 +173,10 @@ def train_lora(model, tokenizer, examples: Sequence[KBAEExample], out_dir, *, st
     torch.manual_seed(seed)
     rng = random.Random(seed)
     was_training = model.training
-    peft_model = get_peft_model(model, LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
-        task_type="CAUSAL_LM"))
+    with _quiet_peft():
+        peft_model = get_peft_model(model, LoraConfig(
+            r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
+            task_type="CAUSAL_LM"))
     try:
         opt = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=lr)
         peft_model.train()
@@ -263,7 +274,8 @@ def load_kbae_backend(base_backend, adapter_dir):
         raise DataMissingError(f"no KBAE adapter in {d}", path=d, setting="taikc-kbae.kbae_adapter",
                                fix="train one with seakr_repro.methods.taikc.kbae.bootstrap_adapter")
     inner = _hf_backend(base_backend)
-    model = PeftModel.from_pretrained(copy.deepcopy(inner.model), str(d)).merge_and_unload()
+    with _quiet_peft():
+        model = PeftModel.from_pretrained(copy.deepcopy(inner.model), str(d)).merge_and_unload()
     fp = adapter_fingerprint(d)
     backend = HFBackend(model, inner.tokenizer, name=f"{inner.name}+kbae-{fp}",
                         fingerprint=f"{inner.fingerprint}+kbae-{fp}",
