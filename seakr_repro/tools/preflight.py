@@ -177,6 +177,26 @@ def check_datasets(cfg: Config, report: Report) -> None:
                 report.skipped.append(f"notebook 11's mechanism experiments: {describe_missing(mech)}")
 
 
+def check_prompts(cfg: Config, report: Report) -> None:
+    """The clones the prompts are read from (`prompts.demos: official`): SeaKR's for SeaKR (and
+    the fixed baselines), DRAGIN's for the faithful baselines."""
+    from ..prompts import official_demos
+    from ..prompts.dragin import dragin_prompt
+
+    if cfg["prompts.demos"] != "official":
+        return
+    clones = [("SeaKR's clone", "prompts.official_repo", official_demos)]
+    if cfg["baselines.mode"] == "faithful":
+        clones.append(("DRAGIN's clone", "prompts.dragin_repo", dragin_prompt))
+    for what, key, read in clones:
+        try:
+            read(cfg[key], "2wiki")
+        except UserError as err:
+            report.problems.append(f"{what} ({key}): {_reason(err)}")
+        else:
+            report.ok.append(f"{what} ({cfg[key]})")
+
+
 def disk_need_bytes(cfg: Config) -> int:
     """Bytes the run still needs to write (`disk_needs.estimate_needs`; parts already built are not
     counted again)."""
@@ -208,12 +228,21 @@ def check_disk(cfg: Config, report: Report) -> None:
         report.ok.append(f"disk: {human_bytes(free)} free, about {human_bytes(need)} needed")
 
 
-def gpu_need_bytes(cfg: Config) -> int | None:
+def gpu_need_bytes(cfg: Config, dtype: str | None = None) -> int | None:
     params = PARAMETERS.get(cfg["model.name"])
-    per_value = BYTES_PER_VALUE.get(cfg["model.dtype"])
+    per_value = BYTES_PER_VALUE.get(dtype or cfg["model.dtype"])
     if params is None or per_value is None:
         return None
     return int(params * per_value + DECODING_BYTES)
+
+
+def baselines_dtype(cfg: Config) -> str | None:
+    """The dtype the baselines load the profile's model in when it is not model.dtype (faithful:
+    float32, as DRAGIN's code loads it), else None."""
+    from ..methods.stepwise import baseline_dtype
+
+    dtype = baseline_dtype({"mode": cfg["baselines.mode"], "dtype": cfg["baselines.dtype"]})
+    return dtype if dtype and dtype != cfg["model.dtype"] else None
 
 
 def check_gpu(cfg: Config, report: Report) -> None:
@@ -235,6 +264,14 @@ def check_gpu(cfg: Config, report: Report) -> None:
             f"model.prefix_cache_tokens)")
     else:
         report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}")
+    dtype = baselines_dtype(cfg)
+    need = gpu_need_bytes(cfg, dtype) if dtype else None
+    if need is not None and total < need:
+        report.problems.append(
+            f"GPU: the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as "
+            f"DRAGIN's code does), about {human_bytes(need)} of GPU memory, but "
+            f"{torch.cuda.get_device_name(0)} has {human_bytes(total)} (fix: use a larger GPU, or set "
+            f"baselines.dtype: {cfg['model.dtype']}, a departure from DRAGIN's runs)")
 
 
 def note_work(cfg: Config, report: Report) -> None:
@@ -257,7 +294,8 @@ def note_work(cfg: Config, report: Report) -> None:
 def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
-                 lambda r: check_datasets(cfg, r), lambda r: check_disk(cfg, r),
+                 lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
+                 lambda r: check_disk(cfg, r),
                  lambda r: check_gpu(cfg, r), lambda r: note_work(cfg, r)):
         step(report)
     return report
