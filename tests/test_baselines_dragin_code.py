@@ -221,3 +221,30 @@ def test_faithful_baselines_decode_as_the_checkpoints_generation_config_in_float
     with pytest.raises(UserError, match="repetition_penalty") as err:
         build_method("flare", backend, FakeSearcher(DOCS), "bundled-2wiki", **faithful())
     assert err.value.setting == "baselines.decoding"
+
+
+def test_efficiency_times_the_faithful_baselines_on_their_float32_model(monkeypatch, tmp_path):
+    """Table 7 times each method on the model it runs on in the tables: one load per dtype."""
+    from seakr_repro.core import paths
+    from seakr_repro.core.config import load_config
+    from seakr_repro.steps import tables
+
+    monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(tables, "select_questions", lambda cfg, dataset, n: [Q])
+    loads, used = [], []
+
+    def load(cfg, cache=None, dtype=None):
+        backend = FakeBackend(lambda prompt, stop: "So the answer is Ann Lee.")
+        backend.dtype = dtype
+        loads.append(dtype)
+        return backend
+    monkeypatch.setattr("seakr_repro.llm.load_backend", load)
+    from seakr_repro.steps import runner
+    orig = runner.run_method
+    monkeypatch.setattr(runner, "run_method", lambda method, records, path, backend, **kw: used.append(
+        (method.name, backend.backend.dtype)) or orig(method, records, path, backend=backend, **kw))
+    cfg = load_config("paper", {"model.device": "cpu", "prompts.demos": "paper"})
+    tables.measure_efficiency(cfg, FakeSearcher(DOCS), ["flare", "seakr", "cot"], ["bundled-2wiki"], 1,
+                              progress=False)
+    assert loads == [None, "float32"]         # None: the profile's model.dtype (float16)
+    assert used == [("seakr", None), ("flare", "float32"), ("cot", "float32")]
