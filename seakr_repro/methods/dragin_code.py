@@ -122,9 +122,10 @@ def as_dragin(backend, gen: Generation) -> Generation:
 def generate(method, prompt: str, max_new_tokens: int, *, stats: bool = False,
              attention: bool = False) -> Generation:
     """One `model.generate` call of DRAGIN's code, read as it reads it (`as_dragin`). Sampled
-    when the checkpoint says so (`method.decoding`), with a seed per call of the question
-    (recorded in the trace); log-probabilities are then those of the distribution sampled
-    from, as DRAGIN's `compute_transition_scores` gives them."""
+    when the checkpoint says so (`method.decoding`), each call seeded with its order among the
+    question's sampled calls (0, 1, ...; DRAGIN's unseeded global generator cannot be replayed);
+    log-probabilities are then those of the distribution sampled from, as DRAGIN's
+    `compute_transition_scores` gives them."""
     backend, dec = method.backend, method.decoding
     if not dec["do_sample"]:
         gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=[], want_stats=stats,
