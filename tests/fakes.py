@@ -51,6 +51,7 @@ class FakeBackend:
     n_layers = 4
     hidden_size = 16
     eos_token_id = 0
+    generation_config: dict = {}      # greedy, as a checkpoint without generation_config.json
 
     def __init__(self, respond, level=lambda prompt: "low", score=None, name="fake-model",
                  attend=None):
@@ -101,6 +102,17 @@ class FakeBackend:
 
     def encode(self, text):
         return fake_ids(fake_tokens(text))
+
+    def encode_plain(self, text):
+        return self.encode(text)
+
+    def decode(self, token_ids, skip_special_tokens=False):
+        """As a sentencepiece decoder: the pieces joined, the leading space dropped."""
+        text = "".join(_PIECES[t] for t in token_ids)
+        return text[1:] if text.startswith(" ") else text
+
+    def piece_words(self, token_ids):
+        return self.words(token_ids)
 
     def words(self, token_ids):
         """Every fake token is one word."""

@@ -143,7 +143,10 @@ def test_preflight_checks_the_official_clone(raw):
     shutil.copytree(FIX / "official_repo", raw / "SeaKR")       # the default place, data/raw/SeaKR
     report = preflight.Report()
     preflight.check_prompts(cfg, report)
-    assert not report.problems and report.ok == [f"SeaKR's clone ({cfg['prompts.official_repo']})"]
+    assert report.ok == [f"SeaKR's clone ({cfg['prompts.official_repo']})"]
+    # what is left: DRAGIN's clone, which the paper profile's faithful baselines read, with its path
+    assert len(report.problems) == 1 and "DRAGIN's clone (prompts.dragin_repo)" in report.problems[0]
+    assert str(raw / "DRAGIN" / "src" / "data.py") in report.problems[0]
     report = preflight.Report()
     preflight.check_prompts(load_config("default"), report)      # paper demos: no clone needed
     assert not report.problems and not report.ok

@@ -1,6 +1,5 @@
 """Preflight: everything a profile needs is checked before anything long starts, and every
 missing piece is reported at once, each with where to get it and where to put it."""
-import re
 
 import pytest
 
@@ -30,15 +29,16 @@ def bare_machine(tmp_path, monkeypatch):
 
 def _paper(tmp_path, **extra):
     return load_config("paper", {"model.path": str(tmp_path / "models" / "llama"),
-                                 "corpus.tsv_path": str(tmp_path / "dpr" / "psgs_w100.tsv"), **extra})
+                                 "corpus.tsv_path": str(tmp_path / "dpr" / "psgs_w100.tsv"),
+                                 "prompts.official_repo": str(tmp_path / "raw" / "SeaKR"),
+                                 "prompts.dragin_repo": str(tmp_path / "raw" / "DRAGIN"), **extra})
 
 
 def test_every_missing_piece_in_one_error(bare_machine):
     with pytest.raises(DataMissingError) as err:
         preflight.check(_paper(bare_machine), announce=False)
     text = str(err.value)
-    # 14 (issue 21's DRAGIN clone for the faithful baselines, once it is a setting, makes 15)
-    assert re.search(r"1[45] missing pieces", text)
+    assert "15 missing pieces" in text      # the DRAGIN clone for the faithful baselines among them
     for piece in ("model llama-2-7b-chat", "models/llama", "huggingface-cli download",   # model
                   "psgs_w100.tsv", "corpus.tsv_path",                                    # corpus
                   "data set 2wiki", "data set hotpotqa", "data set iirc", "data set nq",
@@ -48,7 +48,9 @@ def test_every_missing_piece_in_one_error(bare_machine):
                   str(bare_machine / "raw" / "singlehop_data" / "sq_top10.json"), "singlehop_data.zip",
                   "SeaKR's clone", str(bare_machine / "raw" / "SeaKR"), "git clone",
                   "disk: the paper profile needs about", "10.0 GiB is free",
-                  "torch sees no CUDA GPU"):
+                  "torch sees no CUDA GPU",
+                  "SeaKR's clone (prompts.official_repo)", "git clone https://github.com/THU-KEG/SeaKR",
+                  "DRAGIN's clone (prompts.dragin_repo)", "git clone https://github.com/oneal2000/DRAGIN"):
         assert piece in text, piece
     assert "selfrag" not in text        # optional rows are skipped, not missing
 
@@ -88,8 +90,15 @@ def test_a_small_gpu_is_named(bare_machine, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Tiny GPU")
     problems = preflight.run_checks(_paper(bare_machine)).problems
     gpu = [p for p in problems if p.startswith("GPU")]
-    assert len(gpu) == 1 and "Tiny GPU has 16.0 GiB" in gpu[0] and "float16" in gpu[0]
+    assert len(gpu) == 2 and "Tiny GPU has 16.0 GiB" in gpu[0] and "float16" in gpu[0]
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=24 * GiB))
+    # 24 GB holds the fp16 model, not the faithful baselines' float32 one (DRAGIN's load)
+    gpu = [p for p in preflight.run_checks(_paper(bare_machine)).problems if p.startswith("GPU")]
+    assert len(gpu) == 1 and "baselines load llama-2-7b-chat in float32" in gpu[0]
+    assert "baselines.dtype: float16" in gpu[0]
+    cfg = _paper(bare_machine, **{"baselines.dtype": "float16"})
+    assert not any(p.startswith("GPU") for p in preflight.run_checks(cfg).problems)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=40 * GiB))
     assert not any(p.startswith("GPU") for p in preflight.run_checks(_paper(bare_machine)).problems)
 
 

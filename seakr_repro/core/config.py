@@ -50,6 +50,8 @@ DECLARED_TYPES: dict[str, tuple] = {
     "baselines.n_shot": (int, None),
     "baselines.max_new_tokens": (int, None),
     "baselines.max_steps": (int, None),
+    "baselines.dtype": ("float32", "bfloat16", "float16", None),
+    "baselines.decoding": ("checkpoint", "greedy", None),
     "analysis.datasets": (list, None),
     "analysis.n_questions": (int, None),
     "seakr.simple_qa_passages_path": (str, None),

@@ -50,10 +50,16 @@ class WordsMixin:
         """Token ids of `text` as a prompt is encoded (special tokens added)."""
         return list(self._encode(text))
 
+    def piece_words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        """The words as DRAGIN's code writes them: pieces joined, the marker removed, byte-fallback
+        pieces kept by name ("followers<0x3B>", "<0x0A>Question")."""
+        ids = [int(t) for t in token_ids]
+        return merge_words(ids, self.tokenizer.convert_ids_to_tokens(ids), self._word_marker,
+                           self._newline_id, self.eos_token_id)
+
     def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
         ids = [int(t) for t in token_ids]
-        pieces = self.tokenizer.convert_ids_to_tokens(ids)
-        spans = merge_words(ids, pieces, self._word_marker, self._newline_id, self.eos_token_id)
+        spans = self.piece_words(ids)
         # a word's text is its tokens decoded together, so byte-fallback pieces ("<0xC3><0xBC>")
         # read as the character they spell rather than as piece names
         return [(a, b, self.tokenizer.decode(ids[a:b + 1]).strip()) for a, b, _ in spans]

@@ -154,6 +154,24 @@ class BackendExtras(Protocol):
     tokenizer: Any
     """Optional (transformers and vLLM backends). The Hugging Face tokenizer."""
 
+    generation_config: dict | None
+    """Optional, default None (not read). The checkpoint's generation_config.json ({} when it has
+    none): how `model.generate` decodes when told nothing, which the faithful baselines follow."""
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Optional (backends with a tokenizer). `tokenizer.decode` with the tokenizer's defaults:
+        the text as DRAGIN's code reads it (no leading space after a sentencepiece decode)."""
+        ...
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Optional (backends with a tokenizer). Token ids without special tokens."""
+        ...
+
+    def piece_words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        """Optional (backends with a tokenizer). `words` with each word's pieces joined as DRAGIN's
+        code joins them: byte-fallback pieces kept by name (`llm.attention.merge_words`)."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Optional, default no counters. Cumulative counters (llm_calls, oom_retries, ...) that
         the runner copies into each result row as differences around a question."""

@@ -46,6 +46,26 @@ def weights_fingerprint(path: Path, dtype, device: str = "cpu") -> str:
     return h.hexdigest()[:16]
 
 
+def generation_config_of(path: Path) -> dict:
+    """The checkpoint's generation_config.json ({} when it has none: transformers' defaults,
+    greedy decoding), which `model.generate` follows when the caller passes no decoding
+    arguments (as DRAGIN's code does; read by the faithful baselines)."""
+    import json
+
+    f = Path(path) / "generation_config.json"
+    if not f.is_file():
+        return {}
+    try:
+        out = json.loads(f.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"the checkpoint's generation config cannot be read ({e})", path=f,
+                        fix="restore the file from the model's repository") from None
+    if not isinstance(out, dict):
+        raise UserError("the checkpoint's generation config is not a JSON object", path=f,
+                        fix="restore the file from the model's repository")
+    return out
+
+
 def text_config(config):
     """The language model's part of a config (multimodal configs such as Gemma-3 nest it)."""
     return config.get_text_config() if hasattr(config, "get_text_config") else config

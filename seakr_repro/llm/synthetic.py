@@ -73,6 +73,19 @@ class SyntheticBackend:
         """One word per token (each synthetic token is a whitespace-led word)."""
         return [(i, i, self._pieces.get(int(t), "").strip()) for i, t in enumerate(token_ids)]
 
+    piece_words = words          # the faithful baselines' word merge: the same words here
+
+    # the faithful baselines' view of a continuation (no generation_config.json: greedy)
+    generation_config: dict = {}
+
+    def encode_plain(self, text: str) -> list[int]:
+        return self.encode(text)[1:]
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """The tokens' text joined, the leading space dropped (as a sentencepiece decoder)."""
+        text = "".join(self._pieces.get(int(t), "") for t in token_ids)
+        return text[1:] if text.startswith(" ") else text
+
     def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
         """Causal rows of random attention that sum to one, seeded by the sequence."""
         ids, n = list(map(int, token_ids)), len(token_ids)

@@ -84,6 +84,15 @@ class TokenizerMixin:
                                               n_prompt_tokens=len(p_ids))
         return p_ids, c_ids, empty
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of `text` without special tokens (DRAGIN's retriever truncates these)."""
+        return list(self._encode_continuation(text))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """`tokenizer.decode(ids)` with the tokenizer's own defaults, as DRAGIN's code calls it: a
+        sentencepiece decoder drops the leading space of what it decodes ("▁is" alone is "is")."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False,
                                      clean_up_tokenization_spaces=False)

@@ -39,10 +39,19 @@ class MethodResult:
     extra: dict = field(default_factory=dict)
 
 
-# What the baselines (CoT, IRCoT, FLARE, DRAGIN) read from a profile.
+# What the baselines (CoT, IRCoT, FLARE, DRAGIN) read from a profile. `demos: official` gives the
+# faithful baselines DRAGIN's own lists (from `dragin_repo`) and the fixed ones SeaKR's (from
+# `official_repo`, as SeaKR gets them).
 BASELINE_CONFIG = {"answer_extraction": "evaluation.answer_extraction", "top_k_docs": "retrieval.top_n",
                    "mode": "baselines.mode", "n_shot": "baselines.n_shot",
-                   "max_new_tokens": "baselines.max_new_tokens", "max_steps": "baselines.max_steps"}
+                   "max_new_tokens": "baselines.max_new_tokens", "max_steps": "baselines.max_steps",
+                   "demos": "prompts.demos", "official_repo": "prompts.official_repo",
+                   "dragin_repo": "prompts.dragin_repo", "dtype": "baselines.dtype",
+                   "decoding": "baselines.decoding"}
+# ... and their defaults (the settings CoT and the step loops share)
+BASELINE_DEFAULTS = {"mode": "fixed", "answer_extraction": "fixed", "demos": "paper",
+                     "official_repo": "data/raw/SeaKR", "dragin_repo": "data/raw/DRAGIN", "dtype": None,
+                     "decoding": None}
 
 
 # The state of the question being answered (`Method.q`): one object per `run`, in the running
@@ -101,6 +110,11 @@ class Method:
         if kind:
             config["backend"] = kind
         return config
+
+    @classmethod
+    def model_dtype(cls, settings: Mapping[str, Any]) -> str | None:
+        """The dtype this method's model must be loaded in; None = the profile's model.dtype."""
+        return None
 
     @property
     def demos(self):

@@ -11,13 +11,13 @@ from __future__ import annotations
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import PromptFitter, stop_strings
 from . import dragin_code
-from .base import BASELINE_CONFIG, BASELINE_TABLE, Method, MethodResult, step_record
-from .stepwise import check_mode
+from .base import BASELINE_CONFIG, BASELINE_DEFAULTS, BASELINE_TABLE, Method, MethodResult, step_record
+from .stepwise import baseline_dtype, check_mode, faithful_extra, faithful_setup
 
 
 class CoT(Method):
     name = "cot"
-    DEFAULTS = {"n_shot": 10, "max_new_tokens": 100, "mode": "fixed", "answer_extraction": "fixed"}
+    DEFAULTS = {"n_shot": 10, "max_new_tokens": 100, **BASELINE_DEFAULTS}
     CONFIG = BASELINE_CONFIG
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
@@ -28,6 +28,11 @@ class CoT(Method):
             for key in ("n_shot", "max_new_tokens"):
                 if key not in (settings or {}) or (settings or {})[key] is None:
                     self.settings[key] = row[key]
+        faithful_setup(self)
+
+    @classmethod
+    def model_dtype(cls, settings):
+        return baseline_dtype(settings)
 
     def answer(self, record) -> MethodResult:
         if self.settings["mode"] == "faithful":
@@ -53,9 +58,9 @@ class CoT(Method):
 
     def _run_faithful(self, record) -> MethodResult:
         q = record.question
-        prompt = dragin_code.demo_block(self.demos) + dragin_code.case(q)
-        gen = self.backend.generate(prompt, max_new_tokens=self.settings["max_new_tokens"], stop=[])
+        prompt = self.dragin_prompt[0] + self.dragin_prompt[1].case(q)
+        gen = dragin_code.generate(self, prompt, self.settings["max_new_tokens"])
         trace = [step_record("cot", prompt, gen.text)]
         answer, final = dragin_code.finish(self, q, gen.text, trace)
         return MethodResult(answer=answer, raw_output=final, trace=trace, n_retrievals=0,
-                            extra={"text": gen.text})
+                            extra={"text": gen.text, **faithful_extra(self)})

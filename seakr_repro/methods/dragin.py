@@ -1,6 +1,8 @@
 """DRAGIN (Su et al.): retrieval triggered by real-time information needs, as its code runs it.
 
-Words: the generated tokens merged into DRAGIN's words (`Backend.words`). A word's attention is
+Words: the generated tokens merged into DRAGIN's words; faithful: their pieces joined as DRAGIN's
+code joins them, byte-fallback pieces kept by name (`Backend.piece_words`: "followers<0x3B>"),
+fixed: decoded (`Backend.words`: "followers;"). A word's attention is
 the sum over its tokens of the last-layer attention each token receives (over the generated tokens
 alone: max over the later positions, mean over heads; `Generation.attention`); its weight is the
 mean entropy of its tokens. The chunk's sentences take consecutive runs of words (a sentence ends
@@ -76,11 +78,12 @@ def flagged_sentence(text: str, words: list[str], attention: list[float], weight
 
 
 def attention_query(backend, prefix: str, sentence_words: list[str], flags: list[int],
-                    keep_top_k: int) -> tuple[str, dict]:
-    """DRAGIN's query from the attention of the flagged words over `prefix` + the sentence."""
+                    keep_top_k: int, words=None) -> tuple[str, dict]:
+    """DRAGIN's query from the attention of the flagged words over `prefix` + the sentence
+    (`words`: the backend's word merge, `backend.words` unless given)."""
     all_text = prefix + " " + " ".join(sentence_words)
     ids = backend.encode(all_text)
-    spans = backend.words(ids)
+    spans = (words or backend.words)(ids)
     start = len(spans) - len(sentence_words)
     flagged = [spans[start + j] for j, f in enumerate(flags) if f]
     positions = sorted({i - 1 for a, b, _ in flagged for i in range(a, b + 1) if i > 0})
@@ -120,12 +123,22 @@ class DRAGIN(StepLoop):
         if self.settings["keep_top_k"] is None:
             self.settings["keep_top_k"] = row["dragin_keep_top_k"]
 
+    @property
+    def _words(self):
+        if self.settings["mode"] != "faithful":
+            return self.backend.words
+        words = getattr(self.backend, "piece_words", None)
+        if words is None:
+            raise UserError("faithful DRAGIN needs the backend's word pieces (piece_words)",
+                            setting="model.backend", fix="use the transformers or vLLM backend")
+        return words
+
     def _flag(self, gen, content_first: bool):
         if gen.attention is None or gen.entropies is None:
             raise UserError("DRAGIN needs per-token attention and entropies from the backend",
                             setting="model.backend", fix="use a backend that supports want_attention "
                             "and want_stats (transformers or vLLM)")
-        spans = self.backend.words(gen.token_ids)
+        spans = self._words(gen.token_ids)
         words = [w for _, _, w in spans]
         att = [sum(gen.attention[a:b + 1]) for a, b, _ in spans]
         ent = [sum(gen.entropies[a:b + 1]) / (b - a + 1) for a, b, _ in spans]
@@ -134,7 +147,7 @@ class DRAGIN(StepLoop):
     def _query(self, prefix: str, found) -> tuple[str, str, dict]:
         before, sent_words, flags, scores = found
         query, more = attention_query(self.backend, prefix + " " + before, sent_words, flags,
-                                      self.settings["keep_top_k"])
+                                      self.settings["keep_top_k"], self._words)
         info = {"scores": [[w, round(v, 4)] for w, v in zip(sent_words, scores)],
                 "flagged": [w for w, f in zip(sent_words, flags) if f], **more}
         return before, query, info

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from . import dragin_code
 from .base import MethodResult, hits_brief, step_record
-from .stepwise import StepLoop
+from .stepwise import StepLoop, faithful_extra
 
 FS_RAG_INSTRUCTION = "Answer in t he same format as before.\n"
 
@@ -40,7 +40,7 @@ class IRCoT(StepLoop):
 
     def run_faithful(self, record) -> MethodResult:
         q, n = record.question, self.settings["max_new_tokens"]
-        demos, case = dragin_code.demo_block(self.demos), dragin_code.case(q)
+        demos, case = self.dragin_prompt[0], self.dragin_prompt[1].case(q)
         trace: list[dict] = []
         text, query = "", q
         while True:
@@ -60,4 +60,4 @@ class IRCoT(StepLoop):
                 break
         answer, final = dragin_code.finish(self, q, text, trace)
         return MethodResult(answer=answer, raw_output=final, trace=trace,
-                            n_retrievals=self.q.n_search, extra={"text": text})
+                            n_retrievals=self.q.n_search, extra={"text": text, **faithful_extra(self)})

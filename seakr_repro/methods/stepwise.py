@@ -14,7 +14,8 @@ step are likewise used for its regeneration only (IRCoT keeps its own running co
 
 In both modes the few-shot count and generation length are DRAGIN's published per-dataset values
 (`BASELINE_TABLE`) unless the profile sets them, and a query keeps its last 64 tokens (DRAGIN's
-retriever truncates queries so).
+retriever truncates queries so): faithful keeps exactly 64 tokens, decoded again (a word may be
+cut, `dragin_code.truncate_query`); fixed keeps whole words (`truncate_tokens`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,15 @@ from ..core.errors import UserError
 from ..evaluation import answer_from_forced, extract_answer
 from ..prompts import BASE_STOPS, PromptFitter, stop_strings
 from . import dragin_code
-from .base import BASELINE_CONFIG, BASELINE_TABLE, Method, MethodResult, hits_brief, step_record
+from .base import (
+    BASELINE_CONFIG,
+    BASELINE_DEFAULTS,
+    BASELINE_TABLE,
+    Method,
+    MethodResult,
+    hits_brief,
+    step_record,
+)
 from .seakr.query import truncate_tokens
 
 BASELINE_MODES = ("faithful", "fixed")
@@ -31,7 +40,7 @@ BASELINE_MODES = ("faithful", "fixed")
 class StepLoop(Method):
     CONFIG = BASELINE_CONFIG
     DEFAULTS = {"n_shot": None, "max_new_tokens": None, "top_k_docs": 3, "max_steps": 10,
-                "mode": "fixed", "answer_extraction": "fixed"}
+                **BASELINE_DEFAULTS}
     want_stats = False
     want_attention = False
     # faithful: DRAGIN's DRAGIN joins prompt parts skipping empty ones and keeps only the first
@@ -46,6 +55,11 @@ class StepLoop(Method):
         for key in ("n_shot", "max_new_tokens"):
             if self.settings[key] is None:
                 self.settings[key] = row[key]
+        faithful_setup(self)
+
+    @classmethod
+    def model_dtype(cls, settings):
+        return baseline_dtype(settings)
 
     # hooks ------------------------------------------------------------------------------------
     def initial_docs(self, question: str, trace: list) -> list[str]:
@@ -64,14 +78,20 @@ class StepLoop(Method):
 
     # shared -----------------------------------------------------------------------------------
     def _generate(self, prompt: str, stops, max_new_tokens: int, stats: bool = True):
+        if self.settings["mode"] == "faithful":
+            return dragin_code.generate(self, prompt, max_new_tokens, stats=self.want_stats and stats,
+                                        attention=self.want_attention and stats)
         return self.backend.generate(prompt, max_new_tokens=max_new_tokens, stop=list(stops),
                                      want_stats=self.want_stats and stats,
                                      want_attention=self.want_attention and stats)
 
     def retrieve(self, query: str) -> list:
         self.q.n_search += 1
-        query = truncate_tokens(query, dragin_code.QUERY_MAX_TOKENS,
-                                getattr(self.backend, "count_tokens", None))
+        if self.settings["mode"] == "faithful":
+            query = dragin_code.truncate_query(self.backend, query)
+        else:
+            query = truncate_tokens(query, dragin_code.QUERY_MAX_TOKENS,
+                                    getattr(self.backend, "count_tokens", None))
         return self.search(query, self.settings["top_k_docs"])
 
     def answer(self, record) -> MethodResult:
@@ -85,7 +105,7 @@ class StepLoop(Method):
 
     def run_faithful(self, record) -> MethodResult:
         s, q = self.settings, record.question
-        demos, case = dragin_code.demo_block(self.demos), dragin_code.case(q)
+        demos, case = self.dragin_prompt[0], self.dragin_prompt[1].case(q)
         n = s["max_new_tokens"]
         trace: list[dict] = []
         text = ""
@@ -112,7 +132,7 @@ class StepLoop(Method):
                 break
         answer, final = dragin_code.finish(self, q, text, trace)
         return MethodResult(answer=answer, raw_output=final, trace=trace,
-                            n_retrievals=self.q.n_search, extra={"text": text})
+                            n_retrievals=self.q.n_search, extra={"text": text, **faithful_extra(self)})
 
     # fixed ------------------------------------------------------------------------------------
     def run_fixed(self, record) -> MethodResult:
@@ -165,3 +185,29 @@ def check_mode(mode: str) -> None:
     if mode not in BASELINE_MODES:
         raise UserError(f"unknown baselines.mode '{mode}'", setting="baselines.mode",
                         fix="use 'faithful' (as DRAGIN's code runs the baselines) or 'fixed'")
+
+
+def baseline_dtype(settings) -> str | None:
+    """A baseline's model dtype: `baselines.dtype`, else float32 in faithful mode (DRAGIN loads
+    the model without torch_dtype) and the profile's model.dtype in fixed mode."""
+    if settings.get("dtype"):
+        return settings["dtype"]
+    return "float32" if settings.get("mode") == "faithful" else None
+
+
+def faithful_setup(method) -> None:
+    """What a faithful baseline fixes at construction (a missing DRAGIN clone or an unreadable
+    generation config fails here, not mid-run): its prompt parts and how it decodes."""
+    if method.settings["mode"] != "faithful":
+        return
+    method.dragin_prompt = dragin_code.prompt_parts(method)
+    method.decoding = dragin_code.checkpoint_decoding(method.backend, method.settings.get("decoding"))
+    method.settings["decoding"] = method.decoding      # part of the run's key (its provenance)
+
+
+def faithful_extra(method) -> dict:
+    """The run row's record of how a faithful baseline decoded: the checkpoint's decoding and
+    the dtype the backend was loaded in (the seeds are the sampled calls' order in the question)."""
+    model = getattr(method.backend, "model", None)
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "") if model is not None else None
+    return {"decoding": dict(method.decoding), "dtype": dtype}

@@ -24,17 +24,19 @@ HOW_TO_GET = ("clone the authors' repository (`git clone https://github.com/THU-
 _KEYS = {"question": str, "cot": list, "answer": str}
 
 
-def _examples_node(tree: ast.Module, cls: str) -> ast.expr | None:
+def class_attr(tree: ast.Module, cls: str, name: str) -> ast.expr | None:
+    """The value assigned to `name` in the body of class `cls` (`x = ...`, `x: T = ...` or
+    `a = x = ...`), or None; shared with the DRAGIN reader (prompts/dragin.py)."""
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign):
-                    target, value = stmt.target, stmt.value
-                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-                    target, value = stmt.targets[0], stmt.value
+                    targets, value = [stmt.target], stmt.value
+                elif isinstance(stmt, ast.Assign):
+                    targets, value = stmt.targets, stmt.value
                 else:
                     continue
-                if isinstance(target, ast.Name) and target.id == "examples" and value is not None:
+                if value is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
                     return value
     return None
 
@@ -61,7 +63,7 @@ def _parse(path: Path, mtime_ns: int, family: str) -> tuple[Demo, ...] | None:
         raise UserError(f"the official dataset file cannot be parsed ({type(e).__name__}: {e})",
                         path=path, fix=f"restore the file: {HOW_TO_GET}") from None
     cls = CLASSES[family]
-    node = _examples_node(tree, cls)
+    node = class_attr(tree, cls, "examples")
     if node is None:
         return None
     try:

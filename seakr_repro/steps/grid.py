@@ -36,6 +36,13 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
     return out
 
 
+def model_dtype(method: str, settings: dict[str, Any]) -> str | None:
+    """The dtype a method's model is loaded in (None: the profile's model.dtype)."""
+    from ..methods import METHODS
+
+    return METHODS[method].model_dtype(settings) if method in METHODS else None
+
+
 def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:
     """A row's switches with `delta: CALIBRATED` replaced by step 03's thresholds
     (DataMissingError, i.e. a skipped row with the reason, before step 03 ran)."""
@@ -57,20 +64,27 @@ class BackendPool:
     current one before loading it, so Self-RAG or a Table 4 backbone never shares the GPU with
     LLaMA-2-chat; asking for the profile's model again reloads it. `loader(cfg, name)` builds a
     backend (default: `llm.load_backend`); model directories come from `model.path` for the
-    profile's model and `model.paths.<name>` for the others (`llm.registry.model_dir`)."""
+    profile's model and `model.paths.<name>` for the others (`llm.registry.model_dir`). A dtype
+    other than model.dtype (the faithful baselines' float32, `Method.model_dtype`) is another
+    load, `loader(cfg, name, dtype)`."""
 
     def __init__(self, cfg: Config, primary=None, loader=None):
         self.cfg = cfg
         self._loader = loader or _load_backend
-        self._name, self._backend = (cfg["model.name"], primary) if primary is not None else (None, None)
+        self._name, self._backend = (self._key(None, None), primary) if primary is not None else (None, None)
         self.loads = 0                       # backends loaded by the pool (a primary given is not)
 
-    def get(self, name: str | None = None):
-        name = name or self.cfg["model.name"]
-        if name != self._name:
+    def _key(self, name: str | None, dtype: str | None) -> tuple[str, str]:
+        return name or self.cfg["model.name"], dtype or self.cfg.get("model.dtype", "float32")
+
+    def get(self, name: str | None = None, dtype: str | None = None):
+        key = self._key(name, dtype)
+        if key != self._name:
             self.close()
-            self._backend = self._loader(self.cfg, name)
-            self._name = name
+            own_dtype = key[1] == self._key(None, None)[1]
+            self._backend = (self._loader(self.cfg, key[0]) if own_dtype
+                             else self._loader(self.cfg, key[0], key[1]))
+            self._name = key
             self.loads += 1
         return self._backend
 
@@ -86,10 +100,10 @@ class BackendPool:
         free_accelerator_memory()
 
 
-def _load_backend(cfg: Config, name: str):
+def _load_backend(cfg: Config, name: str, dtype: str | None = None):
     from ..llm import load_backend
 
-    return load_backend(cfg, name=name)
+    return load_backend(cfg, name=name, dtype=dtype)
 
 
 def free_accelerator_memory() -> None:
@@ -175,9 +189,9 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 continue
             records = select_questions(cfg, dataset, n_questions)
             try:
-                backend = pool.get(spec.model)
                 settings = {**method_settings(cfg, spec.method, deltas),
                             **row_overrides(cfg, spec.overrides)}
+                backend = pool.get(spec.model, model_dtype(spec.method, settings))
                 method = build_method(spec.method, backend, searcher, dataset, **settings)
             except DataMissingError as err:      # the whole paragraph: the path and how to get it
                 skipped[spec.label] = err.paragraph()

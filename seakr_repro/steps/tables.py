@@ -12,7 +12,15 @@ from ..artifacts import RunSpec, table
 from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.paths import results_dir
-from .grid import BackendPool, analysis_datasets, deltas_for, method_settings, run_grid, select_questions
+from .grid import (
+    BackendPool,
+    analysis_datasets,
+    deltas_for,
+    method_settings,
+    model_dtype,
+    run_grid,
+    select_questions,
+)
 
 
 def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: Sequence[str],
@@ -24,11 +32,21 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
     from ..methods import build_method
     from .runner import config_hash, run_method, summarise
 
-    backend = CachedBackend(load_backend(cfg, cache=False), enabled=False)  # counts, never caches
     deltas = deltas_for(cfg)
     out_dir = results_dir(cfg.profile) / "09-efficiency" / "runs"
     rows = []
-    for name in methods:
+    # each method on the model as it runs in the tables (the faithful baselines' float32 model,
+    # `Method.model_dtype`), one load per dtype
+    dtypes = {name: model_dtype(name, method_settings(cfg, name, deltas)) for name in methods}
+    loaded, backend = object(), None
+    for name in sorted(methods, key=lambda m: dtypes[m] is not None):
+        if dtypes[name] != loaded:
+            close = getattr(backend, "close", None)    # optional (BackendExtras)
+            if callable(close):
+                close()
+            backend = CachedBackend(load_backend(cfg, cache=False, dtype=dtypes[name]),
+                                    enabled=False)  # counts, never caches
+            loaded = dtypes[name]
         for dataset in datasets:
             records = select_questions(cfg, dataset, n_questions)
             method = build_method(name, backend, searcher, dataset, **method_settings(cfg, name, deltas))

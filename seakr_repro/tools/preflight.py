@@ -190,31 +190,25 @@ def check_datasets(cfg: Config, report: Report) -> None:
 
 
 def check_prompts(cfg: Config, report: Report) -> None:
-    """The clones the prompts are read from (`prompts.demos: official`): SeaKR's (THU-KEG/SeaKR,
-    its SEAKR/dataset.py parsed as the run will parse it) and, where the baselines read DRAGIN's
-    lists (prompts.dragin_repo, baselines.mode: faithful), DRAGIN's (its src/data.py)."""
-    from ..core.paths import setting_path
-    from ..prompts import official
+    """The clones the prompts are read from (`prompts.demos: official`), each parsed as the run will
+    parse it: SeaKR's (THU-KEG/SeaKR, SEAKR/dataset.py) for SeaKR and the fixed baselines, DRAGIN's
+    (oneal2000/DRAGIN, src/data.py) for the faithful baselines."""
+    from ..prompts import official_demos
+    from ..prompts.dragin import dragin_prompt
 
-    if cfg.get("prompts.demos") != "official":
+    if cfg["prompts.demos"] != "official":
         return
-    repo = cfg.get("prompts.official_repo")
-    try:
-        for family in official.CLASSES:
-            official.official_demos(repo, family)
-        report.ok.append(f"SeaKR's clone ({repo})")
-    except UserError as err:
-        where = f" at {err.path}" if err.path else ""
-        report.problems.append(f"SeaKR's clone (prompts.official_repo){where}: {_reason(err)}")
-    dragin = (cfg.get("prompts", {}) or {}).get("dragin_repo")
-    if dragin and cfg.get("baselines.mode") == "faithful":
-        data = setting_path(dragin) / "src" / "data.py"
-        if data.is_file():
-            report.ok.append(f"DRAGIN's clone ({dragin})")
+    clones = [("SeaKR's clone", "prompts.official_repo", official_demos)]
+    if cfg["baselines.mode"] == "faithful":
+        clones.append(("DRAGIN's clone", "prompts.dragin_repo", dragin_prompt))
+    for what, key, read in clones:
+        try:
+            read(cfg[key], "2wiki")
+        except UserError as err:
+            where = f" at {err.path}" if err.path else ""
+            report.problems.append(f"{what} ({key}){where}: {_reason(err)}")
         else:
-            report.problems.append(f"DRAGIN's clone (prompts.dragin_repo) at {data}: it was not found "
-                                   "(fix: `git clone https://github.com/oneal2000/DRAGIN data/raw/DRAGIN` "
-                                   "or set prompts.dragin_repo to a clone's directory)")
+            report.ok.append(f"{what} ({cfg[key]})")
 
 
 def disk_need_bytes(cfg: Config) -> int:
@@ -248,12 +242,21 @@ def check_disk(cfg: Config, report: Report) -> None:
         report.ok.append(f"disk: {human_bytes(free)} free, about {human_bytes(need)} needed")
 
 
-def gpu_need_bytes(cfg: Config) -> int | None:
+def gpu_need_bytes(cfg: Config, dtype: str | None = None) -> int | None:
     params = PARAMETERS.get(cfg["model.name"])
-    per_value = BYTES_PER_VALUE.get(cfg["model.dtype"])
+    per_value = BYTES_PER_VALUE.get(dtype or cfg["model.dtype"])
     if params is None or per_value is None:
         return None
     return int(params * per_value + DECODING_BYTES)
+
+
+def baselines_dtype(cfg: Config) -> str | None:
+    """The dtype the baselines load the profile's model in when it is not model.dtype (faithful:
+    float32, as DRAGIN's code loads it), else None."""
+    from ..methods.stepwise import baseline_dtype
+
+    dtype = baseline_dtype({"mode": cfg["baselines.mode"], "dtype": cfg["baselines.dtype"]})
+    return dtype if dtype and dtype != cfg["model.dtype"] else None
 
 
 def check_gpu(cfg: Config, report: Report) -> None:
@@ -285,6 +288,14 @@ def check_gpu(cfg: Config, report: Report) -> None:
     else:
         gpu_sizes = " (the profile's gpu: settings apply)" if cfg.get("gpu") else ""
         report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}{gpu_sizes}")
+    dtype = baselines_dtype(cfg)
+    need = gpu_need_bytes(cfg, dtype) if dtype else None
+    if need is not None and total < need:
+        report.problems.append(
+            f"GPU: the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as "
+            f"DRAGIN's code does), about {human_bytes(need)} of GPU memory, but "
+            f"{torch.cuda.get_device_name(0)} has {human_bytes(total)} (fix: use a larger GPU, or set "
+            f"baselines.dtype: {cfg['model.dtype']}, a departure from DRAGIN's runs)")
 
 
 def note_work(cfg: Config, report: Report) -> None:

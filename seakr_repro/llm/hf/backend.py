@@ -58,7 +58,7 @@ import torch
 from . import shared_prefix as sp
 from ..base import Generation, SampleSet, per_prompt
 from ..hooks import HOOKS, capture, run_until_captured
-from ..model_info import middle_layer, model_dims, text_config, weights_fingerprint
+from ..model_info import generation_config_of, middle_layer, model_dims, text_config, weights_fingerprint
 from ..sampling import sample_tokens, token_stats
 from ..stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
 from ..attention import WordsMixin
@@ -137,6 +137,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.max_batch_contexts = max_batch_contexts
         self.contexts_per_batch = max_batch_contexts
         self.oom_retries = 0
+        # the checkpoint's generation_config.json (from_dir); None: not read (faithful baselines
+        # then refuse to guess how DRAGIN's code would decode)
+        self.generation_config: dict | None = None
         self._widest = 0                      # rows of the widest forward pass of the current call
 
     def stats(self) -> dict[str, int]:
@@ -152,8 +155,10 @@ class HFBackend(WordsMixin, TokenizerMixin):
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, tok, name, weights_fingerprint(path, dtype, device), max_batch_rows, prefix_cache_tokens,
-                   shared_prefix, max_batch_contexts)
+        backend = cls(model, tok, name, weights_fingerprint(path, dtype, device), max_batch_rows,
+                      prefix_cache_tokens, shared_prefix, max_batch_contexts)
+        backend.generation_config = generation_config_of(path)
+        return backend
 
     def close(self) -> None:
         """Drop the model and its kept KV caches so their (GPU) memory can be freed; the

@@ -51,7 +51,7 @@ from .. import defaults
 from ..hooks import HOOKS
 from . import worker as vllm_worker
 from .engine import EngineThread
-from ..model_info import middle_layer, model_dims, resolve_dtype, weights_fingerprint
+from ..model_info import generation_config_of, middle_layer, model_dims, resolve_dtype, weights_fingerprint
 from ..stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
 from ..attention import WordsMixin
 from ..tokenizing import TokenizerMixin, check_fits
@@ -170,7 +170,9 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             kwargs["block_size"] = int(block_size or 32)
         llm = LLM(**kwargs)
         tok = AutoTokenizer.from_pretrained(path)
-        return cls(llm, tok, name, f"vllm:{weights_fingerprint(path, resolve_dtype(dtype), device)}")
+        backend = cls(llm, tok, name, f"vllm:{weights_fingerprint(path, resolve_dtype(dtype), device)}")
+        backend.generation_config = generation_config_of(path)
+        return backend
 
     def close(self) -> None:
         """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
