@@ -159,8 +159,8 @@ def cmd_cost(args):
 def cmd_run(args):
     from .artifacts import spec_for
     from .core.config import parse_override
-    from .steps.grid import BackendPool, run_grid, select_questions
-    from .llm import load_backend
+    from .steps.engine import open_pool
+    from .steps.grid import run_grid, select_questions
     from .steps.prepare import ensure_index, open_profile_searcher, prepare_datasets
 
     cfg = _config(args)
@@ -169,9 +169,12 @@ def cmd_run(args):
     ensure_index(cfg, progress=not args.quiet)
     overrides = dict(parse_override(s) for s in (args.method_set or []))
     spec = spec_for(args.method, args.label, overrides)      # Self-RAG: its own checkpoint
-    pool = BackendPool(cfg, load_backend(cfg) if spec.model is None else None)
-    results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg), [spec],
-                                [args.dataset], args.n, progress=not args.quiet)
+    pool = open_pool(cfg, primary=spec.model is None)   # runner.engine: here, or Ray workers
+    try:
+        results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg), [spec],
+                                    [args.dataset], args.n, progress=not args.quiet)
+    finally:
+        pool.close()
     if skipped:
         raise UserError(next(iter(skipped.values())), setting="method",
                         fix="supply what the message names, or choose another method")
