@@ -271,3 +271,47 @@ def test_a_worker_killed_mid_question_loses_nothing_and_writes_nothing_twice(clu
     assert sorted(r["id"] for r in written) == sorted(r.id for r in records)   # all, each once
     assert {r["answer"] for r in written} == {"Ann"} and len(rows) == 8
     assert not (tmp_path / "workers.json").exists()           # gone when the fleet closes
+
+
+# ----------------------------------------------------------------------------- cost and status
+
+def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic(capsys):
+    from seakr_repro.cli import main
+    from seakr_repro.steps import cost
+
+    assert cost.spread(550.0, 8) == 68.75
+    with pytest.raises(UserError):
+        cost.spread(10.0, 0)
+    main(["cost", "--profile", "paper-sample", "--workers", "8"])
+    line = capsys.readouterr().out.split("[cost]")[1]
+    runs = cost.with_hours(cost.question_runs(load_config("paper-sample")))
+    hours = cost.totals(runs)[2]
+    assert "Over 8 Ray workers" in line and f"{hours / 8:,.1f} hours of wall time" in line
+    assert "ARITHMETIC" in line.split("Over 8")[1]
+    main(["cost", "--profile", "default", "--workers", "4"])
+    assert "none to divide over 4 workers" in capsys.readouterr().out
+
+
+def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, monkeypatch):
+    import socket
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    doc = {"engine": "ray", "address": "local", "driver_pid": os.getpid(), "driver_host": socket.gethostname(),
+           "updated": "2026-01-01T00:00:00", "resources_each": {"num_cpus": 1.0},
+           "workers": [{"worker": 0, "host": "n1", "pid": 11, "gpus": ["0"], "answered": 5,
+                        "in_flight": ["q7"], "restarts": 0},
+                       {"worker": 1, "host": "n2", "pid": 12, "gpus": ["1"], "answered": 4,
+                        "in_flight": [], "restarts": 1}]}
+    assert engine.workers_report(tmp_path) is None                  # no Ray run: nothing to say
+    (tmp_path / "workers.json").write_text(json.dumps(doc))
+    text = engine.workers_report(tmp_path)
+    assert "Ray workers (2, cluster local" in text and "not running" not in text
+    assert "| q7 " in text and "n2" in text
+    doc["driver_pid"] = gone.pid
+    (tmp_path / "workers.json").write_text(json.dumps(doc))
+    assert "its driver is not running" in engine.workers_report(tmp_path)
+    from seakr_repro.tools import status                           # `status` prints it
+    monkeypatch.setattr(status, "_results", lambda cfg: tmp_path)
+    assert "Ray workers (2" in status.report(load_config("smoke"))

@@ -160,12 +160,8 @@ class Worker:
         key = (model or self.cfg["model.name"], bool(cached))
         if key != self._key:
             self.close()
-            if cached:
-                from .grid import _load_backend
-                self._backend = (self._loader or _load_backend)(self.cfg, key[0])
-            else:
-                from ..llm import CachedBackend, load_backend
-                self._backend = CachedBackend(load_backend(self.cfg, name=key[0], cache=False), enabled=False)
+            self._backend = ((self._loader or load_model)(self.cfg, key[0]) if cached
+                             else load_model(self.cfg, key[0], cached=False))
             self._key = key
             self.loads += 1
         return self._backend
@@ -558,11 +554,16 @@ def open_backend(cfg, cached: bool = True, **fleet_args):
         except BaseException:
             fleet.close()
             raise
+    return load_model(cfg, cached=cached)
+
+
+def load_model(cfg, name: str | None = None, cached: bool = True):
+    """`llm.load_backend`; `cached` False = the call cache off and its counters on."""
     from ..llm import load_backend
     if cached:
-        return load_backend(cfg)
+        return load_backend(cfg, name=name)
     from ..llm import CachedBackend
-    return CachedBackend(load_backend(cfg, cache=False), enabled=False)
+    return CachedBackend(load_backend(cfg, name=name, cache=False), enabled=False)
 
 
 def close_backend(backend) -> None:
@@ -585,6 +586,31 @@ def read_status(results: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def workers_report(results: Path) -> str | None:
+    """`status`'s lines on the Ray workers of a run (None when no Ray run is on): each worker's
+    host, GPUs, questions answered, in flight and restarts; a driver gone is said."""
+    doc = read_status(results)
+    if not doc:
+        return None
+    import pandas as pd
+
+    alive = ""
+    if doc.get("driver_host") == socket.gethostname() and doc.get("driver_pid"):
+        try:
+            os.kill(int(doc["driver_pid"]), 0)
+        except ProcessLookupError:
+            alive = " -- its driver is not running (the run stopped; resume runs it again)"
+        except PermissionError:
+            pass
+    table = pd.DataFrame([{"worker": w["worker"], "host": w.get("host"), "pid": w.get("pid"),
+                           "gpus": ",".join(w.get("gpus") or []) or "-", "answered": w["answered"],
+                           "in flight": ", ".join(w["in_flight"]) or "-", "restarts": w["restarts"]}
+                          for w in doc.get("workers", [])])
+    head = (f"Ray workers ({len(table)}, cluster {doc.get('address')}, driver pid {doc.get('driver_pid')} "
+            f"on {doc.get('driver_host')}, updated {doc.get('updated')}){alive}:")
+    return head + "\n" + table.to_markdown(index=False)
 
 
 def method_on(backend, name: str, searcher, dataset: str, settings: dict):

@@ -142,5 +142,9 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
         conf = 100 * cfg.get("evaluation.confidence", 0.95)
         parts += [f"runs (EM/F1 in % with {conf:g}% bootstrap intervals; eta at the pace so far):",
                   runs.to_markdown(index=False)]
+    from ..steps.engine import workers_report
+    workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
+    if workers:
+        parts += ["", workers]
     parts += ["", "disk: " + disk_status(cfg, cache), f"(status took {time.perf_counter() - t0:.1f} s)"]
     return "\n".join(parts)
