@@ -315,3 +315,30 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
     from seakr_repro.tools import status                           # `status` prints it
     monkeypatch.setattr(status, "_results", lambda cfg: tmp_path)
     assert "Ray workers (2" in status.report(load_config("smoke"))
+
+
+def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
+    from seakr_repro.retrieval import index as index_mod
+    from seakr_repro.tools.preflight import Report, check_cluster
+
+    cfg = load_config("smoke", {"runner.engine": "ray", "runner.ray_address": "auto"})
+    report = Report()
+    check_cluster(cfg, report)
+    assert not report.problems and "2 workers (1 CPU each) on 1 node(s)" in report.ok[0]
+    assert "index: not built yet" in report.ok[1]
+    # the index is here (on the driver's disk) but not where the workers look
+    (tmp_path / "idx").mkdir()
+    (tmp_path / "idx" / index_mod.META_NAME).write_text("{}")
+    monkeypatch.setattr(index_mod, "index_dir_for", lambda *a: tmp_path / "idx")
+    report = Report()
+    check_cluster(cfg, report)
+    assert len(report.problems) == 1 and "do not see the BM25 index" in report.problems[0]
+    report = Report()
+    check_cluster(load_config("paper", {"runner.engine": "ray", "runner.ray_address": "auto"}), report)
+    assert "model.device is cuda but the Ray cluster has no GPU" in report.problems[0]
+    assert not (tmp_path / "workers.json").exists() and ray.is_initialized()
+    # runner.ray_address: local plans against this machine without starting a cluster
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    report = Report()
+    check_cluster(load_config("smoke", {"runner.engine": "ray"}), report)
+    assert report.ok == [f"Ray: {os.cpu_count()} workers (1 CPU each) in a cluster started on this machine"]

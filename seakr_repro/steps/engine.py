@@ -97,6 +97,12 @@ def plan_workers(cfg, resources: dict) -> tuple[int, dict]:
     return n, {"num_gpus": 0, "num_cpus": cpus / n}
 
 
+def asks(each: dict) -> str:
+    """A worker's Ray resources in words: "1 GPU, 1 CPU"."""
+    return ", ".join(f"{each[k]:g} {name}" for k, name in (("num_gpus", "GPU"), ("num_cpus", "CPU"))
+                     if each.get(k))
+
+
 def _offer(resources: dict) -> str:
     return ", ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
 
@@ -269,7 +275,7 @@ class Fleet:
     result as it arrives, replacing a dead worker and re-queueing its questions."""
 
     def __init__(self, cfg, workers: int | str | None = None, *, loader: Callable | None = None,
-                 searcher=None, status_path: str | Path | None = None, num_cpus: int | None = None):
+                 searcher=None, status_path: str | Path | bool | None = None, num_cpus: int | None = None):
         import ray
 
         if workers is not None:
@@ -286,7 +292,9 @@ class Fleet:
         self._cls = ray.remote(Worker).options(
             max_restarts=0, max_concurrency=max(1, per_worker), **self.resources)
         self._args = (cfg, loader, searcher)
-        self._status_path = Path(status_path) if status_path else _default_status_path(cfg)
+        # status_path None: results/<profile>/workers.json; False: none (preflight's survey)
+        self._status_path = (None if status_path is False else
+                             Path(status_path) if status_path else _default_status_path(cfg))
         self._slots: dict[int, dict] = {}
         self._kills: dict[str, int] = {}
         for slot in range(self.size):
@@ -322,7 +330,7 @@ class Fleet:
                 w["info_ref"] = None
 
     def _asks(self) -> str:
-        return ", ".join(f"{v:g} {k[4:].upper()}" for k, v in self.resources.items() if v)
+        return asks(self.resources)
 
     def pids(self) -> dict[int, int]:
         """{slot: process id} of the live workers (the kill test stops one by its id)."""
@@ -611,6 +619,26 @@ def workers_report(results: Path) -> str | None:
     head = (f"Ray workers ({len(table)}, cluster {doc.get('address')}, driver pid {doc.get('driver_pid')} "
             f"on {doc.get('driver_host')}, updated {doc.get('updated')}){alive}:")
     return head + "\n" + table.to_markdown(index=False)
+
+
+def survey(cfg) -> tuple[int, dict, list[dict] | None]:
+    """(workers, Ray resources of each, what each worker sees) for preflight. A cluster to join
+    (runner.ray_address auto or host:port) is joined and its workers started without a model
+    (`Worker.info`: host, GPUs and their memory, whether the index is there); `local` plans
+    against this machine (torch's GPUs, its CPUs) without starting anything (infos None)."""
+    import ray
+
+    address = str(cfg.get("runner.ray_address", "local") or "local")
+    if address == "local" and not ray.is_initialized():
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        n, each = plan_workers(cfg, {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)})
+        return n, each, None
+    fleet = Fleet(cfg, status_path=False)
+    try:
+        return fleet.size, fleet.resources, fleet.infos()
+    finally:
+        fleet.close()
 
 
 def method_on(backend, name: str, searcher, dataset: str, settings: dict):
