@@ -342,3 +342,13 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     report = Report()
     check_cluster(load_config("smoke", {"runner.engine": "ray"}), report)
     assert report.ok == [f"Ray: {os.cpu_count()} workers (1 CPU each) in a cluster started on this machine"]
+
+
+def test_the_benchmark_arithmetic_for_8_gpus_comes_from_the_cost_count():
+    from seakr_repro.steps import cost
+    from seakr_repro.tools import bench_ray
+
+    rows = {r["profile"]: r for r in bench_ray.arithmetic(8)}
+    hours = cost.totals(cost.with_hours(cost.question_runs(load_config("paper"))))[2]
+    assert rows["paper"]["hours_over_workers"] == round(hours / 8, 1)
+    assert rows["paper-sample"]["question_runs"] < rows["paper"]["question_runs"]

@@ -357,6 +357,20 @@ class Fleet:
         raise UserError(f"Ray workers kept dying while answering {name}", setting="runner.workers",
                         fix="see the workers' logs (/tmp/ray/session_latest/logs) for why")
 
+    def warm(self, model: str | None = None, cached: bool = True) -> None:
+        """Every worker loads `model` now, side by side, rather than on its first question."""
+        import ray
+
+        refs = {slot: (w["generation"], w["handle"].describe.remote(model, cached))
+                for slot, w in self._slots.items()}
+        for slot, (generation, ref) in refs.items():
+            try:
+                ray.get(ref)
+            except _faults():
+                self._replace(slot, generation)
+            except Exception as err:  # noqa: BLE001 - the worker's own error
+                raise _unwrap(err) from None
+
     def _replace(self, slot: int, generation: int) -> None:
         """Start a fresh worker in `slot` unless that already happened for this generation."""
         import ray
