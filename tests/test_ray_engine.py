@@ -352,3 +352,15 @@ def test_the_benchmark_arithmetic_for_8_gpus_comes_from_the_cost_count():
     hours = cost.totals(cost.with_hours(cost.question_runs(load_config("paper"))))[2]
     assert rows["paper"]["hours_over_workers"] == round(hours / 8, 1)
     assert rows["paper-sample"]["question_runs"] < rows["paper"]["question_runs"]
+
+
+def test_notebook_10_says_it_stays_on_the_local_engine(monkeypatch):
+    import seakr_repro.llm as llm
+    from seakr_repro.steps import seed_methods
+
+    def stop(cfg):
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(llm, "load_backend", stop)
+    with pytest.warns(UserWarning, match="notebook 10 runs on the local engine"), \
+            pytest.raises(RuntimeError, match="stop here"):
+        seed_methods.run_step(load_config("smoke", {"runner.engine": "ray"}), 1, 4, 4, {})
