@@ -28,19 +28,25 @@ from seakr_repro.steps import engine  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """One local cluster for the module: 2 CPUs, no dashboard; workers import this checkout and
-    tests/ (for the scripted backends below)."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE)] + ([old] if old else []))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             object_store_memory=100 * 1024 ** 2)
+    tests/ (for the scripted backends below) and see an empty data/cache/ (SEAKR_CACHE_DIR), so
+    what they find there does not depend on this machine."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "SEAKR_CACHE_DIR")}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE)] +
+                                               ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else []))
+    os.environ["SEAKR_CACHE_DIR"] = str(tmp_path_factory.mktemp("workers-cache"))
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 object_store_memory=100 * 1024 ** 2)
+    finally:
+        for k, v in saved.items():          # the driver's own environment is left as it was
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     yield
     ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +148,7 @@ def _grid(cfg, pool, searcher, tmp_path, monkeypatch, records, tag):
     monkeypatch.setattr(grid, "results_dir", lambda profile: tmp_path / tag)
     monkeypatch.setattr(runner, "run_path",
                         lambda p, d, label, c: tmp_path / tag / d / f"{label}-{runner.config_hash(c)}.jsonl")
-    specs = [RunSpec("seakr", "seakr"), RunSpec("flare", "flare")]
+    specs = [RunSpec("seakr", "seakr"), RunSpec("cot", "cot")]
     res, skipped = grid.run_grid(cfg, pool, searcher, specs, ["bundled-2wiki"], progress=False)
     assert not skipped
     out = {}
@@ -322,6 +328,8 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     from seakr_repro.tools.preflight import Report, check_cluster
 
     cfg = load_config("smoke", {"runner.engine": "ray", "runner.ray_address": "auto"})
+    # the workers' data/cache/ is empty (the fixture); the driver's index is where the test says
+    monkeypatch.setattr(index_mod, "index_dir_for", lambda *a: tmp_path / "idx")
     report = Report()
     check_cluster(cfg, report)
     assert not report.problems and "2 workers (1 CPU each) on 1 node(s)" in report.ok[0]
@@ -329,7 +337,6 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     # the index is here (on the driver's disk) but not where the workers look
     (tmp_path / "idx").mkdir()
     (tmp_path / "idx" / index_mod.META_NAME).write_text("{}")
-    monkeypatch.setattr(index_mod, "index_dir_for", lambda *a: tmp_path / "idx")
     report = Report()
     check_cluster(cfg, report)
     assert len(report.problems) == 1 and "do not see the BM25 index" in report.problems[0]

@@ -308,7 +308,8 @@ class Fleet:
         handle = self._cls.remote(*self._args)
         self._slots[slot] = {"handle": handle, "generation": old.get("generation", -1) + 1,
                              "restarts": old.get("restarts", -1) + 1, "answered": old.get("answered", 0),
-                             "in_flight": {}, "info": None, "info_ref": handle.info.remote()}
+                             "in_flight": {}, "info": None, "info_ref": handle.info.remote(),
+                             "failed_starts": old.get("failed_starts", 0)}
 
     def _await_infos(self, timeout: float = 600) -> None:
         import ray
@@ -328,6 +329,31 @@ class Fleet:
                     self.close()
                     raise _unwrap(err) from None
                 w["info_ref"] = None
+
+    def _started(self, slot: int) -> bool:
+        """Whether the worker in `slot` is up (its `info` came back), without waiting."""
+        import ray
+
+        w = self._slots[slot]
+        if w["info"] is not None:
+            return True
+        if not ray.wait([w["info_ref"]], timeout=0)[0]:
+            return False
+        try:
+            w["info"] = ray.get(w["info_ref"])
+        except _faults() as err:
+            if w["failed_starts"] + 1 >= MAX_KILLS:
+                raise UserError(f"Ray worker {slot} died {MAX_KILLS} times while starting: "
+                                f"{str(err).splitlines()[0]}", setting="runner.workers",
+                                fix="check that every node has this package and its .venv at the same "
+                                    "path; see /tmp/ray/session_latest/logs on the node") from None
+            self._replace(slot, w["generation"])
+            self._slots[slot]["failed_starts"] = w["failed_starts"] + 1
+            return False
+        except Exception as err:  # noqa: BLE001 - the worker's own error
+            raise _unwrap(err) from None
+        w["info_ref"], w["failed_starts"] = None, 0
+        return True
 
     def _asks(self) -> str:
         return asks(self.resources)
@@ -400,17 +426,22 @@ class Fleet:
         per_worker = max(1, int(per_worker or 1))
         try:
             while queue or inflight:
-                for slot, w in self._slots.items():
-                    while queue and error is None and len(w["in_flight"]) < per_worker:
+                for slot, w in list(self._slots.items()):
+                    # a worker still starting (a replacement waiting for a free GPU) gets nothing
+                    while (queue and error is None and len(w["in_flight"]) < per_worker
+                           and self._started(slot)):
                         key, task = queue.popleft()
                         ref = w["handle"].run.remote(task)
                         inflight[ref] = (slot, w["generation"], key, task)
                         w["in_flight"][ref] = key
                 self._write_status()
-                if not inflight:
+                starting = [w["info_ref"] for w in self._slots.values() if w["info_ref"] is not None]
+                if not inflight and not (queue and error is None and starting):
                     break
-                ready, _ = ray.wait(list(inflight), num_returns=1)
+                ready, _ = ray.wait(list(inflight) + starting, num_returns=1)
                 for ref in ready:
+                    if ref not in inflight:          # a worker has started: served next turn
+                        continue
                     slot, generation, key, task = inflight.pop(ref)
                     w = self._slots[slot]
                     w["in_flight"].pop(ref, None)
