@@ -271,6 +271,10 @@ def test_a_worker_killed_mid_question_loses_nothing_and_writes_nothing_twice(clu
         assert fleet.pids()[slot] != killed[slot]
         status = json.loads((tmp_path / "workers.json").read_text())
         assert sum(w["restarts"] for w in status["workers"]) == 1
+        # a worker whose package builds another config (another version on its node) refuses
+        method.spec["config_hash"] = "0000000000"
+        with pytest.raises(UserError, match="builds cot with config .*0000000000"):
+            list(fleet.map([("q0", method.task(records[0]))]))
     finally:
         fleet.close()
     written = read_results(out)

@@ -155,39 +155,46 @@ class Worker:
     `llm.load_backend`); `searcher` is one to use instead of opening the profile's index."""
 
     def __init__(self, cfg, loader: Callable | None = None, searcher=None):
+        import threading
+
         self.cfg, self._loader, self._searcher = cfg, loader, searcher
         self._key, self._backend, self._methods = None, None, {}
         self.loads = 0
+        # runner.concurrency > 1: questions share this actor on threads; one of them loads
+        self._lock = threading.RLock()
 
     # -- what is loaded ------------------------------------------------------------------------
     def backend(self, model: str | None = None, cached: bool = True):
         """The backend of `model` (None: the profile's); `cached` False = the call cache off
         and its counters on (Table 7's timing). Another model closes the loaded one first."""
         key = (model or self.cfg["model.name"], bool(cached))
-        if key != self._key:
-            self.close()
-            self._backend = ((self._loader or load_model)(self.cfg, key[0]) if cached
-                             else load_model(self.cfg, key[0], cached=False))
-            self._key = key
-            self.loads += 1
-        return self._backend
+        with self._lock:
+            if key != self._key:
+                self.close()
+                self._backend = ((self._loader or load_model)(self.cfg, key[0]) if cached
+                                 else load_model(self.cfg, key[0], cached=False))
+                self._key = key
+                self.loads += 1
+            return self._backend
 
     def searcher(self):
-        if self._searcher is None:
-            from .prepare import open_profile_searcher
-            self._searcher = open_profile_searcher(self.cfg)
-        return self._searcher
+        with self._lock:
+            if self._searcher is None:
+                from .prepare import open_profile_searcher
+                self._searcher = open_profile_searcher(self.cfg)
+            return self._searcher
 
     def method(self, spec: dict):
         """The method a task names, built once per (model, method, data set, settings)."""
         key = json.dumps([spec["model"], spec["cached"], spec["method"], spec["dataset"], spec["settings"]],
                          sort_keys=True, default=str)
-        if key not in self._methods:
-            from ..methods import build_method
-            backend = self.backend(spec["model"], spec["cached"])
-            self._methods[key] = build_method(spec["method"], backend, self.searcher(), spec["dataset"],
-                                              **spec["settings"])
-        return self._methods[key]
+        with self._lock:
+            if key not in self._methods:
+                from ..methods import build_method
+                backend = self.backend(spec["model"], spec["cached"])
+                self._methods[key] = build_method(spec["method"], backend, self.searcher(), spec["dataset"],
+                                                  **spec["settings"])
+            return self._methods[key]
 
     def close(self) -> None:
         backend, self._backend, self._key = self._backend, None, None
@@ -235,10 +242,18 @@ class Worker:
         ("extract", model, record, n_shot) or ("trial", model, record, gold, n_candidates, n_shot, ks)."""
         kind, *args = task
         if kind == "question":
-            from .runner import answer_row
+            from .runner import answer_row, config_hash
             spec, record, scorer, concurrency = args
-            return answer_row(self.method(spec), record, self.backend(spec["model"], spec["cached"]),
-                              scorer, concurrency)
+            method = self.method(spec)
+            if config_hash(method.config) != spec["config_hash"]:
+                # another version of the package on this node: its rows would not be the run's
+                raise UserError(f"the worker on {socket.gethostname()} builds {spec['method']} with "
+                                f"config {config_hash(method.config)}, the driver's run file is "
+                                f"{spec['config_hash']}", setting="runner.ray_address",
+                                fix="install the same checkout of seakr-repro (and its .venv) on every "
+                                    "node, e.g. from a shared filesystem")
+            return answer_row(method, record, self.backend(spec["model"], spec["cached"]), scorer,
+                              concurrency)
         if kind == "extract":
             from .extraction import extract_question
             model, record, n_shot = args
@@ -278,8 +293,8 @@ class Fleet:
                  searcher=None, status_path: str | Path | bool | None = None, num_cpus: int | None = None):
         import ray
 
-        if workers is not None:
-            cfg = cfg.with_overrides({"runner.workers": workers}) if hasattr(cfg, "with_overrides") else cfg
+        if workers is not None:                   # instead of runner.workers (tests, the benchmark)
+            cfg = cfg.with_overrides({"runner.workers": workers})
         self.cfg = cfg
         self._owns_ray = connect(cfg, num_cpus)
         try:
@@ -564,7 +579,10 @@ class RemoteMethod:
     questions must run one at a time, if so; `task(record)` is one question for `Fleet.map`."""
 
     def __init__(self, spec: dict, info: dict):
-        self.spec, self.name, self.config = spec, info["name"], info["config"]
+        from .runner import config_hash
+
+        self.name, self.config = info["name"], info["config"]
+        self.spec = {**spec, "config_hash": config_hash(self.config)}   # every worker checks it
         self.one_question_at_a_time = info["one_at_a_time"]
 
     def task(self, record, scorer=None, concurrency: int = 1) -> tuple:
