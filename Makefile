@@ -69,6 +69,8 @@ bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the 
 	$(PY) -m seakr_repro.tools.bench --shared --profile $(PROFILE)
 	# SeaKR per question in float32 and in bfloat16, alternating on the same questions: the ratio, answers compared
 	$(PY) -m seakr_repro.tools.bench --dtypes float32,bfloat16 --profile $(PROFILE)
+	# questions per minute on the Ray engine (1 and 2 workers) against the local engine, same run
+	$(PY) -m seakr_repro.tools.bench --ray --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
 	  $$BENCH_PY -m seakr_repro.tools.bench_backends --profile $(PROFILE)

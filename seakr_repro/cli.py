@@ -144,7 +144,7 @@ def cmd_status(args):
 
 
 def cmd_cost(args):
-    from .steps.cost import pace_applies, question_runs, summary, totals, with_hours
+    from .steps.cost import pace_applies, question_runs, spread, summary, totals, with_hours
 
     cfg = _config(args)
     paced = pace_applies(cfg)        # the paper's seconds are for its model only
@@ -160,17 +160,24 @@ def cmd_cost(args):
                  "paper's Table 7 pace (4x GeForce 3090, vLLM; ARITHMETIC, not measured here); the paper "
                  "timed no other method. Upper bounds: a run with another's settings and questions reuses "
                  "its run file (Table 3's seakr row reads Table 1's)")
+        if args.workers:
+            line += (f". Over {args.workers} Ray workers (runner.engine: ray, one GPU each): "
+                     f"{spread(hours, args.workers):,.1f} hours of wall time = {hours:,.1f} / {args.workers}, "
+                     "ARITHMETIC (each worker assumed to keep the paper's pace, which was one run on 4 GPUs; "
+                     "questions divided evenly), not measured")
     else:
         line += (f"; no hours: the paper's Table 7 timed its own model, not {cfg['model.name']} "
                  f"(`status` gives a run's own pace once it has started)")
+        if args.workers:
+            line += f", so none to divide over {args.workers} workers"
     print(line)
 
 
 def cmd_run(args):
     from .artifacts import spec_for
     from .core.config import parse_override
-    from .steps.grid import BackendPool, run_grid, select_questions
-    from .llm import load_backend
+    from .steps.engine import open_pool
+    from .steps.grid import run_grid, select_questions
     from .steps.prepare import ensure_index, open_profile_searcher, prepare_datasets
 
     cfg = _config(args)
@@ -179,9 +186,12 @@ def cmd_run(args):
     ensure_index(cfg, progress=not args.quiet)
     overrides = dict(parse_override(s) for s in (args.method_set or []))
     spec = spec_for(args.method, args.label, overrides)      # Self-RAG: its own checkpoint
-    pool = BackendPool(cfg, load_backend(cfg) if spec.model is None else None)
-    results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg), [spec],
-                                [args.dataset], args.n, progress=not args.quiet)
+    pool = open_pool(cfg, primary=spec.model is None)   # runner.engine: here, or Ray workers
+    try:
+        results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg), [spec],
+                                    [args.dataset], args.n, progress=not args.quiet)
+    finally:
+        pool.close()
     if skipped:
         raise UserError(next(iter(skipped.values())), setting="method",
                         fix="supply what the message names, or choose another method")
@@ -266,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("cost", cmd_cost, "question-runs per paper table and their hours at the paper's Table 7 "
             "pace (arithmetic, before a run)")
     p.add_argument("--runs", action="store_true", help="also list every run (method x data set)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="also divide the hours over N Ray workers (arithmetic)")
 
     p = add("run", cmd_run, "run one method on one data set (resumable), print EM/F1 and costs")
     p.add_argument("--method", required=True,

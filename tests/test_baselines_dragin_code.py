@@ -233,7 +233,7 @@ def test_efficiency_times_the_faithful_baselines_on_their_float32_model(monkeypa
     monkeypatch.setattr(tables, "select_questions", lambda cfg, dataset, n: [Q])
     loads, used = [], []
 
-    def load(cfg, cache=None, dtype=None):
+    def load(cfg, name=None, cache=None, dtype=None):
         backend = FakeBackend(lambda prompt, stop: "So the answer is Ann Lee.")
         backend.dtype = dtype
         loads.append(dtype)

@@ -56,6 +56,8 @@ DECLARED_TYPES: dict[str, tuple] = {
     "analysis.n_questions": (int, None),
     "seakr.simple_qa_passages_path": (str, None),
     "reproduce.cell_timeout": (int, float, None),
+    "runner.engine": ("local", "ray"),
+    "runner.workers": (int, "auto"),
 }
 
 # Sections whose keys are not fixed by base.yaml: model name -> local directory; notebook name ->

@@ -7,7 +7,8 @@ The hours are ARITHMETIC: questions x the paper's seconds per question. The pape
 DRAGIN and SeaKR on two complex sets only; every SeaKR-family row (ablations, backbones) takes
 SeaKR's pace, a set the paper did not time takes the mean of its two, and methods it did not
 time get no hours (their question-runs are still counted). `python -m seakr_repro cost --profile
-paper` prints the table; `status` gives the pace a run actually keeps once it has started.
+paper` prints the table (`--workers N`: the hours divided over N Ray workers, `spread`); `status`
+gives the pace a run actually keeps once it has started.
 """
 from __future__ import annotations
 
@@ -113,3 +114,14 @@ def totals(runs: pd.DataFrame) -> tuple[int, int, float]:
         return int(runs["questions"].sum()), 0, 0.0
     timed = runs["hours"].notna()
     return int(runs["questions"].sum()), int(runs.loc[timed, "questions"].sum()), float(runs["hours"].sum())
+
+
+def spread(hours: float, workers: int) -> float:
+    """Wall-clock hours of `hours` of question-runs over `workers` Ray workers (runner.engine:
+    ray): hours / workers. ARITHMETIC: it assumes each worker keeps the pace the hours were
+    computed at and that the questions divide evenly (they are handed out one at a time, so the
+    last few questions of a run are the only idle time); nothing here measured it."""
+    if workers < 1:
+        from ..core.errors import UserError
+        raise UserError(f"--workers is {workers}", setting="--workers", fix="give 1 or more workers")
+    return hours / workers

@@ -170,6 +170,8 @@ def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,
                    tag: str | None = None) -> Path:
     """Extract every record not yet done; one float16 .npy + one JSON line per question.
+    `backend` may be an `engine.FleetBackend` (runner.engine: ray): Ray workers extract, this
+    process writes, in the order they finish.
 
     A crash mid-question leaves nothing half-written: the .npy appears by an atomic rename, the
     JSON line after it (a torn last line is dropped on resume), and a question lacking either is
@@ -186,14 +188,20 @@ def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = 
         from ..core.disk import require_free_space
         need = len(todo) * 2 * len(HOOKS) * backend.n_layers * cfg["uncertainty.k"] * backend.hidden_size
         require_free_space(out, need, f"step 02 ({len(todo)} questions of float16 vectors)")
-    with open(rows_path, "a", encoding="utf-8") as fh:
-        for record in tqdm(todo, desc="closed-book samples + EOS vectors", unit="q",
-                           disable=not progress, mininterval=2.0):
-            row, arrays = extract_question(backend, record, cfg, n_shot)
-            write_vectors(out, record.id, arrays)
-            if record.id not in done:
+    fleet = getattr(backend, "fleet", None)      # runner.engine: ray: the workers answer
+    if fleet is not None:
+        finished = fleet.map([(r.id, ("extract", backend.model, r, n_shot)) for r in todo])
+    else:
+        finished = ((r.id, extract_question(backend, r, cfg, n_shot)) for r in todo)
+    with open(rows_path, "a", encoding="utf-8") as fh, \
+            tqdm(total=len(todo), desc="closed-book samples + EOS vectors", unit="q",
+                 disable=not progress, mininterval=2.0) as bar:
+        for qid, (row, arrays) in finished:      # this process alone writes, as they finish
+            write_vectors(out, qid, arrays)
+            if qid not in done:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 fh.flush()
+            bar.update(1)
     return out
 
 

@@ -173,9 +173,11 @@ def analysis_datasets(cfg: Config) -> list[str]:
 def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
              datasets: Sequence[str], n_questions: int | None = None, table: str = "",
              progress: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Run every spec on every data set; return (tidy results, {label: why it has no numbers})."""
+    """Run every spec on every data set; return (tidy results, {label: why it has no numbers}).
+    `pool` is a `BackendPool`, or `engine.FleetPool` (runner.engine: ray: Ray workers answer,
+    this process writes; `engine.open_pool` gives the profile's)."""
     from ..evaluation import score_predictions
-    from ..methods import build_method
+    from .engine import method_on
     from .runner import mark_current, run_method, run_path, summarise
 
     from .disk_needs import require_for_runs
@@ -192,7 +194,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 settings = {**method_settings(cfg, spec.method, deltas),
                             **row_overrides(cfg, spec.overrides)}
                 backend = pool.get(spec.model, model_dtype(spec.method, settings))
-                method = build_method(spec.method, backend, searcher, dataset, **settings)
+                method = method_on(backend, spec.method, searcher, dataset, settings)
             except DataMissingError as err:      # the whole paragraph: the path and how to get it
                 skipped[spec.label] = err.paragraph()
                 break

@@ -110,7 +110,8 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
                    n_candidates: int, n_shot: int, ks: Sequence[int],
                    progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`trial` for every (record, gold) not yet in `out_dir/trials.jsonl` (one JSON line per
-    question, appended and flushed as it finishes: a crash loses at most the current question);
+    question, appended and flushed as it finishes: a crash loses at most the current question;
+    on Ray workers, when `backend` is an `engine.FleetBackend`, in the order they finish);
     returns (re-ranking table, retrieval scores table) of every finished trial of `pairs`."""
     from ..core.progress import tqdm
 
@@ -119,12 +120,19 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
     path = out_dir / "trials.jsonl"
     done = {row["id"] for _, row in iter_jsonl(path)} if path.is_file() else set()
     todo = [(r, g) for r, g in pairs if r.id not in done]
-    with open(path, "a", encoding="utf-8") as fh:
-        for record, gold in tqdm(todo, desc="mechanisms: closed-book, gold and BM25 passages",
-                                 unit="q", disable=not progress, mininterval=2.0):
-            row = trial(record, gold, searcher, backend, cfg, n_candidates, n_shot, ks)
+    fleet = getattr(backend, "fleet", None)      # runner.engine: ray: the workers run the trials
+    if fleet is not None:
+        finished = fleet.map([(r.id, ("trial", backend.model, r, g, n_candidates, n_shot, list(ks)))
+                              for r, g in todo])
+    else:
+        finished = ((r.id, trial(r, g, searcher, backend, cfg, n_candidates, n_shot, ks)) for r, g in todo)
+    with open(path, "a", encoding="utf-8") as fh, \
+            tqdm(total=len(todo), desc="mechanisms: closed-book, gold and BM25 passages", unit="q",
+                 disable=not progress, mininterval=2.0) as bar:
+        for _, row in finished:                 # this process alone writes, as they finish
             fh.write(json.dumps(row, ensure_ascii=False, default=float) + "\n")
             fh.flush()
+            bar.update(1)
     wanted = {r.id for r, _ in pairs}
     rows = [row for _, row in iter_jsonl(path) if row["id"] in wanted]
     rerank = pd.DataFrame([{k: v for k, v in row["rerank"].items() if k != "candidates"} for row in rows])
@@ -226,8 +234,8 @@ def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: in
     (or skipped.json with the download instructions when the set is not on disk)."""
     from ..core.paths import FIGURES_DIR, results_dir
     from ..core.provenance import save_dataframe, save_json
-    from ..llm import load_backend
     from ..reporting.figures import save_figure
+    from .engine import close_backend, open_backend
     from .prepare import open_profile_searcher
 
     dataset = dataset or cfg["datasets.simple"][0]
@@ -237,12 +245,16 @@ def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: in
     if skipped:   # the ledger then reports these claims from Table 3 alone
         save_json({"dataset": dataset, "skipped": skipped}, out / "skipped.json", cfg)
         return MechanismsRun(dataset, skipped)
-    backend = load_backend(cfg)
+    backend = open_backend(cfg)                  # here, or Ray workers (runner.engine)
     ks = [k for k in ks if k <= cfg["uncertainty.k"]]
     if progress:
         print(f"{backend.name}: {len(pairs)} questions of {dataset} with their gold passage in the index, "
               f"{n_candidates} candidate passages each, k = {cfg['uncertainty.k']}")
-    rerank, retrieval = run_mechanisms(pairs, searcher, backend, cfg, out, n_candidates, n_shot, ks, progress)
+    try:
+        rerank, retrieval = run_mechanisms(pairs, searcher, backend, cfg, out, n_candidates, n_shot, ks,
+                                           progress)
+    finally:
+        close_backend(backend)                   # the model (or the workers) is not needed below
     save_dataframe(rerank, out / "rerank.csv", cfg, dataset=dataset, n_candidates=n_candidates, n_shot=n_shot)
     save_dataframe(retrieval, out / "retrieval_scores.csv", cfg, dataset=dataset, n_shot=n_shot)
     boot = dict(n_boot=cfg["evaluation.bootstrap_samples"], seed=cfg["seed"])

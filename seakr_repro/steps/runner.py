@@ -107,6 +107,52 @@ def _plain(obj: Any) -> Any:
     return asdict(obj) if is_dataclass(obj) else obj
 
 
+def _score(pred: str, golds: list[str]) -> dict:
+    from ..evaluation import exact_match, f1_score
+
+    return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
+
+
+def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], dict] | None = None,
+               concurrency: int = 1) -> dict:
+    """One finished question's row (`run_method` documents it): the local runner and every Ray
+    worker (`steps.engine`) build it here, so both engines write the same rows."""
+    from ..llm.batching import worker
+    from ..llm.cache import counting
+    from ..methods.base import MethodResult
+
+    scorer = scorer or _score
+    scoped = backend is not None and getattr(backend, "scoped_counts", False)
+    with worker(backend), counting() as counter:
+        before = _counters(backend) if backend is not None and not scoped else {}
+        oom_before = _oom_retries(backend)
+        t0 = time.perf_counter()
+        try:
+            result, failed = method.run(record), None
+        except QuestionError as err:     # this question's own problem: record it, go on
+            result, failed = MethodResult(answer="", raw_output=""), err.paragraph()
+        seconds = time.perf_counter() - t0
+        after = _counters(backend) if backend is not None and not scoped else {}
+    delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
+    row = {
+        "id": record.id, "question": record.question, "golds": list(record.golds),
+        "type": record.type, "answer": result.answer,
+        **scorer(result.answer or "", list(record.golds)),
+        "n_retrievals": result.n_retrievals,
+        "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
+        "prompt_tokens": delta.get("prompt_tokens", 0),
+        "tokens": delta.get("generated_tokens", 0),
+        "seconds": round(seconds, 3), "oom_retries": _oom_retries(backend) - oom_before,
+        "raw_output": result.raw_output, "extra": _plain(result.extra),
+        "trace": [_plain(t) for t in result.trace],
+    }
+    if concurrency > 1:
+        row["concurrency"] = concurrency
+    if failed:
+        row["failed"] = failed
+    return row
+
+
 def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                scorer: Callable[[str, list[str]], dict] | None = None, progress: bool = True,
                desc: str | None = None, limit: int | None = None, concurrency: int = 1) -> list[dict]:
@@ -122,18 +168,12 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     calls (vLLM, or the transformers backend under `llm.batching.ThreadBatcher`); rows are written
     as questions finish, so the file order may differ from the record order. `seconds` is then each
     question's own wall time, overlapping with others'.
+
+    With runner.engine: ray, `backend` is a `steps.engine.FleetBackend` and `method` its
+    `RemoteMethod`: Ray workers answer the questions (`concurrency` at a time each) and this
+    process writes their rows as they arrive, to the same file, so resume works alike.
     """
     from ..core.progress import tqdm
-
-    from ..llm.batching import worker
-    from ..llm.cache import counting
-    from ..methods.base import MethodResult
-
-    if scorer is None:
-        from ..evaluation import exact_match, f1_score
-
-        def scorer(pred, golds):
-            return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds)}
 
     concurrency = int(concurrency or 1)
     why_not = one_at_a_time(method, backend)
@@ -152,37 +192,10 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     todo = [r for r in records if r.id not in done]
     if limit is not None:
         todo = todo[:max(0, limit - len(done))]
-    scoped = backend is not None and getattr(backend, "scoped_counts", False)
+    fleet = getattr(backend, "fleet", None)      # runner.engine: ray (a `engine.FleetBackend`)
 
     def one(record):
-        with worker(backend), counting() as counter:
-            before = _counters(backend) if backend is not None and not scoped else {}
-            oom_before = _oom_retries(backend)
-            t0 = time.perf_counter()
-            try:
-                result, failed = method.run(record), None
-            except QuestionError as err:     # this question's own problem: record it, go on
-                result, failed = MethodResult(answer="", raw_output=""), err.paragraph()
-            seconds = time.perf_counter() - t0
-            after = _counters(backend) if backend is not None and not scoped else {}
-        delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
-        row = {
-            "id": record.id, "question": record.question, "golds": list(record.golds),
-            "type": record.type, "answer": result.answer,
-            **scorer(result.answer or "", list(record.golds)),
-            "n_retrievals": result.n_retrievals,
-            "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
-            "prompt_tokens": delta.get("prompt_tokens", 0),
-            "tokens": delta.get("generated_tokens", 0),
-            "seconds": round(seconds, 3), "oom_retries": _oom_retries(backend) - oom_before,
-            "raw_output": result.raw_output, "extra": _plain(result.extra),
-            "trace": [_plain(t) for t in result.trace],
-        }
-        if concurrency > 1:
-            row["concurrency"] = concurrency
-        if failed:
-            row["failed"] = failed
-        return row
+        return answer_row(method, record, backend, scorer, concurrency)
 
     bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
                desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
@@ -195,7 +208,13 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                 done_rows.append(row)
                 bar.update(1)
 
-            if concurrency == 1:
+            if fleet is not None:
+                # the workers answer; this process alone writes, in the order they finish
+                bar.set_postfix_str(f"{fleet.size} Ray workers", refresh=False)
+                for _, row in fleet.map([(r.id, method.task(r, scorer, concurrency)) for r in todo],
+                                        per_worker=concurrency):
+                    write(row)
+            elif concurrency == 1:
                 for record in todo:
                     write(one(record))
             else:

@@ -130,6 +130,10 @@ def run_step(cfg: Config, n_questions: int | None, n_train: int, n_kbae: int, kb
     from .prepare import open_profile_searcher, profile_datasets
 
     out = results_dir(cfg.profile) / "10-seed-methods"
+    if cfg.get("runner.engine", "local") == "ray":
+        import warnings
+        warnings.warn("runner.engine is ray, but notebook 10 runs on the local engine: SKR's labels "
+                      "and KBAE's training use the model in this process", stacklevel=2)
     pool = BackendPool(cfg, load_backend(cfg))
     try:
         results, skipped, labels = run_seed_methods(cfg, pool, open_profile_searcher(cfg), profile_datasets(cfg),

@@ -27,29 +27,38 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
                        n_questions: int, progress: bool = True) -> pd.DataFrame:
     """Table 7: wall time, LLM calls, tokens and retrievals per question, measured with the LLM
     call cache OFF (a cached re-run would time nothing), on `n_questions` of each set."""
-    from ..evaluation import Interval, bootstrap_ci
-    from ..llm import CachedBackend, load_backend
-    from ..methods import build_method
-    from .runner import config_hash, run_method, summarise
+    from .engine import close_backend, open_backend
 
     deltas = deltas_for(cfg)
     out_dir = results_dir(cfg.profile) / "09-efficiency" / "runs"
-    rows = []
     # each method on the model as it runs in the tables (the faithful baselines' float32 model,
-    # `Method.model_dtype`), one load per dtype
+    # `Method.model_dtype`), one load per dtype; the call cache off, its counters on (on Ray: each
+    # worker's)
     dtypes = {name: model_dtype(name, method_settings(cfg, name, deltas)) for name in methods}
-    loaded, backend = object(), None
-    for name in sorted(methods, key=lambda m: dtypes[m] is not None):
-        if dtypes[name] != loaded:
-            close = getattr(backend, "close", None)    # optional (BackendExtras)
-            if callable(close):
-                close()
-            backend = CachedBackend(load_backend(cfg, cache=False, dtype=dtypes[name]),
-                                    enabled=False)  # counts, never caches
-            loaded = dtypes[name]
+    rows, backend = [], None
+    try:
+        for dtype in sorted(set(dtypes.values()), key=lambda d: d is not None):
+            backend = open_backend(cfg, cached=False, dtype=dtype)
+            rows += _timed_runs(cfg, backend, searcher, [m for m in methods if dtypes[m] == dtype],
+                                datasets, n_questions, deltas, out_dir, progress)
+            close_backend(backend)
+            backend = None
+    finally:
+        if backend is not None:
+            close_backend(backend)
+    return pd.DataFrame(rows)
+
+
+def _timed_runs(cfg, backend, searcher, methods, datasets, n_questions, deltas, out_dir, progress):
+    from ..evaluation import Interval, bootstrap_ci
+    from .engine import method_on
+    from .runner import config_hash, run_method, summarise
+
+    rows = []
+    for name in methods:
         for dataset in datasets:
             records = select_questions(cfg, dataset, n_questions)
-            method = build_method(name, backend, searcher, dataset, **method_settings(cfg, name, deltas))
+            method = method_on(backend, name, searcher, dataset, method_settings(cfg, name, deltas))
             path = out_dir / dataset / f"{name}-{config_hash(method.config)}.jsonl"
             done = run_method(method, records, path, backend=backend, progress=progress,
                               desc=f"timing {name} on {dataset}")
@@ -64,7 +73,7 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
                          "llm_calls_per_q": costs["llm_calls_per_q"], "tokens_per_q": costs["tokens_per_q"],
                          "retrievals_per_q": costs["retrievals_per_q"], "n": costs["questions"],
                          "run_file": str(path.relative_to(results_dir(cfg.profile)))})
-    return pd.DataFrame(rows)
+    return rows
 
 
 def calibrate_backbone(cfg: Config, backend, records, n_shot: int, progress: bool = True) -> dict:
@@ -169,8 +178,8 @@ def run_table(key: str, cfg: Config, n_questions: int | None = None, *,
         return TableRun(results, {})
     own_pool = pool is None
     if own_pool:
-        from ..llm import load_backend
-        pool = BackendPool(cfg, load_backend(cfg))
+        from .engine import open_pool
+        pool = open_pool(cfg)        # the profile's model here, or Ray workers (runner.engine)
     try:
         extra = None
         if spec.kind == "backbones":

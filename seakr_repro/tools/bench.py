@@ -11,6 +11,9 @@ A check feeds (b)'s completions through (a)'s vector pass: the vectors must agre
 
     python -m seakr_repro.tools.bench [--profile default] [--repeats 3] [--threads N]
 
+`--ray` measures the Ray engine instead (`tools/bench_ray.py`: questions per minute with 1 and 2
+workers against the local engine, and the arithmetic for 8 GPUs).
+
 `--shared` (what `make bench` runs second) measures shared-prefix decoding against today's path
 (`model.shared_prefix: false`: the prompt's KV cache copied into every row), all in one run:
   - one k = 20 uncertainty evaluation of the 10-shot prompt (same tokens, vectors compared);
@@ -465,6 +468,11 @@ def _time(fn, repeats: int) -> tuple[list[float], object]:
 
 
 def main(argv=None) -> dict:
+    import sys
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--ray" in argv:       # the Ray engine against the local one (tools/bench_ray.py)
+        from .bench_ray import main as ray_main
+        return ray_main([a for a in argv if a != "--ray"])
     ap = argparse.ArgumentParser(prog="python -m seakr_repro.tools.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="default")
     ap.add_argument("--repeats", type=int, default=3)

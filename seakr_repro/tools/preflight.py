@@ -261,6 +261,7 @@ def baselines_dtype(cfg: Config) -> str | None:
 
 def check_gpu(cfg: Config, report: Report) -> None:
     from ..core.device import resolve_device
+    from ..steps.engine import uses_ray
 
     setting = cfg["model.device"]
     if setting == "cpu":
@@ -275,6 +276,8 @@ def check_gpu(cfg: Config, report: Report) -> None:
     if device == "cpu":
         report.ok.append("device: CPU (model.device: auto, and torch sees no CUDA GPU)")
         return
+    if uses_ray(cfg) and cfg["runner.ray_address"] != "local":
+        return          # the workers' GPUs count, not this node's (check_cluster)
     import torch
 
     total = torch.cuda.get_device_properties(0).total_memory
@@ -298,6 +301,45 @@ def check_gpu(cfg: Config, report: Report) -> None:
             f"baselines.dtype: {cfg['model.dtype']}, a departure from DRAGIN's runs)")
 
 
+def check_cluster(cfg: Config, report: Report) -> None:
+    """runner.engine: ray: the workers the cluster gives (`engine.survey`), each worker's GPU
+    memory against the model, and the BM25 index seen by every worker."""
+    from ..retrieval.index import META_NAME, index_dir_for
+    from ..steps.engine import asks, survey, uses_ray
+
+    if not uses_ray(cfg):
+        return
+    try:
+        n, each, infos = survey(cfg)
+    except UserError as err:
+        report.problems.append(f"Ray cluster: {_reason(err)}")
+        return
+    if infos is None:
+        report.ok.append(f"Ray: {n} workers ({asks(each)} each) in a cluster started on this machine")
+        return
+    hosts = sorted({i["host"] for i in infos})
+    report.ok.append(f"Ray cluster at {cfg['runner.ray_address']}: {n} workers ({asks(each)} each) on "
+                     f"{len(hosts)} node(s): {', '.join(hosts)}")
+    need = gpu_need_bytes(cfg)
+    short = [i for i in infos if i["gpus"] and need and (i["gpu_memory"] or 0) * len(i["gpus"]) < need]
+    for i in short:
+        report.problems.append(
+            f"Ray worker {i['slot']} on {i['host']}: {cfg['model.name']} in {cfg['model.dtype']} needs "
+            f"about {human_bytes(need)} of GPU memory, its GPU(s) have "
+            f"{human_bytes((i['gpu_memory'] or 0) * len(i['gpus']))} (fix: use nodes with larger GPUs, "
+            "or vLLM with model.vllm.tensor_parallel_size: 2 for two GPUs per worker)")
+    index = index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"], cfg["retrieval.scheme"])
+    blind = sorted({i["host"] for i in infos if not i["index_visible"]})
+    if (index / META_NAME).is_file() and blind:
+        report.problems.append(
+            f"Ray workers on {', '.join(blind)} do not see the BM25 index at {index} (fix: put data/ on "
+            "a filesystem every node mounts at the same path, or run `python -m seakr_repro index "
+            f"--profile {cfg.profile}` on each of those nodes)")
+    elif blind:
+        report.ok.append(f"index: not built yet; every Ray node must see it at {index} once it is "
+                         "(data/ on a shared filesystem, or `python -m seakr_repro index` on each node)")
+
+
 def note_work(cfg: Config, report: Report) -> None:
     """How much the paper tables amount to (`steps.cost`): question-runs, and hours at the paper's
     Table 7 pace for the methods it timed. Information, never a problem."""
@@ -319,8 +361,8 @@ def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
                  lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
-                 lambda r: check_disk(cfg, r),
-                 lambda r: check_gpu(cfg, r), lambda r: note_work(cfg, r)):
+                 lambda r: check_disk(cfg, r), lambda r: check_gpu(cfg, r),
+                 lambda r: check_cluster(cfg, r), lambda r: note_work(cfg, r)):
         step(report)
     return report
 

@@ -200,5 +200,9 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
                   "config: current = the file the row's latest run wrote, older = an earlier "
                   "configuration's file):",
                   runs.to_markdown(index=False)]
+    from ..steps.engine import workers_report
+    workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
+    if workers:
+        parts += ["", workers]
     parts += ["", "disk: " + disk_status(cfg, cache), f"(status took {time.perf_counter() - t0:.1f} s)"]
     return "\n".join(parts)
