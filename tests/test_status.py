@@ -164,3 +164,15 @@ def test_a_step_is_stale_when_a_step_it_reads_ran_again(results):
     steps = status.step_status(cfg).set_index("step")["state"]
     assert steps["04-complex-qa"] == "stale: a step it reads ran again or will: 03-uncertainty-estimators"
     assert steps["02-extract-hidden-states"] == "done" and steps["01-build-bm25-index"] == "done"
+
+
+def test_a_runs_total_is_the_one_the_last_reproduce_asked_for(results):
+    """`reproduce --set notebooks.04-complex-qa.N_QUESTIONS=2` (or --param 04:N_QUESTIONS=2): status
+    counts 2 questions to do, not the profile's whole prepared set."""
+    from seakr_repro.core.io import write_json
+    from seakr_repro.pipeline import LAST_RUN
+
+    assert status.run_status(load_config("default")).set_index("run").loc["seakr", "total"] == 10
+    write_json(results / LAST_RUN, {"overrides": {}, "parameters": {"04-complex-qa": {"N_QUESTIONS": 2}}})
+    seakr = status.run_status(load_config("default")).set_index("run").loc["seakr"]
+    assert (seakr["done"], seakr["total"], seakr["eta"]) == (4, 2, "done")

@@ -114,12 +114,24 @@ def stopped_line(cfg: Config, run: dict | None, notebooks_dir: Path = NOTEBOOKS_
             f"{who}; resume with: {resume}")
 
 
+def with_last_run(cfg: Config) -> Config:
+    """`cfg` with the last `reproduce`'s --set overrides and --param values (as notebooks.<nb>.<NAME>)
+    on top, so a run's total is the one it was asked for, not the bare profile's."""
+    from ..pipeline import last_run_arguments
+
+    last = last_run_arguments(_results(cfg))
+    extra = {**last["overrides"], **{f"notebooks.{nb}.{name}": value
+                                     for nb, values in last["parameters"].items() for name, value in values.items()}}
+    return cfg.with_overrides(extra) if extra else cfg
+
+
 def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     from ..evaluation import score_predictions
     from ..steps.runner import current_name, read_results
 
     runs = _results(cfg) / "runs"
     n_boot = n_boot or cfg.get("evaluation.bootstrap_samples", 1000)
+    cfg = with_last_run(cfg)              # totals as the last run was asked: its --set and --param
     sizes: dict = {}
     rows = []
     for path in sorted(runs.glob("*/*.jsonl")) if runs.is_dir() else []:
