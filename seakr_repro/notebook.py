@@ -174,19 +174,8 @@ def resolve(cell: Mapping[str, Any], committed: Mapping[str, Any] | None,
 
 
 def command_line_parameters() -> dict[str, Any]:
-    raw = os.environ.get(PARAMETERS_ENV, "").strip()
-    if not raw:
-        return {}
-    from .core.errors import UserError
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{PARAMETERS_ENV} is not valid JSON ({e})", setting=PARAMETERS_ENV,
-                        fix='unset it, or give an object such as {"N_BOOT": 200}') from None
-    if not isinstance(value, dict):
-        raise UserError(f"{PARAMETERS_ENV} must be a JSON object", setting=PARAMETERS_ENV,
-                        fix='e.g. {"N_BOOT": 200}')
-    return value
+    from .core.config import env_json_object
+    return env_json_object(PARAMETERS_ENV, '{"N_BOOT": 200}')
 
 
 def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = None,

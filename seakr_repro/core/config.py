@@ -511,16 +511,21 @@ def on_gpu(device: str) -> bool:
     return device == "cuda"
 
 
-def env_overrides() -> dict[str, Any]:
-    raw = os.environ.get(OVERRIDES_ENV, "").strip()
+def env_json_object(name: str, example: str, what: str = "a JSON object") -> dict[str, Any]:
+    """The JSON object in environment variable `name` ({} when unset or empty); a value that is
+    not one stops with the variable named and `example` as the fix."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise UserError(f"{OVERRIDES_ENV} is not valid JSON ({e})", setting=OVERRIDES_ENV,
-                        fix='unset it, or give an object such as {"model.backend": "vllm"}') from None
+        raise UserError(f"{name} is not valid JSON ({e})", setting=name,
+                        fix=f"unset it, or give an object such as {example}") from None
     if not isinstance(value, dict):
-        raise UserError(f"{OVERRIDES_ENV} must be a JSON object of dotted keys",
-                        setting=OVERRIDES_ENV, fix='e.g. {"model.backend": "vllm"}')
+        raise UserError(f"{name} must be {what}", setting=name, fix=f"e.g. {example}")
     return value
+
+
+def env_overrides() -> dict[str, Any]:
+    return env_json_object(OVERRIDES_ENV, '{"model.backend": "vllm"}', "a JSON object of dotted keys")
