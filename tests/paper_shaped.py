@@ -17,13 +17,22 @@
   the real repositories' file layout and invented example lists.
 
 Every text is invented; nothing of the official repositories or data sets is copied here.
+
+`run_env(root)`, `overrides(made)` and `cli(root, ...)` run the package on them as a user would:
+the paper-shaped run (tests/test_paper_shaped_run.py) and its crash test (tests/test_crash_resume.py).
 """
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+from seakr_repro.core.config import load_config
+from seakr_repro.core.paths import REPO_ROOT
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -336,3 +345,34 @@ def build_raw(root: Path) -> dict:
     models = write_models(root / "models")
     return {"raw": raw, "models": models, "tsv": raw / "psgs_w100.tsv",
             "seakr": raw / "SeaKR", "dragin": raw / "DRAGIN"}
+
+
+def run_env(root: Path) -> dict:
+    """The environment of a run on root's stand-ins: its data, cache and results folders under
+    root (SEAKR_RAW_DIR and friends), no model from the user's settings or Hugging Face cache."""
+    env = dict(os.environ)
+    env.update({"SEAKR_RAW_DIR": str(root / "raw"), "SEAKR_CACHE_DIR": str(root / "cache"),
+                "SEAKR_RESULTS_DIR": str(root / "results"), "SEAKR_FIGURES_DIR": str(root / "figures"),
+                "SEAKR_TABLES_DIR": str(root / "tables"), "HF_HUB_OFFLINE": "1",
+                "HF_HUB_CACHE": str(root / "empty-hub"), "SEAKR_MODEL_PATH": "",
+                "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                "OMP_NUM_THREADS": "1"})
+    env.pop("SEAKR_OVERRIDES", None)
+    return env
+
+
+def overrides(made: dict) -> list[str]:
+    """Where the models are (a user names their own directories the same way) and the CPU; the
+    corpus, the data sets and the clones sit at the profile's own places under SEAKR_RAW_DIR."""
+    models = made["models"]
+    sets = [f"model.path={models['llama-2-7b-chat']}", "model.device=cpu",
+            "model.paths=" + json.dumps({"llama-2-7b": str(models["llama-2-7b"]),
+                                          "selfrag-llama2-7b": str(models["selfrag-llama2-7b"])})]
+    if "dragin_repo" in (load_config("base")["prompts"] or {}):     # issue 21's faithful baselines
+        sets.append(f"prompts.dragin_repo={made['dragin']}")
+    return [s for item in sets for s in ("--set", item)]
+
+
+def cli(root: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "seakr_repro", *args], cwd=REPO_ROOT, env=run_env(root),
+                          capture_output=True, text=True, timeout=timeout)

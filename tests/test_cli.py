@@ -34,6 +34,28 @@ def test_bad_tsv_gives_one_paragraph_without_traceback(tmp_path):
     assert not (tmp_path / "c.jsonl").exists()
 
 
+def test_an_error_paragraph_breaks_lines_only_between_words():
+    """A path or a command in an error (the lock's holder names its whole command) is copied from
+    the terminal: the paragraph must not cut it at a hyphen or inside a long word."""
+    import io
+
+    from seakr_repro.core.errors import UserError, report_and_exit
+
+    path = "/tmp/pytest-of-someone/run-with-a-long-name/results/paper-tiny/reproduce.lock"
+    command = ("SEAKR_RESULTS_DIR=/tmp/pytest-of-someone/run-with-a-long-name/results .venv/bin/python "
+               "-m seakr_repro reproduce --profile paper-tiny --set model.path=/x/" + "y" * 120)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exit_:
+        report_and_exit(UserError(f"another run is running ({command})", path=path, fix="wait"), out)
+    assert exit_.value.code == 2
+    text = out.getvalue()
+    assert text.startswith("error: ") and len(text.splitlines()) > 1
+    words = text.split()
+    assert path + ":" in words and "model.path=/x/" + "y" * 120 + ")." in words
+    assert " ".join(words[1:]) == UserError(f"another run is running ({command})", path=path,
+                                            fix="wait").paragraph()
+
+
 def test_unknown_profile_is_explained():
     res = run_cli("prepare", "--profile", "nonexistent", "--quiet")
     assert res.returncode == 2 and "Traceback" not in res.stderr

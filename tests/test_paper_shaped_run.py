@@ -11,51 +11,18 @@ ran, not the default profile's.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from paper_shaped import build_raw
+from paper_shaped import build_raw, cli, overrides
 from seakr_repro.core.config import load_config
-from seakr_repro.core.paths import REPO_ROOT
 from seakr_repro.pipeline import notebook_steps
 
 # the module's fixture runs the whole reproduce (about 5 minutes on 2 busy cores) inside its first test
 pytestmark = [pytest.mark.notebooks, pytest.mark.timeout(2400)]
 PROFILE = "paper-tiny"
-
-
-def _env(root: Path) -> dict:
-    env = dict(os.environ)
-    env.update({"SEAKR_RAW_DIR": str(root / "raw"), "SEAKR_CACHE_DIR": str(root / "cache"),
-                "SEAKR_RESULTS_DIR": str(root / "results"), "SEAKR_FIGURES_DIR": str(root / "figures"),
-                "SEAKR_TABLES_DIR": str(root / "tables"), "HF_HUB_OFFLINE": "1",
-                "HF_HUB_CACHE": str(root / "empty-hub"), "SEAKR_MODEL_PATH": "",
-                "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                "OMP_NUM_THREADS": "1"})
-    return env
-
-
-def overrides(made: dict) -> list[str]:
-    """Where the models are (a user names their own directories the same way) and the CPU; the
-    corpus, the data sets and the clones sit at the profile's own places under SEAKR_RAW_DIR."""
-    models = made["models"]
-    sets = [f"model.path={models['llama-2-7b-chat']}", "model.device=cpu",
-            "model.paths=" + json.dumps({"llama-2-7b": str(models["llama-2-7b"]),
-                                          "selfrag-llama2-7b": str(models["selfrag-llama2-7b"])})]
-    if "dragin_repo" in (load_config("base")["prompts"] or {}):     # issue 21's faithful baselines
-        sets.append(f"prompts.dragin_repo={made['dragin']}")
-    return [s for item in sets for s in ("--set", item)]
-
-
-def cli(root: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "seakr_repro", *args], cwd=REPO_ROOT, env=_env(root),
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

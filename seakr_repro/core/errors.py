@@ -47,8 +47,11 @@ class QuestionError(UserError):
 
 
 def report_and_exit(err: UserError, stream=None) -> None:
-    """Print the error as one wrapped paragraph and exit with status 2 (no traceback)."""
+    """Print the error as one wrapped paragraph and exit with status 2 (no traceback).
+
+    Lines break only at spaces: a path or a setting (`results/paper-tiny/...`) stays whole, to be
+    copied as it is, even where that makes its line longer than 100 characters."""
     stream = stream or sys.stderr
-    print("error: " + textwrap.fill(err.paragraph(), width=100, subsequent_indent="  "),
-          file=stream)
+    print("error: " + textwrap.fill(err.paragraph(), width=100, subsequent_indent="  ",
+                                    break_long_words=False, break_on_hyphens=False), file=stream)
     raise SystemExit(2)
