@@ -18,8 +18,10 @@ TEXT = "Who directed Zorro Nights? Zorro Nights was directed by Ann Lee.\nQuesti
 def backend():
     from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.llm.registry import model_dir
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    return HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
+    yield HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
+    torch.set_num_threads(before)          # the process's setting, for the tests that follow
 
 
 def test_merge_words_follows_dragins_rule():

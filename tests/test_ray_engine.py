@@ -208,13 +208,23 @@ def test_step_02_and_notebook_11_match_the_local_engine(cluster, tiny_dir, tmp_p
         return (rows, vectors, rerank.sort_values("id", ignore_index=True),
                 retrieval.sort_values(["id", "condition"], ignore_index=True))
 
-    want = both(load_backend(local_cfg), "local")
+    # the same torch thread count as the workers (they inherit OMP_NUM_THREADS from this process):
+    # on a CPU, matrix products summed over another number of threads differ in the last bits
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", before)))
+    try:
+        want = both(load_backend(local_cfg), "local")
+    finally:
+        torch.set_num_threads(before)
     fleet = _fleet(_cfg(tiny_dir), 2, tmp_path, searcher=searcher)
     try:
         got = both(fleet.backend(), "ray")
     finally:
         fleet.close()
-    assert got[0] == want[0] and len(got[0]) == 3
+    differ = {(qid, k) for qid in want[0] for k in set(want[0][qid]) | set(got[0].get(qid, {}))
+              if want[0][qid].get(k) != got[0].get(qid, {}).get(k)}
+    assert not differ and len(got[0]) == 3, sorted(differ)
     for qid, v in want[1].items():
         np.testing.assert_array_equal(got[1][qid], v)
     assert got[2].equals(want[2]) and got[3].equals(want[3])

@@ -154,6 +154,11 @@ class BackendExtras(Protocol):
     tokenizer: Any
     """Optional (transformers and vLLM backends). The Hugging Face tokenizer."""
 
+    fleet: Any
+    """Optional, default None (a backend in this process). Set on `steps.engine.FleetBackend`, the
+    driver's handle on a model the Ray workers hold: the per-question loops hand their questions
+    to this `engine.Fleet` instead of calling the backend here."""
+
     generation_config: dict | None
     """Optional, default None (not read). The checkpoint's generation_config.json ({} when it has
     none): how `model.generate` decodes when told nothing, which the faithful baselines follow."""
