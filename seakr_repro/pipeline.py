@@ -222,19 +222,9 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     return final
 
 
-@contextlib.contextmanager
 def _overrides_env(overrides: dict[str, Any]):
-    """SEAKR_OVERRIDES for the notebook kernels started inside (they inherit the environment)."""
-    before = os.environ.get(OVERRIDES_ENV)
-    if overrides:
-        os.environ[OVERRIDES_ENV] = json.dumps(overrides)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(OVERRIDES_ENV, None)
-        else:
-            os.environ[OVERRIDES_ENV] = before
+    """SEAKR_OVERRIDES for the notebook kernels started inside (none given: left as it is)."""
+    return _environ({OVERRIDES_ENV: json.dumps(overrides)} if overrides else {})
 
 
 # the environment variables that change what a run reads or writes: a resume command repeats them
