@@ -108,7 +108,7 @@ def main() -> None:
     from seakr_repro.core.io import write_json
     from seakr_repro.core.paths import CACHE_DIR, TABLES_DIR
     from seakr_repro.core.provenance import provenance
-    from seakr_repro.steps.grid import deltas_for
+    from seakr_repro.runs.grid import deltas_for
 
     deltas = deltas_for(load_config(args.profile))
     rev = subprocess.run(["git", "rev-parse", "--short", args.rev], cwd=REPO, capture_output=True,

@@ -57,6 +57,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
 
+# Notebook 10's rows: the related methods run beside SeaKR (the run layer counts their questions)
+SEED_METHODS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn", "taikc", "taikc-kbae")
+
 # The rows of ours that the paper has no name for: the words a table shows, and its key's line.
 ROW_WORDS: dict[str, tuple[str, str]] = {
     "estimator-perplexity-true": ("Perplexity (true)", "the perplexity of the returned text's "
@@ -162,7 +165,7 @@ PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's del
 
 
 # The step graph: what each numbered notebook reads, so `reproduce` re-runs a step when one of
-# its own inputs changed and not when an unrelated step ran again (steps/graph.py). `reads`: the
+# its own inputs changed and not when an unrelated step ran again (step_graph.py). `reads`: the
 # steps whose outputs under results/<profile>/ it reads (their folders, calibration/delta.json,
 # the run files); `settings`: the profile's sections it reads (None: all of them; a notebook's
 # own `notebooks:` entry enters through its parameters); `shipped`: folders under data/ it reads.

@@ -67,7 +67,7 @@ def cmd_search(args):
 def cmd_datasets(args):
     from .data.registry import DATASETS, TRAIN_SPLITS, dataset_available, describe_missing
     from .core.paths import RESULTS_ROOT
-    from .steps.prepare import profile_datasets
+    from .runs.inputs import profile_datasets
 
     cfg = _config(args)
     used = profile_datasets(cfg)
@@ -144,7 +144,7 @@ def cmd_status(args):
 
 
 def cmd_cost(args):
-    from .steps.cost import pace_applies, question_runs, spread, summary, totals, with_hours
+    from .runs.cost import pace_applies, question_runs, spread, summary, totals, with_hours
 
     cfg = _config(args)
     paced = pace_applies(cfg)        # the paper's seconds are for its model only
@@ -176,9 +176,10 @@ def cmd_cost(args):
 def cmd_run(args):
     from .artifacts import spec_for
     from .core.config import parse_override
-    from .steps.engine import open_pool
-    from .steps.grid import run_grid, select_questions
-    from .steps.prepare import ensure_index, open_profile_searcher, prepare_datasets
+    from .runs.engine import open_pool
+    from .runs.grid import run_grid, select_questions
+    from .steps.prepare import ensure_index, prepare_datasets
+    from .runs.inputs import open_profile_searcher
 
     cfg = _config(args)
     prepare_datasets(cfg, [args.dataset])

@@ -1,7 +1,7 @@
 """`make reproduce`: run the numbered notebooks in order under papermill, incrementally.
 
 Each executed notebook is kept as results/<profile>/notebooks/<name>.ipynb (the log of the run).
-A step re-runs only when one of its own inputs changed (steps/graph.py over artifacts.STEPS): its
+A step re-runs only when one of its own inputs changed (step_graph.py over artifacts.STEPS): its
 code cells, the parameters it runs with, the profile sections and package modules it reads, or a
 step whose outputs it reads; `plan` says which and why (`reproduce --dry-run`, `status`).
 Execution goes to a temporary file that is renamed on success, so a failed run never leaves a
@@ -286,13 +286,13 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
          parameters: dict[str, dict] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
          overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None,
          announce=None) -> list:
-    """What `reproduce` would do, step by step, and why (`steps.graph.Planned`). With `execute`
+    """What `reproduce` would do, step by step, and why (`step_graph.Planned`). With `execute`
     (a function of the notebook and its Planned), each step to run is handed to it in order and
     its stamp written when it returns; without, nothing runs (`reproduce --dry-run`, `status`).
     `results`: the profile's results folder to read (default: results_dir, created if missing);
     `announce`: called with each step that does not run, in order."""
     from .notebook import effective_parameters
-    from .steps import graph
+    from . import step_graph as graph
 
     cfg: Config = load_config(profile, overrides)
     parameters = parameters or {}        # the command line's (--param), per notebook
@@ -346,7 +346,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
               overrides: dict[str, Any] | None = None, cell_timeout: float | None = None,
               preflight: bool = True) -> list[StepResult]:
     """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged
-    (`plan`, over the step graph of steps/graph.py).
+    (`plan`, over the step graph of step_graph.py).
 
     `parameters` ({notebook: {NAME: value}}, the CLI's --param) win over the parameters cell and
     the profile. `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through

@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from seakr_repro.runs import inputs
 from seakr_repro import artifacts
-from seakr_repro.steps import grid, tables, render
+from seakr_repro.runs import grid
+from seakr_repro.steps import tables, render
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import UserError
 from seakr_repro.core.paths import NOTEBOOKS_DIR
@@ -44,13 +46,12 @@ def test_run_table_runs_exactly_the_declared_rows(key, monkeypatch, tmp_path):
     from fakes import FakeBackend, FakeSearcher
 
     import seakr_repro.core.paths as paths
-    import seakr_repro.steps.prepare as prepare
-    import seakr_repro.steps.runner as runner
+    import seakr_repro.runs.runner as runner
     from seakr_repro.data.records import QuestionRecord
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
     record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
-    monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
+    monkeypatch.setattr(inputs, "load_prepared", lambda cfg, dataset: [record])
     from seakr_repro.uncertainty.registry import ESTIMATORS
     for step in (grid, tables):
         monkeypatch.setattr(step, "deltas_for", lambda cfg: {n: -6.0 for n in ESTIMATORS})

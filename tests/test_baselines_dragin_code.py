@@ -13,7 +13,7 @@ from seakr_repro.data.records import QuestionRecord
 from seakr_repro.methods import build_method
 from seakr_repro.methods.base import _QUESTION
 from seakr_repro.methods.dragin import attention_query
-from seakr_repro.steps import grid
+from seakr_repro.runs import grid
 
 Q = QuestionRecord(id="q1", question="Who directed the film Zorro Nights?", answers=["Ann Lee"])
 DOCS = [hit("d1", "Zorro Nights was directed by Ann Lee."), hit("d2", "Ann Lee is a director."),
@@ -239,7 +239,7 @@ def test_efficiency_times_the_faithful_baselines_on_their_float32_model(monkeypa
         loads.append(dtype)
         return backend
     monkeypatch.setattr("seakr_repro.llm.load_backend", load)
-    from seakr_repro.steps import runner
+    from seakr_repro.runs import runner
     orig = runner.run_method
     monkeypatch.setattr(runner, "run_method", lambda method, records, path, backend, **kw: used.append(
         (method.name, backend.backend.dtype)) or orig(method, records, path, backend=backend, **kw))

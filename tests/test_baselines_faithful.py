@@ -3,7 +3,7 @@ runs them, with the scripted backend; and DRAGIN's answer extraction."""
 import pytest
 
 from fakes import FakeBackend, FakeSearcher, fake_tokens, gen, hit
-from seakr_repro.steps import grid
+from seakr_repro.runs import grid
 from seakr_repro.core.config import load_config
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.core.errors import UserError

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from seakr_repro.runs import inputs
 from seakr_repro.tools import bench
 
 
@@ -14,14 +15,15 @@ from seakr_repro.tools import bench
 def fake_seakr(monkeypatch, tmp_path):
     """Questions q0..q3; each backend answers from its `answers` and takes its `seconds`."""
     from seakr_repro.core import paths
-    from seakr_repro.steps import grid, prepare
+    from seakr_repro.runs import grid
+    from seakr_repro.steps import prepare
     from seakr_repro.tools import bench_backends
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path / "results")
     monkeypatch.setattr(prepare, "prepare_datasets", lambda cfg, names: None)
     monkeypatch.setattr(prepare, "ensure_index", lambda cfg: None)
-    monkeypatch.setattr(prepare, "open_profile_searcher", lambda cfg: None)
-    monkeypatch.setattr(prepare, "load_prepared",
+    monkeypatch.setattr(inputs, "open_profile_searcher", lambda cfg: None)
+    monkeypatch.setattr(inputs, "load_prepared",
                         lambda cfg, d: [SimpleNamespace(id=f"q{i}") for i in range(4)])
     monkeypatch.setattr(grid, "deltas_for", lambda cfg: {"eigen": -6.0})
     calls = []

@@ -1,10 +1,10 @@
-"""Question-runs per paper table and their hours at the paper's Table 7 pace (steps/cost.py)."""
+"""Question-runs per paper table and their hours at the paper's Table 7 pace (runs/cost.py)."""
 import math
 
 from seakr_repro.artifacts import ABLATIONS, REASONING_ABLATIONS, methods
 from seakr_repro.cli import main
 from seakr_repro.core.config import load_config
-from seakr_repro.steps import cost
+from seakr_repro.runs import cost, plan
 
 
 def test_default_profile_counts_follow_the_declarations():
@@ -56,9 +56,9 @@ def test_hours_use_the_papers_pace_and_only_where_it_timed_the_method():
 
 def test_notebook_parameter_profile_entry_wins_over_the_notebook():
     cfg = load_config("default")
-    assert cost.notebook_parameter(cfg, "09-efficiency", "N_QUESTIONS") == 2     # params/default.yaml
-    assert cost.notebook_parameter(cfg, "04-complex-qa", "N_QUESTIONS") is None     # the notebook's
-    assert cost.notebook_parameter(load_config("smoke"), "04-complex-qa", "N_QUESTIONS") == 1
+    assert plan.notebook_parameter(cfg, "09-efficiency", "N_QUESTIONS") == 2     # params/default.yaml
+    assert plan.notebook_parameter(cfg, "04-complex-qa", "N_QUESTIONS") is None     # the notebook's
+    assert plan.notebook_parameter(load_config("smoke"), "04-complex-qa", "N_QUESTIONS") == 1
 
 
 def test_cost_command_prints_the_table(capsys):

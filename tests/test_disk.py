@@ -1,7 +1,8 @@
 import pytest
 
+from seakr_repro.runs import inputs
 from seakr_repro.core import disk
-from seakr_repro.steps import disk_needs
+from seakr_repro.runs import disk_needs
 from seakr_repro.core.errors import UserError
 
 
@@ -25,9 +26,8 @@ def test_require_free_space_names_the_need_and_the_path(tmp_path):
 
 def test_estimate_needs_per_profile(tmp_path, monkeypatch):
     from seakr_repro.core.config import load_config
-    from seakr_repro.steps import prepare
 
-    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path)       # no corpus built: the known counts
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path)       # no corpus built: the known counts
     paper = disk_needs.estimate_needs(load_config("paper"))
     assert set(paper) == {"corpus_jsonl", "index", "call_cache", "step02_vectors", "run_files"}
     # 1,788 calibration questions x 2 hooks x 32 layers x 20 samples x 4,096 dims x 2 bytes
@@ -46,10 +46,9 @@ def test_per_question_needs_follow_the_profile_s_question_counts(tmp_path, monke
     questions as the cost count has them (datasets.n_questions, a notebook's N_QUESTIONS, the
     analysis sample), not the paper's full sets."""
     from seakr_repro.core.config import load_config
-    from seakr_repro.steps import prepare
-    from seakr_repro.steps.cost import question_runs
+    from seakr_repro.runs.cost import question_runs
 
-    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path)
     full = disk_needs.estimate_needs(load_config("paper"))
     small_cfg = load_config("paper", {"datasets.n_questions": 2, "analysis.n_questions": 2})
     small = disk_needs.estimate_needs(small_cfg)
@@ -71,7 +70,7 @@ def test_the_corpus_on_disk_is_measured_not_assumed(tmp_path, monkeypatch):
     from seakr_repro.core.config import load_config
     from seakr_repro.steps import prepare
 
-    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path / "cache")
     tsv = tmp_path / "psgs_w100.tsv"
     tsv.write_text("id\ttext\ttitle\n" + "".join(f'{i}\t"some passage text {i}"\tTitle {i}\n'
                                                 for i in range(1, 4812)))
@@ -92,7 +91,7 @@ def test_the_corpus_on_disk_is_measured_not_assumed(tmp_path, monkeypatch):
 
 
 def test_method_runs_check_the_profile_s_disk_needs(tmp_path, monkeypatch):
-    from seakr_repro.steps import grid
+    from seakr_repro.runs import grid
     from seakr_repro.core.config import load_config
 
     monkeypatch.setattr(disk, "free_bytes", lambda path: 1024)

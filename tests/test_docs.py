@@ -184,7 +184,7 @@ def setting_candidates(span):
 
 def unknown_settings(text, base, code_namespaces):
     """Dotted keys named in code spans that base.yaml lacks. A key whose first part is not a
-    top-level setting but a module of the package (`steps.grid`) or an importable module
+    top-level setting but a module of the package (`runs.grid`) or an importable module
     (`torch.multinomial`) is code and skipped."""
     bad = []
     shell_lines = [line for lang, body in fenced_blocks(text) if lang in SHELL_LANGS for line in body.splitlines()]
@@ -303,8 +303,8 @@ def test_unknown_settings_are_reported():
     base, code = _base(), _code_namespaces()
     good = ("`seakr.mode`, `seakr.mode: fixed`, `model.vllm.allow_untested_version: true`, "
             "`--set retrieval.backend=bm25s`, `cache.vectors`")
-    not_settings = ("`steps/runner.py`, `cli.py`, `seakr_repro.steps.disk_needs.estimate_needs(cfg)`, "
-                    "`steps.grid.run_grid`, `torch.multinomial`, `LLM.collective_rpc`, `psgs_w100.tsv`, "
+    not_settings = ("`runs/runner.py`, `cli.py`, `seakr_repro.runs.disk_needs.estimate_needs(cfg)`, "
+                    "`runs.grid.run_grid`, `torch.multinomial`, `LLM.collective_rpc`, `psgs_w100.tsv`, "
                     "`hotpot_train_v1.1.json`, `vllm==0.32.0`, `nq-test.qa.csv`")
     assert unknown_settings(good + " " + not_settings, base, code) == []
     bad = ("`seakr.moed`, `seakrr.mode: fixed`, `model.vllm.allow_untested`, `--set model.dtyp=float16`\n"

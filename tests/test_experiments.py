@@ -1,7 +1,9 @@
 """How profile settings reach the methods, and that training never sees an evaluated question."""
 import pytest
 
-from seakr_repro.steps import grid, seed_methods, tables
+from seakr_repro.runs import inputs
+from seakr_repro.runs import grid
+from seakr_repro.steps import seed_methods, tables
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.methods import METHODS
@@ -34,6 +36,7 @@ def test_train_split_is_disjoint_from_the_evaluation_sample(tmp_path, monkeypatc
     import seakr_repro.steps.prepare as prepare
 
     monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(inputs, "results_dir", lambda p: tmp_path / p)
     for step in (grid, tables, seed_methods):
         monkeypatch.setattr(step, "results_dir", lambda p: tmp_path / p)
     cfg = load_config("smoke")
@@ -87,7 +90,7 @@ def test_the_default_loader_reads_other_models_from_model_paths(monkeypatch, tmp
 
 def test_grid_runs_all_data_sets_of_a_model_before_the_next():
     from seakr_repro.artifacts import RunSpec
-    from seakr_repro.steps.grid import model_order
+    from seakr_repro.runs.grid import model_order
     specs = [RunSpec("seakr", "seakr"), RunSpec("self_rag", "self_rag", model="selfrag-llama2-7b"),
              RunSpec("cot", "cot"), RunSpec("b", "seakr", model="llama-3-8b"),
              RunSpec("own", "cot", model="llama-2-7b-chat")]
@@ -103,14 +106,13 @@ def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path
     sys.path.insert(0, str(Path(__file__).parent))
     from fakes import FakeBackend, FakeSearcher
 
-    import seakr_repro.steps.prepare as prepare
-    import seakr_repro.steps.runner as runner
+    import seakr_repro.runs.runner as runner
     from seakr_repro.data.records import QuestionRecord
     from seakr_repro.artifacts import RunSpec
-    from seakr_repro.steps.grid import BackendPool, run_grid
+    from seakr_repro.runs.grid import BackendPool, run_grid
 
     record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
-    monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
+    monkeypatch.setattr(inputs, "load_prepared", lambda cfg, dataset: [record])
     monkeypatch.setattr(grid, "deltas_for", lambda cfg: {"eigen": -6.0})
     monkeypatch.setattr(grid, "results_dir", lambda profile: tmp_path)
     monkeypatch.setattr(runner, "run_path", lambda p, d, label, c: tmp_path / d / f"{label}.jsonl")
@@ -142,6 +144,7 @@ def results_in(tmp_path, monkeypatch):
     import seakr_repro.steps.prepare as prepare
 
     monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(inputs, "results_dir", lambda p: tmp_path / p)
     for step in (grid, tables, seed_methods):
         monkeypatch.setattr(step, "results_dir", lambda p: tmp_path / p)
     return tmp_path

@@ -112,8 +112,11 @@ def test_graph_resolves_relative_imports():
     assert "seakr_repro.core.errors" in graph["seakr_repro.llm.model_info"]
 
 
-def test_no_import_cycles():
-    cycle = find_cycle(import_graph())
+@pytest.mark.parametrize("deferred", [False, True], ids=["module-level", "with-function-bodies"])
+def test_no_import_cycles(deferred):
+    """No circle, not even through an import inside a function: each module reads as a floor
+    above the ones it needs."""
+    cycle = find_cycle(import_graph(deferred=deferred))
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
@@ -133,11 +136,11 @@ def test_every_module_imports(name):
 
 
 # The layers, lowest first: a module imports only from its own layer or below, even inside a
-# function, so the folders read as the pipeline (steps over the library, tools and the command
-# line over the steps).
+# function, so the folders read as the pipeline: the library, then the runs that answer questions
+# at scale, the notebook steps over them, tools, the step graph and the command line over the steps.
 LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "llm": 1,
-          "uncertainty": 2, "methods": 3, "reporting": 3, "artifacts": 3, "steps": 4, "notebook": 4,
-          "tools": 5, "pipeline": 5, "cli": 6, "__main__": 7}
+          "uncertainty": 2, "methods": 3, "reporting": 3, "artifacts": 3, "runs": 4,
+          "steps": 5, "notebook": 5, "tools": 6, "pipeline": 6, "step_graph": 6, "cli": 7, "__main__": 8}
 # core.config checks a profile's data-set names against the data registry when it loads
 UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry")}
 
@@ -155,3 +158,50 @@ def test_no_import_runs_up_a_layer():
     upward = sorted((m, t) for m, targets in import_graph(deferred=True).items() for t in targets
                     if _layer(t) > _layer(m) and (m, t) not in UPWARD_ALLOWED)
     assert not upward, "imports that run up a layer: " + "; ".join(f"{m} -> {t}" for m, t in upward)
+
+
+def _notebook_imports() -> set[str]:
+    """The package modules the notebooks' code cells import."""
+    import json
+    found = set()
+    for nb in sorted((ROOT.parent / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for node in _every_import(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+                elif isinstance(node, ast.Import):
+                    found |= {a.name for a in node.names}
+    return found & set(MODULES)
+
+
+# render's claims ledger is notebook 90's own (render.render_ledger calls it)
+STEP_PARTS = {"seakr_repro.steps.claims": "seakr_repro.steps.render"}
+
+
+def test_steps_holds_notebook_steps_only():
+    """Each module of steps/ is one a notebook calls (or a part of one), and steps/ imports no
+    notebook step's machinery from elsewhere upward."""
+    steps = {m for m in MODULES if m.startswith("seakr_repro.steps.")}
+    called = _notebook_imports()
+    stray = sorted(m for m in steps if m not in called and STEP_PARTS.get(m) not in called)
+    assert not stray, "modules in steps/ that no notebook calls: " + ", ".join(stray)
+
+
+def test_runs_never_imports_a_step():
+    graph = import_graph(deferred=True)
+    up = sorted((m, t) for m, targets in graph.items() if m.startswith("seakr_repro.runs")
+                for t in targets if t.startswith("seakr_repro.steps"))
+    assert not up, "; ".join(f"{m} -> {t}" for m, t in up)
+
+
+def test_moved_run_modules_keep_their_old_names():
+    """A notebook written when the run machinery lived in steps/ still imports it by those names:
+    the same module objects, under their own names."""
+    import seakr_repro.steps.grid as old_grid
+    from seakr_repro.runs import engine, grid
+    from seakr_repro.steps.engine import open_backend
+
+    assert old_grid is grid and open_backend is engine.open_backend
+    assert grid.__spec__.name == "seakr_repro.runs.grid"

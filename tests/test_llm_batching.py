@@ -171,7 +171,7 @@ def smollm():
 def test_seakr_gives_the_same_answers_and_u_with_questions_side_by_side(smollm, tmp_path):
     from seakr_repro.llm.cache import CachedBackend
     from seakr_repro.methods import build_method
-    from seakr_repro.steps.runner import run_method
+    from seakr_repro.runs.runner import run_method
 
     def run(concurrency, backend):
         cached = CachedBackend(backend, root=tmp_path / f"c{concurrency}", enabled=False)

@@ -228,7 +228,7 @@ def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
     from seakr_repro.llm.hf.backend import HFBackend
     from seakr_repro.methods.base import MethodResult
     from seakr_repro.data.records import QuestionRecord
-    from seakr_repro.steps.runner import run_method
+    from seakr_repro.runs.runner import run_method
 
     new, _ = pair
     be = HFBackend(new.model, new.tokenizer, new.name)

@@ -179,7 +179,7 @@ def test_simple_qa_official_setting_checks(tmp_path):
 
 def test_profiles_choose_the_official_inputs_in_paper_only():
     from seakr_repro.core.config import load_config
-    from seakr_repro.steps.grid import method_settings
+    from seakr_repro.runs.grid import method_settings
     paper, default = load_config("paper"), load_config("default")
     s = method_settings(paper, "seakr", {})
     assert (s["simple_qa_passages"], s["demos"], s["official_repo"]) == ("official", "official", "data/raw/SeaKR")

@@ -12,12 +12,14 @@ import pandas as pd
 import pytest
 
 from fakes import FakeBackend, FakeSearcher
+from seakr_repro.runs import inputs
 from seakr_repro.core import paths
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, QuestionError
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.data.registry import top10_questions
-from seakr_repro.steps import grid, prepare, runner
+from seakr_repro.runs import grid, runner
+from seakr_repro.steps import prepare
 from seakr_repro.steps.render import failure_note
 from seakr_repro.tools import preflight
 
@@ -62,6 +64,7 @@ def test_simple_qa_evaluates_the_top10_files_questions(raw, columns):
 def test_step00_prepares_simple_qa_from_the_top10_file_and_reports_the_unmatched(raw, tmp_path, monkeypatch,
                                                                                 capsys):
     monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / "results" / p)
+    monkeypatch.setattr(inputs, "results_dir", lambda p: tmp_path / "results" / p)
     _top10(raw / "singlehop_data" / "nq_top10.json",
            ["who got the first nobel prize in physics", "not in the dev file"])
     cfg = load_config("paper", {"datasets.simple": ["nq"], "datasets.complex": []})
@@ -79,6 +82,7 @@ def test_step00_prepares_simple_qa_from_the_top10_file_and_reports_the_unmatched
 
 def test_a_missing_top10_file_stops_step00_with_where_to_get_it(raw, tmp_path, monkeypatch):
     monkeypatch.setattr(prepare, "results_dir", lambda p: tmp_path / "results" / p)
+    monkeypatch.setattr(inputs, "results_dir", lambda p: tmp_path / "results" / p)
     cfg = load_config("paper", {"datasets.simple": ["nq"], "datasets.complex": []})
     with pytest.raises(DataMissingError, match="singlehop_data.zip") as err:
         prepare.prepare_datasets(cfg)
@@ -162,9 +166,9 @@ def test_a_skipped_row_keeps_the_path_and_how_to_get_it(monkeypatch, tmp_path):
     from seakr_repro.artifacts import RunSpec
 
     record = QuestionRecord(id="q1", question="Who?", answers=["Ann"])
-    monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: [record])
+    monkeypatch.setattr(inputs, "load_prepared", lambda cfg, dataset: [record])
     monkeypatch.setattr(grid, "deltas_for", lambda cfg: {"eigen": -6.0})
-    monkeypatch.setattr("seakr_repro.steps.disk_needs.require_for_runs", lambda cfg: None)
+    monkeypatch.setattr("seakr_repro.runs.disk_needs.require_for_runs", lambda cfg: None)
     cfg = load_config("paper", {"seakr.simple_qa_passages_path": str(tmp_path / "sq_top10.json")})
     pool = grid.BackendPool(cfg, loader=lambda c, name: FakeBackend(lambda p, s: "x"))
     _, skipped = grid.run_grid(cfg, pool, FakeSearcher([]), [RunSpec("seakr", "seakr")], ["squad"],

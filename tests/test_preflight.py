@@ -3,6 +3,7 @@ missing piece is reported at once, each with where to get it and where to put it
 
 import pytest
 
+from seakr_repro.runs import inputs
 from seakr_repro.core import paths
 from seakr_repro.tools import preflight
 from seakr_repro.steps import prepare
@@ -18,7 +19,7 @@ def bare_machine(tmp_path, monkeypatch):
     import torch
     monkeypatch.setattr(paths, "RAW_DIR", tmp_path / "raw")
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr("seakr_repro.retrieval.index.CACHE_DIR", tmp_path / "cache")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.delenv("SEAKR_MODEL_PATH", raising=False)
@@ -108,7 +109,7 @@ def test_built_parts_are_not_counted_again(bare_machine):
     corpus = prepare.corpus_path(cfg)
     corpus.parent.mkdir(parents=True)
     corpus.write_text("{}\n")
-    from seakr_repro.steps.disk_needs import estimate_needs
+    from seakr_repro.runs.disk_needs import estimate_needs
     need = estimate_needs(cfg)
     assert need["index"] == 771          # the index of the one passage on disk, not of 21M
     assert before > sum(need.values())

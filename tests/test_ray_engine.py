@@ -20,11 +20,12 @@ import ray  # noqa: E402  (pinned in requirements.txt: a missing install fails h
 
 from fakes import FakeBackend, FakeSearcher  # noqa: E402
 
+from seakr_repro.runs import inputs  # noqa: E402
 from seakr_repro.core.config import load_config  # noqa: E402
 from seakr_repro.core.errors import UserError  # noqa: E402
 from seakr_repro.data.records import QuestionRecord  # noqa: E402
 from seakr_repro.retrieval.base import Hit  # noqa: E402
-from seakr_repro.steps import engine  # noqa: E402
+from seakr_repro.runs import engine  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +142,9 @@ def test_a_cuda_profile_on_a_cluster_without_gpus_is_one_clear_error(cluster, tm
 
 def _grid(cfg, pool, searcher, tmp_path, monkeypatch, records, tag):
     from seakr_repro.artifacts import RunSpec
-    from seakr_repro.steps import grid, prepare, runner
+    from seakr_repro.runs import grid, runner
 
-    monkeypatch.setattr(prepare, "load_prepared", lambda cfg, dataset: records)
+    monkeypatch.setattr(inputs, "load_prepared", lambda cfg, dataset: records)
     monkeypatch.setattr(grid, "deltas_for", lambda cfg: {"eigen": -6.0})
     monkeypatch.setattr(grid, "results_dir", lambda profile: tmp_path / tag)
     monkeypatch.setattr(runner, "run_path",
@@ -161,7 +162,7 @@ def _grid(cfg, pool, searcher, tmp_path, monkeypatch, records, tag):
 
 def test_run_grid_rows_match_the_local_engine_with_1_and_2_workers(cluster, tiny_dir, tmp_path, monkeypatch):
     from seakr_repro.data.registry import load_dataset
-    from seakr_repro.steps.grid import BackendPool
+    from seakr_repro.runs.grid import BackendPool
 
     records = load_dataset("bundled-2wiki", n=3, seed=1)
     searcher = PassageSearcher()
@@ -246,7 +247,7 @@ def scripted_loader(marker_dir, cfg, name):
 
 
 def test_a_worker_killed_mid_question_loses_nothing_and_writes_nothing_twice(cluster, tmp_path):
-    from seakr_repro.steps.runner import read_results, run_method
+    from seakr_repro.runs.runner import read_results, run_method
 
     cfg = load_config("smoke", {"runner.engine": "ray"})
     records = [QuestionRecord(f"q{i}", f"Who wrote q{i}?", ["Ann"]) for i in range(8)]
@@ -297,7 +298,7 @@ def test_a_worker_killed_mid_question_loses_nothing_and_writes_nothing_twice(clu
 
 def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic(capsys):
     from seakr_repro.cli import main
-    from seakr_repro.steps import cost
+    from seakr_repro.runs import cost
 
     assert cost.spread(550.0, 8) == 68.75
     with pytest.raises(UserError):
@@ -366,7 +367,7 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
 
 
 def test_the_benchmark_arithmetic_for_8_gpus_comes_from_the_cost_count():
-    from seakr_repro.steps import cost
+    from seakr_repro.runs import cost
     from seakr_repro.tools import bench_ray
 
     rows = {r["profile"]: r for r in bench_ray.arithmetic(8)}

@@ -4,14 +4,15 @@ import json
 
 import pytest
 
-from seakr_repro.steps import plan, prepare, render
+from seakr_repro.runs import inputs, plan
+from seakr_repro.steps import prepare, render
 from seakr_repro.tools import status
 from seakr_repro.core.config import load_config
 
 
 @pytest.fixture
 def half_run(tmp_path, monkeypatch):
-    for module in (render, prepare):
+    for module in (render, prepare, inputs):
         monkeypatch.setattr(module, "results_dir", lambda p: tmp_path / p)
     monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
     monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path)
@@ -63,7 +64,7 @@ def test_the_recorded_current_file_wins_over_a_newer_older_configuration(half_ru
     configuration touched later (copied back, say) is not taken for the run in progress."""
     import os
 
-    from seakr_repro.steps.runner import mark_current
+    from seakr_repro.runs.runner import mark_current
     runs = half_run / "default" / "runs" / "bundled-2wiki"
     mark_current(runs / "seakr-bbbb.jsonl")
     os.utime(runs / "seakr-old0.jsonl")                  # now the newest file
@@ -83,7 +84,7 @@ def test_seakr_runs_first_in_the_method_notebooks():
     import nbformat
 
     from seakr_repro import artifacts
-    from seakr_repro.steps import grid
+    from seakr_repro.runs import grid
     from seakr_repro.core.paths import NOTEBOOKS_DIR
     assert grid.run_order(artifacts.methods("table1")) == \
         ["seakr", "cot", "ircot", "self_rag", "flare", "dragin"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from seakr_repro.core.errors import UserError
-from seakr_repro.steps.runner import read_results, run_method, summarise
+from seakr_repro.runs.runner import read_results, run_method, summarise
 
 
 @dataclass
@@ -61,7 +61,7 @@ CHILD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
     from test_runner import RECORDS, EchoMethod, scorer
-    from seakr_repro.steps.runner import run_method
+    from seakr_repro.runs.runner import run_method
     run_method(EchoMethod(delay=0.15), RECORDS, {out!r}, scorer=scorer, progress=False)
 """)
 

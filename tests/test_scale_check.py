@@ -2,6 +2,7 @@
 the report holds every measurement and the arithmetic."""
 import json
 
+from seakr_repro.runs import inputs
 from seakr_repro.tools import scale_check
 from seakr_repro.llm.base import Backend
 from seakr_repro.llm.registry import synthetic_backend
@@ -88,8 +89,8 @@ def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys, monkeypatch):
     assert set(ex["python_overhead_hours_per_method"]) == {"cot", "self_rag", "seakr"}
     # one source for the paper corpus's size: disk_needs, as docs/disk-and-memory.md's table and preflight
     from seakr_repro.core.config import load_config
-    from seakr_repro.steps import disk_needs, prepare
-    monkeypatch.setattr(prepare, "CACHE_DIR", tmp_path / "no-cache")
+    from seakr_repro.runs import disk_needs
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path / "no-cache")
     needs = disk_needs.estimate_needs(load_config("paper"))
     assert ex["corpus_jsonl_gib"] == round(needs["corpus_jsonl"] / 1024 ** 3, 1)
     assert ex["index_gib"] == round(needs["index"] / 1024 ** 3, 1)

@@ -10,7 +10,7 @@ import pytest
 
 from seakr_repro.core import runlock
 
-from seakr_repro.steps import plan
+from seakr_repro.runs import plan
 from seakr_repro.tools import status
 from seakr_repro.core.config import load_config
 
@@ -127,7 +127,7 @@ def test_no_lock_at_all_still_says_stopped_and_how_to_resume(results):
 
 
 def test_run_files_of_older_configurations_are_labelled(results):
-    from seakr_repro.steps.runner import mark_current
+    from seakr_repro.runs.runner import mark_current
     runs = results / "runs" / "bundled-2wiki"
     (runs / "seakr-old999.jsonl").write_text("".join(json.dumps(_row(i, True)) + "\n" for i in range(6)))
     table = status.run_status(load_config("default"))

@@ -10,7 +10,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from seakr_repro import pipeline
 from seakr_repro.artifacts import STEPS, Step
 from seakr_repro.core.config import load_config
-from seakr_repro.steps import graph
+from seakr_repro import step_graph as graph
 
 
 def _notebook(path, body, value="x"):
@@ -115,3 +115,9 @@ def test_a_shipped_notebook_ignores_sections_it_does_not_read():
 def test_an_old_stamp_is_said_to_be_old():
     assert "older reproduce" in graph.reasons({"stamp": "abc"}, {})[0]
     assert json.dumps(graph.reasons(None, {})) == '["it has not run yet"]'
+
+
+def test_an_old_name_of_a_run_module_is_that_module_to_the_graph():
+    files = {p.relative_to(graph.REPO_ROOT).as_posix()
+             for p in graph.imported_modules(["from seakr_repro.steps.engine import open_backend"])}
+    assert "seakr_repro/runs/engine.py" in files

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from seakr_repro import artifacts
-from seakr_repro.steps import estimators, extraction, grid
+from seakr_repro.runs import grid
+from seakr_repro.uncertainty import thresholds
+from seakr_repro.steps import estimators, extraction
 from seakr_repro.core.config import load_config
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.core.errors import DataMissingError
@@ -76,7 +78,7 @@ def test_step03_calibrates_on_the_u_seakr_computes_bit_for_bit():
 
 
 def _fake_delta(tmp_path, monkeypatch, deltas):
-    monkeypatch.setattr(estimators, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(thresholds, "results_dir", lambda p: tmp_path / p)
     write_json(tmp_path / "paper" / "calibration" / "delta.json", {"model": "x", "deltas": deltas})
     write_json(tmp_path / "default" / "calibration" / "delta.json", {"model": "x", "deltas": deltas})
 
@@ -96,7 +98,7 @@ def test_the_paper_profiles_delta_is_minus_6_after_notebook_03_has_run(tmp_path,
 
 
 def test_before_notebook_03_the_calibrated_row_is_skipped_and_eigen_is_the_profiles(tmp_path, monkeypatch):
-    monkeypatch.setattr(estimators, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(thresholds, "results_dir", lambda p: tmp_path / p)
     assert estimators.read_deltas(load_config("default")) == {"eigen": -6.0}
     with pytest.raises(DataMissingError, match="notebook 03"):
         grid.row_overrides(load_config("paper"), artifacts.ABLATIONS["calibrated-delta"])

@@ -155,7 +155,7 @@ class BackendExtras(Protocol):
     """Optional (transformers and vLLM backends). The Hugging Face tokenizer."""
 
     fleet: Any
-    """Optional, default None (a backend in this process). Set on `steps.engine.FleetBackend`, the
+    """Optional, default None (a backend in this process). Set on `runs.engine.FleetBackend`, the
     driver's handle on a model the Ray workers hold: the per-question loops hand their questions
     to this `engine.Fleet` instead of calling the backend here."""
 
@@ -184,7 +184,7 @@ class BackendExtras(Protocol):
 
     def close(self) -> None:
         """Optional, default nothing to free. Release the model's (GPU) memory; the backend is
-        unusable afterwards (`steps.grid.BackendPool` closes one before loading the next)."""
+        unusable afterwards (`runs.pool.BackendPool` closes one before loading the next)."""
         ...
 
     def reset_prefix_cache(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .runner import read_results
+from ..runs.runner import read_results
 
 
 def _cell(text: str, limit: int = 120) -> str:

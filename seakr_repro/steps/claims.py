@@ -257,7 +257,7 @@ INPUTS = ("03-uncertainty-estimators/question_scores.csv", f"{MECHANISMS}/retrie
 
 def _runs(res_dir, csv: str, table: str | None = None) -> dict[str, dict[str, list[dict]]]:
     """{method label: {dataset: per-question rows}} of one results CSV (its `run_file` column)."""
-    from .runner import read_results
+    from ..runs.runner import read_results
 
     path = res_dir / csv
     if not path.is_file():

@@ -11,8 +11,14 @@ import numpy as np
 from ..core.config import Config
 from ..core.errors import UserError
 from ..core.io import write_json
-from ..llm.model_info import middle_layer
-from ..core.paths import results_dir
+# the profile's U and thresholds as the methods read them; importable from this step as before
+from ..uncertainty.thresholds import (  # noqa: F401
+    calibrated_deltas,
+    delta_path,
+    read_deltas,
+    u_layer,
+    u_params,
+)
 
 if TYPE_CHECKING:
     import pandas
@@ -21,21 +27,6 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------------- estimators and delta
-def u_params(cfg: Config) -> dict:
-    """The estimator parameters of the profile (the same keys the methods' settings carry)."""
-    return {"alpha": cfg["uncertainty.alpha"], "variant": cfg["uncertainty.variant"]}
-
-
-def u_layer(cfg: Config, n_layers: int) -> int:
-    """`uncertainty.layer` resolved for a model of n_layers ("middle" = L/2 - 1)."""
-    layer = cfg["uncertainty.layer"]
-    layer = middle_layer(n_layers) if layer == "middle" else int(layer)
-    if not 0 <= layer < n_layers:
-        raise UserError(f"uncertainty.layer {layer} is outside 0..{n_layers - 1}",
-                        setting="uncertainty.layer", fix="use middle or a layer of the model")
-    return layer
-
-
 def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, params: dict,
                      names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """U per question for each registered estimator (`names`, default all), oriented so that
@@ -52,37 +43,9 @@ def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, par
     return registry.score_all(stats, params, names)
 
 
-def delta_path(cfg: Config, res: Path | None = None) -> Path:
-    """Step 03's thresholds under the profile's results (or the results directory `res`)."""
-    return (res or results_dir(cfg.profile)) / "calibration" / "delta.json"
-
-
 def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Path:
     return write_json(delta_path(cfg), {"model": cfg["model.name"], "deltas": deltas,
                                         "diagnostics": diagnostics})
-
-
-def calibrated_deltas(cfg: Config, res: Path | None = None) -> dict[str, float]:
-    """The per-estimator thresholds step 03 wrote (DataMissingError before it ran)."""
-    from ..core.errors import DataMissingError
-    from ..core.io import read_json
-
-    path = delta_path(cfg, res)
-    if not path.is_file():
-        raise DataMissingError("no calibrated delta yet", path=path,
-                               fix="run notebook 03-uncertainty-estimators")
-    return {k: float(v) for k, v in read_json(path)["deltas"].items()}
-
-
-def read_deltas(cfg: Config, res: Path | None = None) -> dict[str, float]:
-    """The thresholds the methods use. eigen: step 03's calibrated delta when
-    `uncertainty.use_calibrated_delta` and step 03 ran, else `uncertainty.delta` (the paper
-    profile: -6, fixed, as the official scripts). The other estimators have no official threshold:
-    theirs always come from step 03 when it ran."""
-    deltas = calibrated_deltas(cfg, res) if delta_path(cfg, res).is_file() else {}
-    if not (cfg["uncertainty.use_calibrated_delta"] and "eigen" in deltas):
-        deltas["eigen"] = float(cfg["uncertainty.delta"])
-    return deltas
 
 
 def question_scores(rows: list[dict], vectors: "VectorStore", cfg: Config, ks: Sequence[int],

@@ -33,7 +33,7 @@ from ..core.errors import UserError
 from ..core.io import iter_jsonl
 from ..core.paths import results_dir
 from ..llm.hooks import HOOKS
-from .estimators import u_layer, u_params
+from ..uncertainty.thresholds import u_layer, u_params
 
 if TYPE_CHECKING:
     pass
@@ -158,6 +158,11 @@ def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequen
     return out
 
 
+def extract_on_worker(worker, model: str, record, n_shot: int) -> tuple[dict, dict]:
+    """`extract_question` on a Ray worker (`runs.ray_worker.Worker`): its backend of `model`."""
+    return extract_question(worker.backend(model), record, worker.cfg, n_shot)
+
+
 def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
     """Step 02's folder; another backbone (Table 4) gets its own under 07-backbones/."""
     # another backend's samples go apart from the transformers backend's (no mixed resume)
@@ -190,7 +195,7 @@ def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = 
         require_free_space(out, need, f"step 02 ({len(todo)} questions of float16 vectors)")
     fleet = getattr(backend, "fleet", None)      # runner.engine: ray: the workers answer
     if fleet is not None:
-        finished = fleet.map([(r.id, ("extract", backend.model, r, n_shot)) for r in todo])
+        finished = fleet.map([(r.id, ("call", extract_on_worker, backend.model, r, n_shot)) for r in todo])
     else:
         finished = ((r.id, extract_question(backend, r, cfg, n_shot)) for r in todo)
     with open(rows_path, "a", encoding="utf-8") as fh, \

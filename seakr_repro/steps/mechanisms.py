@@ -106,6 +106,12 @@ def trial(record, gold, searcher, backend, cfg, n_candidates: int, n_shot: int,
     return {"id": record.id, "rerank": rerank, "retrieval": retrieval}
 
 
+def trial_on_worker(worker, model: str, record, gold, n_candidates: int, n_shot: int,
+                    ks: Sequence[int]) -> dict:
+    """`trial` on a Ray worker (`runs.ray_worker.Worker`): its searcher and backend of `model`."""
+    return trial(record, gold, worker.searcher(), worker.backend(model), worker.cfg, n_candidates, n_shot, ks)
+
+
 def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str | Path,
                    n_candidates: int, n_shot: int, ks: Sequence[int],
                    progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -122,8 +128,8 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
     todo = [(r, g) for r, g in pairs if r.id not in done]
     fleet = getattr(backend, "fleet", None)      # runner.engine: ray: the workers run the trials
     if fleet is not None:
-        finished = fleet.map([(r.id, ("trial", backend.model, r, g, n_candidates, n_shot, list(ks)))
-                              for r, g in todo])
+        finished = fleet.map([(r.id, ("call", trial_on_worker, backend.model, r, g, n_candidates, n_shot,
+                                        list(ks))) for r, g in todo])
     else:
         finished = ((r.id, trial(r, g, searcher, backend, cfg, n_candidates, n_shot, ks)) for r, g in todo)
     with open(path, "a", encoding="utf-8") as fh, \
@@ -235,8 +241,8 @@ def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: in
     from ..core.paths import FIGURES_DIR, results_dir
     from ..core.provenance import save_dataframe, save_json
     from ..reporting.figures import save_figure
-    from .engine import close_backend, open_backend
-    from .prepare import open_profile_searcher
+    from ..runs.engine import close_backend, open_backend
+    from ..runs.inputs import open_profile_searcher
 
     dataset = dataset or cfg["datasets.simple"][0]
     out = results_dir(cfg.profile) / "11-mechanisms"

@@ -7,20 +7,19 @@ from typing import TYPE_CHECKING
 from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.io import write_jsonl
-from ..core.paths import CACHE_DIR, results_dir, setting_path
+from ..core.paths import results_dir, setting_path
+# what the runs read of this step lives in the run layer; the names stay importable from here
+from ..runs.inputs import (  # noqa: F401
+    corpus_path,
+    load_prepared,
+    open_profile_searcher,
+    prepared_path,
+    profile_datasets,
+    with_text_field,
+)
 
 if TYPE_CHECKING:
     import pandas
-
-
-def _with_text(cfg: Config) -> bool:
-    """The two-field BM25 needs the passage text under a key of its own (corpus.WITH_TEXT_FIELDS)."""
-    return cfg.get("retrieval.scheme", "single_field") == "es_best_fields"
-
-
-def corpus_path(cfg: Config) -> Path:
-    suffix = "-fields" if _with_text(cfg) else ""
-    return CACHE_DIR / "corpus" / f"{cfg['corpus.name']}{suffix}.jsonl"
 
 
 def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> Path:
@@ -31,7 +30,7 @@ def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> 
     if out.is_file() and not rebuild:
         return out
     name = cfg["corpus.name"]
-    fields = corpus.WITH_TEXT_FIELDS if _with_text(cfg) else corpus.STORED_FIELDS
+    fields = corpus.WITH_TEXT_FIELDS if with_text_field(cfg) else corpus.STORED_FIELDS
     if name == "wiki-excerpt":
         corpus.build_wiki_excerpt_corpus(out, cfg["corpus.words_per_passage"], progress=progress,
                                          fields=fields)
@@ -42,10 +41,6 @@ def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> 
         raise UserError(f"unknown corpus '{name}'", setting="corpus.name",
                         fix="use wiki-excerpt or dpr-wiki")
     return out
-
-
-def profile_datasets(cfg: Config) -> list[str]:
-    return list(cfg["datasets.complex"]) + list(cfg["datasets.simple"])
 
 
 def top10_file(cfg: Config, name: str) -> Path | None:
@@ -132,17 +127,6 @@ def source_notes(cfg: Config) -> dict[str, dict]:
     return out
 
 
-def load_prepared(cfg: Config, name: str):
-    """The question set that step 00 saved for this profile."""
-    from ..data.records import QuestionRecord
-    from ..core.io import iter_jsonl
-
-    path = results_dir(cfg.profile) / "data" / f"{name}.jsonl"
-    return [QuestionRecord.from_dict(obj) for _, obj in
-            iter_jsonl(path, f"prepared data set '{name}'",
-                       f"run notebook 00-prepare-data (or `python -m seakr_repro prepare --profile {cfg.profile}`)")]
-
-
 def dataset_statistics(loaded: dict, notes: dict | None = None) -> "pandas.DataFrame":
     """Per data set: size (ours and the paper's Table 6), kind, question/answer lengths, types;
     with `notes` (`source_notes`), the top-10 file's questions the dev file lacks."""
@@ -180,12 +164,6 @@ def ensure_index(cfg: Config, progress: bool = True, force: bool = False) -> dic
     if force or not index_is_current(corpus_file, index_dir, backend, scheme=scheme):
         build_index(corpus_file, index_dir, backend=backend, progress=progress, scheme=scheme)
     return read_meta(index_dir)
-
-
-def open_profile_searcher(cfg: Config):
-    from ..retrieval.index import searcher_for
-
-    return searcher_for(cfg)
 
 
 def supporting_recall(cfg: Config, searcher, ks=(1, 3, 10)) -> "pandas.DataFrame":

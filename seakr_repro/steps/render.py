@@ -77,7 +77,7 @@ def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
 
 def _table_runs(cfg: Config, spec: Table) -> tuple[list[str], list[str]]:
     """(run labels, data sets) whose run files make up a table's rows (Tables 1-4)."""
-    from .tables import table_datasets
+    from ..runs.grid import table_datasets
 
     if spec.kind == "timing":         # timed runs of their own, not the shared run files
         return [], []
@@ -90,10 +90,10 @@ def partial_results(cfg: Config, spec: Table | str) -> tuple[pd.DataFrame, dict[
     ..."}. Per (label, data set) the newest run file is read (the one being written); only the
     questions of the prepared set count."""
     from ..evaluation import score_predictions
-    from .grid import select_questions
+    from ..runs.grid import select_questions
     from .prepare import load_prepared
-    from .runner import current_name, read_results
-    from .plan import run_total
+    from ..runs.runner import current_name, read_results
+    from ..runs.plan import run_total
 
     spec = _table(spec)
     labels, datasets = _table_runs(cfg, spec)
@@ -162,7 +162,7 @@ def official_drop_note(cfg: Config, spec: Table, ours: pd.DataFrame) -> dict[str
     package scores every question: the note counts the row's questions over 20 minutes (their
     own wall time, `seconds`) in the run files the rows name."""
     from ..data.registry import DATASETS
-    from .runner import read_results
+    from ..runs.runner import read_results
 
     if ours.empty or spec.rows not in ours.columns:
         return {}
@@ -230,7 +230,7 @@ def _caption_of(spec: Table, table: pd.DataFrame, *extra: str) -> str:
 
 
 def _datasets(cfg: Config, spec: Table) -> list[str]:
-    from .tables import table_datasets
+    from ..runs.grid import table_datasets
     return table_datasets(cfg, spec.key)
 
 

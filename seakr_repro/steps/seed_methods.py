@@ -7,11 +7,12 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..artifacts import RunSpec
+from ..artifacts import SEED_METHODS, RunSpec  # noqa: F401  (SEED_METHODS: its name here before)
 from ..core.config import Config
 from ..core.errors import DataMissingError
 from ..core.paths import results_dir
-from .grid import BackendPool, run_grid
+from ..runs.grid import run_grid
+from ..runs.pool import BackendPool
 
 
 def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[list, str]:
@@ -23,7 +24,7 @@ def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[
     put one."""
     from ..data.records import sample
     from ..data.registry import TRAIN_SPLITS, dataset_available, get_spec, load_dataset
-    from .prepare import load_prepared
+    from ..runs.inputs import load_prepared
 
     seed = cfg["datasets.sample_seed"]
     official = TRAIN_SPLITS.get(dataset)
@@ -50,8 +51,6 @@ def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
     """The records of `training_questions`."""
     return training_questions(cfg, dataset, n_train)[0]
 
-
-SEED_METHODS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn", "taikc", "taikc-kbae")
 
 
 def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequence[str],
@@ -127,7 +126,7 @@ def run_step(cfg: Config, n_questions: int | None, n_train: int, n_kbae: int, kb
     and searcher, saving results.csv, skr_labels.csv and skipped.json (with provenance)."""
     from ..core.provenance import save_dataframe, save_json
     from ..llm import load_backend
-    from .prepare import open_profile_searcher, profile_datasets
+    from ..runs.inputs import open_profile_searcher, profile_datasets
 
     out = results_dir(cfg.profile) / "10-seed-methods"
     if cfg.get("runner.engine", "local") == "ray":

@@ -12,22 +12,23 @@ from ..artifacts import RunSpec, table
 from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.paths import results_dir
-from .grid import (
-    BackendPool,
+from ..runs.grid import (  # noqa: F401  (table_datasets: notebook 07 reads it from here)
     analysis_datasets,
     deltas_for,
     method_settings,
     model_dtype,
     run_grid,
     select_questions,
+    table_datasets,
 )
+from ..runs.pool import BackendPool
 
 
 def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: Sequence[str],
                        n_questions: int, progress: bool = True) -> pd.DataFrame:
     """Table 7: wall time, LLM calls, tokens and retrievals per question, measured with the LLM
     call cache OFF (a cached re-run would time nothing), on `n_questions` of each set."""
-    from .engine import close_backend, open_backend
+    from ..runs.engine import close_backend, open_backend
 
     deltas = deltas_for(cfg)
     out_dir = results_dir(cfg.profile) / "09-efficiency" / "runs"
@@ -51,8 +52,8 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
 
 def _timed_runs(cfg, backend, searcher, methods, datasets, n_questions, deltas, out_dir, progress):
     from ..evaluation import Interval, bootstrap_ci
-    from .engine import method_on
-    from .runner import config_hash, run_method, summarise
+    from ..runs.engine import method_on
+    from ..runs.runner import config_hash, run_method, summarise
 
     rows = []
     for name in methods:
@@ -125,12 +126,6 @@ def run_backbones(cfg: Config, pool: BackendPool, searcher, models: Sequence[str
     return results, skipped, pd.DataFrame(calib)
 
 
-def table_datasets(cfg: Config, key: str) -> list[str]:
-    """The data sets a paper table runs on in this profile (its declaration's `datasets`)."""
-    kind = table(key).datasets
-    return analysis_datasets(cfg) if kind == "analysis" else list(cfg[f"datasets.{kind}"])
-
-
 @dataclass
 class TableRun:
     results: pd.DataFrame                 # tidy rows, as saved to <step>/results.csv
@@ -178,7 +173,7 @@ def run_table(key: str, cfg: Config, n_questions: int | None = None, *,
         return TableRun(results, {})
     own_pool = pool is None
     if own_pool:
-        from .engine import open_pool
+        from ..runs.engine import open_pool
         pool = open_pool(cfg)        # the profile's model here, or Ray workers (runner.engine)
     try:
         extra = None

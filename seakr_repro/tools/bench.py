@@ -226,9 +226,10 @@ def _seakr_alternating(cfg, backends: dict, dataset: str, n: int) -> dict:
 
     from .bench_backends import _run
     from ..core.paths import results_dir
-    from ..steps.grid import deltas_for
-    from ..steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
-    from ..steps.runner import read_results
+    from ..runs.grid import deltas_for
+    from ..steps.prepare import ensure_index, prepare_datasets
+    from ..runs.inputs import load_prepared, open_profile_searcher
+    from ..runs.runner import read_results
 
     if not (results_dir(cfg.profile) / "data" / f"{dataset}.jsonl").is_file():
         prepare_datasets(cfg, [dataset])

@@ -31,8 +31,8 @@ from pathlib import Path
 def _run(cfg, backend, searcher, dataset, records, deltas, concurrency, out_dir, label):
     from ..llm.cache import CachedBackend
     from ..methods import build_method
-    from ..steps.grid import method_settings
-    from ..steps.runner import run_method
+    from ..runs.grid import method_settings
+    from ..runs.runner import run_method
 
     backend.reset_prefix_cache()        # every run starts cold: the runs share prompts and seeds
     counted = CachedBackend(backend, root=out_dir / "nocache", enabled=False)   # counts only
@@ -158,12 +158,13 @@ def _child(args) -> dict:
 
     from ..core.config import load_config
     from ..core.errors import UserError, report_and_exit
-    from ..steps.grid import deltas_for
+    from ..runs.grid import deltas_for
     from ..llm import load_backend
     from ..core.device import resolve_device
     from ..llm.vllm.backend import vllm_available
     from ..core.paths import results_dir
-    from ..steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
+    from ..steps.prepare import ensure_index, prepare_datasets
+    from ..runs.inputs import load_prepared, open_profile_searcher
 
     kind = args.only
     backend, skipped = None, {}

@@ -1,6 +1,6 @@
 """Questions per minute of SeaKR on the Ray engine with 1 and 2 workers against the local engine,
 in one run on one machine (`make bench`: `python -m seakr_repro.tools.bench --ray`), and the
-arithmetic for 8 GPUs on the paper and paper-sample profiles (`steps.cost`).
+arithmetic for 8 GPUs on the paper and paper-sample profiles (`runs.cost`).
 
 All three answer the same questions with the call cache off (every call computed) and must write
 the same answers; each Ray fleet's start (a local cluster, each worker loading its model) is
@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def _questions(cfg, dataset: str, n: int) -> list:
-    from ..steps.grid import select_questions
+    from ..runs.grid import select_questions
     from ..steps.prepare import ensure_index, prepare_datasets
 
     prepare_datasets(cfg, [dataset])
@@ -28,7 +28,7 @@ def _questions(cfg, dataset: str, n: int) -> list:
 
 
 def _timed(method, records, backend, out: Path) -> tuple[float, list[dict]]:
-    from ..steps.runner import run_method
+    from ..runs.runner import run_method
 
     t0 = time.perf_counter()
     rows = run_method(method, records, out, backend=backend, progress=False)
@@ -37,15 +37,15 @@ def _timed(method, records, backend, out: Path) -> tuple[float, list[dict]]:
 
 def measure(cfg, dataset: str, n: int, workers: tuple[int, ...] = (1, 2)) -> list[dict]:
     """One row per engine: questions, start seconds, question seconds, questions per minute."""
-    from ..steps.engine import Fleet, open_backend
-    from ..steps.grid import deltas_for, method_settings
+    from ..runs.engine import Fleet, open_backend
+    from ..runs.grid import deltas_for, method_settings
 
     records = _questions(cfg, dataset, n)
     settings = method_settings(cfg, "seakr", deltas_for(cfg))
     out, answers = [], {}
     with tempfile.TemporaryDirectory(prefix="seakr-bench-ray-") as tmp:
         from ..methods import build_method
-        from ..steps.prepare import open_profile_searcher
+        from ..runs.inputs import open_profile_searcher
 
         t0 = time.perf_counter()
         local = open_backend(cfg.with_overrides({"runner.engine": "local"}), cached=False)
@@ -85,7 +85,7 @@ def arithmetic(gpus: int = 8, profiles=("paper", "paper-sample")) -> list[dict]:
     """Hours of each profile's paper tables at the paper's Table 7 pace, and over `gpus` Ray
     workers (`cost.spread`): ARITHMETIC, nothing measured."""
     from ..core.config import load_config
-    from ..steps.cost import question_runs, spread, totals, with_hours
+    from ..runs.cost import question_runs, spread, totals, with_hours
 
     out = []
     for p in profiles:

@@ -4,7 +4,7 @@ execution counts or Lab metadata (reads stdin, writes stdout).
 `make setup` installs it as the git clean filter of notebooks/*.ipynb (.gitattributes), so running
 a notebook in the Lab leaves nothing for git to show or commit: only edits to its cells count. The
 pipeline needs no such step: a notebook's outputs and metadata are not inputs of its results
-(steps/graph.py).
+(step_graph.py).
 """
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
 
 def check_corpus(cfg: Config, report: Report) -> None:
     from ..core.paths import setting_path
-    from ..steps.prepare import corpus_path
+    from ..runs.inputs import corpus_path
 
     name = cfg["corpus.name"]
     if corpus_path(cfg).is_file():
@@ -155,7 +155,7 @@ def check_corpus(cfg: Config, report: Report) -> None:
 
 def check_datasets(cfg: Config, report: Report) -> None:
     from ..data.registry import dataset_available, describe_missing
-    from ..steps.prepare import profile_datasets
+    from ..runs.inputs import profile_datasets
 
     for name in profile_datasets(cfg):
         try:
@@ -214,8 +214,8 @@ def check_prompts(cfg: Config, report: Report) -> None:
 def disk_need_bytes(cfg: Config) -> int:
     """Bytes the run still needs to write (`disk_needs.estimate_needs`; parts already built are not
     counted again)."""
-    from ..steps.disk_needs import estimate_needs
-    from ..steps.prepare import corpus_path
+    from ..runs.disk_needs import estimate_needs
+    from ..runs.inputs import corpus_path
     from ..retrieval.index import index_dir_for, read_meta
 
     needs = estimate_needs(cfg)
@@ -261,7 +261,7 @@ def baselines_dtype(cfg: Config) -> str | None:
 
 def check_gpu(cfg: Config, report: Report) -> None:
     from ..core.device import resolve_device
-    from ..steps.engine import uses_ray
+    from ..runs.engine import uses_ray
 
     setting = cfg["model.device"]
     if setting == "cpu":
@@ -305,7 +305,7 @@ def check_cluster(cfg: Config, report: Report) -> None:
     """runner.engine: ray: the workers the cluster gives (`engine.survey`), each worker's GPU
     memory against the model, and the BM25 index seen by every worker."""
     from ..retrieval.index import META_NAME, index_dir_for
-    from ..steps.engine import asks, survey, uses_ray
+    from ..runs.engine import asks, survey, uses_ray
 
     if not uses_ray(cfg):
         return
@@ -341,9 +341,9 @@ def check_cluster(cfg: Config, report: Report) -> None:
 
 
 def note_work(cfg: Config, report: Report) -> None:
-    """How much the paper tables amount to (`steps.cost`): question-runs, and hours at the paper's
+    """How much the paper tables amount to (`runs.cost`): question-runs, and hours at the paper's
     Table 7 pace for the methods it timed. Information, never a problem."""
-    from ..steps.cost import pace_applies, question_runs, totals, with_hours
+    from ..runs.cost import pace_applies, question_runs, totals, with_hours
 
     try:
         paced = pace_applies(cfg)   # the paper's pace is for its model only

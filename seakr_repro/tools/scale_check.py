@@ -13,7 +13,7 @@ stand-ins). Measured: host RSS (each part in its own
 child process), disk per question (run files, call cache, vectors), Python overhead per question
 per method (the model costs nothing here: this is everything else), the index build rate.
 The extrapolation to 21,015,324 passages and the paper's question counts is arithmetic and says so;
-its disk sizes are `steps.disk_needs`'s (real-text bytes per passage, the one source of those
+its disk sizes are `runs.disk_needs`'s (real-text bytes per passage, the one source of those
 figures), with the synthetic corpus's own bytes per passage beside them as a check.
 
 BLAS runs on one thread here: U's k x k products are too small to gain from more, and on a loaded
@@ -148,7 +148,7 @@ def write_standins(raw: Path, questions: int) -> Path:
 def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
     from ..steps import extraction
     from .. import artifacts
-    from ..steps import grid
+    from ..runs import grid
     from ..data.records import QuestionRecord
     from ..core.io import write_jsonl
     from ..llm import load_backend
@@ -329,7 +329,7 @@ def _cache_report(model: str, n: int, k: int, max_tokens: int) -> dict:
 def extrapolate(m: dict) -> dict:
     """The whole paper profile from the measurements: ARITHMETIC, not a measurement."""
     gib = 1024 ** 3
-    from ..steps.disk_needs import INDEX_BYTES_PER_PASSAGE, JSONL_BYTES_PER_PASSAGE
+    from ..runs.disk_needs import INDEX_BYTES_PER_PASSAGE, JSONL_BYTES_PER_PASSAGE
 
     idx, runs, s03 = m["index"], m["runs"], m["step03"]
     scheme = idx.get("scheme", "es_best_fields")

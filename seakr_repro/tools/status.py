@@ -27,7 +27,7 @@ from ..core.runlock import LOCK_NAME, describe, holder
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import UserError
 from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT
-from ..steps.plan import run_total
+from ..runs.plan import run_total
 
 
 def _results(cfg: Config) -> Path:
@@ -127,7 +127,7 @@ def with_last_run(cfg: Config) -> Config:
 
 def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     from ..evaluation import score_predictions
-    from ..steps.runner import current_name, read_results
+    from ..runs.runner import current_name, read_results
 
     runs = _results(cfg) / "runs"
     n_boot = n_boot or cfg.get("evaluation.bootstrap_samples", 1000)
@@ -212,7 +212,7 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
                   "config: current = the file the row's latest run wrote, older = an earlier "
                   "configuration's file):",
                   runs.to_markdown(index=False)]
-    from ..steps.engine import workers_report
+    from ..runs.engine import workers_report
     workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
     if workers:
         parts += ["", workers]

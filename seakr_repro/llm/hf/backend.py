@@ -162,7 +162,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def close(self) -> None:
         """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
-        backend is unusable afterwards (`steps.grid.BackendPool` loads a new one)."""
+        backend is unusable afterwards (`runs.pool.BackendPool` loads a new one)."""
         self._prefix.clear()
         self.model = None
 

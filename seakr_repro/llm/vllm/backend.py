@@ -25,7 +25,7 @@ How each protocol call maps onto the engine:
   Each sample's warped log-probs (the official "LN-entropy" input) come from the stats hook,
   which also records the logsumexp of the logits warped with that request's temperature, top-k
   and top-p.
-- `close()` shuts the engine down so another model can load (`steps.grid.BackendPool`).
+- `close()` shuts the engine down so another model can load (`runs.pool.BackendPool`).
 
 Continuous batching: one engine thread owns the engine; calls from any number of threads add
 their requests to the running batch at the next step and wait for their own results, so
@@ -176,7 +176,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
 
     def close(self) -> None:
         """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
-        model loads (`steps.grid.BackendPool`). vLLM has changed how it tears down between
+        model loads (`runs.pool.BackendPool`). vLLM has changed how it tears down between
         releases: the first shutdown entry point that exists is used."""
         engine, self._engine = self._engine, None
         if engine is not None:

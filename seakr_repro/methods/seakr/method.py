@@ -102,7 +102,7 @@ class SeaKR(Method):
         "top_n": "retrieval.top_n", "simple_qa_top": _S + "simple_qa_top",
         "simple_qa_passages": _S + "simple_qa_passages", "simple_qa_passages_path": _S + "simple_qa_passages_path",
         "demos": "prompts.demos", "official_repo": "prompts.official_repo",
-    }   # delta comes from step 03 / uncertainty.delta (steps.grid.method_settings)
+    }   # delta comes from step 03 / uncertainty.delta (runs.grid.method_settings)
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
         super().__init__(backend, searcher, dataset_name, settings)

@@ -1,9 +1,9 @@
-"""The run grid under steps 04-07, 09 and 10: method settings from the profile, the backend pool,
-the question samples, and `run_grid`, which runs (method, data set) pairs resumably into tidy
-results (method, dataset, metric, value, low, high) for the render step.
+"""The run grid under steps 04-07, 09 and 10: method settings from the profile, the question
+samples, the data sets of each table, and `run_grid`, which runs (method, data set) pairs
+resumably into tidy results (method, dataset, metric, value, low, high) for the render step.
 
 Settings flow from the profile into each method (`method_settings`), thresholds from step 03's
-calibration (`estimators.read_deltas`). Each (method, dataset) run is a resumable JSONL file keyed by
+calibration (`uncertainty.thresholds.read_deltas`). Each (method, dataset) run is a resumable JSONL file keyed by
 the method's config hash, so a re-run after a crash, or a render after a change elsewhere, recomputes
 nothing that is already done, and SeaKR's ablations share LLM calls through the call cache.
 """
@@ -13,10 +13,14 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..artifacts import CALIBRATED, REASONING_ABLATIONS, RunSpec
+from ..artifacts import CALIBRATED, RunSpec
 from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.paths import results_dir
+from ..uncertainty.thresholds import calibrated_deltas, read_deltas
+from . import inputs
+from .plan import analysis_datasets, runs_on, table_datasets  # noqa: F401  (the grid's names before)
+from .pool import BackendPool
 
 
 def run_order(methods: Sequence[str]) -> list[str]:
@@ -48,75 +52,12 @@ def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:
     (DataMissingError, i.e. a skipped row with the reason, before step 03 ran)."""
     out = dict(overrides)
     if out.get("delta") == CALIBRATED:
-        from .estimators import calibrated_deltas
         out["delta"] = calibrated_deltas(cfg)
     return out
 
 
 def deltas_for(cfg: Config) -> dict[str, float]:
-    from .estimators import read_deltas
-
     return read_deltas(cfg)
-
-
-class BackendPool:
-    """The ONE loaded backend (the profile's model first): asking for another model closes the
-    current one before loading it, so Self-RAG or a Table 4 backbone never shares the GPU with
-    LLaMA-2-chat; asking for the profile's model again reloads it. `loader(cfg, name)` builds a
-    backend (default: `llm.load_backend`); model directories come from `model.path` for the
-    profile's model and `model.paths.<name>` for the others (`llm.registry.model_dir`). A dtype
-    other than model.dtype (the faithful baselines' float32, `Method.model_dtype`) is another
-    load, `loader(cfg, name, dtype)`."""
-
-    def __init__(self, cfg: Config, primary=None, loader=None):
-        self.cfg = cfg
-        self._loader = loader or _load_backend
-        self._name, self._backend = (self._key(None, None), primary) if primary is not None else (None, None)
-        self.loads = 0                       # backends loaded by the pool (a primary given is not)
-
-    def _key(self, name: str | None, dtype: str | None) -> tuple[str, str]:
-        return name or self.cfg["model.name"], dtype or self.cfg.get("model.dtype", "float32")
-
-    def get(self, name: str | None = None, dtype: str | None = None):
-        key = self._key(name, dtype)
-        if key != self._name:
-            self.close()
-            own_dtype = key[1] == self._key(None, None)[1]
-            self._backend = (self._loader(self.cfg, key[0]) if own_dtype
-                             else self._loader(self.cfg, key[0], key[1]))
-            self._name = key
-            self.loads += 1
-        return self._backend
-
-    def close(self) -> None:
-        """Free the loaded backend's model (and its GPU memory) now."""
-        backend, self._backend, self._name = self._backend, None, None
-        if backend is None:
-            return
-        close = getattr(backend, "close", None)   # CachedBackend passes it to the backend it wraps
-        if callable(close):
-            close()
-        del backend, close
-        free_accelerator_memory()
-
-
-def _load_backend(cfg: Config, name: str, dtype: str | None = None):
-    from ..llm import load_backend
-
-    return load_backend(cfg, name=name, dtype=dtype)
-
-
-def free_accelerator_memory() -> None:
-    """Collect what was dropped and hand the CUDA caching allocator's free blocks back."""
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-    except ImportError:
-        return
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def model_order(specs: Sequence["RunSpec"], primary: str) -> list["RunSpec"]:
@@ -131,9 +72,8 @@ def select_questions(cfg: Config, dataset: str, n: int | None) -> list:
     of it (seed datasets.sample_seed; a smaller sample is part of a larger one). Asking for more
     than were prepared is an error that says how to prepare more, never a silently smaller run."""
     from ..data.records import sample
-    from .prepare import load_prepared
 
-    records = load_prepared(cfg, dataset)
+    records = inputs.load_prepared(cfg, dataset)
     if n is None:
         return records
     if n > len(records):
@@ -146,28 +86,6 @@ def select_questions(cfg: Config, dataset: str, n: int | None) -> list:
         raise UserError(f"{n} questions of {dataset} were asked for, but profile '{cfg.profile}' "
                         f"prepared {len(records)}", setting="datasets.n_questions", fix=more)
     return sample(records, n, cfg["datasets.sample_seed"])
-
-
-def runs_on(label: str, dataset: str) -> bool:
-    """Whether a table row runs on a data set: the self-aware reasoning ablations apply to
-    complex QA only (paper, Table 3)."""
-    from ..data.registry import DATASETS
-
-    return not (label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple")
-
-
-def analysis_datasets(cfg: Config) -> list[str]:
-    """The data sets of Tables 3/4 (notebooks 06, 07): `analysis.datasets`, null = the profile's."""
-    from .prepare import profile_datasets
-
-    own = profile_datasets(cfg)
-    chosen = cfg.get("analysis.datasets") or own
-    missing = [d for d in chosen if d not in own]
-    if missing:
-        raise UserError(f"analysis.datasets names {', '.join(missing)}, which profile "
-                        f"'{cfg.profile}' does not prepare", setting="analysis.datasets",
-                        fix="add them to datasets.complex / datasets.simple, or remove them")
-    return list(chosen)
 
 
 def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],

@@ -2,7 +2,7 @@
 extraction, notebook 11's trials) spread over Ray actors, one model each.
 
 - A `ray_worker.Worker` actor loads once: one backend (the profile's model, or the one a task names; one at a
-  time, as `grid.BackendPool`) on its own GPU (`num_gpus` = 1, or the vLLM tensor-parallel size)
+  time, as `pool.BackendPool`) on its own GPU (`num_gpus` = 1, or the vLLM tensor-parallel size)
   or a share of the CPUs, and the searcher over the shared BM25 index in data/cache/. It builds
   each method once and answers any question of any method of the profile.
 - One writer: the driver (`Fleet.map`) hands out tasks, receives each finished question and
@@ -470,7 +470,7 @@ class RemoteMethod:
 
 
 class FleetPool:
-    """`grid.BackendPool` on Ray workers: `get(name)` gives a `FleetBackend` (each worker loads
+    """`pool.BackendPool` on Ray workers: `get(name)` gives a `FleetBackend` (each worker loads
     the model on first use and drops the one before); `close` stops the workers."""
 
     def __init__(self, fleet: Fleet):
@@ -486,7 +486,7 @@ class FleetPool:
 def open_pool(cfg, primary: bool = True, **fleet_args):
     """The backend pool of the profile's engine: local (with `primary`, the profile's model
     loaded now) or Ray workers."""
-    from .grid import BackendPool
+    from .pool import BackendPool
 
     if uses_ray(cfg):
         return FleetPool(Fleet(cfg, **fleet_args))

@@ -25,20 +25,6 @@ FANOUT_SINGLE_VALUE = 1_788       # step 02's calibration questions when N_FANOU
 _SAMPLE_BYTES = 1 << 20           # lines read to measure a passage file's bytes per line
 
 
-def set_size(cfg, name: str) -> int:
-    """Questions of one data set in this profile: the paper's count for a dev set still to
-    download (Table 6), the bundled set's own count, capped by datasets.n_questions."""
-    from ..data.registry import DATASETS, load_dataset
-
-    n = cfg.get("datasets.n_questions")
-    spec = DATASETS[name]
-    if spec.paper_size is not None and spec.root == "raw":
-        total = spec.paper_size                 # a dev set to download: the paper's count
-    else:
-        total = len(load_dataset(name))         # bundled: count it
-    return min(n, total) if n is not None else total
-
-
 def lines_in(path: Path) -> int:
     """A passage file's lines: counted when the file is under 1 MiB, else its size over the mean
     line length of its first MiB (a 13 GB TSV in a moment, to within a few per cent)."""
@@ -55,7 +41,7 @@ def corpus_passages(cfg) -> int:
     """Passages of the profile's corpus: of the corpus JSONL or DPR's TSV when on disk (a stand-in
     or partial TSV is measured, not taken for the 21M of the real one), else the known count."""
     from ..core.paths import REPO_ROOT
-    from .prepare import corpus_path
+    from .inputs import corpus_path
 
     corpus = corpus_path(cfg)
     if corpus.is_file():
@@ -72,10 +58,10 @@ def estimate_needs(cfg) -> dict[str, int]:
     """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
     step 02's vectors and the run files of Tables 1-4 and 7. Arithmetic from the per-unit sizes
     above times the profile's counts: the corpus's passages (`corpus_passages`) and each run's
-    questions as `cost.question_runs` counts them (each set's size capped by datasets.n_questions
+    questions as `plan.question_runs` counts them (each set's size capped by datasets.n_questions
     and the notebook's or table's sample); model shapes from the model registry."""
     from ..llm.registry import MODELS
-    from .cost import question_runs
+    from .plan import question_runs
 
     runs = question_runs(cfg)
     cache = run = 0

@@ -116,7 +116,7 @@ def _score(pred: str, golds: list[str]) -> dict:
 def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], dict] | None = None,
                concurrency: int = 1) -> dict:
     """One finished question's row (`run_method` documents it): the local runner and every Ray
-    worker (`steps.engine`) build it here, so both engines write the same rows."""
+    worker (`runs.engine`) build it here, so both engines write the same rows."""
     from ..llm.batching import worker
     from ..llm.cache import counting
     from ..methods.base import MethodResult
@@ -169,7 +169,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     as questions finish, so the file order may differ from the record order. `seconds` is then each
     question's own wall time, overlapping with others'.
 
-    With runner.engine: ray, `backend` is a `steps.engine.FleetBackend` and `method` its
+    With runner.engine: ray, `backend` is a `runs.engine.FleetBackend` and `method` its
     `RemoteMethod`: Ray workers answer the questions (`concurrency` at a time each) and this
     process writes their rows as they arrive, to the same file, so resume works alike.
     """

@@ -1,4 +1,4 @@
-"""What each Ray worker of the Ray engine (`steps.engine`) holds and answers: one backend at a
+"""What each Ray worker of the Ray engine (`runs.engine`) holds and answers: one backend at a
 time, the searcher, and the methods built on them; one question of any per-question loop per
 `run` call. The driver side (handing out questions, writing rows, replacing dead workers) is
 `engine.Fleet`.
@@ -47,7 +47,7 @@ class Worker:
     def searcher(self):
         with self._lock:
             if self._searcher is None:
-                from .prepare import open_profile_searcher
+                from .inputs import open_profile_searcher
                 self._searcher = open_profile_searcher(self.cfg)
             return self._searcher
 
@@ -70,7 +70,7 @@ class Worker:
             close = getattr(backend, "close", None)
             if callable(close):
                 close()
-            from .grid import free_accelerator_memory
+            from .pool import free_accelerator_memory
             del backend
             free_accelerator_memory()
 
@@ -105,8 +105,10 @@ class Worker:
                 "one_at_a_time": one_at_a_time(m, self.backend(spec["model"], spec["cached"], spec.get("dtype")))}
 
     def run(self, task: tuple) -> Any:
-        """One question of any loop: ("question", spec, record, scorer, concurrency),
-        ("extract", model, record, n_shot) or ("trial", model, record, gold, n_candidates, n_shot, ks)."""
+        """One question of any loop: ("question", spec, record, scorer, concurrency), or
+        ("call", fn, model, *args) = `fn(self, model, *args)`, a module-level function of the step
+        that owns the loop (step 02's extraction, notebook 11's trials): Ray sends it by name, so
+        this layer never imports the steps."""
         kind, *args = task
         if kind == "question":
             from .runner import answer_row, config_hash
@@ -121,14 +123,9 @@ class Worker:
                                     "node, e.g. from a shared filesystem")
             return answer_row(method, record, self.backend(spec["model"], spec["cached"], spec.get("dtype")), scorer,
                               concurrency)
-        if kind == "extract":
-            from .extraction import extract_question
-            model, record, n_shot = args
-            return extract_question(self.backend(model), record, self.cfg, n_shot)
-        if kind == "trial":
-            from .mechanisms import trial
-            model, record, gold, n_candidates, n_shot, ks = args
-            return trial(record, gold, self.searcher(), self.backend(model), self.cfg, n_candidates, n_shot, ks)
+        if kind == "call":
+            fn, *rest = args
+            return fn(self, *rest)
         raise ValueError(f"unknown task {kind!r}")
 
     def pid(self) -> int:

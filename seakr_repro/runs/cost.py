@@ -1,7 +1,6 @@
-"""What a profile's paper tables amount to before any of it runs: question-runs per table and
-run (a run = one method or ablation row on one data set; its questions = the set's size capped by
-the notebook's sample), and the hours they take at the only GPU pace measured for these methods:
-the paper's Table 7 (seconds per question on 2Wiki and HotpotQA, 4x GeForce 3090, vLLM).
+"""What a profile's paper tables cost before any of it runs: the hours its question-runs
+(`plan.question_runs`) take at the only GPU pace measured for these methods: the paper's Table 7
+(seconds per question on 2Wiki and HotpotQA, 4x GeForce 3090, vLLM).
 
 The hours are ARITHMETIC: questions x the paper's seconds per question. The paper timed FLARE,
 DRAGIN and SeaKR on two complex sets only; every SeaKR-family row (ablations, backbones) takes
@@ -12,58 +11,14 @@ gives the pace a run actually keeps once it has started.
 """
 from __future__ import annotations
 
-import ast
-import json
 import statistics
 
 import pandas as pd
 
 from ..core.config import Config
-from ..core.paths import NOTEBOOKS_DIR
+from .plan import question_runs  # noqa: F401  (what `cost` prices; importable from here as before)
 
 PACE_TABLE = "seakr_table7"
-
-
-def notebook_parameter(cfg: Config, step: str, name: str):
-    """A notebook parameter as `make reproduce` passes it: the profile's `notebooks.<step>`
-    entry, else the value in the notebook's own `parameters` cell."""
-    given = ((cfg.get("notebooks", {}) or {}).get(step) or {})
-    if name in given:
-        return given[name]
-    nb = json.loads((NOTEBOOKS_DIR / f"{step}.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if "parameters" in (cell.get("metadata", {}).get("tags") or []):
-            for node in ast.parse("".join(cell["source"])).body:
-                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-                    return ast.literal_eval(node.value)
-    raise KeyError(f"{step} has no parameter {name}")
-
-
-def _capped(cfg: Config, dataset: str, cap: int | None) -> int:
-    from .disk_needs import set_size
-
-    n = set_size(cfg, dataset)
-    return n if cap is None else min(int(cap), n)
-
-
-def question_runs(cfg: Config) -> pd.DataFrame:
-    """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
-    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples."""
-    from ..artifacts import TABLES
-    from .grid import runs_on
-    from .tables import table_datasets
-
-    rows = []
-    for key, spec in TABLES.items():
-        # a table's sample setting (Tables 3/4: analysis.n_questions), else its notebook's N_QUESTIONS
-        cap = cfg.get(spec.sample) if spec.sample else notebook_parameter(cfg, spec.step, "N_QUESTIONS")
-        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
-                else [(s.label, s.method) for s in spec.runs])
-        for label, method in runs:
-            rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
-                      "questions": _capped(cfg, d, cap)}
-                     for d in table_datasets(cfg, key) if runs_on(label, d)]
-    return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 
 def paper_pace() -> dict[tuple[str, str], float]:

@@ -1,0 +1,44 @@
+"""What the runs read that steps 00 and 01 made: the profile's data sets as prepared, the corpus
+file and the profile's searcher. Step 00/01 (`steps.prepare`) writes them; every run reads them
+through here, so the run layer never reaches up into a notebook step."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.config import Config
+from ..core.paths import CACHE_DIR, results_dir
+
+
+def with_text_field(cfg: Config) -> bool:
+    """The two-field BM25 needs the passage text under a key of its own (corpus.WITH_TEXT_FIELDS)."""
+    return cfg.get("retrieval.scheme", "single_field") == "es_best_fields"
+
+
+def corpus_path(cfg: Config) -> Path:
+    suffix = "-fields" if with_text_field(cfg) else ""
+    return CACHE_DIR / "corpus" / f"{cfg['corpus.name']}{suffix}.jsonl"
+
+
+def profile_datasets(cfg: Config) -> list[str]:
+    return list(cfg["datasets.complex"]) + list(cfg["datasets.simple"])
+
+
+def prepared_path(cfg: Config, name: str) -> Path:
+    """Where step 00 saves the profile's set `name`."""
+    return results_dir(cfg.profile) / "data" / f"{name}.jsonl"
+
+
+def load_prepared(cfg: Config, name: str):
+    """The question set that step 00 saved for this profile."""
+    from ..core.io import iter_jsonl
+    from ..data.records import QuestionRecord
+
+    return [QuestionRecord.from_dict(obj) for _, obj in
+            iter_jsonl(prepared_path(cfg, name), f"prepared data set '{name}'",
+                       f"run notebook 00-prepare-data (or `python -m seakr_repro prepare --profile {cfg.profile}`)")]
+
+
+def open_profile_searcher(cfg: Config):
+    from ..retrieval.index import searcher_for
+
+    return searcher_for(cfg)

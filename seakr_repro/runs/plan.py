@@ -1,0 +1,143 @@
+"""What a profile will run, counted before any of it runs: each data set's size, the question-runs
+of each paper table (a run = one method or ablation row on one data set; its questions = the set's
+size capped by the notebook's sample), and how many questions each run has when finished (the
+prepared set capped by its notebook's N_QUESTIONS), which `status` and partial tables report
+progress against. `cost` prices these counts, `disk_needs` sizes them."""
+from __future__ import annotations
+
+import ast
+import json
+
+import pandas as pd
+
+from ..artifacts import REASONING_ABLATIONS, table
+from ..core.config import Config
+from ..core.errors import UserError
+from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT   # not results_dir(): reading progress creates nothing
+
+
+def notebook_parameter(cfg: Config, step: str, name: str):
+    """A notebook parameter as `make reproduce` passes it: the profile's `notebooks.<step>`
+    entry, else the value in the notebook's own `parameters` cell."""
+    given = ((cfg.get("notebooks", {}) or {}).get(step) or {})
+    if name in given:
+        return given[name]
+    nb = json.loads((NOTEBOOKS_DIR / f"{step}.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            for node in ast.parse("".join(cell["source"])).body:
+                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+                    return ast.literal_eval(node.value)
+    raise KeyError(f"{step} has no parameter {name}")
+
+
+def set_size(cfg, name: str) -> int:
+    """Questions of one data set in this profile: the paper's count for a dev set still to
+    download (Table 6), the bundled set's own count, capped by datasets.n_questions."""
+    from ..data.registry import DATASETS, load_dataset
+
+    n = cfg.get("datasets.n_questions")
+    spec = DATASETS[name]
+    if spec.paper_size is not None and spec.root == "raw":
+        total = spec.paper_size                 # a dev set to download: the paper's count
+    else:
+        total = len(load_dataset(name))         # bundled: count it
+    return min(n, total) if n is not None else total
+
+
+def _capped(cfg: Config, dataset: str, cap: int | None) -> int:
+    n = set_size(cfg, dataset)
+    return n if cap is None else min(int(cap), n)
+
+
+def question_runs(cfg: Config) -> pd.DataFrame:
+    """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
+    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples."""
+    from ..artifacts import TABLES
+
+    rows = []
+    for key, spec in TABLES.items():
+        # a table's sample setting (Tables 3/4: analysis.n_questions), else its notebook's N_QUESTIONS
+        cap = cfg.get(spec.sample) if spec.sample else notebook_parameter(cfg, spec.step, "N_QUESTIONS")
+        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
+                else [(s.label, s.method) for s in spec.runs])
+        for label, method in runs:
+            rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
+                      "questions": _capped(cfg, d, cap)}
+                     for d in table_datasets(cfg, key) if runs_on(label, d)]
+    return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
+
+
+# Which notebook's N_QUESTIONS caps a run label (the total of a run is the prepared set, capped)
+def _step_of(cfg: Config, label: str) -> str | None:
+    from ..artifacts import ABLATIONS, SEED_METHODS, methods
+
+    if label in methods("table1") or label in methods("table2"):
+        return None                       # 04/05: the shared base runs, e.g. seakr, run whole sets
+    if label in ABLATIONS:
+        return "06-ablations"
+    if label in (cfg.get("backbones.models", []) or []):
+        return "07-backbones"
+    if label in SEED_METHODS:
+        return "10-seed-methods"
+    return None
+
+
+def _cap(cfg: Config, label: str, dataset_kind: str) -> int | None:
+    notebooks = cfg.get("notebooks", {}) or {}
+    step = _step_of(cfg, label)
+    if step in ("06-ablations", "07-backbones"):   # Tables 3/4 run on the analysis sample
+        return cfg.get("analysis.n_questions")
+    if step is not None:
+        return (notebooks.get(step) or {}).get("N_QUESTIONS")
+    step = "04-complex-qa" if dataset_kind == "complex" else "05-simple-qa"
+    return (notebooks.get(step) or {}).get("N_QUESTIONS")
+
+
+def _prepared_size(cfg: Config, dataset: str, cache: dict) -> int | None:
+    if dataset not in cache:
+        path = (RESULTS_ROOT / cfg.profile) / "data" / f"{dataset}.jsonl"
+        if not path.is_file():
+            cache[dataset] = None
+        else:                             # count lines: no need to parse 12k questions
+            with open(path, "rb") as fh:
+                cache[dataset] = sum(1 for line in fh if line.strip())
+    return cache[dataset]
+
+
+def run_total(cfg: Config, dataset: str, label: str, cache: dict | None = None) -> int | None:
+    """Questions the run of `label` on `dataset` will have when finished: the prepared set
+    (step 00), capped by its notebook's N_QUESTIONS; None when the set is not prepared."""
+    from ..data.registry import DATASETS
+
+    total = _prepared_size(cfg, dataset, {} if cache is None else cache)
+    cap = _cap(cfg, label, DATASETS[dataset].kind if dataset in DATASETS else "complex")
+    return min(total, int(cap)) if total is not None and cap is not None else total
+
+
+def runs_on(label: str, dataset: str) -> bool:
+    """Whether a table row runs on a data set: the self-aware reasoning ablations apply to
+    complex QA only (paper, Table 3)."""
+    from ..data.registry import DATASETS
+
+    return not (label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple")
+
+
+def analysis_datasets(cfg: Config) -> list[str]:
+    """The data sets of Tables 3/4 (notebooks 06, 07): `analysis.datasets`, null = the profile's."""
+    from .inputs import profile_datasets
+
+    own = profile_datasets(cfg)
+    chosen = cfg.get("analysis.datasets") or own
+    missing = [d for d in chosen if d not in own]
+    if missing:
+        raise UserError(f"analysis.datasets names {', '.join(missing)}, which profile "
+                        f"'{cfg.profile}' does not prepare", setting="analysis.datasets",
+                        fix="add them to datasets.complex / datasets.simple, or remove them")
+    return list(chosen)
+
+
+def table_datasets(cfg: Config, key: str) -> list[str]:
+    """The data sets a paper table runs on in this profile (its declaration's `datasets`)."""
+    kind = table(key).datasets
+    return analysis_datasets(cfg) if kind == "analysis" else list(cfg[f"datasets.{kind}"])

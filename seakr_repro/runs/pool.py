@@ -1,0 +1,65 @@
+"""The one loaded backend of a local run (`BackendPool`) and freeing an accelerator's memory
+between models. The Ray engine's pool (`engine.FleetPool`) answers the same `get`/`close`."""
+from __future__ import annotations
+
+from ..core.config import Config
+
+
+class BackendPool:
+    """The ONE loaded backend (the profile's model first): asking for another model closes the
+    current one before loading it, so Self-RAG or a Table 4 backbone never shares the GPU with
+    LLaMA-2-chat; asking for the profile's model again reloads it. `loader(cfg, name)` builds a
+    backend (default: `llm.load_backend`); model directories come from `model.path` for the
+    profile's model and `model.paths.<name>` for the others (`llm.registry.model_dir`). A dtype
+    other than model.dtype (the faithful baselines' float32, `Method.model_dtype`) is another
+    load, `loader(cfg, name, dtype)`."""
+
+    def __init__(self, cfg: Config, primary=None, loader=None):
+        self.cfg = cfg
+        self._loader = loader or _load_backend
+        self._name, self._backend = (self._key(None, None), primary) if primary is not None else (None, None)
+        self.loads = 0                       # backends loaded by the pool (a primary given is not)
+
+    def _key(self, name: str | None, dtype: str | None) -> tuple[str, str]:
+        return name or self.cfg["model.name"], dtype or self.cfg.get("model.dtype", "float32")
+
+    def get(self, name: str | None = None, dtype: str | None = None):
+        key = self._key(name, dtype)
+        if key != self._name:
+            self.close()
+            own_dtype = key[1] == self._key(None, None)[1]
+            self._backend = (self._loader(self.cfg, key[0]) if own_dtype
+                             else self._loader(self.cfg, key[0], key[1]))
+            self._name = key
+            self.loads += 1
+        return self._backend
+
+    def close(self) -> None:
+        """Free the loaded backend's model (and its GPU memory) now."""
+        backend, self._backend, self._name = self._backend, None, None
+        if backend is None:
+            return
+        close = getattr(backend, "close", None)   # CachedBackend passes it to the backend it wraps
+        if callable(close):
+            close()
+        del backend, close
+        free_accelerator_memory()
+
+
+def _load_backend(cfg: Config, name: str, dtype: str | None = None):
+    from ..llm import load_backend
+
+    return load_backend(cfg, name=name, dtype=dtype)
+
+
+def free_accelerator_memory() -> None:
+    """Collect what was dropped and hand the CUDA caching allocator's free blocks back."""
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
