@@ -147,13 +147,16 @@ def label_question(backend, searcher, record, demos, *, top_k_docs: int, max_new
                    mode: str = "fixed", metric: str = "em", ties: str = "known",
                    label_answer: str = "package") -> LabelledQuestion:
     """Answer `record` closed-book and with retrieval, score both, label by Eq. 4."""
-    closed, raw_closed, _ = skr_answer(backend, demos, record.question, (),
-                                       max_new_tokens=max_new_tokens, mode=mode)
+    closed, _, trace_closed = skr_answer(backend, demos, record.question, (),
+                                         max_new_tokens=max_new_tokens, mode=mode)
     hits = list(searcher.search(record.question, k=top_k_docs))
-    augmented, raw_retr, _ = skr_answer(backend, demos, record.question, [h.text for h in hits],
-                                        max_new_tokens=max_new_tokens, mode=mode)
-    if label_answer == "official":     # skr.py scores the whole output text (a re-ask included)
-        s_closed, s_retr = official_em(raw_closed, record.golds), official_em(raw_retr, record.golds)
+    augmented, _, trace_retr = skr_answer(backend, demos, record.question, [h.text for h in hits],
+                                          max_new_tokens=max_new_tokens, mode=mode)
+    if label_answer == "official":
+        # skr.py scores the CoT output as the model wrote it: the first call's text, without the
+        # package's re-ask (SKR's results files hold no re-ask)
+        s_closed = official_em(trace_closed[0]["output"], record.golds)
+        s_retr = official_em(trace_retr[0]["output"], record.golds)
     else:
         score = METRICS[metric]
         s_closed, s_retr = score(closed, record.golds), score(augmented, record.golds)
