@@ -247,3 +247,37 @@ def test_preflight_checks_skr_results_files(tmp_path):
     assert any("bundled-hotpotqa" in x and "8 questions" in x for x in report.ok)
     assert len(report.problems) == 1 and "skr.train_results.bundled-2wiki" in report.problems[0]
     assert "cot_train.json does not exist" in report.problems[0]
+
+
+def test_notebook_10_runs_skr_on_results_files_with_the_profiles_settings(tmp_path, monkeypatch):
+    """skr.train_results gives bundled-hotpotqa its labels without a model call; the learned
+    variants run with the profile's skr.* settings, and the labels are saved."""
+    import pandas as pd
+
+    import seakr_repro.methods.taikc.kbae as kbae
+    from seakr_repro.steps import seed_methods
+
+    monkeypatch.setattr(seed_methods, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(kbae, "kbae_unavailable", lambda backend: "no KBAE in this test")
+    specs = {}
+
+    def fake_grid(cfg, pool, searcher, run_specs, datasets, n, table="", progress=True):
+        specs.update({s.label: s for s in run_specs})
+        return pd.DataFrame([{"method": s.label} for s in run_specs]), {}
+
+    class Pool:
+        def get(self, name=None):
+            return FakeBackend(lambda p, s: pytest.fail("a model call while labels come from files"))
+
+    monkeypatch.setattr(seed_methods, "run_grid", fake_grid)
+    cfg = load_config("smoke", {"skr.train_results.bundled-hotpotqa": str(FIXTURE), "skr.knn_rule": "official",
+                                "skr.pooling": "pooler", "skr.knn_k": 3, "skr.label_answer": "official"})
+    _, skipped, notes = seed_methods.run_seed_methods(cfg, Pool(), None, ["bundled-hotpotqa"], 1, 4, 4, {},
+                                                      progress=False)
+    knn = specs["skr-knn"].overrides
+    assert (knn["knn_rule"], knn["pooling"], knn["knn_k"]) == ("official", "pooler", 3)
+    assert [x.label for x in knn["labelled"]] == [*FIXTURE_OFFICIAL[:2], KNOWN, *FIXTURE_OFFICIAL[3:]]
+    assert specs["skr-cls"].overrides["pooling"] == "pooler" and "pooling" not in specs["skr-icl"].overrides
+    assert notes.loc[0, "train_questions"] == 8 and "cot_train.json" in notes.loc[0, "train_source"]
+    assert (tmp_path / "smoke" / "10-seed-methods" / "skr_labels" / "bundled-hotpotqa.jsonl").is_file()
+    assert set(skipped) == {"taikc-kbae"}

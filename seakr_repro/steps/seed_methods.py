@@ -83,7 +83,8 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
     """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
 
-    SKR's labels come from each data set's training questions (`training_questions`); KBAE's
+    SKR's labels come from each data set's training questions or SKR's results files
+    (`skr_labels`), its variants take the profile's `skr.*` settings (`skr_settings`); KBAE's
     adapter from the first single-hop set's. A data set without training questions skips the rows
     that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
     runs (same config, same results file). Returns (results, skipped, label/adapter summary).
