@@ -57,12 +57,16 @@ DECLARED_TYPES: dict[str, tuple] = {
     "seakr.simple_qa_passages_path": (str, None),
     "reproduce.cell_timeout": (int, float, None),
     "runner.engine": ("local", "ray"),
+    "skr.ties": ("discard", "known"),
+    "skr.label_answer": ("official", "package"),
+    "skr.knn_rule": ("official", "paper", "majority"),
+    "skr.pooling": ("pooler", "mean"),
     "runner.workers": (int, "auto"),
 }
 
 # Sections whose keys are not fixed by base.yaml: model name -> local directory; notebook name ->
 # {parameter: value} (checked against the notebooks and their `parameters` cells).
-OPEN_MAPPINGS = ("model.paths", "notebooks")
+OPEN_MAPPINGS = ("model.paths", "notebooks", "skr.train_results")
 
 # Lists of data set names (checked against the data set registry).
 DATASET_LISTS = ("datasets.complex", "datasets.simple", "analysis.datasets")
@@ -263,6 +267,14 @@ class _Checker:
                 if not (where is None or isinstance(where, str)):
                     raise src.error(f"{dotted}.{name}", f"the directory of model '{name}' is "
                                     f"{_value_name(where)}", "give the model's local directory as a string")
+            return
+        if dotted == "skr.train_results":
+            _check_dataset_names(dotted, list(value), src)
+            for name, where in value.items():
+                if not isinstance(where, str):
+                    raise src.error(f"{dotted}.{name}", f"the SKR results directory of '{name}' is "
+                                    f"{_value_name(where)}", "give the directory holding "
+                                    "cot_train.json and cot_train_ir.json as a string")
             return
         if not Path(self.notebooks_dir).is_dir():     # the package without its notebooks
             return

@@ -52,20 +52,45 @@ def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
     return training_questions(cfg, dataset, n_train)[0]
 
 
+def skr_labels(cfg: Config, backend, searcher, dataset: str, n_train: int | None) -> tuple[list, str, int]:
+    """SKR's labelled training questions of `dataset`, where they came from and how many questions:
+    from SKR's own results files when `skr.train_results` names a directory for it (all of their
+    questions, as skr.py labels them), else from the profile's model answering `training_questions`
+    closed-book and with retrieval. `skr.ties` and `skr.label_answer` score both alike."""
+    from ..methods.skr.labels import build_skr_labels
+    from ..methods.skr.results_files import labels_from_results, results_paths
+
+    how = {"ties": cfg["skr.ties"], "label_answer": cfg["skr.label_answer"]}
+    given = (cfg.get("skr.train_results") or {}).get(dataset)
+    if given:
+        labels = labels_from_results(given, **how)
+        return labels, "SKR results files " + " + ".join(str(p) for p in results_paths(given)), len(labels)
+    train, source = training_questions(cfg, dataset, n_train)
+    return build_skr_labels(backend, searcher, train, dataset, **how), source, len(train)
+
+
+def skr_settings(cfg: Config, variant: str) -> dict:
+    """The profile's `skr.*` settings of one SKR variant (knn_k, knn_rule, pooling)."""
+    from ..methods.skr.method import SKR_METHODS
+
+    return SKR_METHODS[variant].settings_from(cfg)
+
+
 
 def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequence[str],
                      n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
     """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
 
-    SKR's labels come from each data set's training questions (`training_questions`); KBAE's
+    SKR's labels come from each data set's training questions or SKR's results files
+    (`skr_labels`), its variants take the profile's `skr.*` settings (`skr_settings`); KBAE's
     adapter from the first single-hop set's. A data set without training questions skips the rows
     that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
     runs (same config, same results file). Returns (results, skipped, label/adapter summary).
     """
     from ..data.registry import DATASETS
     from ..methods.taikc.kbae import bootstrap_adapter, kbae_unavailable
-    from ..methods.skr.labels import build_skr_labels, labels_summary, save_labels, usable
+    from ..methods.skr.labels import labels_summary, save_labels, usable
 
     backend = pool.get()
     out = results_dir(cfg.profile) / "10-seed-methods"
@@ -91,18 +116,18 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
     for dataset in datasets:
         specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt")]
         try:
-            train, source = training_questions(cfg, dataset, n_train)
+            labels, source, n_labelled = skr_labels(cfg, backend, searcher, dataset, n_train)
         except DataMissingError as err:
             for v in ("skr-icl", "skr-cls", "skr-knn"):
                 skip(v, err.paragraph())
             notes.append({"dataset": dataset, "train_source": None, "skipped": err.paragraph()})
         else:
-            labels = build_skr_labels(backend, searcher, train, dataset)
             save_labels(out / "skr_labels" / f"{dataset}.jsonl", labels)
-            notes.append({"dataset": dataset, "train_source": source, "train_questions": len(train),
+            notes.append({"dataset": dataset, "train_source": source, "train_questions": n_labelled,
                           **labels_summary(labels)})
             if usable(labels):
-                specs += [RunSpec(v, v, {"labelled": labels}) for v in ("skr-icl", "skr-cls", "skr-knn")]
+                specs += [RunSpec(v, v, {"labelled": labels, **skr_settings(cfg, v)})
+                          for v in ("skr-icl", "skr-cls", "skr-knn")]
             else:   # every training question was discarded (wrong with and without retrieval)
                 for v in ("skr-icl", "skr-cls", "skr-knn"):
                     skip(v, f"no usable SKR labels on {dataset}: the model answered all {len(labels)} "

@@ -3,10 +3,10 @@
 `make reproduce PROFILE=paper` runs for days; a missing data set or model found on day three costs
 days. `check(cfg)` looks at the profile's own model, the optional models (Self-RAG for Tables 1/2,
 the Table 4 backbones), the corpus, every question set and top-10 passages file, the official
-clones whose example lists the profile reads, the Java runtime for Lucene, free disk and GPU
-memory, and raises one `DataMissingError` that lists every missing piece with where to get it
-and where to put it. All checks are cheap (file look-ups, no model loads), so the shipped profiles
-(smoke, default) run them too.
+clones whose example lists the profile reads, SKR's results files (`skr.train_results`), the
+Java runtime for Lucene, free disk and GPU memory, and raises one `DataMissingError` that lists
+every missing piece with where to get it and where to put it. All checks are cheap (file
+look-ups, no model loads), so the shipped profiles (smoke, default) run them too.
 
 Optional models: the notebooks skip a row whose checkpoint is absent and say why in the table, so
 by default a missing Self-RAG or backbone checkpoint is listed as "will be skipped", not an error.
@@ -211,6 +211,21 @@ def check_prompts(cfg: Config, report: Report) -> None:
             report.ok.append(f"{what} ({cfg[key]})")
 
 
+def check_skr_results(cfg: Config, report: Report) -> None:
+    """SKR's results files named by `skr.train_results` (cot_train.json and cot_train_ir.json of
+    THUNLP-MT/SKR's format), each read and paired as notebook 10 will read them."""
+    from ..methods.skr.results_files import check_results_dir
+
+    for dataset, where in (cfg.get("skr.train_results") or {}).items():
+        try:
+            n = check_results_dir(where)
+        except UserError as err:
+            report.problems.append(f"SKR training results of {dataset} (skr.train_results.{dataset}): "
+                                   f"{_reason(err)}")
+        else:
+            report.ok.append(f"SKR training results of {dataset} ({where}: {n} questions)")
+
+
 def disk_need_bytes(cfg: Config) -> int:
     """Bytes the run still needs to write (`disk_needs.estimate_needs`; parts already built are not
     counted again)."""
@@ -361,6 +376,7 @@ def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
                  lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
+                 lambda r: check_skr_results(cfg, r),
                  lambda r: check_disk(cfg, r), lambda r: check_gpu(cfg, r),
                  lambda r: check_cluster(cfg, r), lambda r: note_work(cfg, r)):
         step(report)

@@ -12,6 +12,9 @@ Ties: under the paper's rule (`ties="known"`) a question both answers get right 
 retrieval brings nothing, so the model knew it. The official code (THUNLP-MT/SKR source/skr.py)
 instead drops every equal-score question ("same"); `ties="discard"` reproduces that.
 
+The answer scored (`label_answer`): "package" extracts it as the package scores every method
+(`evaluation.extract_answer`); "official" as skr.py does (`official_answer`, which reads the gold).
+
 The function is pure in its inputs (backend, searcher, records, settings), so its output can be
 cached: `save_labels` / `load_labels` write and read it as one JSON object per line.
 """
@@ -25,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ...core.errors import UserError
 from ...evaluation import answer_from_forced, exact_match, extract_answer, f1_score
+from ..text import nlp
 from ...core.io import iter_jsonl, write_jsonl
 from ...prompts import build_prompt, demos_for, stop_strings
 from ..base import step_record
@@ -35,6 +39,29 @@ KNOWN, UNKNOWN, DISCARDED = "known", "unknown", "discarded"
 ANSWER_DEFAULTS: dict[str, Any] = {"n_shot": 4, "top_k_docs": 3, "max_new_tokens": 100, "mode": "fixed"}
 METRICS = {"em": exact_match, "f1": f1_score}
 TIES = ("known", "discard")
+LABEL_ANSWERS = ("package", "official")
+
+
+def official_answer(prediction: str, gold: str) -> str:
+    """The answer skr.py scores (its `get_answer_ref`), given the raw output and the FIRST gold.
+
+    Newlines are deleted (not replaced by a space); the text after the first "answer is", to the
+    end, if there is one; else the gold itself when one spaCy sentence contains it (case-blind
+    substring), so a gold named anywhere counts as exact; else the first sentence. An empty output
+    (which skr.py cannot score: it has no first sentence) gives ""."""
+    text = prediction.replace("\n", "").strip()
+    if "answer is" in text:
+        return text[text.index("answer is") + len("answer is"):]
+    sents = [str(s).strip() for s in nlp()(text).sents]
+    if any(gold.lower() in s.lower() for s in sents):
+        return gold
+    return sents[0] if sents else ""
+
+
+def official_em(prediction: str, golds: Sequence[str]) -> float:
+    """skr.py's score of one output: exact match, over every gold, of `official_answer`, which
+    reads the first gold (stripped)."""
+    return exact_match(official_answer(prediction, golds[0].strip()), golds)
 
 
 @dataclass
@@ -78,6 +105,12 @@ def label_from_scores(score_closed: float, score_retrieval: float, ties: str = "
     return KNOWN if score_closed >= score_retrieval else UNKNOWN
 
 
+def check_label_answer(label_answer: str) -> None:
+    if label_answer not in LABEL_ANSWERS:
+        raise UserError(f"unknown SKR label answer {label_answer!r}", setting="skr.label_answer",
+                        fix=f"use one of {', '.join(LABEL_ANSWERS)}")
+
+
 def answer_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     settings = dict(settings or {})
     unknown = sorted(set(settings) - set(ANSWER_DEFAULTS))
@@ -111,15 +144,22 @@ def skr_answer(backend, demos, question: str, docs: Sequence[str], *, max_new_to
 
 
 def label_question(backend, searcher, record, demos, *, top_k_docs: int, max_new_tokens: int,
-                   mode: str = "fixed", metric: str = "em", ties: str = "known") -> LabelledQuestion:
+                   mode: str = "fixed", metric: str = "em", ties: str = "known",
+                   label_answer: str = "package") -> LabelledQuestion:
     """Answer `record` closed-book and with retrieval, score both, label by Eq. 4."""
-    score = METRICS[metric]
-    closed, _, _ = skr_answer(backend, demos, record.question, (), max_new_tokens=max_new_tokens,
-                              mode=mode)
+    closed, _, trace_closed = skr_answer(backend, demos, record.question, (),
+                                         max_new_tokens=max_new_tokens, mode=mode)
     hits = list(searcher.search(record.question, k=top_k_docs))
-    augmented, _, _ = skr_answer(backend, demos, record.question, [h.text for h in hits],
-                                 max_new_tokens=max_new_tokens, mode=mode)
-    s_closed, s_retr = score(closed, record.golds), score(augmented, record.golds)
+    augmented, _, trace_retr = skr_answer(backend, demos, record.question, [h.text for h in hits],
+                                          max_new_tokens=max_new_tokens, mode=mode)
+    if label_answer == "official":
+        # skr.py scores the CoT output as the model wrote it: the first call's text, without the
+        # package's re-ask (SKR's results files hold no re-ask)
+        s_closed = official_em(trace_closed[0]["output"], record.golds)
+        s_retr = official_em(trace_retr[0]["output"], record.golds)
+    else:
+        score = METRICS[metric]
+        s_closed, s_retr = score(closed, record.golds), score(augmented, record.golds)
     return LabelledQuestion(id=record.id, question=record.question,
                             label=label_from_scores(s_closed, s_retr, ties),
                             answer_closed=closed, answer_retrieval=augmented,
@@ -128,19 +168,21 @@ def label_question(backend, searcher, record, demos, *, top_k_docs: int, max_new
 
 
 def build_skr_labels(backend, searcher, train_records: Iterable, dataset_name: str, *,
-                     metric: str = "em", ties: str = "known",
+                     metric: str = "em", ties: str = "known", label_answer: str = "package",
                      **answer: Any) -> list[LabelledQuestion]:
     """Self-knowledge labels of `train_records` (discarded ones included, so counts can be reported
     and a saved file covers every training question). `answer` overrides ANSWER_DEFAULTS and must
-    match the settings of the SKR method that will use the labels."""
+    match the settings of the SKR method that will use the labels. `label_answer="official"` scores
+    with skr.py's exact match (`official_em`; `metric` is then unused)."""
     if metric not in METRICS:
         raise UserError(f"unknown SKR label metric {metric!r}", setting="skr.metric",
                         fix=f"use one of {', '.join(METRICS)}")
+    check_label_answer(label_answer)
     s = answer_settings(answer)
     demos = demos_for(dataset_name, s["n_shot"])
     return [label_question(backend, searcher, r, demos, top_k_docs=s["top_k_docs"],
                            max_new_tokens=s["max_new_tokens"], mode=s["mode"], metric=metric,
-                           ties=ties)
+                           ties=ties, label_answer=label_answer)
             for r in train_records]
 
 

