@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seakr_repro.llm.base import Generation, SampleSet
+from seakr_repro.llm.reflection_tokens import SKIPPED_IN_TEXT
 
 SURE = math.log(0.99)
 _VOCAB: dict[str, int] = {}          # fake token text <-> id, shared by gen() and FakeBackend
@@ -65,6 +66,11 @@ class FakeBackend:
         self.sample_calls: list[dict] = []
         self.score_calls: list[tuple[str, str]] = []
 
+    def read_logprobs(self, prompt, continuation_ids, reads):
+        """Self-RAG's reads: p = 0.5 for every token read (tests of its behaviours script their
+        own backend, tests/test_self_rag.py)."""
+        return Generation(text="", logprobs=[math.log(0.5)] * len(reads))
+
     def generate(self, prompt, *, max_new_tokens, stop=(), want_stats=False, want_attention=False):
         self.generate_calls.append((prompt, list(stop)))
         self.max_new_tokens.append(max_new_tokens)
@@ -104,6 +110,8 @@ class FakeBackend:
         return fake_ids(fake_tokens(text))
 
     def encode_plain(self, text):
+        if text in SKIPPED_IN_TEXT:      # Self-RAG's special tokens: one token each
+            return fake_ids([text])
         return self.encode(text)
 
     def decode(self, token_ids, skip_special_tokens=False):

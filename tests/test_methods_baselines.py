@@ -1,4 +1,4 @@
-"""CoT, IRCoT, FLARE, DRAGIN and Self-RAG with scripted fakes."""
+"""CoT, IRCoT, FLARE, DRAGIN and Self-RAG with scripted fakes (Self-RAG's behaviours: test_self_rag.py)."""
 import math
 
 import pytest
@@ -100,49 +100,6 @@ def test_dragin_needs_attention():
 def test_self_rag_requires_checkpoint():
     with pytest.raises(DataMissingError, match="selfrag"):
         build_method("self_rag", FakeBackend(lambda p, s: ""), FakeSearcher(DOCS), "bundled-2wiki")
-
-
-def _self_rag(p_retrieve, docs=DOCS):
-    """d2's continuation is relevant and fully supported; d1's is irrelevant."""
-    def score(prefix, tok):
-        good = "Ann Lee is a director." in prefix
-        table = {"[Retrieval]": p_retrieve, "[No Retrieval]": 1 - p_retrieve,
-                 "[Relevant]": 0.9 if good else 0.1, "[Irrelevant]": 0.1 if good else 0.9,
-                 "[Fully supported]": 0.8 if good else 0.1, "[Partially supported]": 0.1,
-                 "[No support / Contradictory]": 0.1 if good else 0.8}
-        table.update({f"[Utility:{i}]": (0.6 if i == 5 else 0.1) for i in range(1, 6)})
-        return math.log(table[tok])
-
-    def respond(p, stop):
-        if p.endswith("[No Retrieval]"):
-            return "Tom Hux"
-        if "Ann Lee is a director." in p:
-            return "[Relevant]Ann Lee[Fully supported][Utility:5]"
-        return "[Irrelevant]Bob Ray[No support / Contradictory][Utility:2]"
-    b = FakeBackend(respond, score=score, name="selfrag_llama2_7b")
-    s = FakeSearcher(docs)
-    return build_method("self-rag", b, s, "bundled-2wiki").run(Q), s
-
-
-def test_self_rag_picks_best_scored_passage():
-    r, s = _self_rag(0.5)
-    assert r.answer == "Ann Lee" and r.extra["chosen"] == "d2" and len(s.queries) == 1
-    cands = {c["id"]: c for c in r.trace[-1]["candidates"]}
-    assert cands["d2"]["isrel"] == pytest.approx(0.9) and cands["d2"]["issup"] == pytest.approx(0.85)
-    assert cands["d2"]["score"] > cands["d1"]["score"]
-
-
-def test_self_rag_skips_retrieval_below_threshold():
-    r, s = _self_rag(0.1)
-    assert r.answer == "Tom Hux" and s.queries == [] and r.n_retrievals == 0
-
-
-def test_self_rag_with_no_passage_answers_without_retrieval():
-    """A query with no BM25 hit: nothing to critique, so the answer is the continuation after
-    [No Retrieval] (the official code's answer when it does not retrieve), the search counted."""
-    r, s = _self_rag(0.5, docs=[])
-    assert r.answer == "Tom Hux" and len(s.queries) == 1 and r.n_retrievals == 1
-    assert r.extra["no_hits"] and [t["kind"] for t in r.trace][-2:] == ["no_hits", "no_retrieval"]
 
 
 def test_unknown_method_and_setting():

@@ -177,6 +177,16 @@ class BackendExtras(Protocol):
         code joins them: byte-fallback pieces kept by name (`llm.attention.merge_words`)."""
         ...
 
+    def read_logprobs(self, prompt: str, continuation_ids: Sequence[int],
+                      reads: Sequence[tuple[int, int]]) -> Generation:
+        """Optional (transformers and vLLM backends). Teacher-forced log-probs of chosen tokens at
+        chosen positions of a continuation given as token ids: for reads[i] = (j, t), logprobs[i]
+        = log p(t | prompt + continuation_ids[:j]), 0 <= j <= len(continuation_ids). Self-RAG
+        reads its reflection tokens so, from the very ids it generated (`score` would re-encode
+        the text, and a sentencepiece tokenizer need not give the generated ids back). The
+        Generation has text "" and no token ids."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Optional, default no counters. Cumulative counters (llm_calls, oom_retries, ...) that
         the runner copies into each result row as differences around a question."""

@@ -320,6 +320,12 @@ class CachedBackend:
         return self._cached("score", prompt, {"continuation": continuation},
                             lambda: self.backend.score(prompt, continuation))
 
+    def read_logprobs(self, prompt: str, continuation_ids: Sequence[int],
+                      reads: Sequence[tuple[int, int]]) -> Generation:
+        ids, rd = [int(t) for t in continuation_ids], [[int(j), int(t)] for j, t in reads]
+        return self._cached("read_logprobs", prompt, {"ids": ids, "reads": rd},
+                            lambda: self.backend.read_logprobs(prompt, ids, rd))
+
     def count_tokens(self, text: str) -> int:
         return self.backend.count_tokens(text)
 

@@ -24,6 +24,7 @@ import numpy as np
 from . import defaults
 from .base import Generation, SampleSet
 from .model_info import middle_layer
+from .reflection_tokens import SKIPPED_IN_TEXT
 
 WORDS = ("river city army king film album band court bridge island novel church school war prize "
          "station museum league party north south old new great first second early late red blue "
@@ -79,6 +80,8 @@ class SyntheticBackend:
     generation_config: dict = {}
 
     def encode_plain(self, text: str) -> list[int]:
+        if text in SKIPPED_IN_TEXT:     # Self-RAG's special tokens: one token each, as in its vocabulary
+            return [self._token_id(text)]
         return self.encode(text)[1:]
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
@@ -141,6 +144,12 @@ class SyntheticBackend:
         tokens = _TOKEN.findall(continuation)
         gen = self._generation(rng, prompt, continuation, (), max(len(tokens), 1), True, False)
         return gen
+
+    def read_logprobs(self, prompt: str, continuation_ids: Sequence[int],
+                      reads: Sequence[tuple[int, int]]) -> Generation:
+        rng = _rng("read", prompt, tuple(continuation_ids), tuple(map(tuple, reads)))
+        return Generation(text="", logprobs=(-rng.exponential(2.0, len(reads))).tolist(),
+                          n_prompt_tokens=self.count_tokens(prompt))
 
     # ------------------------------------------------------------------------------ samples
     def _vectors(self, rng: np.random.Generator, k: int, tight: bool) -> np.ndarray:

@@ -61,6 +61,15 @@ def check_fits(n_prompt: int, n_new: int, max_context: int | None, model: str,
                 "(seakr.max_docs, seakr.max_reasoning_steps, seakr.max_new_tokens)")
 
 
+def check_reads(reads, n_continuation: int) -> int:
+    """The continuation tokens a `read_logprobs` call must run (the furthest read position);
+    a position outside 0 .. n_continuation is a caller's bug."""
+    n = max((int(j) for j, _ in reads), default=0)
+    if any(int(j) < 0 for j, _ in reads) or n > n_continuation:
+        raise ValueError(f"read positions must lie in 0..{n_continuation}, got {list(reads)}")
+    return n
+
+
 class TokenizerMixin:
     """For backends with a Hugging Face `self.tokenizer`."""
 

@@ -1,41 +1,79 @@
-"""Self-RAG (Asai et al.) short-form inference with reflection tokens.
+"""Self-RAG (Asai et al.) short-form inference with reflection tokens, as the authors'
+`retrieval_lm/run_short_form.py` runs it (`call_model_rerank_w_scores_batch`).
 
 Needs the Self-RAG checkpoint (selfrag/selfrag_llama2_7b), whose vocabulary holds the reflection
-tokens. Steps: p = P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) after the prompt; p >
-threshold (0.2) retrieves the top `ndocs` passages and generates one continuation per passage;
-each is scored exp(mean token log-prob) + w_rel * ISREL + w_sup * ISSUP + w_use * ISUSE, with
-ISREL = P([Relevant]) normalised over {Relevant, Irrelevant}, ISSUP = P(Fully) + 0.5 P(Partially)
-normalised over the three support tokens, ISUSE = sum_i w_i P([Utility:i]) normalised, w = (-1,
--0.5, 0, 0.5, 1); the best continuation is the answer. The token probabilities are read with
-teacher forcing (`backend.score`) at the positions where Self-RAG reads them from its generation.
+tokens as special tokens. One question:
+1. Retrieve or not (`retrieval`: adaptive | always | never). Adaptive reads the log-probs of
+   [Retrieval] and [No Retrieval] as the first token after the prompt and retrieves when their
+   ratio exceeds `threshold` (faithful: the ratio of the LOG-probs, as the code computes it;
+   fixed: of the probabilities, as the paper defines it).
+2. Without passages: the greedy continuation of prompt + "[No Retrieval]" is the answer.
+3. With passages: one greedy continuation per passage (the top `ndocs`), each scored
+   exp(seq) + w_rel ISREL + w_sup ISSUP + w_use ISUSE, where seq is the mean log-prob of its
+   tokens (EOS included, as vLLM counts it; the exp term only with `use_seqscore`), ISREL =
+   P([Relevant]) over {Relevant, Irrelevant} at its first token, ISSUP = P(Fully) + 0.5 P(Partially)
+   over the three support tokens where the continuation first generates one of them (0 when it
+   generates none, or without `use_groundness`), ISUSE = sum_i w_i P([Utility:i]) over the five
+   utility tokens, w = (-1, -0.5, 0, 0.5, 1), where it first generates one (0 when none, or
+   without `use_utility`). The highest score wins (the first on a tie); its text is the answer.
+Token probabilities are read from the generated ids (`backend.read_logprobs`), full-vocabulary
+softmax. Texts are vLLM's: special tokens (the reflection tokens, <paragraph>, EOS) skipped.
 """
 from __future__ import annotations
 
 import math
-import re
 
-from ..core.errors import DataMissingError
-from ..llm.reflection_tokens import NO_RETRIEVE, REL, RETRIEVE, SUP, USE
+from ..core.errors import DataMissingError, UserError
+from ..llm.base import generate_many
+from ..llm.reflection_tokens import NO_RETRIEVE, REL, RETRIEVE, SKIPPED_IN_TEXT, SUP, USE
 from .base import Method, MethodResult, hits_brief, step_record
 
 USE_WEIGHTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
-_REFLECTION = re.compile(r"\[(?:Retrieval|No Retrieval|Retrieve|Continue to Use Evidence|Relevant|"
-                         r"Irrelevant|Fully supported|Partially supported|No support / Contradictory|"
-                         r"Utility:\d)\]|</?paragraph>|</s>")
+MODES = ("faithful", "fixed")
+RETRIEVAL = ("adaptive", "always", "never")   # the code's --mode adaptive_retrieval | always_retrieve | no_retrieval
+_S = "self_rag."
+# the strings the code's postprocess removes (`control_tokens`: no [Continue to Use Evidence])
+ANSWER_STRIPPED = (*SUP, NO_RETRIEVE, RETRIEVE, *REL[::-1], "<paragraph>", "</paragraph>", *USE)
 
 
 def is_self_rag_model(name: str) -> bool:
-    return "selfrag" in re.sub(r"[^a-z]", "", (name or "").lower())
+    return "selfrag" in "".join(c for c in (name or "").lower() if c.isalpha())
 
 
-def clean(text: str) -> str:
-    return _REFLECTION.sub("", text).strip()
+def retrieve_score(lp_retrieve: float, lp_no_retrieve: float, mode: str) -> float:
+    """What `threshold` is compared with. faithful: lp_R / (lp_R + lp_N) of the log-probs, as the
+    code divides the log-probs vLLM returns: it falls as P([Retrieval]) rises (P = 0.9 against
+    0.1 gives 0.04, P = 0.1 against 0.9 gives 0.96). fixed: P_R / (P_R + P_N)."""
+    if mode == "faithful":
+        return lp_retrieve / (lp_retrieve + lp_no_retrieve)
+    p_r, p_n = math.exp(lp_retrieve), math.exp(lp_no_retrieve)
+    return p_r / (p_r + p_n)
+
+
+def answer_text(text: str, retrieved: bool, mode: str) -> str:
+    """The answer from a continuation's text (special tokens already skipped). faithful: after
+    passages the text as it is; without, every "\\n" deleted (words either side run together) with
+    the reflection-token strings, "</s>" and "<|endoftext|>"; then one leading "#" or ":" dropped
+    (both as run_short_form.py). fixed: the same strings removed on both paths, every run of
+    whitespace one space, stripped; then the leading "#" or ":"."""
+    if mode == "faithful":
+        if not retrieved:
+            for s in (*ANSWER_STRIPPED, "</s>", "\n", "<|endoftext|>"):
+                text = text.replace(s, "")
+    else:
+        for s in (*SKIPPED_IN_TEXT, "<|endoftext|>"):
+            text = text.replace(s, "")
+        text = " ".join(text.split())
+    return text[1:] if text[:1] in ("#", ":") else text
+
 
 
 class SelfRAG(Method):
     name = "self_rag"
-    DEFAULTS = {"threshold": 0.2, "ndocs": 3, "w_rel": 1.0, "w_sup": 1.0, "w_use": 0.5,
-                "max_new_tokens": 100}
+    DEFAULTS = {"mode": "fixed", "retrieval": "adaptive", "threshold": 0.2, "ndocs": 3,
+                "max_new_tokens": 100, "w_rel": 1.0, "w_sup": 1.0, "w_use": 1.0,
+                "use_seqscore": True, "use_groundness": True, "use_utility": True}
+    CONFIG = {k: _S + k for k in DEFAULTS}
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
         if not is_self_rag_model(getattr(backend, "name", "")):
@@ -45,64 +83,126 @@ class SelfRAG(Method):
                 fix="download selfrag/selfrag_llama2_7b, point model.paths.selfrag-llama2-7b at "
                     "it and select the Self-RAG model for this method")
         super().__init__(backend, searcher, dataset_name, settings)
+        s = self.settings
+        for key, allowed in (("mode", MODES), ("retrieval", RETRIEVAL)):
+            if s[key] not in allowed:
+                raise UserError(f"unknown self_rag.{key} '{s[key]}'", setting=_S + key,
+                                fix=f"use one of {', '.join(allowed)}")
+        if not hasattr(backend, "read_logprobs"):
+            raise UserError(f"the backend of {backend.name} cannot read token log-probs at given "
+                            "positions (read_logprobs), which Self-RAG's critique needs",
+                            setting="model.backend", fix="use the hf or vllm backend")
+        self._ids: dict[str, int] | None = None
+
+    # -- token ids ------------------------------------------------------------------------------
+    @property
+    def ids(self) -> dict[str, int]:
+        """Reflection token -> id (each must be one token), and the other special tokens the
+        detokenizer skips where the vocabulary has them as one token."""
+        if self._ids is None:
+            ids = {}
+            for tok in (RETRIEVE, NO_RETRIEVE, *REL, *SUP, *USE, *SKIPPED_IN_TEXT):
+                got = self.backend.encode_plain(tok)
+                if len(got) == 1:
+                    ids[tok] = got[0]
+                elif tok in (RETRIEVE, NO_RETRIEVE, *REL, *SUP, *USE):
+                    raise UserError(f"{self.backend.name}'s tokenizer splits the reflection token "
+                                    f"{tok}", setting="model.paths.selfrag-llama2-7b",
+                                    fix="use the Self-RAG checkpoint's own tokenizer")
+            self._ids = ids
+        return self._ids
+
+    def _text(self, gen) -> str:
+        """The continuation's text as vLLM returns it by default: special tokens skipped."""
+        skip = {self.ids[t] for t in SKIPPED_IN_TEXT if t in self.ids}
+        return "".join(p for t, p in zip(gen.token_ids, gen.tokens) if t not in skip)
 
     @staticmethod
     def prompt(question: str) -> str:
         return f"### Instruction:\n{question}\n\n### Response:\n"
 
-    def _probs(self, prefix: str, options) -> list[float]:
-        """Probabilities of each option token after `prefix`, normalised over the options."""
-        lps = [sum(self.backend.score(prefix, opt).logprobs) for opt in options]
-        top = max(lps)
-        ps = [math.exp(lp - top) for lp in lps]
-        return [p / sum(ps) for p in ps]
+    # -- scoring one passage's continuation ------------------------------------------------------
+    def _critique(self, prefix: str, gen) -> dict:
+        s, ids = self.settings, self.ids
+        seq_ids = list(gen.token_ids)
+        eos = gen.finish_reason == "eos"
+        groups = {"rel": (REL, 0)}
 
-    def _candidate(self, base: str, hit) -> dict:
-        s = self.settings
-        prefix = f"{base}{RETRIEVE}<paragraph>{hit.title}\n{hit.text}</paragraph>"
-        gen = self.backend.generate(prefix, max_new_tokens=s["max_new_tokens"])
-        text = gen.text
-        rel = self._probs(prefix, REL)[0]
-        rel_tok = next((t for t in REL if text.startswith(t)), REL[int(rel < 0.5)])
-        body = text[len(rel_tok):] if text.startswith(rel_tok) else text
-        cut = min([body.find(t) for t in SUP if t in body] or [len(body)])
-        answer_part = body[:cut]
-        sup_prefix = prefix + rel_tok + answer_part
-        p_sup = self._probs(sup_prefix, SUP)
-        sup = p_sup[0] + 0.5 * p_sup[1]
-        sup_tok = next((t for t in SUP if body[cut:].startswith(t)), SUP[p_sup.index(max(p_sup))])
-        p_use = self._probs(sup_prefix + sup_tok, USE)
-        use = sum(w * p for w, p in zip(USE_WEIGHTS, p_use))
-        seq = math.exp(sum(gen.logprobs) / max(len(gen.logprobs), 1))
-        score = seq + s["w_rel"] * rel + s["w_sup"] * sup + s["w_use"] * use
-        return {"id": hit.id, "answer": clean(answer_part), "raw": text, "seq": seq, "isrel": rel,
-                "issup": sup, "isuse": use, "score": score}
+        def first(tokens):   # position of the first generated token of the group
+            wanted = {ids[t] for t in tokens}
+            return next((i for i, t in enumerate(seq_ids) if t in wanted), None)
+        if s["use_groundness"] and (i := first(SUP)) is not None:
+            groups["sup"] = (SUP, i)
+        if s["use_utility"] and (i := first(USE)) is not None:
+            groups["use"] = (USE, i)
+        reads = [(pos, ids[t]) for toks, pos in groups.values() for t in toks]
+        if eos:
+            reads.append((len(seq_ids), self.backend.eos_token_id))
+        lps = self.backend.read_logprobs(prefix, seq_ids, reads).logprobs
+        probs, k = {}, 0
+        for name, (toks, _pos) in groups.items():
+            probs[name] = [math.exp(lp) for lp in lps[k:k + len(toks)]]
+            k += len(toks)
+        all_lps = list(gen.logprobs) + ([lps[-1]] if eos else [])
+        seq = sum(all_lps) / max(len(all_lps), 1)
+        rel = probs["rel"][0] / sum(probs["rel"])
+        sup = use = 0.0
+        if "sup" in probs:
+            p = probs["sup"]
+            sup = p[0] / sum(p) + 0.5 * (p[1] / sum(p))
+        if "use" in probs:
+            p = probs["use"]
+            use = sum(w * (q / sum(p)) for w, q in zip(USE_WEIGHTS, p))
+        score = s["w_rel"] * rel + s["w_sup"] * sup + s["w_use"] * use
+        if s["use_seqscore"]:
+            score = math.exp(seq) + score
+        return {"seq": seq, "isrel": rel, "issup": sup, "isuse": use, "score": score,
+                "sup_at": groups.get("sup", (None, None))[1],
+                "use_at": groups.get("use", (None, None))[1]}
 
-    def _without_passages(self, base: str, trace: list, p_ret: float, n_retrievals: int,
-                          **extra) -> MethodResult:
+    # -- one question ------------------------------------------------------------------------------
+    def _without_passages(self, base: str, trace: list, n_retrievals: int, **extra) -> MethodResult:
         gen = self.backend.generate(base + NO_RETRIEVE, max_new_tokens=self.settings["max_new_tokens"])
-        trace.append(step_record("no_retrieval", base, gen.text))
-        return MethodResult(answer=clean(gen.text), raw_output=gen.text, trace=trace,
-                            n_retrievals=n_retrievals, extra={"p_retrieval": p_ret, **extra})
+        text = self._text(gen)
+        trace.append(step_record("no_retrieval", base, text))
+        return MethodResult(answer=answer_text(text, False, self.settings["mode"]), raw_output=text,
+                            trace=trace, n_retrievals=n_retrievals, extra=extra)
 
     def answer(self, record) -> MethodResult:
         s, base = self.settings, self.prompt(record.question)
-        p_ret = self._probs(base, (RETRIEVE, NO_RETRIEVE))[0]
-        trace = [step_record("retrieve_decision", base, "", p_retrieval=p_ret,
-                             threshold=s["threshold"], retrieve=p_ret > s["threshold"])]
-        if p_ret <= s["threshold"]:
-            return self._without_passages(base, trace, p_ret, n_retrievals=0)
+        extra: dict = {}
+        if s["retrieval"] == "adaptive":
+            lp_r, lp_n = self.backend.read_logprobs(
+                base, [], [(0, self.ids[RETRIEVE]), (0, self.ids[NO_RETRIEVE])]).logprobs
+            value = retrieve_score(lp_r, lp_n, s["mode"])
+            retrieve = value > s["threshold"]
+            extra = {"p_retrieval": math.exp(lp_r) / (math.exp(lp_r) + math.exp(lp_n)),
+                     "retrieve_score": value}
+        else:
+            retrieve = s["retrieval"] == "always"
+        trace = [step_record("retrieve_decision", base, "", threshold=s["threshold"],
+                             retrieve=retrieve, **extra)]
+        if not retrieve:
+            return self._without_passages(base, trace, 0, **extra)
         hits = self.search(record.question, s["ndocs"])
         if not hits:
-            # No passage to critique (a query with no BM25 hit). The official short-form code would
-            # fail here (it ranks the passages' continuations, and there are none); its answer
-            # whenever it does not retrieve is the continuation after [No Retrieval], so that is
-            # the answer. The search was made: it counts as a retrieval, as the official count does.
+            # No passage to critique (a query with no BM25 hit). The official code fails here
+            # (it ranks the passages' continuations, and there are none); its answer whenever it
+            # does not retrieve is the continuation after [No Retrieval], so that is the answer.
+            # The search was made: it counts as a retrieval, as the official count does.
             trace.append(step_record("no_hits", record.question, "", hits=[]))
-            return self._without_passages(base, trace, p_ret, n_retrievals=1, no_hits=True)
-        cands = [self._candidate(base, h) for h in hits]
-        best = max(cands, key=lambda c: c["score"])   # first wins ties
-        trace.append(step_record("candidates", base, best["raw"], hits=hits_brief(hits),
+            return self._without_passages(base, trace, 1, no_hits=True, **extra)
+        prefixes = [f"{base}{RETRIEVE}<paragraph>{h.title}\n{h.text}</paragraph>" for h in hits]
+        gens = generate_many(self.backend, prefixes, max_new_tokens=s["max_new_tokens"])
+        cands = []
+        for h, prefix, gen in zip(hits, prefixes, gens):
+            text = self._text(gen)
+            cands.append({"id": h.id, "text": text, **self._critique(prefix, gen)})
+        best = cands[0]
+        for c in cands[1:]:           # the first of equal scores wins (a stable sort, as the code's)
+            if c["score"] > best["score"]:
+                best = c
+        trace.append(step_record("candidates", base, best["text"], hits=hits_brief(hits),
                                  candidates=cands, chosen=best["id"]))
-        return MethodResult(answer=best["answer"], raw_output=best["raw"], trace=trace,
-                            n_retrievals=1, extra={"p_retrieval": p_ret, "chosen": best["id"]})
+        return MethodResult(answer=answer_text(best["text"], True, s["mode"]), raw_output=best["text"],
+                            trace=trace, n_retrievals=1, extra={**extra, "chosen": best["id"]})

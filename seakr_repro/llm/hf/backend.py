@@ -62,7 +62,7 @@ from ..model_info import generation_config_of, middle_layer, model_dims, text_co
 from ..sampling import sample_tokens, token_stats
 from ..stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
 from ..attention import WordsMixin
-from ..tokenizing import TokenizerMixin, check_fits
+from ..tokenizing import TokenizerMixin, check_fits, check_reads
 
 PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
 
@@ -597,6 +597,18 @@ class HFBackend(WordsMixin, TokenizerMixin):
             logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
             entropies=ent.tolist(), logsumexp=lse.tolist(),
             finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+    @torch.inference_mode()
+    def read_logprobs(self, prompt: str, continuation_ids: Sequence[int],
+                      reads: Sequence[tuple[int, int]]) -> Generation:
+        """`BackendExtras.read_logprobs`: one forward pass over the prompt and the given ids."""
+        p_ids, c_ids = self._encode(prompt), [int(t) for t in continuation_ids]
+        n = check_reads(reads, len(c_ids))
+        check_fits(len(p_ids) + n, 0, self.max_context, self.name)
+        ids = torch.tensor([p_ids + c_ids[:n]], device=self.device)
+        logp = torch.log_softmax(self.model(input_ids=ids).logits[0, len(p_ids) - 1:].float(), -1)
+        return Generation(text="", logprobs=[float(logp[j, t]) for j, t in reads],
+                          finish_reason="stop", n_prompt_tokens=len(p_ids))
 
     # ----------------------------------------------------------------------------- vectors
     @torch.inference_mode()

@@ -54,7 +54,7 @@ from .engine import EngineThread
 from ..model_info import generation_config_of, middle_layer, model_dims, resolve_dtype, weights_fingerprint
 from ..stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
 from ..attention import WordsMixin
-from ..tokenizing import TokenizerMixin, check_fits
+from ..tokenizing import TokenizerMixin, check_fits, check_reads
 
 
 def vllm_available() -> str | None:
@@ -406,6 +406,26 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=cap["logprobs"], entropies=cap["entropies"], logsumexp=cap["logsumexp"],
             finish_reason="stop", n_prompt_tokens=len(p_ids))
+
+
+    def read_logprobs(self, prompt: str, continuation_ids: Sequence[int],
+                      reads: Sequence[tuple[int, int]]) -> Generation:
+        """`BackendExtras.read_logprobs`: `score`'s capture over the prompt and the ids up to the
+        furthest read, its rows read at the chosen tokens."""
+        p_ids, c_ids = self._encode(prompt), [int(t) for t in continuation_ids]
+        n = check_reads(reads, len(c_ids))
+        self._check_len(len(p_ids) + n, 1)
+        self._install([("hidden",)])
+        tag = uuid.uuid4().hex
+        params = self._params(max_tokens=1, temperature=0.0,
+                              extra_args={vllm_worker.KEY: {"tag": tag, "hidden": True}})
+        prompt_in = {"prompt_token_ids": p_ids + c_ids[:n], "cache_salt": tag}
+        # rows 0..n (after each prefix of the ids); the targets gathered there are not read
+        rows = c_ids[:n] + [self.eos_token_id]
+        (_res, cap), = self._engine.run([prompt_in], [params], [tag],
+                                        score={tag: (len(p_ids), rows, [(int(j), int(t)) for j, t in reads])})
+        return Generation(text="", logprobs=cap["reads"], finish_reason="stop",
+                          n_prompt_tokens=len(p_ids))
 
 
 def warped_logprobs(raw_logprobs: Sequence[float], stats: Sequence[Sequence[float]],

@@ -277,7 +277,7 @@ def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict
             item["rows"] = ({p: torch.nn.functional.pad(r, (0, n - r.shape[0])).numpy()
                              for p, r in got["rows"].items()}, got["heads"])
         if "hidden" in got and score and tag in score:
-            n_prompt, cont = score[tag]
+            n_prompt, cont, *reads = score[tag]     # reads: [(row, token)] (read_logprobs)
             h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]
             logits = cap.model.compute_logits(h)
             if logits is not None:
@@ -285,6 +285,8 @@ def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict
                 tgt = torch.tensor(cont, device=logits.device)
                 item["logprobs"] = logp.gather(1, tgt[:, None])[:, 0].tolist()
                 item["entropies"], item["logsumexp"] = ent.tolist(), lse.tolist()
+                if reads:
+                    item["reads"] = [float(logp[j, t]) for j, t in reads[0]]
         out[tag] = item
     return out
 
