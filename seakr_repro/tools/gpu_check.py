@@ -38,8 +38,13 @@ def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0):
                       pad_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
                       initializer_range=0.1)
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = LlamaForCausalLM(cfg).to(dtype)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)       # built in dtype: no float32 copy first (27 GB at 7B)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg).to(dtype)
+    finally:
+        torch.set_default_dtype(default)
     return model.eval()
 
 

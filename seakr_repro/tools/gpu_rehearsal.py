@@ -65,12 +65,13 @@ TABLE7 = {"2wiki": 4.94, "hotpotqa": 7.30}      # SeaKR's seconds per question, 
 
 # ---------------------------------------------------------------------------------- helpers
 def pins() -> dict[str, str]:
-    """requirements.txt's name -> version."""
+    """requirements.txt's and requirements-nodeps.txt's name -> version."""
     out = {}
-    for line in (REPO_ROOT / "requirements.txt").read_text().splitlines():
-        m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s#]+)", line)
-        if m:
-            out[m.group(1).lower()] = m.group(2)
+    for name in ("requirements.txt", "requirements-nodeps.txt"):
+        for line in (REPO_ROOT / name).read_text().splitlines():
+            m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s#]+)", line)
+            if m:
+                out[m.group(1).lower()] = m.group(2)
     return out
 
 
@@ -203,6 +204,11 @@ def _rows_of(res) -> dict:
                                      f1["retrievals_per_q"], f1["failed"])}
 
 
+def _partial(a, got: dict) -> None:
+    """What a part measured so far: the report keeps it if the part runs out of time."""
+    (a.work / f"part-{a.child}.partial.json").write_text(json.dumps(got, indent=1, default=str) + "\n")
+
+
 # ---------------------------------------------------------------------------------- parts
 def part_env(a) -> dict:
     import importlib
@@ -314,6 +320,7 @@ def part_methods(a) -> dict:
         except Exception as e:          # noqa: BLE001  (one method's failure must not hide the rest)
             entry["error"] = f"{type(e).__name__}: {e}"[:1000]
             entry["traceback"] = traceback.format_exc()[-3000:]
+        _partial(a, out)
         print(f"[rehearsal] methods: {m} {json.dumps(entry)[:400]}", flush=True)
     pool.close()
     out["rss_gb"] = _rss_gb()
@@ -353,6 +360,7 @@ def part_seakr_paper(a) -> dict:
             total = rows["seconds_per_q"] * n
             spent[d].append(round(total - sum(spent[d]), 3))
             out["questions"][d] = {"seconds": spent[d], **{k: v for k, v in rows.items() if k != "seconds_per_q"}}
+            _partial(a, out)
             print(f"[rehearsal] seakr_paper: {d} question {n}: {spent[d][-1]} s", flush=True)
     pool.close()
     pace = {("seakr", d): sum(s) / len(s) for d, s in spent.items() if s}
@@ -488,6 +496,7 @@ def _spawn(a, part: str, limit: float) -> dict:
     args = [sys.executable, "-m", "seakr_repro.tools.gpu_rehearsal", "--child", part, *a.forward]
     result = a.work / f"part-{part}.json"
     result.unlink(missing_ok=True)
+    (a.work / f"part-{part}.partial.json").unlink(missing_ok=True)
     env = {**os.environ, "SEAKR_RAW_DIR": str(a.work / "raw"), "SEAKR_CACHE_DIR": str(a.work / "cache"),
            "SEAKR_RESULTS_DIR": str(a.work / "results"), "SEAKR_OVERRIDES": "",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -499,8 +508,10 @@ def _spawn(a, part: str, limit: float) -> dict:
         rc = "timeout"
     if result.is_file():
         return json.loads(result.read_text())
+    partial = a.work / f"part-{part}.partial.json"
     return {"status": "timeout" if rc == "timeout" else "crashed", "rc": rc, "limit_s": round(limit),
-            "seconds": round(time.perf_counter() - t0, 1), "error": "no result: see log.txt"}
+            "seconds": round(time.perf_counter() - t0, 1), "error": "no final result: see log.txt",
+            **({"partial": json.loads(partial.read_text())} if partial.is_file() else {})}
 
 
 def main(argv=None) -> int:
