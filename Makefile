@@ -15,7 +15,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm check smoke bench scale-check figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm check smoke bench scale-check gpu-rehearsal gpu-rehearsal-pack figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -77,6 +77,13 @@ bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the 
 
 scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shapes, 1M passages): RSS, disk, hours
 	$(PY) -m seakr_repro.tools.scale_check $(SCALE_CHECK_ARGS)
+
+REHEARSAL_OUT ?= results/gpu-rehearsal
+gpu-rehearsal:  ## on a GPU machine: everything a GPU can prove here, one JSON report (docs/measurements.md); DEVICE=cpu runs it here
+	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_rehearsal.sh $(REHEARSAL_OUT)
+
+gpu-rehearsal-pack: $(STAMP)  ## pack the packages a GPU machine lacks into .gpu-rehearsal/ (carried with the rehearsal)
+	PIP="$(PY) -m pip" bash scripts/gpu_rehearsal_pack.sh
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

@@ -222,6 +222,24 @@ def test_searcher_for_config(passages, tmp_path, monkeypatch):
         searcher_for(cfg.with_overrides({"retrieval.backend": "elasticsearch"}))
 
 
+def test_ensure_index_builds_bm25s_with_the_profiles_k1_and_b(passages, tmp_path, monkeypatch):
+    """bm25s bakes k1 and b into its index: `ensure_index` must build it with the profile's (the
+    GPU rehearsal found the paper profile's 1.2/0.75 index built with 0.9/0.4, then refused)."""
+    from seakr_repro.steps import prepare
+
+    monkeypatch.setattr(index_mod, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(index_mod, "_open", {})
+    corpus = small_corpus(tmp_path / "c.jsonl", passages)
+    monkeypatch.setattr(prepare, "ensure_corpus", lambda cfg, progress=True: corpus)
+    cfg = Config("paper", {"retrieval": {"backend": "bm25s", "scheme": "single_field", "k1": 1.2, "b": 0.75},
+                           "corpus": {"name": "tiny"}})
+    meta = prepare.ensure_index(cfg, progress=False)
+    assert (meta["params"]["k1"], meta["params"]["b"]) == (1.2, 0.75)
+    assert searcher_for(cfg).num_docs == 40
+    other = cfg.with_overrides({"retrieval.k1": 0.9})    # another k1: the index is rebuilt, not refused
+    assert prepare.ensure_index(other, progress=False)["params"]["k1"] == 0.9
+
+
 def test_jvm_prepared_once_without_incubator_module(searchers):
     import jnius_config
 

@@ -161,8 +161,11 @@ def ensure_index(cfg: Config, progress: bool = True, force: bool = False) -> dic
     corpus_file = ensure_corpus(cfg, progress=progress)
     backend, scheme = cfg["retrieval.backend"], cfg["retrieval.scheme"]
     index_dir = index_dir_for(cfg["corpus.name"], backend, scheme)
-    if force or not index_is_current(corpus_file, index_dir, backend, scheme=scheme):
-        build_index(corpus_file, index_dir, backend=backend, progress=progress, scheme=scheme)
+    # the profile's k1 and b: bm25s bakes them into its index (an index built with the scheme's
+    # defaults would be refused when a profile with others opens it); Lucene only records them
+    k1, b = cfg.get("retrieval.k1"), cfg.get("retrieval.b")
+    if force or not index_is_current(corpus_file, index_dir, backend, k1=k1, b=b, scheme=scheme):
+        build_index(corpus_file, index_dir, backend=backend, progress=progress, scheme=scheme, k1=k1, b=b)
     return read_meta(index_dir)
 
 
