@@ -167,7 +167,8 @@ def _profile_inputs(profile: str, overrides: dict, questions: int, passages: int
     from ..data.corpus import STORED_FIELDS, write_corpus
     from ..data.records import QuestionRecord
     from ..llm.synthetic import synthetic_passages, synthetic_question
-    from ..steps.prepare import corpus_path, ensure_index, open_profile_searcher
+    from ..runs.inputs import corpus_path, open_profile_searcher
+    from ..steps.prepare import ensure_index
     from .scale_check import write_standins
 
     repo = write_standins(RAW_DIR, questions)
@@ -297,7 +298,7 @@ def part_gpu_check(a) -> dict:
 
 def part_methods(a) -> dict:
     from ..artifacts import methods, spec_for
-    from ..steps import grid
+    from ..runs import grid
 
     cfg, searcher = _profile_inputs("paper-tiny", _model_overrides(a), a.questions, a.passages)
     pool = grid.BackendPool(cfg, loader=RandomLlamaLoader(a.shape, a.device, str(tokenizer_dir(a.work))))
@@ -329,8 +330,9 @@ def part_methods(a) -> dict:
 
 def part_seakr_paper(a) -> dict:
     from ..artifacts import spec_for
-    from ..steps import grid
-    from ..steps.cost import question_runs, with_hours
+    from ..runs import grid
+    from ..runs.cost import with_hours
+    from ..runs.plan import question_runs
     from ..core.config import load_config
 
     paper = a.shape == "llama-2-7b"
@@ -448,7 +450,7 @@ def part_ray(a) -> dict:
     except ImportError as e:
         return {"ran": False, "why": f"ray does not import here ({e}); its wheel does not fit the 64 MiB carried"}
     from ..artifacts import spec_for
-    from ..steps import engine, grid
+    from ..runs import engine, grid
 
     cfg, searcher = _profile_inputs("paper-tiny", _model_overrides(a), 1, a.passages)
     loader = RandomLlamaLoader(a.shape, a.device, str(tokenizer_dir(a.work)))
