@@ -3,6 +3,7 @@ passively and runs as many threads as the cores it may use, unless the user's en
 otherwise (issue 28)."""
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +72,9 @@ def test_cgroup_quota_caps_the_thread_count(tmp_path):
 def test_fair_share_env_adds_only_what_is_unset():
     assert threads.fair_share_env({"OMP_WAIT_POLICY": "ACTIVE"}, cpus=3) == \
         {"OMP_NUM_THREADS": "3"}
-    assert threads.fair_share_env({}, cpus=1)["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert threads.fair_share_env({}, cpus=1) == {**threads.WAIT_SETTING, "OMP_NUM_THREADS": "1"}
+    # a spin count of the user's is a choice of waiting too: no wait policy added beside it
+    assert threads.fair_share_env({"GOMP_SPINCOUNT": "0"}, cpus=2) == {"OMP_NUM_THREADS": "2"}
 
 
 def test_notebook_kernels_inherit_the_setting(tmp_path, monkeypatch):
@@ -112,12 +115,44 @@ def test_the_notebook_timeout_scales_with_a_measured_slowdown(monkeypatch):
     assert conftest.scaled_notebook_timeout() == conftest.NOTEBOOK_TIMEOUT   # never below the base
 
 
-def test_contention_benchmark_compares_torchs_own_setting_with_the_packages(monkeypatch):
+def test_contention_benchmark_settings_set_only_their_own_variables(monkeypatch):
     from seakr_repro.tools import bench_contention
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")       # as this process has it
-    old, new = bench_contention.setting_env("old"), bench_contention.setting_env("new")
-    assert "OMP_WAIT_POLICY" not in old and "OMP_NUM_THREADS" not in old
-    assert new["OMP_WAIT_POLICY"] == "PASSIVE" and new["OMP_NUM_THREADS"] == str(threads.usable_cpus())
-    got = bench_contention.measure("new", competitors=1, seconds=0.2)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "7")
+    unset = bench_contention.setting_env("unset")
+    assert not set(bench_contention.OPENMP_VARIABLES) & set(unset)
+    passive = bench_contention.setting_env("passive")
+    assert passive["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in passive
+    assert passive["OMP_NUM_THREADS"] == str(threads.usable_cpus())
+    spin = bench_contention.setting_env("spin:20000")
+    assert spin["GOMP_SPINCOUNT"] == "20000" and "OMP_WAIT_POLICY" not in spin
+    with pytest.raises(ValueError, match="unknown setting"):
+        bench_contention.setting_vars("fast")
+    got = bench_contention.measure("passive", competitors=1, seconds=0.2)
     assert got["steps_per_s"] > 0 and got["threads"] == threads.usable_cpus()
+
+
+def test_contention_benchmark_judges_each_setting_by_medians_of_pairs(monkeypatch):
+    """A setting meets issue 32's floors when its median quiet speed is >= 97% of torch's own and
+    the median of its busy/quiet pairs is >= 45%; repeats rotate the order of settings."""
+    from seakr_repro.tools import bench_contention
+
+    speeds = {("unset", 0): [100, 90, 110], ("unset", 2): [20, 30, 25],
+              ("passive", 0): [84, 80, 88], ("passive", 2): [60, 50, 55],
+              ("spin:1", 0): [99, 97, 101], ("spin:1", 2): [50, 40, 48]}
+    seen = []
+
+    def measure(setting, competitors, seconds):
+        got = speeds[(setting, competitors)][sum(x == (setting, competitors) for x in seen)]
+        seen.append((setting, competitors))
+        return {"steps_per_s": got, "threads": 2}
+
+    monkeypatch.setattr(bench_contention, "measure", measure)
+    report = bench_contention.run(3, 0.1, ("unset", "passive", "spin:1"), busy=2)
+    assert [s for s, c in seen[:6:2]] == ["unset", "passive", "spin:1"]
+    assert [s for s, c in seen[6:12:2]] == ["passive", "spin:1", "unset"]        # rotated
+    assert report["median_quiet_steps_per_s"] == {"unset": 100, "passive": 84, "spin:1": 99}
+    assert report["alone_vs_unset"]["spin:1"] == pytest.approx(0.99)
+    assert report["share_kept_beside_busy"]["spin:1"] == pytest.approx(statistics.median([50 / 99, 40 / 97, 48 / 101]))
+    assert report["meets_both"] == {"passive": False, "spin:1": True}    # passive: 0.84x alone

@@ -22,7 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-WAIT_POLICY = "PASSIVE"
+# How a waiting OpenMP thread waits (chosen by `make bench`'s contention benchmark, docs/speed.md).
+WAIT_SETTING = {"OMP_WAIT_POLICY": "PASSIVE"}
+# Any of these in the user's environment is their choice of waiting: the package then adds none.
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 # torch's intra-op pool (and its MKL calls) size themselves from this one variable. MKL_NUM_THREADS is
 # left alone: torch lets it win over OMP_NUM_THREADS, so setting it would overrule a user's own
 # OMP_NUM_THREADS.
@@ -58,12 +61,12 @@ def usable_cpus(v2: Path = CGROUP_V2, v1: tuple[Path, Path] = CGROUP_V1) -> int:
 
 
 def fair_share_env(environ: dict | None = None, cpus: int | None = None) -> dict[str, str]:
-    """The variables to add to `environ` (default: this process's): the wait policy and the
-    thread counts, each only where `environ` does not set it already."""
+    """The variables to add to `environ` (default: this process's): the wait setting, unless
+    `environ` already says how to wait, and the thread counts where it does not set them."""
     environ = os.environ if environ is None else environ
     n = str(usable_cpus() if cpus is None else cpus)
-    wanted = {"OMP_WAIT_POLICY": WAIT_POLICY, **{v: n for v in THREAD_VARIABLES}}
-    return {k: v for k, v in wanted.items() if k not in environ}
+    wait = {} if any(v in environ for v in WAIT_VARIABLES) else dict(WAIT_SETTING)
+    return {**wait, **{v: n for v in THREAD_VARIABLES if v not in environ}}
 
 
 def apply() -> dict[str, str]:
