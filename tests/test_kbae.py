@@ -149,3 +149,21 @@ def test_bootstrap_adapter_reuses_a_matching_adapter(tiny, tmp_path):
     assert (out / kbae.MANIFEST).stat().st_mtime_ns == stamp                 # reused, not retrained
     kbae.bootstrap_adapter(backend, RECORDS[:2], out, steps=3, lr=1e-3, r=2, alpha=4, batch_size=2)
     assert json.loads((out / kbae.MANIFEST).read_text())["steps"] == 3      # settings changed
+
+
+def test_adapter_fingerprint_ignores_the_clone_path_and_set_order(tmp_path):
+    """The same adapter saved from two clones (another absolute base-model path, peft's module set
+    in another order) has one fingerprint, so its run file keeps its name; other weights do not."""
+    import json
+    fingerprints = []
+    for i, (path, modules) in enumerate((("/a/clone/model", ["q_proj", "v_proj"]),
+                                         ("/b/other/model", ["v_proj", "q_proj"]))):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / "adapter_config.json").write_text(json.dumps(
+            {"base_model_name_or_path": path, "target_modules": modules, "r": 8}))
+        (d / "adapter_model.safetensors").write_bytes(b"weights")
+        fingerprints.append(kbae.adapter_fingerprint(d))
+    assert fingerprints[0] == fingerprints[1]
+    (tmp_path / "1" / "adapter_model.safetensors").write_bytes(b"other weights")
+    assert kbae.adapter_fingerprint(tmp_path / "1") != fingerprints[0]

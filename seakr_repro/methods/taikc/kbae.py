@@ -229,14 +229,27 @@ def examples_sha(examples: Sequence[KBAEExample]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
+def _canonical_adapter_config(path: Path) -> bytes:
+    """peft's adapter_config.json without what differs between identical adapters: the base
+    model's absolute path (another clone, another machine) and the order of its module sets
+    (peft writes `target_modules` from a set, in the process's hash order)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.pop("base_model_name_or_path", None)
+    for key, value in config.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            config[key] = sorted(value)
+    return json.dumps(config, sort_keys=True).encode()
+
+
 def adapter_fingerprint(adapter_dir) -> str:
-    """Hash of the adapter's weights and config: part of the method config and the cache key."""
+    """Hash of the adapter's weights and config: part of the method config and the cache key, so
+    the same adapter gives the same run file in any clone and any run."""
     d = Path(adapter_dir)
     h = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
         if (d / name).is_file():
             h.update(name.encode())
-            h.update((d / name).read_bytes())
+            h.update(_canonical_adapter_config(d / name) if name.endswith(".json") else (d / name).read_bytes())
     return h.hexdigest()[:16]
 
 
