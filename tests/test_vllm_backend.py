@@ -101,6 +101,20 @@ def test_greedy_generation_and_scores_match_transformers(pair):
     np.testing.assert_allclose(v.score(PROMPT, " William Shakespeare").logprobs, a.logprobs, atol=1e-6)
 
 
+def test_read_logprobs_matches_transformers(pair):
+    """Self-RAG's reads: the log-prob of chosen tokens at chosen positions of a continuation given
+    as ids (here the greedy one; the reads include tokens it did not generate), as transformers
+    computes them; twice, so the prefix cache loses no position."""
+    v, hf = pair
+    g = hf.generate(PROMPT, max_new_tokens=8, stop=())
+    ids = list(g.token_ids)
+    reads = [(0, ids[0]), (3, ids[3]), (3, ids[0]), (len(ids) - 1, ids[-1]), (len(ids), hf.eos_token_id)]
+    a, b = v.read_logprobs(PROMPT, ids, reads), hf.read_logprobs(PROMPT, ids, reads)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-3)
+    np.testing.assert_allclose(b.logprobs[0], g.logprobs[0], atol=1e-4)    # the generated token's own
+    np.testing.assert_allclose(v.read_logprobs(PROMPT, ids, reads).logprobs, a.logprobs, atol=1e-6)
+
+
 def test_sample_many_batches_contexts_and_keeps_them_apart(pair):
     v, hf = pair
     sets = v.sample_many([PROMPT, PROMPT2], seed=5, **ARGS)
