@@ -8,7 +8,7 @@ A step's inputs (artifacts.STEPS declares the graph):
 - the package modules it imports, followed through the package's own imports;
 - the shipped data it reads (data/bundled, data/paper);
 - the content of what it reads of earlier steps' outputs (a hash per step read: the files of
-  its declared outputs, or the one output named, and the finished questions of its run files).
+  its declared outputs, or of the one output named).
 Each is recorded in results/<profile>/stamps/<step>.json when the step finishes, with a content
 hash of every file it declares as output and the finished questions of each of its runs' files.
 A step is stale when one of its inputs differs now, or when an output it declares is missing or
@@ -304,11 +304,13 @@ def outputs_now(step: Step, roots: Roots, runs: Mapping[str, Path] | None = None
 
 
 def read_digest(read: str, outputs: Mapping) -> str:
-    """What a dependant records of a step it reads: the content of all its outputs, or (read
-    "step:output") of the files under that one output."""
+    """What a dependant records of a step it reads: the content of the files it declares, or
+    (read "step:output") of the files under that one output. Not its shared run files: other
+    steps append to them (10 to 04's SeaKR runs), and what a step made of its runs is in its own
+    files (results.csv); a run of its own deleted or cut makes the step itself stale."""
     _, _, only = read.partition(":")
     if not only:
-        return _json_sha(outputs)
+        return _json_sha(outputs["files"])
     return _json_sha({k: v for k, v in outputs["files"].items() if k == only or k.startswith(only + "/")})
 
 

@@ -154,3 +154,15 @@ def test_a_stamp_from_before_content_hashes_is_read_without_running_anything(tre
     # and the next change is judged by content already
     pipeline.plan("smoke", results=res, parameters={N03: {"N_BOOT": 77}}, execute=fake)
     assert fake.ran == [N03, "90-render"]
+
+
+def test_a_shared_run_file_may_grow_but_not_shrink(tree):
+    res, fake = tree
+    dataset = load_config("smoke")["datasets.complex"][0]
+    shared = res / "runs" / dataset / "seakr-abc.jsonl"           # 04's, 06's and 10's SeaKR run
+    with open(shared, "a") as fh:                                 # 10 ran more of its questions
+        fh.write('{"id": "q1", "answer": "x", "golds": ["x"]}\n')
+    assert set(_actions(pipeline.plan("smoke", results=res)).values()) == {"up-to-date"}
+    shared.write_text("")                                         # cut by hand
+    dry = {p.name: p for p in pipeline.plan("smoke", results=res)}
+    assert f"its run of seakr on {dataset} lost questions: 0 of 1" in dry["04-complex-qa"].reasons
