@@ -361,6 +361,13 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
         now = graph.outputs_now(step, roots, files_of(nb.stem)) \
             if step.outputs is not None or step.runs else None
         why = graph.reasons(recorded, inputs) + (graph.output_reasons(recorded, now) if now else [])
+        if recorded and "code" in recorded and recorded.get("graph") != graph.GRAPH_VERSION:
+            # a stamp from before content hashes recorded the stamps of the steps it read: one of
+            # them run since (or in this run) is the old rule's reason, still valid for it
+            ran = [r for r, d in (recorded.get("inputs") or {}).items() if d != stamps.get(r)]
+            if ran:
+                why.append("a step it reads ran again since its stamp (from before content hashes): "
+                           + ", ".join(ran))
         executed = res / "notebooks" / nb.name
         if recorded and not executed.is_file():
             why.append(f"its executed copy {executed.name} is missing")
@@ -390,7 +397,9 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
                 and recorded.get("graph") != graph.GRAPH_VERSION and now is not None:
             # a stamp from before content hashes: what the step read and wrote, recorded now
             # (it is up to date by every input it did record), so the next change is judged by content
-            _stamp(res, nb.stem, inputs, now, {k: recorded[k] for k in ("seconds", "finished") if k in recorded})
+            # (its old digest kept: the old stamps of steps that read it recorded that one)
+            _stamp(res, nb.stem, inputs, now, {k: recorded[k] for k in ("seconds", "finished", "digest")
+                                               if k in recorded})
     if execute is not None:
         graph.save_hashes(res)
     return out

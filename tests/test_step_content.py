@@ -139,14 +139,15 @@ def test_a_deleted_output_file_makes_its_step_stale(tree):
 
 def test_a_stamp_from_before_content_hashes_is_read_without_running_anything(tree):
     res, fake = tree
-    for stamp in (res / "stamps").glob("*.json"):        # as the previous reproduce wrote them
-        if stamp.name == "hashes.json":
-            continue
-        old = json.loads(stamp.read_text())
+    stamps = {p.stem: p for p in (res / "stamps").glob("*.json") if p.name != "hashes.json"}
+    old = {name: json.loads(p.read_text()) for name, p in stamps.items()}
+    for name, stamp in old.items():        # as the previous reproduce wrote them: the stamps it read
         for key in ("graph", "outputs"):
-            old.pop(key)
-        old["inputs"] = {r.split(":")[0]: "an old stamp digest" for r in old["inputs"]}
-        stamp.write_text(json.dumps(old))
+            stamp.pop(key)
+        stamp["digest"] = f"old digest of {name}"
+        stamp["inputs"] = {r.split(":")[0]: f"old digest of {r.split(':')[0]}" for r in stamp["inputs"]}
+    for name, stamp in old.items():
+        stamps[name].write_text(json.dumps(stamp))
     assert set(_actions(pipeline.plan("smoke", results=res)).values()) == {"up-to-date"}
     pipeline.plan("smoke", results=res, execute=fake)      # reproduce: nothing runs, stamps filled in
     assert fake.ran == []
@@ -154,6 +155,25 @@ def test_a_stamp_from_before_content_hashes_is_read_without_running_anything(tre
     # and the next change is judged by content already
     pipeline.plan("smoke", results=res, parameters={N03: {"N_BOOT": 77}}, execute=fake)
     assert fake.ran == [N03, "90-render"]
+
+
+def test_an_old_stamp_still_sees_a_step_it_read_run_again(tree):
+    """The old rule holds for a stamp from before content hashes: 04 read 03, and 03 ran since."""
+    res, fake = tree
+    for name in ("03-uncertainty-estimators", "04-complex-qa"):
+        path = res / "stamps" / f"{name}.json"
+        stamp = json.loads(path.read_text())
+        for key in ("graph", "outputs"):
+            stamp.pop(key)
+        stamp["digest"] = f"old digest of {name}"
+        ups = [r.split(":")[0] for r in stamp["inputs"]]        # the stamps it read, as they are
+        stamp["inputs"] = {u: json.loads((res / "stamps" / f"{u}.json").read_text())["digest"] for u in ups}
+        path.write_text(json.dumps(stamp))
+    assert _actions(pipeline.plan("smoke", results=res))["04-complex-qa"] == "up-to-date"
+    pipeline.plan("smoke", results=res, only=["03"], force=True, execute=fake)     # 03 runs, 04 not
+    dry = {p.name: p for p in pipeline.plan("smoke", results=res)}
+    assert dry["04-complex-qa"].reasons == ["a step it reads ran again since its stamp (from before "
+                                            "content hashes): 03-uncertainty-estimators"]
 
 
 def test_a_shared_run_file_may_grow_but_not_shrink(tree):
