@@ -172,8 +172,8 @@ PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's del
 # entry enters through its parameters); `shipped`: folders under data/ it reads; `outputs`: what
 # it writes, as globs under results/<profile>/ ("tables/..." and "figures/...": under
 # tables/<profile>/ and figures/<profile>/; None: not declared, so a step reading it re-runs
-# whenever it ran); `runs`: the steps whose planned runs (runs.plan.planned_runs, one run file
-# each under results/<profile>/runs/) it writes.
+# whenever it ran). The runs a step writes (one file each under results/<profile>/runs/) follow
+# from TABLES and SEED_METHODS (runs.plan.planned_runs).
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -181,7 +181,6 @@ class Step:
     settings: tuple | None = None
     shipped: tuple = ("bundled",)
     outputs: tuple | None = None
-    runs: bool = False
 
     def read_steps(self) -> tuple[str, ...]:
         """The steps it reads (an entry "step:output" names its step)."""
@@ -204,17 +203,17 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("03-uncertainty-estimators", ("02-extract-hidden-states",),
          settings=("seed", "model", "uncertainty", "evaluation"),
          outputs=("03-uncertainty-estimators", "calibration")),
-    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("04-complex-qa",), runs=True),
-    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("05-simple-qa",), runs=True),
-    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper"), outputs=("06-ablations",), runs=True),
+    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("04-complex-qa",)),
+    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("05-simple-qa",)),
+    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper"), outputs=("06-ablations",)),
     # calibrates each backbone itself
-    Step("07-backbones", _PREPARED, shipped=("bundled", "paper"), outputs=("07-backbones",), runs=True),
+    Step("07-backbones", _PREPARED, shipped=("bundled", "paper"), outputs=("07-backbones",)),
     Step("08-case-studies", ("04-complex-qa",), settings=("seed",), shipped=(),     # step 04's traces
          outputs=("08-case-studies",)),
     # its timed runs lie in its own folder (09-efficiency/runs/), outside the shared run files
-    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper"), outputs=("09-efficiency",), runs=True),
+    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper"), outputs=("09-efficiency",)),
     Step("10-seed-methods", _PREPARED + ("04-complex-qa", "05-simple-qa"),   # SeaKR's rows: 04/05's runs
-         outputs=("10-seed-methods",), runs=True),
+         outputs=("10-seed-methods",)),
     Step("11-mechanisms", _CALIBRATED, outputs=("11-mechanisms", "figures/mechanisms.*")),
     # every table's step, Figure 3's (03) and the claims ledger's (03, 11 and the tables)
     Step("90-render", tuple(sorted({t.step for t in TABLES.values()} |

@@ -358,8 +358,7 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
             if announce is not None:
                 announce(out[-1])
             continue
-        now = graph.outputs_now(step, roots, files_of(nb.stem)) \
-            if step.outputs is not None or step.runs else None
+        now = graph.outputs_now(step, roots, files_of(nb.stem)) if step.outputs is not None else None
         why = graph.reasons(recorded, inputs) + (graph.output_reasons(recorded, now) if now else [])
         if recorded and "code" in recorded and recorded.get("graph") != graph.GRAPH_VERSION:
             # a stamp from before content hashes recorded the stamps of the steps it read: one of
