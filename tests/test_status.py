@@ -160,6 +160,15 @@ def test_no_results_yet(tmp_path, monkeypatch):
     assert "missing = no file" in text
 
 
+def test_a_row_its_step_skipped_says_so(results):
+    (results / "04-complex-qa").mkdir()
+    (results / "04-complex-qa" / "skipped.json").write_text(json.dumps({"self_rag": "no checkpoint"}))
+    runs = status.run_status(load_config("default"))
+    runs = runs[runs.dataset == "bundled-2wiki"]          # Table 1's (05 runs Self-RAG on others)
+    assert set(runs[runs.run == "self_rag"].config) == {"skipped"}
+    assert set(runs[runs.run == "flare"].config) == {"missing"}
+
+
 def test_a_step_is_stale_when_what_it_reads_changed(results):
     """After `reproduce --only 03` wrote other thresholds, step 04 (which reads them) is stale;
     a step 03 ran again with the same thresholds would leave it done."""

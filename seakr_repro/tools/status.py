@@ -135,6 +135,18 @@ def _planned_total(cfg: Config, run, sizes: dict):
     return total
 
 
+def _skipped(res: Path, step: str) -> dict:
+    """{label: why} of the rows a step skipped when it last ran (its skipped.json)."""
+    from ..core.io import read_json
+
+    path = res / step / "skipped.json"
+    try:
+        found = read_json(path) if path.is_file() else {}
+    except (UserError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     from ..evaluation import score_predictions
     from ..runs.runner import current_name, read_results
@@ -155,8 +167,10 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
             continue
         if path is None and label_files(res / run.folder, run.label):
             continue                  # files of several configurations, none recorded: listed below
-        if path is None:              # planned, no file: deleted, or not run yet
-            rows.append({"dataset": run.dataset, "run": run.label, "config": "missing", "done": 0,
+        if path is None:              # planned, no file: deleted, not run yet, or skipped by its step
+            why = _skipped(res, run.step).get(run.label)
+            rows.append({"dataset": run.dataset, "run": run.label, "config": "skipped" if why else "missing",
+                         "done": 0,
                          "total": _planned_total(cfg, run, sizes), "em": "", "f1": "", "s/question": "",
                          "eta": "", "disk": "", "file": f"{run.folder}/{run.label}-*.jsonl"})
             continue
@@ -238,7 +252,8 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
         parts += [f"runs (every run the profile plans, then older files; EM/F1 in % with {conf:g}% "
                   "bootstrap intervals; eta at the pace so far; config: current = the file the row's "
                   "latest run wrote, older = an earlier configuration's file, missing = no file: "
-                  "not run yet or deleted, `reproduce` runs it):",
+                  "not run yet or deleted, `reproduce` runs it, skipped = its step skipped the row "
+                  "and says why in <step>/skipped.json):",
                   runs.to_markdown(index=False)]
     from ..runs.engine import workers_report
     workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
