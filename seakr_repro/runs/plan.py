@@ -175,6 +175,8 @@ def planned_runs(cfg: Config) -> list[PlannedRun]:
     for key, spec in TABLES.items():
         labels = (list(cfg.get("backbones.models", []) or []) if spec.kind == "backbones"
                   else [s.label for s in spec.runs])
+        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
+            labels = [m for m in labels if m in notebook_parameter(cfg, spec.step, "METHODS")]
         out += [PlannedRun(spec.step, label, d) for label in labels for d in table_datasets(cfg, key)
                 if runs_on(label, d)]
     out += [PlannedRun(SEED_STEP, label, d) for d in profile_datasets(cfg) for label in ("seakr",) + SEED_METHODS]
