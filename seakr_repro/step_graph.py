@@ -332,11 +332,19 @@ def output_reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
         if names:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             out.append(f"its output {shown} {'is' if len(names) == 1 else 'are'} {words}")
+    gone: dict[str, list[str]] = {}            # folder -> its missing run files
     for name, lines in old.get("runs", {}).items():
         if name not in now["runs"]:
-            out.append(f"its run of {_run_words(name)} is missing ({name})")
+            gone.setdefault(name.rsplit("/", 1)[0], []).append(name)
         elif now["runs"][name] < lines:
             out.append(f"its run of {_run_words(name)} lost questions: {now['runs'][name]} of {lines}")
+    for folder, names in gone.items():
+        if len(names) == 1:
+            out.append(f"its run of {_run_words(names[0])} is missing ({names[0]})")
+        else:
+            labels = [n.rsplit("/", 1)[1].rsplit("-", 1)[0] for n in names]
+            shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+            out.append(f"its {len(names)} runs on {folder.rsplit('/', 1)[-1]} are missing: {shown} ({folder}/)")
     return out
 
 

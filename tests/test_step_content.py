@@ -109,7 +109,8 @@ def test_a_deleted_data_set_s_runs_are_named_shown_as_0_of_n_and_run_again(tree,
         p.unlink()
     (res / "runs" / dataset).rmdir()
     dry = {p.name: p for p in pipeline.plan("smoke", results=res)}
-    assert f"its run of seakr on {dataset} is missing (runs/{dataset}/seakr-abc.jsonl)" in dry["04-complex-qa"].reasons
+    assert dry["04-complex-qa"].reasons == [f"its 6 runs on {dataset} are missing: cot, dragin, flare, "
+                                            f"ircot and 2 more (runs/{dataset}/)"]   # Table 1's six rows
     assert dry["06-ablations"].action == "run"            # the ablations run on that set too
     assert dry["05-simple-qa"].action == "up-to-date"     # simple QA: other data sets
     # status lists every planned run: the deleted ones as 0 of their total, "missing"
@@ -180,6 +181,11 @@ def test_a_shared_run_file_may_grow_but_not_shrink(tree):
     res, fake = tree
     dataset = load_config("smoke")["datasets.complex"][0]
     shared = res / "runs" / dataset / "seakr-abc.jsonl"           # 04's, 06's and 10's SeaKR run
+    assert len(list(shared.parent.glob("seakr-*.jsonl"))) == 1
+    (shared.parent / "cot-abc.jsonl").unlink()
+    assert {p.name: p for p in pipeline.plan("smoke", results=res)}["04-complex-qa"].reasons == [
+        f"its run of cot on {dataset} is missing (runs/{dataset}/cot-abc.jsonl)"]
+    pipeline.plan("smoke", results=res, execute=fake)
     with open(shared, "a") as fh:                                 # 10 ran more of its questions
         fh.write('{"id": "q1", "answer": "x", "golds": ["x"]}\n')
     assert set(_actions(pipeline.plan("smoke", results=res)).values()) == {"up-to-date"}
