@@ -164,40 +164,62 @@ FIGURES: dict[str, Panel] = {p.stem: p for p in FIGURE3}
 PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's delta -6 is comparable
 
 
-# The step graph: what each numbered notebook reads, so `reproduce` re-runs a step when one of
-# its own inputs changed and not when an unrelated step ran again (step_graph.py). `reads`: the
-# steps whose outputs under results/<profile>/ it reads (their folders, calibration/delta.json,
-# the run files); `settings`: the profile's sections it reads (None: all of them; a notebook's
-# own `notebooks:` entry enters through its parameters); `shipped`: folders under data/ it reads.
+# The step graph: what each numbered notebook reads and writes, so `reproduce` re-runs a step when
+# the content of something it reads changed, and not merely because an earlier step ran again
+# (step_graph.py). `reads`: the steps whose outputs it reads, a step's name for all of them or
+# "step:output" for one (04 reads only step 03's calibration/delta.json, not its AUROC tables);
+# `settings`: the profile's sections it reads (None: all of them; a notebook's own `notebooks:`
+# entry enters through its parameters); `shipped`: folders under data/ it reads; `outputs`: what
+# it writes, as globs under results/<profile>/ ("tables/..." and "figures/...": under
+# tables/<profile>/ and figures/<profile>/; None: not declared, so a step reading it re-runs
+# whenever it ran). The runs a step writes (one file each under results/<profile>/runs/) follow
+# from TABLES and SEED_METHODS (runs.plan.planned_runs).
 @dataclass(frozen=True)
 class Step:
     name: str
     reads: tuple = ()
     settings: tuple | None = None
     shipped: tuple = ("bundled",)
+    outputs: tuple | None = None
+
+    def read_steps(self) -> tuple[str, ...]:
+        """The steps it reads (an entry "step:output" names its step)."""
+        return tuple(dict.fromkeys(r.split(":", 1)[0] for r in self.reads))
 
 
 _DATA = ("seed", "corpus", "datasets", "analysis", "evaluation")
 _PREPARED = ("00-prepare-data", "01-build-bm25-index")        # question records and the index
-_CALIBRATED = _PREPARED + ("03-uncertainty-estimators",)      # ... and step 03's thresholds
+_CALIBRATED = _PREPARED + ("03-uncertainty-estimators:calibration",)   # ... and step 03's thresholds
 
 STEPS: dict[str, Step] = {s.name: s for s in (
-    Step("00-prepare-data", settings=_DATA),
-    Step("01-build-bm25-index", ("00-prepare-data",), settings=_DATA + ("retrieval",)),
-    # closed-book calibration questions (FanOutQA from its package, the bundled single-hop set)
-    Step("02-extract-hidden-states", settings=("seed", "model", "uncertainty", "evaluation", "prompts")),
+    Step("00-prepare-data", settings=_DATA, outputs=("00-prepare-data", "data")),
+    # the index itself lies under data/cache/, keyed by its settings; index_meta.json describes it
+    Step("01-build-bm25-index", ("00-prepare-data",), settings=_DATA + ("retrieval",),
+         outputs=("01-build-bm25-index",)),
+    # closed-book calibration questions (FanOutQA from its package, the bundled single-hop set);
+    # another backend's samples go to 02-extract-hidden-states-<backend> (steps.extraction)
+    Step("02-extract-hidden-states", settings=("seed", "model", "uncertainty", "evaluation", "prompts"),
+         outputs=("02-extract-hidden-states*",)),
     Step("03-uncertainty-estimators", ("02-extract-hidden-states",),
-         settings=("seed", "model", "uncertainty", "evaluation")),
-    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper")),
-    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper")),
-    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper")),
-    Step("07-backbones", _PREPARED, shipped=("bundled", "paper")),     # calibrates each backbone itself
-    Step("08-case-studies", ("04-complex-qa",), settings=("seed",), shipped=()),   # step 04's traces
-    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper")),
-    Step("10-seed-methods", _PREPARED + ("04-complex-qa", "05-simple-qa")),  # SeaKR's rows: 04/05's runs
-    Step("11-mechanisms", _CALIBRATED),
+         settings=("seed", "model", "uncertainty", "evaluation"),
+         outputs=("03-uncertainty-estimators", "calibration")),
+    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("04-complex-qa",)),
+    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("05-simple-qa",)),
+    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper"), outputs=("06-ablations",)),
+    # calibrates each backbone itself
+    Step("07-backbones", _PREPARED, shipped=("bundled", "paper"), outputs=("07-backbones",)),
+    Step("08-case-studies", ("04-complex-qa",), settings=("seed",), shipped=(),     # step 04's traces
+         outputs=("08-case-studies",)),
+    # its timed runs lie in its own folder (09-efficiency/runs/), outside the shared run files
+    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper"), outputs=("09-efficiency",)),
+    Step("10-seed-methods", _PREPARED + ("04-complex-qa", "05-simple-qa"),   # SeaKR's rows: 04/05's runs
+         outputs=("10-seed-methods",)),
+    Step("11-mechanisms", _CALIBRATED, outputs=("11-mechanisms", "figures/mechanisms.*")),
     # every table's step, Figure 3's (03) and the claims ledger's (03, 11 and the tables)
     Step("90-render", tuple(sorted({t.step for t in TABLES.values()} |
                                    {"03-uncertainty-estimators", "11-mechanisms"})),
-         shipped=("paper",)),
+         shipped=("paper",),
+         outputs=tuple(f"tables/{t.stem}.*" for t in TABLES.values()) + ("tables/claims.*",) +
+         tuple(f"figures/{p.stem}.*" for p in FIGURE3) +
+         tuple(f"figures/{t.f1_figure}.*" for t in TABLES.values() if t.f1_figure)),
 )}

@@ -220,10 +220,11 @@ def parameters_markdown(params: list[Parameter]) -> str:
            "parameters cell, then the profile, then the notebook; README, Notebooks)\n\n" + "\n".join(rows)
 
 
-def parameters(namespace: dict, notebook: str) -> list[Parameter]:
+def parameters(namespace: dict, notebook: str) -> None:
     """Called first in each notebook: sets every parameter in `namespace` (the notebook's
     globals()) to the value that runs, shows them as a table with where each came from, and says
-    once where a typed value met another. Works the same under `reproduce` and in the Lab."""
+    once where a typed value met another. Works the same under `reproduce` and in the Lab.
+    Returns nothing, so the cell shows the table only (`effective_parameters` gives the list)."""
     path = Path(os.environ.get(NOTEBOOK_ENV, "") or NOTEBOOKS_DIR / f"{notebook}.ipynb")
     if path.stem != notebook:             # a kernel started by reproduce for another notebook
         path = NOTEBOOKS_DIR / f"{notebook}.ipynb"
@@ -240,7 +241,6 @@ def parameters(namespace: dict, notebook: str) -> list[Parameter]:
     for p in params:
         if p.note:
             print(p.note)
-    return params
 
 
 # ------------------------------------------------------------------ inline figures and text

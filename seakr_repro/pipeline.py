@@ -32,7 +32,7 @@ from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .core.device import compute
 from .core.errors import UserError
 from .core.io import read_json, write_json
-from .core.paths import NOTEBOOKS_DIR, results_dir
+from .core.paths import NOTEBOOKS_DIR, check_one_root, kernel_environment, results_dir
 
 KERNEL = "python3"
 
@@ -168,8 +168,9 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
 
     # the notebook's first cell (notebook.parameters) applies these by the documented rule and
     # shows every value with where it came from; papermill injects nothing
-    kernel_env = {**KERNEL_ENV, PROFILE_ENV: profile, NOTEBOOK_ENV: str(Path(notebook).resolve()),
-                  PARAMETERS_ENV: json.dumps(parameters or {})}
+    # (kernel_environment: this package and root, never another clone's through the environment)
+    kernel_env = {**KERNEL_ENV, **kernel_environment(), PROFILE_ENV: profile,
+                  NOTEBOOK_ENV: str(Path(notebook).resolve()), PARAMETERS_ENV: json.dumps(parameters or {})}
     out_dir = out_dir or results_dir(profile) / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / notebook.name
@@ -282,13 +283,27 @@ def _recorded(stamp_file: Path) -> dict | None:
         return None
 
 
+def step_run_files(cfg: Config, res: Path) -> dict[str, dict[str, Path]]:
+    """Each step's planned runs' files that exist under `res` ({step: {name under res: path}})."""
+    from .runs.plan import planned_runs, run_file
+
+    out: dict[str, dict[str, Path]] = {}
+    for run in planned_runs(cfg):
+        path = run_file(res, run)
+        if path is not None:
+            out.setdefault(run.step, {})[path.relative_to(res).as_posix()] = path
+    return out
+
+
 def plan(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
          parameters: dict[str, dict] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
          overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None,
          announce=None) -> list:
     """What `reproduce` would do, step by step, and why (`step_graph.Planned`). With `execute`
     (a function of the notebook and its Planned), each step to run is handed to it in order and
-    its stamp written when it returns; without, nothing runs (`reproduce --dry-run`, `status`).
+    its stamp written when it returns; a later step is judged after the steps it reads have run,
+    on what they wrote. Without, nothing runs (`reproduce --dry-run`, `status`): a step whose only
+    reason would be a step it reads that runs first "may run" (action `may-run`).
     `results`: the profile's results folder to read (default: results_dir, created if missing);
     `announce`: called with each step that does not run, in order."""
     from .notebook import effective_parameters
@@ -305,39 +320,95 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
                         fix="run from the repository root")
     selected = _selected(steps, only)
     res = results if results is not None else results_dir(profile)
-    digests: dict[str, str | None] = {}     # each step's stamp once this plan has run
+    roots = graph.Roots.of(profile, res)
+    graph.load_hashes(res)
+    pending: set[str] = set()               # steps that run (or may) before their dependants, in a dry run
+    outputs: dict[str, dict] = {}           # each step's outputs as they are when a later step is judged
+    stamps: dict[str, str | None] = {}      # an undeclared step's stamp digest (its outputs are unknown)
+    decls: dict[str, Any] = {}
     out = []
+
+    run_files: dict = {}
+
+    def files_of(name: str) -> dict:
+        if "all" not in run_files:
+            run_files["all"] = step_run_files(cfg, res)
+        return run_files["all"].get(name, {})
+
+    def read_value(read: str) -> str | None:
+        up = read.split(":", 1)[0]
+        if decls[up].outputs is None:       # its outputs unknown: its stamp stands for them
+            return stamps.get(up)
+        if up in pending:
+            return None
+        if up not in outputs:
+            outputs[up] = graph.outputs_now(decls[up], roots, files_of(up))
+        return graph.read_digest(read, outputs[up])
+
     for i, nb in enumerate(steps):
-        step = graph.declaration(nb.stem, [p.stem for p in steps[:i]])
+        step = decls[nb.stem] = graph.declaration(nb.stem, [p.stem for p in steps[:i]])
         # the values the notebook will run with: the rule its first cell applies (notebook.py)
         effective = {p.name: p.value for p in effective_parameters(
             nb, profile=profile, command_line=parameters.get(nb.stem, {}), overrides=overrides)}
-        inputs = graph.step_inputs(nb, settings, effective, {r: digests.get(r) for r in step.reads}, step)
+        inputs = graph.step_inputs(nb, settings, effective, {r: read_value(r) for r in step.reads}, step)
         recorded = _recorded(res / "stamps" / f"{nb.stem}.json")
-        digests[nb.stem] = (recorded or {}).get("digest")
+        stamps[nb.stem] = (recorded or {}).get("digest")
         if nb.stem not in selected:
             out.append(graph.Planned(nb.stem, "skipped", [], inputs))
             if announce is not None:
                 announce(out[-1])
             continue
-        why = graph.reasons(recorded, inputs)
+        now = graph.outputs_now(step, roots, files_of(nb.stem)) if step.outputs is not None else None
+        why = graph.reasons(recorded, inputs) + (graph.output_reasons(recorded, now) if now else [])
+        if recorded and "code" in recorded and recorded.get("graph") != graph.GRAPH_VERSION:
+            # a stamp from before content hashes recorded the stamps of the steps it read: one of
+            # them run since (or in this run) is the old rule's reason, still valid for it
+            ran = [r for r, d in (recorded.get("inputs") or {}).items() if d != stamps.get(r)]
+            if ran:
+                why.append("a step it reads ran again since its stamp (from before content hashes): "
+                           + ", ".join(ran))
         executed = res / "notebooks" / nb.name
         if recorded and not executed.is_file():
             why.append(f"its executed copy {executed.name} is missing")
         if force and not why:
             why = ["--force"]
-        planned = graph.Planned(nb.stem, "run" if why else "up-to-date", why, inputs)
+        waits = [r for r in step.read_steps() if r in pending and decls[r].outputs is not None]
+        action = "run" if why else "may-run" if waits else "up-to-date"
+        if action == "may-run":
+            words = [graph.read_words(r) for r in step.reads if r.split(":", 1)[0] in waits]
+            plural = len(words) > 1 or words[0].endswith("outputs")
+            why = ["may run, if " + ", ".join(words) + (" change" if plural else " changes")]
+        planned = graph.Planned(nb.stem, action, why, inputs)
         out.append(planned)
         if planned.action != "run" and announce is not None:
             announce(planned)
-        if planned.action == "run":
-            if execute is not None:
-                seconds = execute(nb, planned)
-                write_json(res / "stamps" / f"{nb.stem}.json",
-                           {**inputs, "digest": graph.digest(inputs), "seconds": round(seconds, 1),
-                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-            digests[nb.stem] = graph.digest(inputs)
+        if planned.action == "run" and execute is not None:
+            seconds = execute(nb, planned)
+            outputs.pop(nb.stem, None)
+            run_files.clear()                # its runs wrote files: found again
+            _stamp(res, nb.stem, inputs, graph.outputs_now(step, roots, files_of(nb.stem)),
+                   {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            stamps[nb.stem] = graph.digest(inputs)
+        elif planned.action == "run" or planned.action == "may-run":
+            pending.add(nb.stem)
+            stamps[nb.stem] = graph.digest(inputs)
+        elif planned.action == "up-to-date" and execute is not None and recorded \
+                and recorded.get("graph") != graph.GRAPH_VERSION and now is not None:
+            # a stamp from before content hashes: what the step read and wrote, recorded now
+            # (it is up to date by every input it did record), so the next change is judged by content
+            # (its old digest kept: the old stamps of steps that read it recorded that one)
+            _stamp(res, nb.stem, inputs, now, {k: recorded[k] for k in ("seconds", "finished", "digest")
+                                               if k in recorded})
+    if execute is not None:
+        graph.save_hashes(res)
     return out
+
+
+def _stamp(res: Path, name: str, inputs: dict, outputs: dict, extra: dict) -> None:
+    from . import step_graph as graph
+
+    write_json(res / "stamps" / f"{name}.json",
+               {**inputs, "digest": graph.digest(inputs), "graph": graph.GRAPH_VERSION, "outputs": outputs, **extra})
 
 
 def reproduce(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
@@ -354,6 +425,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     `cell_timeout` (seconds) overrides reproduce.cell_timeout; it does not enter the stamps.
     With `preflight`, everything the profile needs is checked before the first step that runs
     (`preflight.check`): all missing pieces in one error, before anything long starts."""
+    root = check_one_root()
     cfg: Config = load_config(profile, overrides)
     command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress,
                                 parameters)
@@ -362,6 +434,8 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     _selected(notebook_steps(notebooks_dir), only)      # an unknown --only: said before anything runs
     from .core.runlock import LOCK_NAME, hold
 
+    if progress:        # every path below (results, data/cache, tables, figures) derives from it
+        print(f"[reproduce] repository root: {root}", flush=True)
     with hold(results_dir(profile) / LOCK_NAME, command):
         return _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, overrides,
                           cell_timeout, preflight)
@@ -413,8 +487,12 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
 
 def dry_run_report(planned: list) -> str:
     """`reproduce --dry-run`: what would run and why, one line per step."""
-    lines = [f"{p.name}: {'would run: ' + '; '.join(p.reasons) if p.action == 'run' else p.action}"
-             for p in planned]
-    n = sum(p.action == "run" for p in planned)
-    lines.append(f"{n} step(s) would run" if n else "nothing to do: every step is up to date")
+    lines = [f"{p.name}: " + ("would run: " + "; ".join(p.reasons) if p.action == "run" else
+                              p.reasons[0] if p.action == "may-run" else p.action) for p in planned]
+    n, maybe = sum(p.action == "run" for p in planned), sum(p.action == "may-run" for p in planned)
+    if n or maybe:
+        lines.append(f"{n} step(s) would run" + (f", {maybe} more may run (judged after the steps "
+                                                 "they read have run)" if maybe else ""))
+    else:
+        lines.append("nothing to do: every step is up to date")
     return "\n".join(lines)

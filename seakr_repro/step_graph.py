@@ -7,9 +7,22 @@ A step's inputs (artifacts.STEPS declares the graph):
 - the profile's sections it reads;
 - the package modules it imports, followed through the package's own imports;
 - the shipped data it reads (data/bundled, data/paper);
-- the stamps of the steps whose outputs it reads (not every earlier step).
-Each is recorded in results/<profile>/stamps/<step>.json when the step finishes; a step is stale
-when one differs now, and the differences are the reasons given.
+- the content of what it reads of earlier steps' outputs (a hash per step read: the files of
+  its declared outputs, or of the one output named).
+Each is recorded in results/<profile>/stamps/<step>.json when the step finishes, with a content
+hash of every file it declares as output and the finished questions of each of its runs' files.
+A step is stale when one of its inputs differs now, or when an output it declares is missing or
+no longer matches its stamp (a run file deleted or cut short included); the differences are the
+reasons given. That an earlier step ran again is no reason by itself: `reproduce` decides each
+step after the steps it reads have finished, and `--dry-run` says "may run, if 03's outputs
+change" where one of them will run first. A step whose outputs are not declared (a new notebook)
+counts as changed whenever it runs.
+
+Files are hashed whole (sha256); a hash is remembered per (path, size, modification time) in
+results/<profile>/stamps/hashes.json, so that step 02's vectors (gigabytes at paper scale) are
+read once, not at every `status`. Provenance records (*.provenance.json: the time, the machine)
+are not outputs' content. A run file only grows (the runner appends finished questions, steps
+share files), so for it the stamp holds its number of finished lines, and fewer is a change.
 """
 from __future__ import annotations
 
@@ -24,6 +37,9 @@ from typing import Any, Mapping
 from .artifacts import STEPS, Step
 from .steps import MOVED
 from .core.paths import REPO_ROOT
+
+GRAPH_VERSION = 2           # stamps with content hashes of outputs and of what a step reads
+PROVENANCE = ".provenance.json"
 
 PACKAGE = "seakr_repro"
 IGNORED_SETTINGS = ("description", "profile", "notebooks", "reproduce")   # not inputs of results
@@ -164,7 +180,9 @@ def _changed(old: Mapping, new: Mapping) -> list[str]:
 
 
 def reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
-    """Why a step with stamp `recorded` is out of date given its inputs `now` ([]: up to date)."""
+    """Why a step with stamp `recorded` is out of date given its inputs `now` ([]: up to date).
+    A stamp from before content hashes (no `graph` version) says nothing about what the step
+    read: unknown, not stale by itself (its next run records it)."""
     if not recorded:
         return ["it has not run yet"]
     if "code" not in recorded:
@@ -183,9 +201,150 @@ def reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
         if changed:
             shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
             out.append(f"{what}: {shown}")
-    ups = _changed(recorded.get("inputs", {}), now["inputs"])
-    if ups:
-        out.append("a step it reads ran again or will: " + ", ".join(ups))
+    if recorded.get("graph") == GRAPH_VERSION:
+        ups = [r for r in _changed(recorded.get("inputs", {}), now["inputs"]) if now["inputs"].get(r) is not None]
+        if ups:
+            out.append("what it reads changed: " + ", ".join(read_words(r) for r in ups))
+    return out
+
+
+def read_words(read: str) -> str:
+    step, _, output = read.partition(":")
+    return f"{step}'s {output}" if output else f"{step}'s outputs"
+
+
+# ------------------------------------------------------------------ outputs and their content
+
+def _hash_cache_file(res: Path) -> Path:
+    return Path(res) / "stamps" / "hashes.json"
+
+
+_HASHES: dict[str, list] = {}      # "path" -> [size, mtime_ns, kind, value]: this process's memory
+
+
+def load_hashes(res: Path) -> None:
+    """Remember the hashes recorded under `res` (a damaged record: hash again)."""
+    try:
+        _HASHES.update(json.loads(_hash_cache_file(res).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+
+
+def save_hashes(res: Path) -> None:
+    """Record the hashes of the files under `res` for the next process (reproduce only: `status`
+    writes nothing)."""
+    from .core.io import write_json
+
+    root = str(Path(res).resolve())
+    write_json(_hash_cache_file(res), {k: v for k, v in sorted(_HASHES.items()) if k.startswith(root)})
+
+
+def _fact(path: Path, kind: str) -> str | int:
+    """A file's content hash (`sha`) or finished lines (`lines`), remembered per size and mtime."""
+    st = path.stat()
+    key = str(path.resolve()) + "|" + kind
+    known = _HASHES.get(key)
+    if known and known[:2] == [st.st_size, st.st_mtime_ns]:
+        return known[2]
+    if kind == "lines":
+        with open(path, "rb") as fh:
+            value: str | int = sum(1 for line in fh if line.strip())
+    else:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        value = h.hexdigest()[:16]
+    _HASHES[key] = [st.st_size, st.st_mtime_ns, value]
+    return value
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where a profile's outputs lie: results/<profile>/, tables/<profile>/, figures/<profile>/."""
+    results: Path
+    tables: Path
+    figures: Path
+
+    @classmethod
+    def of(cls, profile: str, results: Path | None = None) -> "Roots":
+        from .core.paths import FIGURES_DIR, RESULTS_ROOT, TABLES_DIR
+
+        return cls(Path(results) if results is not None else RESULTS_ROOT / profile,
+                   TABLES_DIR / profile, FIGURES_DIR / profile)
+
+
+def _base(spec: str, roots: Roots) -> tuple[Path, str, str]:
+    """(folder, glob, prefix of the names recorded) of one declared output."""
+    head, _, rest = spec.partition("/")
+    if head in ("tables", "figures") and rest:
+        return getattr(roots, head), rest, head + "/"
+    return roots.results, spec, ""
+
+
+def output_files(outputs: tuple, roots: Roots) -> dict[str, Path]:
+    """The files of declared outputs (a folder: every file in it), by the name a stamp records."""
+    out = {}
+    for spec in outputs:
+        folder, pattern, prefix = _base(spec, roots)
+        for hit in sorted(folder.glob(pattern)) if folder.is_dir() else []:
+            files = sorted(p for p in hit.rglob("*") if p.is_file()) if hit.is_dir() else [hit]
+            for f in files:
+                if not f.name.endswith(PROVENANCE) and not f.name.startswith("."):
+                    out[prefix + f.relative_to(folder).as_posix()] = f
+    return out
+
+
+def outputs_now(step: Step, roots: Roots, runs: Mapping[str, Path] | None = None) -> dict:
+    """What a step's declared outputs hold now: {"files": {name: sha}, "runs": {run file: lines}}.
+    `runs`: its planned runs' files that exist ({name under results/<profile>/: path})."""
+    files = output_files(step.outputs or (), roots)
+    return {"files": {k: _fact(p, "sha") for k, p in files.items()},
+            "runs": {k: _fact(p, "lines") for k, p in sorted((runs or {}).items()) if k not in files}}
+
+
+def read_digest(read: str, outputs: Mapping) -> str:
+    """What a dependant records of a step it reads: the content of the files it declares, or
+    (read "step:output") of the files under that one output. Not its shared run files: other
+    steps append to them (10 to 04's SeaKR runs), and what a step made of its runs is in its own
+    files (results.csv); a run of its own deleted or cut makes the step itself stale."""
+    _, _, only = read.partition(":")
+    if not only:
+        return _json_sha(outputs["files"])
+    return _json_sha({k: v for k, v in outputs["files"].items() if k == only or k.startswith(only + "/")})
+
+
+def _run_words(name: str) -> str:
+    parts = name.split("/")           # runs/<dataset>/<label>-<hash>.jsonl
+    return f"{parts[-1].rsplit('-', 1)[0]} on {parts[-2]}" if len(parts) >= 2 else name
+
+
+def output_reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
+    """Why a step's outputs no longer match its stamp: a declared output missing or changed, a run
+    file missing or with fewer finished questions ([] for a stamp without outputs recorded)."""
+    if not recorded or recorded.get("graph") != GRAPH_VERSION:
+        return []
+    old = recorded.get("outputs") or {}
+    out = []
+    missing = [k for k in old.get("files", {}) if k not in now["files"]]
+    changed = [k for k, v in old.get("files", {}).items() if k in now["files"] and now["files"][k] != v]
+    for words, names in (("missing", missing), ("changed after it ran", changed)):
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            out.append(f"its output {shown} {'is' if len(names) == 1 else 'are'} {words}")
+    gone: dict[str, list[str]] = {}            # folder -> its missing run files
+    for name, lines in old.get("runs", {}).items():
+        if name not in now["runs"]:
+            gone.setdefault(name.rsplit("/", 1)[0], []).append(name)
+        elif now["runs"][name] < lines:
+            out.append(f"its run of {_run_words(name)} lost questions: {now['runs'][name]} of {lines}")
+    for folder, names in gone.items():
+        if len(names) == 1:
+            out.append(f"its run of {_run_words(names[0])} is missing ({names[0]})")
+        else:
+            labels = [n.rsplit("/", 1)[1].rsplit("-", 1)[0] for n in names]
+            shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+            out.append(f"its {len(names)} runs on {folder.rsplit('/', 1)[-1]} are missing: {shown} ({folder}/)")
     return out
 
 

@@ -47,8 +47,14 @@ def results(tmp_path, monkeypatch):
     return res
 
 
+def _files(cfg, dataset="bundled-2wiki"):
+    """The run-status rows of the fixture's files (not the planned runs without one)."""
+    runs = status.run_status(cfg)
+    return runs[(runs.dataset == dataset) & (runs.config != "missing")].set_index("run")
+
+
 def test_runs_done_total_scores_pace_eta(results):
-    runs = status.run_status(load_config("default")).set_index("run")
+    runs = _files(load_config("default"))
     seakr = runs.loc["seakr"]
     assert (seakr["done"], seakr["total"]) == (4, 10)          # the torn line is not counted
     assert seakr["em"].startswith("50.0 [") and seakr["f1"].startswith("50.0 [")
@@ -84,7 +90,7 @@ def test_report_and_cli(results, capsys):
     with runlock.hold(results / runlock.LOCK_NAME, "python -m seakr_repro reproduce --profile default"):
         assert main(["status", "--profile", "default"]) == 0
     out = capsys.readouterr().out
-    assert "| bundled-2wiki | seakr" in out and "disk: results/default" in out
+    assert re.search(r"\| bundled-2wiki +\| seakr ", out) and "disk: results/default" in out
     assert f"reproduce: running, pid {os.getpid()} on host {socket.gethostname()}" in out
     assert re.search(r"\| 01-build-bm25-index +\| running", out)
 
@@ -131,7 +137,9 @@ def test_run_files_of_older_configurations_are_labelled(results):
     runs = results / "runs" / "bundled-2wiki"
     (runs / "seakr-old999.jsonl").write_text("".join(json.dumps(_row(i, True)) + "\n" for i in range(6)))
     table = status.run_status(load_config("default"))
+    table = table[table.file.str.startswith("runs/bundled-2wiki/")]
     assert set(table[table.run == "seakr"].config) == {""}         # nothing recorded: not guessed
+    assert len(table[table.run == "seakr"]) == 2                   # both files, no "missing" row
     mark_current(runs / "seakr-abc123.jsonl")
     table = status.run_status(load_config("default")).set_index("file")
     cur, old = table.loc["runs/bundled-2wiki/seakr-abc123.jsonl"], table.loc["runs/bundled-2wiki/seakr-old999.jsonl"]
@@ -144,25 +152,47 @@ def test_no_results_yet(tmp_path, monkeypatch):
     monkeypatch.setattr(status, "RESULTS_ROOT", tmp_path)
     monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path)
     text = status.report(load_config("smoke"))
-    assert "runs: none yet" in text and not (tmp_path / "smoke").exists()   # creates nothing
+    assert not (tmp_path / "smoke").exists()      # creates nothing
+    # every planned run is listed, none run yet (no set prepared: no total yet)
+    runs = status.run_status(load_config("smoke"))
+    assert len(runs) == len({(r.folder, r.label) for r in plan.planned_runs(load_config("smoke"))})
+    assert set(runs.config) == {"missing"} and set(runs.done) == {0}
+    assert "missing = no file" in text
 
 
-def test_a_step_is_stale_when_a_step_it_reads_ran_again(results):
-    """After `reproduce --only 03`, step 04 (which reads 03's thresholds) is marked stale."""
+def test_a_row_its_step_skipped_says_so(results):
+    (results / "04-complex-qa").mkdir()
+    (results / "04-complex-qa" / "skipped.json").write_text(json.dumps({"self_rag": "no checkpoint"}))
+    runs = status.run_status(load_config("default"))
+    runs = runs[runs.dataset == "bundled-2wiki"]          # Table 1's (05 runs Self-RAG on others)
+    assert set(runs[runs.run == "self_rag"].config) == {"skipped"}
+    assert set(runs[runs.run == "flare"].config) == {"missing"}
+
+
+def test_a_step_is_stale_when_what_it_reads_changed(results):
+    """After `reproduce --only 03` wrote other thresholds, step 04 (which reads them) is stale;
+    a step 03 ran again with the same thresholds would leave it done."""
     from seakr_repro import pipeline
     cfg = load_config("default")
     for marker in (results / "notebooks").iterdir():      # the fixture's running and failed steps
         marker.unlink()
     done = []
-    pipeline.plan("default", execute=lambda nb, planned: done.append(nb.stem) or 1.0, results=results)
-    for name in done:                    # an executed copy for each, as reproduce leaves it
-        (results / "notebooks" / f"{name}.ipynb").write_text("{}")
+
+    def fake(nb, planned, delta=-6.0):
+        done.append(nb.stem)
+        (results / "notebooks" / nb.name).write_text("{}")    # the executed copy reproduce leaves
+        if nb.stem.startswith("03"):
+            (results / "calibration").mkdir(exist_ok=True)
+            (results / "calibration" / "delta.json").write_text(json.dumps({"eigen": delta}))
+        return 1.0
+    pipeline.plan("default", execute=fake, results=results)
     steps = status.step_status(cfg).set_index("step")["state"]
-    assert (steps == "done").sum() == len(done)
-    stamp = results / "stamps" / "03-uncertainty-estimators.json"
-    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "digest": "re-run"}))
+    assert (steps == "done").all(), steps
+    pipeline.plan("default", execute=fake, results=results, only=["03"], force=True)
+    assert (status.step_status(cfg).set_index("step")["state"] == "done").all()
+    pipeline.plan("default", execute=lambda nb, p: fake(nb, p, -5.0), results=results, only=["03"], force=True)
     steps = status.step_status(cfg).set_index("step")["state"]
-    assert steps["04-complex-qa"] == "stale: a step it reads ran again or will: 03-uncertainty-estimators"
+    assert steps["04-complex-qa"] == "stale: what it reads changed: 03-uncertainty-estimators's calibration"
     assert steps["02-extract-hidden-states"] == "done" and steps["01-build-bm25-index"] == "done"
 
 
@@ -172,7 +202,7 @@ def test_a_runs_total_is_the_one_the_last_reproduce_asked_for(results):
     from seakr_repro.core.io import write_json
     from seakr_repro.pipeline import LAST_RUN
 
-    assert status.run_status(load_config("default")).set_index("run").loc["seakr", "total"] == 10
+    assert _files(load_config("default")).loc["seakr", "total"] == 10
     write_json(results / LAST_RUN, {"overrides": {}, "parameters": {"04-complex-qa": {"N_QUESTIONS": 2}}})
-    seakr = status.run_status(load_config("default")).set_index("run").loc["seakr"]
+    seakr = _files(load_config("default")).loc["seakr"]
     assert (seakr["done"], seakr["total"], seakr["eta"]) == (4, 2, "done")

@@ -62,7 +62,8 @@ def test_only_the_steps_that_read_a_changed_step_run_again(three):
     assert planned["00-a"].reasons == ["its code cells changed"]
     assert planned["01-b"].action == "up-to-date"      # unrelated: nothing of 00 read
     assert planned["02-c"].action == "run"
-    assert planned["02-c"].reasons == ["a step it reads ran again or will: 00-a"]
+    # 00 declares no outputs: its running again counts as a change of what 02 reads
+    assert planned["02-c"].reasons == ["what it reads changed: 00-a's outputs"]
     # after `--only 00`, 02 is still stale (it used 00's old outputs), 01 is not
     pipeline.reproduce("smoke", only=["00"], notebooks_dir=three, progress=False, preflight=False)
     planned = _dry(three)
@@ -82,7 +83,11 @@ def test_every_notebook_is_declared_and_reads_only_earlier_steps():
     names = [p.stem for p in pipeline.notebook_steps()]
     assert set(STEPS) == set(names)
     for step in STEPS.values():
-        assert all(r in names and names.index(r) < names.index(step.name) for r in step.reads), step
+        assert step.outputs, step                      # every shipped step declares what it writes
+        for read in step.reads:
+            up, _, only = read.partition(":")
+            assert up in names and names.index(up) < names.index(step.name), step
+            assert not only or only in STEPS[up].outputs, read     # "step:output" names one of its outputs
 
 
 def test_a_step_depends_on_the_package_modules_it_imports():

@@ -1,11 +1,18 @@
 """Repository-rooted paths. Every path the package writes is derived here, so a smoke run never
-overwrites a real one: results live under results/<profile>/."""
+overwrites a real one: results live under results/<profile>/.
+
+One root: the repository holding the package that runs (SEAKR_REPO_ROOT moves it). `reproduce`
+hands its notebook kernels that same package and root (`kernel_environment`), so a second clone
+sharing one environment (its editable install pointing at the other clone) never receives half
+of a run, and refuses to start from inside another clone than the one its package is from
+(`check_one_root`)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(os.environ.get("SEAKR_REPO_ROOT", Path(__file__).resolve().parents[2]))
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]     # the folder holding this seakr_repro/
+REPO_ROOT = Path(os.environ.get("SEAKR_REPO_ROOT", PACKAGE_ROOT))
 DATA_DIR = REPO_ROOT / "data"
 RAW_DIR = Path(os.environ.get("SEAKR_RAW_DIR", DATA_DIR / "raw"))  # user downloads (git-ignored)
 CACHE_DIR = Path(os.environ.get("SEAKR_CACHE_DIR", DATA_DIR / "cache"))  # derived, re-buildable
@@ -45,3 +52,38 @@ def repo_relative(path: str | Path) -> str:
         return str(path.resolve().relative_to(REPO_ROOT.resolve()))
     except ValueError:
         return str(path)
+
+
+def checkout_of(path: str | Path) -> Path | None:
+    """The clone of this repository that `path` lies in (the nearest folder with seakr_repro/ and
+    notebooks/), or None."""
+    path = Path(path).resolve()
+    for folder in (path, *path.parents):
+        if (folder / "seakr_repro" / "__init__.py").is_file() and (folder / "notebooks").is_dir():
+            return folder
+    return None
+
+
+def check_one_root(cwd: str | Path | None = None) -> Path:
+    """The repository root, after checking that the command runs in it: started inside another
+    clone, the package (and so every path) would be the other clone's, which is an error naming
+    both. Outside any clone, or with SEAKR_REPO_ROOT set, the root is as chosen."""
+    from .errors import UserError
+
+    here = checkout_of(Path.cwd() if cwd is None else cwd)
+    if here is not None and "SEAKR_REPO_ROOT" not in os.environ and here != REPO_ROOT.resolve():
+        raise UserError(f"this command runs in the clone {here}, but imports seakr_repro from {PACKAGE_ROOT} "
+                        "(the environment's editable install points there): its results, tables and "
+                        "figures would go there", setting="repository root",
+                        fix=f"run `python -m seakr_repro ...` (or `make ...`) from the root of {here}, "
+                            f"whose own package then comes first; or cd {REPO_ROOT}; or set "
+                            "SEAKR_REPO_ROOT to the clone every path should follow")
+    return REPO_ROOT
+
+
+def kernel_environment() -> dict[str, str]:
+    """What a notebook kernel started by `reproduce` needs to import this package (not another
+    clone's, through the environment's editable install) and to use this root."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": str(PACKAGE_ROOT) + (os.pathsep + path if path else ""),
+            "SEAKR_REPO_ROOT": str(REPO_ROOT)}

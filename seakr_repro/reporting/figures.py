@@ -99,14 +99,40 @@ def _note(ax, text: str) -> None:
     ax.text(0.0, -0.2, text, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
 
 
+def why_undefined(df: pd.DataFrame) -> str:
+    """Why a table of AUROCs has none to draw ('' when it has some): AUROC ranks wrong answers
+    against right ones, so it is undefined when all are wrong or all are right."""
+    if not df.empty and df["auroc"].notna().any():
+        return ""
+    if {"n", "n_incorrect"} <= set(df.columns) and df["n"].notna().any():
+        n, wrong = int(df["n"].max()), int(df["n_incorrect"].max())
+        if wrong == n:
+            return (f"AUROC is undefined: all {n} answers were wrong closed-book, so there is no right "
+                    "answer to rank them against.")
+        if wrong == 0:
+            return f"AUROC is undefined: all {n} answers were right closed-book, so there is no wrong answer to detect."
+    return "AUROC is undefined here: no question had both a right and a wrong answer to rank."
+
+
+def _nothing(ax, title: str, df: pd.DataFrame, why: str):
+    """Axes with nothing to draw: the title and the reason in words, no meaningless ticks."""
+    _title(ax, title, df)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", fontsize=8, wrap=True)
+    return ax.figure
+
+
 def plot_quality_vs_k(df: pd.DataFrame, ax=None, mark_paper_range: bool = True,
                       label: str = "U(c)"):
     """AUROC of U(c) against the number of samples k (Figure 3, left). The paper's best range
     of k is shaded only where our k reaches it; a note says when it lies beyond our k."""
     _need(df, ["k", "auroc"], "quality_vs_k")
-    k_max, (best_lo, best_hi) = int(df["k"].max()), PAPER_BEST_K
     with style():
         fig, ax = _axes(ax)
+        if why_undefined(df):
+            return _nothing(ax, "Quality vs number of samples", df, why_undefined(df))
+        k_max, (best_lo, best_hi) = int(df["k"].max()), PAPER_BEST_K
         if mark_paper_range and k_max > best_lo:
             ax.axvspan(best_lo, min(best_hi, k_max), color=PALETTE["yellow"], alpha=0.25, linewidth=0,
                        label=f"paper: best k {best_lo}-{best_hi}")
@@ -128,6 +154,8 @@ def plot_quality_vs_layer(df: pd.DataFrame, ax=None, chosen_layer: int | None = 
     _need(df, ["layer", "auroc"], "quality_vs_layer")
     with style():
         fig, ax = _axes(ax)
+        if why_undefined(df):
+            return _nothing(ax, "Quality vs layer", df, why_undefined(df))
         _line_with_band(ax, df["layer"], df, label, PALETTE["green"])
         if chosen_layer is not None:
             ax.axvline(chosen_layer, color=PALETTE["black"], linestyle="--", linewidth=1,
@@ -148,6 +176,9 @@ def plot_delta_tradeoff(df: pd.DataFrame, ax=None, chosen_delta: float | None = 
     d = df.sort_values("delta")
     with style():
         fig, ax = _axes(ax)
+        if d.empty or d["retrieval_rate"].isna().all():
+            return _nothing(ax, "Retrieval trade-off vs δ", d, "Nothing to draw: the sweep over δ has no "
+                            "questions (no uncertainty values were computed).")
         ax.step(d["delta"], d["retrieval_rate"], where="post", color=PALETTE["blue"],
                 label="retrieval rate (U > δ)")
         ax.step(d["delta"], d["acc_kept"], where="post", color=PALETTE["orange"],

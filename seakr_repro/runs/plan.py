@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -141,3 +142,63 @@ def table_datasets(cfg: Config, key: str) -> list[str]:
     """The data sets a paper table runs on in this profile (its declaration's `datasets`)."""
     kind = table(key).datasets
     return analysis_datasets(cfg) if kind == "analysis" else list(cfg[f"datasets.{kind}"])
+
+
+# ------------------------------------------------------------------ the runs a profile plans
+
+RUN_FOLDERS = {"09-efficiency": "09-efficiency/runs"}    # Table 7's timed runs: its own folder
+SEED_STEP = "10-seed-methods"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run the profile plans: a table row (method label) on one data set, by one step; its
+    file is <folder>/<label>-<config hash>.jsonl under results/<profile>/."""
+    step: str
+    label: str
+    dataset: str
+
+    @property
+    def folder(self) -> str:
+        return f"{RUN_FOLDERS.get(self.step, 'runs')}/{self.dataset}"
+
+
+def planned_runs(cfg: Config) -> list[PlannedRun]:
+    """Every run the profile plans, step by step: the rows of Tables 1-4 and 7 on their data sets
+    (`artifacts.TABLES`, as `question_runs` counts them) and notebook 10's (SeaKR and the related
+    methods on each data set). Identified by (label, data set): the config hash needs the method
+    built on a model, so a run's file is the one its latest run wrote (`run_file`)."""
+    from ..artifacts import SEED_METHODS, TABLES
+    from .inputs import profile_datasets
+
+    out = []
+    for key, spec in TABLES.items():
+        labels = (list(cfg.get("backbones.models", []) or []) if spec.kind == "backbones"
+                  else [s.label for s in spec.runs])
+        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
+            labels = [m for m in labels if m in notebook_parameter(cfg, spec.step, "METHODS")]
+        out += [PlannedRun(spec.step, label, d) for label in labels for d in table_datasets(cfg, key)
+                if runs_on(label, d)]
+    out += [PlannedRun(SEED_STEP, label, d) for d in profile_datasets(cfg) for label in ("seakr",) + SEED_METHODS]
+    return out
+
+
+def label_files(folder, label: str) -> list:
+    """The run files of one label in a data set's folder (every configuration)."""
+    return sorted(p for p in folder.glob(f"{label}-*.jsonl") if p.stem.rsplit("-", 1)[0] == label)
+
+
+def run_file(res, run: PlannedRun):
+    """The file of a planned run under the results folder `res`: the one `runner.mark_current`
+    recorded for its label (None when that file is gone); with no record (Table 7's runs, files
+    from before the record) its label's only file, or None: of several, none is guessed."""
+    from pathlib import Path
+
+    from .runner import current_name
+
+    folder = Path(res) / run.folder
+    name = current_name(folder, run.label)
+    if name is not None:
+        return folder / name if (folder / name).is_file() else None
+    files = label_files(folder, run.label)
+    return files[0] if len(files) == 1 else None

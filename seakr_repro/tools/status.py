@@ -6,10 +6,11 @@ Two tables from what is on disk, read-only and while the run goes on:
 - steps: each numbered notebook, done (its stamp under results/<p>/stamps/), running (papermill's
   temporary notebook is there and the run is alive), stopped (the temporary notebook is there but
   the run is gone: a crash, kill -9, a reboot), failed (<name>.failed.ipynb) or not run;
-- runs: each run file results/<p>/runs/<dataset>/<label>-<hash>.jsonl: whether it is the row's
-  current configuration (the file its latest run wrote, `runner.mark_current`) or an older one,
-  questions done of the total, running EM/F1 with bootstrap intervals, seconds per question, the
-  time left at that pace, and its size on disk.
+- runs: every run the profile plans (`runs.plan.planned_runs`: a table row on a data set; its
+  file results/<p>/runs/<dataset>/<label>-<hash>.jsonl), a run with no file as 0 of its total
+  (missing), then every other run file (an older configuration of a row: not the file its
+  latest run wrote, `runner.mark_current`): questions done of the total, running EM/F1 with
+  bootstrap intervals, seconds per question, the time left at that pace, and its size on disk.
 A torn last line (a write in progress) is ignored as the runner does; a file damaged elsewhere is
 listed as unreadable instead of stopping the report.
 """
@@ -27,7 +28,7 @@ from ..core.runlock import LOCK_NAME, describe, holder
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import UserError
 from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT
-from ..runs.plan import run_total
+from ..runs.plan import label_files, notebook_parameter, planned_runs, run_file, run_total
 
 
 def _results(cfg: Config) -> Path:
@@ -64,9 +65,10 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd
     # a done step is stale when an input changed after it ran (the plan `reproduce` would follow)
     # (with the --set and --param of the last run, which are not stale inputs by themselves)
     last = last_run_arguments(res)
-    stale = {p.name: p.reasons for p in plan(cfg.profile, notebooks_dir=notebooks_dir, results=res,
-                                             overrides=last["overrides"], parameters=last["parameters"])
-             if p.action == "run"} if (res / "stamps").is_dir() else {}
+    planned = plan(cfg.profile, notebooks_dir=notebooks_dir, results=res, overrides=last["overrides"],
+                   parameters=last["parameters"]) if (res / "stamps").is_dir() else []
+    stale = {p.name: p.reasons for p in planned if p.action == "run"}
+    maybe = {p.name: p.reasons[0] for p in planned if p.action == "may-run"}
     rows = []
     for nb in notebook_steps(notebooks_dir):
         stamp = res / "stamps" / f"{nb.stem}.json"
@@ -82,7 +84,8 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd
         elif (out_dir / nb.name.replace(".ipynb", ".failed.ipynb")).is_file():
             state = "failed"
         elif info:
-            state = "stale: " + "; ".join(stale[nb.stem]) if nb.stem in stale else "done"
+            state = "stale: " + "; ".join(stale[nb.stem]) if nb.stem in stale else \
+                "done; " + maybe[nb.stem] if nb.stem in maybe else "done"
         else:
             state = "not run"
         rows.append({"step": nb.stem, "state": state, "finished": info.get("finished", ""),
@@ -125,25 +128,63 @@ def with_last_run(cfg: Config) -> Config:
     return cfg.with_overrides(extra) if extra else cfg
 
 
+def _planned_total(cfg: Config, run, sizes: dict):
+    total = run_total(cfg, run.dataset, run.label, sizes)
+    if run.step == "09-efficiency" and total is not None:      # Table 7 times its notebook's N_QUESTIONS
+        total = min(total, int(notebook_parameter(cfg, run.step, "N_QUESTIONS")))
+    return total
+
+
+def _skipped(res: Path, step: str) -> dict:
+    """{label: why} of the rows a step skipped when it last ran (its skipped.json)."""
+    from ..core.io import read_json
+
+    path = res / step / "skipped.json"
+    try:
+        found = read_json(path) if path.is_file() else {}
+    except (UserError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
     from ..evaluation import score_predictions
     from ..runs.runner import current_name, read_results
 
-    runs = _results(cfg) / "runs"
+    res = _results(cfg)
+    runs = res / "runs"
     n_boot = n_boot or cfg.get("evaluation.bootstrap_samples", 1000)
     cfg = with_last_run(cfg)              # totals as the last run was asked: its --set and --param
     sizes: dict = {}
-    rows = []
-    for path in sorted(runs.glob("*/*.jsonl")) if runs.is_dir() else []:
+    rows, shown = [], set()
+    planned = {}                          # one row per (folder, label): 04, 06 and 10 share SeaKR's
+    for run in planned_runs(cfg):
+        planned.setdefault((run.folder, run.label), run)
+    entries = [(run, run_file(res, run)) for run in planned.values()]
+    entries += [(None, path) for path in sorted(runs.glob("*/*.jsonl")) if runs.is_dir()]
+    for run, path in entries:
+        if path is not None and path in shown:
+            continue
+        if path is None and label_files(res / run.folder, run.label):
+            continue                  # files of several configurations, none recorded: listed below
+        if path is None:              # planned, no file: deleted, not run yet, or skipped by its step
+            why = _skipped(res, run.step).get(run.label)
+            rows.append({"dataset": run.dataset, "run": run.label, "config": "skipped" if why else "missing",
+                         "done": 0,
+                         "total": _planned_total(cfg, run, sizes), "em": "", "f1": "", "s/question": "",
+                         "eta": "", "disk": "", "file": f"{run.folder}/{run.label}-*.jsonl"})
+            continue
+        shown.add(path)
         dataset, label = path.parent.name, path.stem.rsplit("-", 1)[0]
         current = current_name(path.parent, label)
         config = "" if current is None else "current" if current == path.name else "older"
         # an older configuration's questions are not this run's: no total, no time left
-        total = run_total(cfg, dataset, label, sizes) if config != "older" else "-"
+        total = "-" if config == "older" else _planned_total(cfg, run, sizes) if run is not None else \
+            run_total(cfg, dataset, label, sizes)
         row = {"dataset": dataset, "run": label, "config": config, "done": 0, "total": total,
                "em": "", "f1": "",
                "s/question": "", "eta": "", "disk": human_bytes(path.stat().st_size),
-               "file": str(path.relative_to(_results(cfg)))}
+               "file": str(path.relative_to(res))}
         try:
             done = read_results(path)     # read-only: a torn last line is skipped, not cut
         except UserError as err:
@@ -208,9 +249,11 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
         parts.append("runs: none yet")
     else:
         conf = 100 * cfg.get("evaluation.confidence", 0.95)
-        parts += [f"runs (EM/F1 in % with {conf:g}% bootstrap intervals; eta at the pace so far; "
-                  "config: current = the file the row's latest run wrote, older = an earlier "
-                  "configuration's file):",
+        parts += [f"runs (every run the profile plans, then older files; EM/F1 in % with {conf:g}% "
+                  "bootstrap intervals; eta at the pace so far; config: current = the file the row's "
+                  "latest run wrote, older = an earlier configuration's file, missing = no file: "
+                  "not run yet or deleted, `reproduce` runs it, skipped = its step skipped the row "
+                  "and says why in <step>/skipped.json):",
                   runs.to_markdown(index=False)]
     from ..runs.engine import workers_report
     workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
