@@ -8,9 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
-# Waiting OpenMP threads sleep instead of spinning, so a busy machine slows torch by a fair share,
-# not 15x (seakr_repro/core/threads.py sets the thread count from the usable cores). Yours wins.
-export OMP_WAIT_POLICY ?= PASSIVE
+# OpenMP's wait setting and thread count: seakr_repro/core/threads.py sets them as each process
+# that imports the package starts (sleeping waits when other tasks are running). Yours win.
 
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm

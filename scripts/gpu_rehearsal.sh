@@ -32,7 +32,7 @@ if [ -f "$PACK/site.tar.xz" ]; then
     fi
 fi
 export PYTHONPATH="$PWD${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 say "device $DEVICE, python $("$PY" -c 'import sys; print(sys.version.split()[0])'), budget ${BUDGET} s"
 # shellcheck disable=SC2086
 timeout $((${BUDGET%.*} + 30)) "$PY" -m seakr_repro.tools.gpu_rehearsal --out "$OUT" --device "$DEVICE" \

@@ -4,16 +4,17 @@ OpenMP's default wait policy lets torch's intra-op threads spin while they wait 
 other busy processes the spinning threads take turns with the threads that have work, and a
 decode step slows far more than a fair share of the cores would explain (issue 28 measured 15x
 beside five busy processes, where a fair share loses 3.5x). `OMP_WAIT_POLICY=PASSIVE` makes
-waiting threads sleep, and a thread count that follows the cores this process may really use
-(CPU affinity and the cgroup's CPU quota, not the machine's core count) keeps torch from starting
-more threads than it will be scheduled on.
+waiting threads sleep, at a price alone (0.76x in issue 32's benchmark, docs/speed.md), so the
+package sets it only when other tasks are running as the process starts. A thread count that
+follows the cores this process may really use (CPU affinity and the cgroup's CPU quota, not the
+machine's core count) keeps torch from starting more threads than it will be scheduled on.
 
 Both must be in the environment before the OpenMP runtime starts (the first torch, scikit-learn
 or similar import), so `apply()` runs when `seakr_repro` is imported (the command line, every
-notebook's first import, the tests), every child inherits it (papermill kernels, vLLM's engine),
-and the Makefile exports the wait policy for processes that import torch first (`make lab`'s
-kernels). A value the user already set in the environment always wins, which is why the kernel
-spec carries none: jupyter_client lets a kernel spec's `env` override the user's.
+notebook's first import, the tests); a child that imports the package decides again (papermill
+kernels), one that does not inherits the decision (vLLM's engine). A value the user already set
+in the environment always wins, which is why the kernel spec carries none: jupyter_client lets a
+kernel spec's `env` override the user's.
 """
 from __future__ import annotations
 
@@ -22,8 +23,14 @@ import os
 import sys
 from pathlib import Path
 
-# How a waiting OpenMP thread waits (chosen by `make bench`'s contention benchmark, docs/speed.md).
-WAIT_SETTING = {"OMP_WAIT_POLICY": "PASSIVE"}
+# How a waiting OpenMP thread waits, decided when the process starts (`wait_setting`): sleeping
+# (PASSIVE) when other tasks are running on the machine, torch's own spinning on a quiet one. No
+# fixed setting met both of issue 32's floors in `make bench` (docs/speed.md): spinning is fastest
+# alone, sleeping keeps a fair share beside busy processes.
+BUSY_SETTING = {"OMP_WAIT_POLICY": "PASSIVE"}
+LOADAVG = Path("/proc/loadavg")
+# The variables this package set in a parent process (a child decides again, as for its own start)
+SET_BY_PACKAGE = "SEAKR_THREAD_VARIABLES"
 # Any of these in the user's environment is their choice of waiting: the package then adds none.
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 # torch's intra-op pool (and its MKL calls) size themselves from this one variable. MKL_NUM_THREADS is
@@ -60,21 +67,54 @@ def usable_cpus(v2: Path = CGROUP_V2, v1: tuple[Path, Path] = CGROUP_V1) -> int:
     return max(1, cpus)
 
 
-def fair_share_env(environ: dict | None = None, cpus: int | None = None) -> dict[str, str]:
-    """The variables to add to `environ` (default: this process's): the wait setting, unless
-    `environ` already says how to wait, and the thread counts where it does not set them."""
+def others_running(samples: int = 5, interval: float = 0.01, path: Path = LOADAVG) -> int | None:
+    """Tasks running or waiting for a core besides this process, now: the least of a few reads of
+    /proc/loadavg's running count (an instant figure; the load averages trail by a minute). None
+    where it cannot be read."""
+    import time
+
+    counts = []
+    for i in range(samples):
+        try:
+            counts.append(int(path.read_text().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        if i + 1 < samples:
+            time.sleep(interval)
+    return max(0, min(counts) - 1)
+
+
+def wait_setting(others: int | None) -> dict[str, str]:
+    """PASSIVE when another task is running (or nothing can be read), else none: torch's own."""
+    return dict(BUSY_SETTING) if others is None or others >= 1 else {}
+
+
+def fair_share_env(environ: dict | None = None, cpus: int | None = None,
+                   others: int | None = -1) -> dict[str, str]:
+    """The variables to set in `environ` (default: this process's): the wait setting (`others`:
+    tasks running besides this one, -1 = read them now), unless `environ` already says how to wait,
+    and the thread counts where it does not set them. What a parent process of this package set is
+    decided again, not taken for the user's."""
     environ = os.environ if environ is None else environ
+    ours = set(filter(None, environ.get(SET_BY_PACKAGE, "").split(",")))
+    users = {k for k in environ if k not in ours}
     n = str(usable_cpus() if cpus is None else cpus)
-    wait = {} if any(v in environ for v in WAIT_VARIABLES) else dict(WAIT_SETTING)
-    return {**wait, **{v: n for v in THREAD_VARIABLES if v not in environ}}
+    wait = {} if any(v in users for v in WAIT_VARIABLES) else \
+        wait_setting(others_running() if others == -1 else others)
+    return {**wait, **{v: n for v in THREAD_VARIABLES if v not in users}}
 
 
 def apply() -> dict[str, str]:
     """Put `fair_share_env()` into this process's environment (inherited by every child: papermill
-    kernels, vLLM's engine, Ray workers); returns what it added. If torch is already imported its
-    OpenMP runtime has started, so only the thread count can still change there."""
+    kernels, vLLM's engine, Ray workers, which decide the wait setting again when they import the
+    package); returns what it set. If torch is already imported its OpenMP runtime has started, so
+    only the thread count can still change there."""
+    ours = set(filter(None, os.environ.get(SET_BY_PACKAGE, "").split(",")))
     added = fair_share_env()
+    for stale in ours - set(added):          # a parent's PASSIVE on a machine now quiet
+        os.environ.pop(stale, None)
     os.environ.update(added)
+    os.environ[SET_BY_PACKAGE] = ",".join(sorted(added))
     torch = sys.modules.get("torch")
     if torch is not None and "OMP_NUM_THREADS" in added:
         torch.set_num_threads(int(added["OMP_NUM_THREADS"]))

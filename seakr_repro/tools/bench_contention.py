@@ -11,10 +11,13 @@ busy processes (to keep: 45% or more; four busy threads on two cores make 50% a 
 are medians over repeats, each repeat a quiet and a busy measurement back to back, because this
 machine's speed drifts.
 
-Settings: `unset` is torch's own (no OpenMP variables); `passive` waits by sleeping
+Settings: `unset` is torch's own (no OpenMP variables); `auto` is the package's (`threads.apply`
+in the measured process as it starts: sleeping when other tasks run, torch's own otherwise);
+`passive` waits by sleeping
 (OMP_WAIT_POLICY=PASSIVE); `spin:N` lets a waiting thread spin N times before it sleeps
-(GOMP_SPINCOUNT=N, libgomp, which torch's Linux wheels use); each of the package's settings also
-sets the thread count to the usable cores.
+(GOMP_SPINCOUNT=N, libgomp, which torch's Linux wheels use); `threads:N` runs N threads; parts
+combine with "+" ("spin:10000+threads:1"); without `threads:N` a setting runs as many threads as
+usable cores.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ from ..core.paths import REPO_ROOT
 from ..core.provenance import save_json
 
 # The measured loop, as source: the child processes run it without importing seakr_repro (whose
-# import would set the new setting), and `steps_per_second` runs the same code in this process.
+# import applies the package's setting) except for `auto`, and `steps_per_second` runs the same
+# code in this process.
 STEP = """
 import time, torch
 def steps_per_second(seconds):
@@ -49,8 +53,12 @@ def steps_per_second(seconds):
         n += 1
     return n / (time.perf_counter() - t0)
 """
-CHILD = STEP + """
-import json, sys
+CHILD = """
+import sys
+if sys.argv[2] == "auto":               # importing the package applies its setting, before torch starts
+    import seakr_repro  # noqa: F401
+""" + STEP + """
+import json
 print(json.dumps({"steps_per_s": steps_per_second(float(sys.argv[1])), "threads": torch.get_num_threads()}))
 """
 BUSY = "while True: pass"
@@ -65,24 +73,34 @@ def steps_per_second(seconds: float) -> float:
 
 OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 TARGET_ALONE, TARGET_BUSY = 0.97, 0.45       # issue 32's floors
-SETTINGS = ("unset", "passive", "spin:10000", "spin:100000", "spin:1000000")
+SETTINGS = ("unset", "auto", "passive", "spin:10000", "threads:1")
 
 
 def setting_vars(name: str) -> dict[str, str]:
-    """The variables a named setting sets (`unset`: none)."""
+    """The variables a named setting sets: `unset` none; otherwise parts joined by "+":
+    `passive` (OMP_WAIT_POLICY=PASSIVE), `spin:N` (GOMP_SPINCOUNT=N), `threads:N`
+    (OMP_NUM_THREADS=N; without it, the usable cores)."""
     if name == "unset":
         return {}
-    cpus = {"OMP_NUM_THREADS": str(threads.usable_cpus())}
-    if name == "passive":
-        return {"OMP_WAIT_POLICY": "PASSIVE", **cpus}
-    if name.startswith("spin:"):
-        return {"GOMP_SPINCOUNT": str(int(name[5:])), **cpus}
-    raise ValueError(f"unknown setting {name!r}: unset, passive or spin:N")
+    if name == "auto":                   # the package's: its process decides when it starts
+        return {}
+    out = {"OMP_NUM_THREADS": str(threads.usable_cpus())}
+    for part in name.split("+"):
+        kind, _, value = part.partition(":")
+        if kind == "passive" and not value:
+            out["OMP_WAIT_POLICY"] = "PASSIVE"
+        elif kind == "spin" and value.isdigit():
+            out["GOMP_SPINCOUNT"] = value
+        elif kind == "threads" and value.isdigit() and int(value) > 0:
+            out["OMP_NUM_THREADS"] = value
+        else:
+            raise ValueError(f"unknown setting {name!r}: unset, or parts passive, spin:N, threads:N joined by +")
+    return out
 
 
 def setting_env(name: str) -> dict[str, str]:
     """This process's environment with the OpenMP variables of setting `name` only."""
-    env = {k: v for k, v in os.environ.items() if k not in OPENMP_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in OPENMP_VARIABLES + (threads.SET_BY_PACKAGE,)}
     env.update(setting_vars(name))
     return env
 
@@ -92,7 +110,7 @@ def measure(setting: str, competitors: int, seconds: float) -> dict:
     busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(competitors)]
     try:
         time.sleep(0.3 if competitors else 0)          # let the competitors get going
-        out = subprocess.run([sys.executable, "-c", CHILD, str(seconds)], env=setting_env(setting),
+        out = subprocess.run([sys.executable, "-c", CHILD, str(seconds), setting], env=setting_env(setting),
                              capture_output=True, text=True, check=True, timeout=60 + 20 * seconds)
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
@@ -133,7 +151,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
     ap.add_argument("--busy", type=int, default=2, help="busy processes beside the busy measurements")
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS),
-                    help="unset (torch's own, the baseline), passive, spin:N")
+                    help="unset (torch's own, the baseline), auto (the package's); else parts passive, "
+                         "spin:N, threads:N joined by +")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "tables" / "default" / "bench_contention.json")
     args = ap.parse_args(argv)
     settings = tuple(dict.fromkeys(["unset"] + args.settings))
