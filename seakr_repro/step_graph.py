@@ -175,6 +175,11 @@ def digest(recorded: Mapping) -> str:
     return _json_sha({k: recorded[k] for k in ("code", "parameters", "settings", "modules", "shipped", "inputs")})
 
 
+def _shown(names: list[str], most: int = 3) -> str:
+    """The first `most` names, and how many more."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def _changed(old: Mapping, new: Mapping) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
@@ -199,8 +204,7 @@ def reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
                        ("shipped", "shipped data it reads changed")):
         changed = _changed(recorded.get(kind, {}), now[kind])
         if changed:
-            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-            out.append(f"{what}: {shown}")
+            out.append(f"{what}: {_shown(changed)}")
     if recorded.get("graph") == GRAPH_VERSION:
         ups = [r for r in _changed(recorded.get("inputs", {}), now["inputs"]) if now["inputs"].get(r) is not None]
         if ups:
@@ -330,8 +334,7 @@ def output_reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
     changed = [k for k, v in old.get("files", {}).items() if k in now["files"] and now["files"][k] != v]
     for words, names in (("missing", missing), ("changed after it ran", changed)):
         if names:
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            out.append(f"its output {shown} {'is' if len(names) == 1 else 'are'} {words}")
+            out.append(f"its output {_shown(names)} {'is' if len(names) == 1 else 'are'} {words}")
     gone: dict[str, list[str]] = {}            # folder -> its missing run files
     for name, lines in old.get("runs", {}).items():
         if name not in now["runs"]:
@@ -343,8 +346,8 @@ def output_reasons(recorded: Mapping | None, now: Mapping) -> list[str]:
             out.append(f"its run of {_run_words(names[0])} is missing ({names[0]})")
         else:
             labels = [n.rsplit("/", 1)[1].rsplit("-", 1)[0] for n in names]
-            shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
-            out.append(f"its {len(names)} runs on {folder.rsplit('/', 1)[-1]} are missing: {shown} ({folder}/)")
+            out.append(f"its {len(names)} runs on {folder.rsplit('/', 1)[-1]} are missing: "
+                       f"{_shown(labels, 4)} ({folder}/)")
     return out
 
 

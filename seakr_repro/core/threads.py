@@ -73,20 +73,27 @@ def others_running(samples: int = 5, interval: float = 0.01, path: Path = LOADAV
     where it cannot be read."""
     import time
 
-    counts = []
+    least = None
     for i in range(samples):
         try:
-            counts.append(int(path.read_text().split()[3].split("/")[0]))
+            count = int(path.read_text().split()[3].split("/")[0])
         except (OSError, IndexError, ValueError):
             return None
-        if i + 1 < samples:
-            time.sleep(interval)
-    return max(0, min(counts) - 1)
+        least = count if least is None else min(least, count)
+        if least <= 1 or i + 1 == samples:      # this process alone: the least can fall no further
+            break
+        time.sleep(interval)
+    return max(0, least - 1)
 
 
 def wait_setting(others: int | None) -> dict[str, str]:
     """PASSIVE when another task is running (or nothing can be read), else none: torch's own."""
     return dict(BUSY_SETTING) if others is None or others >= 1 else {}
+
+
+def _set_by_package(environ) -> set[str]:
+    """The variables a parent process of this package set (not the user's)."""
+    return set(filter(None, environ.get(SET_BY_PACKAGE, "").split(",")))
 
 
 def fair_share_env(environ: dict | None = None, cpus: int | None = None,
@@ -96,8 +103,7 @@ def fair_share_env(environ: dict | None = None, cpus: int | None = None,
     and the thread counts where it does not set them. What a parent process of this package set is
     decided again, not taken for the user's."""
     environ = os.environ if environ is None else environ
-    ours = set(filter(None, environ.get(SET_BY_PACKAGE, "").split(",")))
-    users = {k for k in environ if k not in ours}
+    users = set(environ) - _set_by_package(environ)
     n = str(usable_cpus() if cpus is None else cpus)
     wait = {} if any(v in users for v in WAIT_VARIABLES) else \
         wait_setting(others_running() if others == -1 else others)
@@ -109,9 +115,8 @@ def apply() -> dict[str, str]:
     kernels, vLLM's engine, Ray workers, which decide the wait setting again when they import the
     package); returns what it set. If torch is already imported its OpenMP runtime has started, so
     only the thread count can still change there."""
-    ours = set(filter(None, os.environ.get(SET_BY_PACKAGE, "").split(",")))
     added = fair_share_env()
-    for stale in ours - set(added):          # a parent's PASSIVE on a machine now quiet
+    for stale in _set_by_package(os.environ) - set(added):          # a parent's PASSIVE on a machine now quiet
         os.environ.pop(stale, None)
     os.environ.update(added)
     os.environ[SET_BY_PACKAGE] = ",".join(sorted(added))

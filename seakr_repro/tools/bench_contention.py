@@ -80,9 +80,7 @@ def setting_vars(name: str) -> dict[str, str]:
     """The variables a named setting sets: `unset` none; otherwise parts joined by "+":
     `passive` (OMP_WAIT_POLICY=PASSIVE), `spin:N` (GOMP_SPINCOUNT=N), `threads:N`
     (OMP_NUM_THREADS=N; without it, the usable cores)."""
-    if name == "unset":
-        return {}
-    if name == "auto":                   # the package's: its process decides when it starts
+    if name in ("unset", "auto"):        # auto: the package's, decided as its process starts
         return {}
     out = {"OMP_NUM_THREADS": str(threads.usable_cpus())}
     for part in name.split("+"):
