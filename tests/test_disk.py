@@ -84,10 +84,38 @@ def test_the_corpus_on_disk_is_measured_not_assumed(tmp_path, monkeypatch):
             fh.write(f'{i}\t"{"word " * (10 + i % 7)}"\tTitle {i}\n')
     sized = disk_needs.corpus_passages(load_config("paper", {"corpus.tsv_path": str(big)}))
     assert abs(sized - 60_000) < 1_200     # 2%
+    # the profile's own place, data/raw/psgs_w100.tsv, follows SEAKR_RAW_DIR as the steps read it
+    from seakr_repro.core import paths
+    monkeypatch.setattr(paths, "RAW_DIR", tmp_path)
+    tsv.rename(tmp_path / "psgs_w100.tsv")
+    assert disk_needs.corpus_passages(load_config("paper")) == 4_811
     corpus = prepare.corpus_path(cfg)                   # once converted, the corpus file counts
     corpus.parent.mkdir(parents=True)
     corpus.write_text('{"id": "1"}\n' * 7)
     assert disk_needs.corpus_passages(cfg) == 7
+
+
+def test_the_model_named_by_model_path_gives_step_02_s_shape(tmp_path, monkeypatch):
+    """Step 02's vectors are sized by the checkpoint model.path names (its config.json), not by
+    the registry's LLaMA-2-7B: the paper-shaped test's 4-layer stand-in was told it needed 41.5
+    GiB, and a CI machine with 37 GiB free refused to run it."""
+    import json
+
+    from seakr_repro.core.config import load_config
+
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 4, "hidden_size": 64}))
+    standin = disk_needs.estimate_needs(load_config("paper", {"model.path": str(model)}))
+    assert standin["step02_vectors"] == 1788 * 2 * 4 * 20 * 64 * 2
+    assert disk_needs.model_shape(load_config("paper")) == (32, 4096)        # no model.path
+    # a multimodal config nests the language model's numbers
+    (model / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 18,
+                                                                   "hidden_size": 640}}))
+    assert disk_needs.model_shape(load_config("paper", {"model.path": str(model)})) == (18, 640)
+    # a directory without a config (preflight reports it) falls back to the registry's shape
+    assert disk_needs.model_shape(load_config("paper", {"model.path": str(tmp_path / "x")})) == (32, 4096)
 
 
 def test_method_runs_check_the_profile_s_disk_needs(tmp_path, monkeypatch):

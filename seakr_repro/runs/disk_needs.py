@@ -3,6 +3,7 @@ files), by arithmetic from measured per-unit sizes: checked before a grid of run
 shown by preflight."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from ..core.disk import require_free_space
@@ -40,18 +41,36 @@ def lines_in(path: Path) -> int:
 def corpus_passages(cfg) -> int:
     """Passages of the profile's corpus: of the corpus JSONL or DPR's TSV when on disk (a stand-in
     or partial TSV is measured, not taken for the 21M of the real one), else the known count."""
-    from ..core.paths import REPO_ROOT
+    from ..core.paths import setting_path
     from .inputs import corpus_path
 
     corpus = corpus_path(cfg)
     if corpus.is_file():
         return lines_in(corpus)
     if cfg["corpus.name"] == "dpr-wiki":
-        tsv = Path(cfg["corpus.tsv_path"])
-        tsv = tsv if tsv.is_absolute() else REPO_ROOT / tsv
+        tsv = setting_path(cfg["corpus.tsv_path"])     # data/raw/... follows SEAKR_RAW_DIR
         if tsv.is_file():
             return max(lines_in(tsv) - 1, 0)     # its header line
     return PASSAGES.get(cfg["corpus.name"], 0)
+
+
+def model_shape(cfg) -> tuple[int, int]:
+    """(layers, hidden size) of the profile's model: from the config.json of the directory
+    model.path names when there is one (a smaller stand-in or another checkpoint is measured, not
+    taken for the registry's shape), else the registry's, else LLaMA-2-7B's."""
+    import json
+    import os
+
+    from ..llm.registry import MODELS
+
+    given = cfg.get("model.path") or os.environ.get("SEAKR_MODEL_PATH")      # as the registry reads it
+    if given:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            raw = json.loads((Path(given).expanduser() / "config.json").read_text(encoding="utf-8"))
+            raw = raw.get("text_config") or raw        # multimodal configs nest the language model
+            return int(raw["num_hidden_layers"]), int(raw["hidden_size"])
+    spec = MODELS.get(cfg["model.name"])
+    return (spec.n_layers, spec.hidden) if spec else (32, 4096)
 
 
 def estimate_needs(cfg) -> dict[str, int]:
@@ -59,8 +78,7 @@ def estimate_needs(cfg) -> dict[str, int]:
     step 02's vectors and the run files of Tables 1-4 and 7. Arithmetic from the per-unit sizes
     above times the profile's counts: the corpus's passages (`corpus_passages`) and each run's
     questions as `plan.question_runs` counts them (each set's size capped by datasets.n_questions
-    and the notebook's or table's sample); model shapes from the model registry."""
-    from ..llm.registry import MODELS
+    and the notebook's or table's sample); the model's shape from `model_shape`."""
     from .plan import question_runs
 
     runs = question_runs(cfg)
@@ -76,8 +94,7 @@ def estimate_needs(cfg) -> dict[str, int]:
     n02 = nb("02-extract-hidden-states")
     fan, bundled = n02.get("N_FANOUT", 60), n02.get("N_BUNDLED", 40)
     n_cal = (FANOUT_SINGLE_VALUE if fan is None else fan) + (bundled or 0)
-    spec = MODELS.get(cfg["model.name"])
-    layers, hidden = (spec.n_layers, spec.hidden) if spec else (32, 4096)
+    layers, hidden = model_shape(cfg)
     scheme = cfg.get("retrieval.scheme") or "single_field"
     passages = corpus_passages(cfg)
     return {"corpus_jsonl": passages * JSONL_BYTES_PER_PASSAGE[scheme],
