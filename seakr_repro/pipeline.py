@@ -17,6 +17,7 @@ bars, a line per question, Anserini's logs) is streamed to the terminal, throttl
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -307,6 +308,7 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
     `results`: the profile's results folder to read (default: results_dir, created if missing);
     `announce`: called with each step that does not run, in order."""
     from .notebook import effective_parameters
+    from .runs.plan import with_parameters
     from . import step_graph as graph
 
     cfg: Config = load_config(profile, overrides)
@@ -328,12 +330,12 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
     decls: dict[str, Any] = {}
     out = []
 
-    run_files: dict = {}
+    @functools.cache
+    def all_run_files() -> dict:             # read once, when a step first asks
+        return step_run_files(with_parameters(cfg, parameters), res)
 
     def files_of(name: str) -> dict:
-        if "all" not in run_files:
-            run_files["all"] = step_run_files(cfg, res)
-        return run_files["all"].get(name, {})
+        return all_run_files().get(name, {})
 
     def read_value(read: str) -> str | None:
         up = read.split(":", 1)[0]
@@ -385,7 +387,7 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
         if planned.action == "run" and execute is not None:
             seconds = execute(nb, planned)
             outputs.pop(nb.stem, None)
-            run_files.clear()                # its runs wrote files: found again
+            all_run_files.cache_clear()      # its runs wrote files: found again
             _stamp(res, nb.stem, inputs, graph.outputs_now(step, roots, files_of(nb.stem)),
                    {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
             stamps[nb.stem] = graph.digest(inputs)

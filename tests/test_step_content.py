@@ -192,3 +192,18 @@ def test_a_shared_run_file_may_grow_but_not_shrink(tree):
     shared.write_text("")                                         # cut by hand
     dry = {p.name: p for p in pipeline.plan("smoke", results=res)}
     assert f"its run of seakr on {dataset} lost questions: 0 of 1" in dry["04-complex-qa"].reasons
+
+
+def test_runs_a_param_adds_are_outputs_of_their_step(tree):
+    """`reproduce --param 09-efficiency.METHODS=[...]` plans the runs the notebook is given: a
+    deleted run file of a method only the --param names makes 09 stale, as the profile's own do."""
+    res, fake = tree
+    params = {"09-efficiency": {"METHODS": ["cot", "flare", "seakr"]}}
+    fake.cfg = run_plan.with_parameters(fake.cfg, params)
+    pipeline.plan("smoke", results=res, parameters=params, execute=fake)
+    assert fake.ran[0] == "09-efficiency"
+    flare = sorted((res / "09-efficiency").rglob("flare-*.jsonl"))
+    assert flare and set(_actions(pipeline.plan("smoke", results=res, parameters=params)).values()) == {"up-to-date"}
+    flare[0].unlink()
+    dry = {p.name: p for p in pipeline.plan("smoke", results=res, parameters=params)}
+    assert dry["09-efficiency"].action == "run" and "flare" in " ".join(dry["09-efficiency"].reasons)

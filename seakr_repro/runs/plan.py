@@ -32,6 +32,15 @@ def notebook_parameter(cfg: Config, step: str, name: str):
     raise KeyError(f"{step} has no parameter {name}")
 
 
+def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
+    """`cfg` with command-line notebook parameters ({notebook: {NAME: value}}, reproduce's
+    --param) as notebooks.<notebook>.<NAME>, so that what a run plans (its runs, their question
+    counts) is what the notebooks will be given, not the bare profile's."""
+    extra = {f"notebooks.{nb}.{name}": value
+             for nb, values in (parameters or {}).items() for name, value in values.items()}
+    return cfg.with_overrides(extra, "--param") if extra else cfg
+
+
 def set_size(cfg, name: str) -> int:
     """Questions of one data set in this profile: the paper's count for a dev set still to
     download (Table 6), the bundled set's own count, capped by datasets.n_questions."""

@@ -28,7 +28,7 @@ from ..core.runlock import LOCK_NAME, describe, holder
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import UserError
 from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT
-from ..runs.plan import label_files, notebook_parameter, planned_runs, run_file, run_total
+from ..runs.plan import label_files, notebook_parameter, planned_runs, run_file, run_total, with_parameters
 
 
 def _results(cfg: Config) -> Path:
@@ -123,9 +123,8 @@ def with_last_run(cfg: Config) -> Config:
     from ..pipeline import last_run_arguments
 
     last = last_run_arguments(_results(cfg))
-    extra = {**last["overrides"], **{f"notebooks.{nb}.{name}": value
-                                     for nb, values in last["parameters"].items() for name, value in values.items()}}
-    return cfg.with_overrides(extra) if extra else cfg
+    cfg = cfg.with_overrides(last["overrides"]) if last["overrides"] else cfg
+    return with_parameters(cfg, last["parameters"])
 
 
 def _planned_total(cfg: Config, run, sizes: dict):
