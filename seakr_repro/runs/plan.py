@@ -6,6 +6,8 @@ progress against. `cost` prices these counts, `disk_needs` sizes them."""
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -36,9 +38,16 @@ def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
     """`cfg` with command-line notebook parameters ({notebook: {NAME: value}}, reproduce's
     --param) as notebooks.<notebook>.<NAME>, so that what a run plans (its runs, their question
     counts) is what the notebooks will be given, not the bare profile's."""
-    extra = {f"notebooks.{nb}.{name}": value
-             for nb, values in (parameters or {}).items() for name, value in values.items()}
-    return cfg.with_overrides(extra, "--param") if extra else cfg
+    if not any((parameters or {}).values()):
+        return cfg
+    # merged as given: --param checked each name against its notebook's parameters cell already
+    # (and a notebook folder of one's own need not be the shipped one the profile checker knows)
+    data = copy.deepcopy(cfg.data)
+    notebooks = data.get("notebooks") or {}
+    for nb, values in parameters.items():
+        notebooks[nb] = {**(notebooks.get(nb) or {}), **values}
+    data["notebooks"] = notebooks
+    return dataclasses.replace(cfg, data=data)
 
 
 def set_size(cfg, name: str) -> int:
