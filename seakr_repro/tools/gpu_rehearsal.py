@@ -172,8 +172,10 @@ def _profile_inputs(profile: str, overrides: dict, questions: int, passages: int
     from .scale_check import write_standins
 
     repo = write_standins(RAW_DIR, questions)
+    # datasets.n_questions: the sets are the `questions` written here, so the grid's disk check
+    # prices those, not the paper's full dev sets (3.1 GiB of call cache refused a small disk)
     cfg = load_config(profile, overrides={
-        "retrieval.backend": "bm25s", "retrieval.scheme": "single_field",
+        "retrieval.backend": "bm25s", "retrieval.scheme": "single_field", "datasets.n_questions": questions,
         "prompts.official_repo": str(repo), "prompts.dragin_repo": str(RAW_DIR / "DRAGIN"), **overrides})
     for name in list(cfg["datasets.complex"]) + list(cfg["datasets.simple"]):
         recs = [QuestionRecord.from_dict(synthetic_question(name, i)) for i in range(questions)]
@@ -332,6 +334,7 @@ def part_seakr_paper(a) -> dict:
     from ..artifacts import spec_for
     from ..runs import grid
     from ..runs.cost import with_hours
+    from ..runs.disk_needs import estimate_needs
     from ..runs.plan import question_runs
     from ..core.config import load_config
 
@@ -343,7 +346,9 @@ def part_seakr_paper(a) -> dict:
     settings = {k: cfg[k] for k in ("uncertainty.k", "uncertainty.max_tokens", "seakr.n_shot",
                                     "seakr.max_reasoning_steps", "seakr.max_new_tokens", "seakr.max_docs",
                                     "prompts.demos", "seakr.mode")}
+    needs = estimate_needs(cfg)
     out: dict = {"profile": "paper", "shape": a.shape, "dtype": cfg["model.dtype"], "settings": settings,
+                 "disk_needs_bytes": {k: needs[k] for k in ("call_cache", "run_files")},
                  "note": "random weights: every generation runs to its token limit, so an upper bound"
                          + ("" if paper else "; tiny shape on CPU: a rehearsal, not a pace"),
                  "table7_s_per_q": TABLE7, "questions": {}}
