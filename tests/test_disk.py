@@ -114,6 +114,9 @@ def test_the_model_named_by_model_path_gives_step_02_s_shape(tmp_path, monkeypat
     (model / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 18,
                                                                    "hidden_size": 640}}))
     assert disk_needs.model_shape(load_config("paper", {"model.path": str(model)})) == (18, 640)
+    # model.paths.<model.name> is read as the loader reads it (llm.registry.given_dir)
+    name = load_config("paper")["model.name"]
+    assert disk_needs.model_shape(load_config("paper", {"model.paths": {name: str(model)}})) == (18, 640)
     # a directory without a config (preflight reports it) falls back to the registry's shape
     assert disk_needs.model_shape(load_config("paper", {"model.path": str(tmp_path / "x")})) == (32, 4096)
 

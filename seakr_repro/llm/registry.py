@@ -122,23 +122,23 @@ def _converted_dir(spec: ModelSpec, gguf_of: Callable[[ModelSpec], Path]) -> Pat
 # --------------------------------------------------------------------------------------------
 # Local models (the paper's backbones)
 
-def _given_dir(spec: ModelSpec, cfg: Any) -> tuple[str | None, str]:
-    """(directory the user named for this model, the setting that named it).
+def given_dir(name: str, cfg: Any) -> tuple[str | None, str]:
+    """(directory the user named for model `name`, the setting that named it).
 
     `model.path` and SEAKR_MODEL_PATH name the profile's OWN model (model.name) only; any other
     model (the Self-RAG checkpoint, the Table 4 backbones) comes from `model.paths.<name>`, so a
     directory meant for LLaMA-2-chat can never stand in for another model."""
-    own = cfg is None or cfg.get("model.name") == spec.name
+    own = cfg is None or cfg.get("model.name") == name
     if own:
         given = (cfg.get("model.path") if cfg is not None else None) or os.environ.get("SEAKR_MODEL_PATH")
         if given:
             return given, "model.path"
-    other = ((cfg.get("model.paths", {}) or {}) if cfg is not None else {}).get(spec.name)
-    return other, f"model.paths.{spec.name}"
+    other = ((cfg.get("model.paths", {}) or {}) if cfg is not None else {}).get(name)
+    return other, f"model.paths.{name}"
 
 
 def _local_dir(spec: ModelSpec, cfg: Any) -> Path:
-    given, setting = _given_dir(spec, cfg)
+    given, setting = given_dir(spec.name, cfg)
     how = ("`model.path: DIR` (or SEAKR_MODEL_PATH=DIR)" if setting == "model.path"
            else f"`model.paths: {{{spec.name}: DIR}}` (model.path names model.name only)")
     if given:
@@ -198,7 +198,7 @@ def model_dir(name: str, cfg: Any = None) -> Path:
 
         from .reflection_tokens import check_reflection_tokens
         check_reflection_tokens(AutoTokenizer.from_pretrained(path), path,
-                                _given_dir(spec, cfg)[1])
+                                given_dir(spec.name, cfg)[1])
     return path
 
 

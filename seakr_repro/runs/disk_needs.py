@@ -59,11 +59,10 @@ def model_shape(cfg) -> tuple[int, int]:
     model.path names when there is one (a smaller stand-in or another checkpoint is measured, not
     taken for the registry's shape), else the registry's, else LLaMA-2-7B's."""
     import json
-    import os
 
-    from ..llm.registry import MODELS
+    from ..llm.registry import MODELS, given_dir
 
-    given = cfg.get("model.path") or os.environ.get("SEAKR_MODEL_PATH")      # as the registry reads it
+    given = given_dir(cfg["model.name"], cfg)[0]          # where the loader will read it
     if given:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
             raw = json.loads((Path(given).expanduser() / "config.json").read_text(encoding="utf-8"))
