@@ -34,16 +34,24 @@ def versions() -> dict[str, str]:
     return out
 
 
+# What a run writes into the checkout itself: rewriting them is the run, not a change to the code
+# that made it (every committed table used to say dirty: true)
+RUN_OUTPUTS = ("tables", "figures")
+
+
 def git_revision() -> dict[str, Any]:
+    """{revision, dirty, changed}: the checkout's commit, and the tracked files (outside
+    RUN_OUTPUTS; the first 20) that differ from it."""
     def run(*args):
         try:
             return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+                                  timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
-    rev = run("rev-parse", "HEAD")
-    dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
-    return {"revision": rev or "unknown", "dirty": dirty}
+    rev = run("rev-parse", "HEAD").strip()
+    changed = [line[3:] for line in run("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                         *(f":(exclude){p}" for p in RUN_OUTPUTS)).splitlines() if line]
+    return {"revision": rev or "unknown", "dirty": bool(changed), "changed": changed[:20]}
 
 
 def provenance(cfg=None, **extra) -> dict[str, Any]:

@@ -85,6 +85,7 @@ def _parent(args) -> dict:
     import transformers
 
     from .. import __version__
+    from ..core.provenance import git_revision
     from ..core.io import write_json
     from ..core.paths import results_dir
 
@@ -141,7 +142,7 @@ def _parent(args) -> dict:
             "python": platform.python_version(), "machine": platform.machine(),
             "cpu_cores": os.cpu_count(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "git_revision": _git_revision(),
+            "git": git_revision(),
         },
     }
     out = results_dir(args.profile) / "bench" / "backends.json"
@@ -207,15 +208,6 @@ def _child(args) -> dict:
                        "device": resolve_device(cfg.get("model.device", "auto"))}}
     Path(args.json_out).write_text(json.dumps(result))
     return result
-
-
-def _git_revision() -> str | None:
-    import subprocess
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).resolve().parents[2]).stdout.strip()
-    except Exception:
-        return None
 
 
 if __name__ == "__main__":

@@ -250,11 +250,11 @@ def part_env(a) -> dict:
         except Exception as e:          # noqa: BLE001
             failed[info.name] = f"{type(e).__name__}: {e}"[:300]
     out["package_modules_not_importing"] = failed
-    try:
-        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                                       text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        out["commit"] = None
+    from ..core.provenance import git_revision
+
+    git = git_revision()
+    out["commit"] = None if git["revision"] == "unknown" else git["revision"]
+    out["changed_from_commit"] = git["changed"]
     return out
 
 
