@@ -4,6 +4,13 @@ from seakr_repro.runs import inputs
 from seakr_repro.core import disk
 from seakr_repro.runs import disk_needs
 from seakr_repro.core.errors import UserError
+from seakr_repro.runs import plan
+
+
+@pytest.fixture(autouse=True)
+def _no_prepared_sets(tmp_path, monkeypatch):
+    """The estimates below are of sets not yet prepared (the repository's results/ may hold some)."""
+    monkeypatch.setattr(plan, "RESULTS_ROOT", tmp_path / "results")
 
 
 def test_human_bytes():
@@ -128,3 +135,23 @@ def test_method_runs_check_the_profile_s_disk_needs(tmp_path, monkeypatch):
     monkeypatch.setattr(disk, "free_bytes", lambda path: 1024)
     with pytest.raises(UserError, match="call cache"):
         grid.run_grid(load_config("paper"), pool=None, searcher=None, specs=[], datasets=[])
+
+
+def test_a_prepared_set_is_priced_as_prepared_and_the_projection_stays_the_paper_s(tmp_path, monkeypatch):
+    """Step 00's files on disk (a sample, a stand-in) are what the grid will run, so the disk check
+    prices them; the cost projection of the profile keeps the paper's sets."""
+    from seakr_repro.core.config import load_config
+
+    monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path)
+    cfg = load_config("paper")
+    full = disk_needs.estimate_needs(cfg)
+    data = tmp_path / "results" / "paper" / "data"
+    data.mkdir(parents=True)
+    for name in list(cfg["datasets.complex"]) + list(cfg["datasets.simple"]):
+        (data / f"{name}.jsonl").write_text('{"id": "q"}\n' * 5 + "\n")     # a blank line is no question
+    small = disk_needs.estimate_needs(cfg)
+    runs = plan.question_runs(cfg, prepared=True)
+    assert set(runs["questions"]) == {5}
+    assert small["run_files"] == sum(5 * disk_needs.RUN_BYTES_PER_QUESTION[m] for m in runs["method"])
+    assert small["run_files"] < full["run_files"] / 100 and small["call_cache"] < full["call_cache"] / 100
+    assert plan.question_runs(cfg)["questions"].sum() > 10_000         # the paper's sets

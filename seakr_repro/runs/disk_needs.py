@@ -76,11 +76,12 @@ def estimate_needs(cfg) -> dict[str, int]:
     """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
     step 02's vectors and the run files of Tables 1-4 and 7. Arithmetic from the per-unit sizes
     above times the profile's counts: the corpus's passages (`corpus_passages`) and each run's
-    questions as `plan.question_runs` counts them (each set's size capped by datasets.n_questions
-    and the notebook's or table's sample); the model's shape from `model_shape`."""
+    questions as `plan.question_runs` counts them (the set step 00 prepared where it is on disk,
+    else the paper's; capped by datasets.n_questions and the notebook's or table's sample); the
+    model's shape from `model_shape`."""
     from .plan import question_runs
 
-    runs = question_runs(cfg)
+    runs = question_runs(cfg, prepared=True)
     cache = run = 0
     for table, method, n in zip(runs["table"], runs["method"], runs["questions"]):
         run += n * RUN_BYTES_PER_QUESTION.get(method, RUN_BYTES_PER_QUESTION["seakr"])

@@ -50,31 +50,37 @@ def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
     return dataclasses.replace(cfg, data=data)
 
 
-def set_size(cfg, name: str) -> int:
+def set_size(cfg, name: str, prepared: dict | None = None) -> int:
     """Questions of one data set in this profile: the paper's count for a dev set still to
-    download (Table 6), the bundled set's own count, capped by datasets.n_questions."""
+    download (Table 6), the bundled set's own count, capped by datasets.n_questions. With
+    `prepared` (a cache of counts), the set step 00 prepared, when on disk, is counted instead."""
     from ..data.registry import DATASETS, load_dataset
 
     n = cfg.get("datasets.n_questions")
     spec = DATASETS[name]
-    if spec.paper_size is not None and spec.root == "raw":
+    on_disk = _prepared_size(cfg, name, prepared) if prepared is not None else None
+    if on_disk is not None:
+        total = on_disk                         # a sample or a stand-in: what will run
+    elif spec.paper_size is not None and spec.root == "raw":
         total = spec.paper_size                 # a dev set to download: the paper's count
     else:
         total = len(load_dataset(name))         # bundled: count it
     return min(n, total) if n is not None else total
 
 
-def _capped(cfg: Config, dataset: str, cap: int | None) -> int:
-    n = set_size(cfg, dataset)
+def _capped(cfg: Config, dataset: str, cap: int | None, prepared: dict | None) -> int:
+    n = set_size(cfg, dataset, prepared)
     return n if cap is None else min(int(cap), n)
 
 
-def question_runs(cfg: Config) -> pd.DataFrame:
+def question_runs(cfg: Config, prepared: bool = False) -> pd.DataFrame:
     """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
-    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples."""
+    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples.
+    The sets are the paper's (a cost projection of the profile); with `prepared`, the ones step 00
+    wrote where they are on disk (a disk check of what this checkout will run)."""
     from ..artifacts import TABLES
 
-    rows = []
+    rows, counted = [], ({} if prepared else None)
     for key, spec in TABLES.items():
         # a table's sample setting (Tables 3/4: analysis.n_questions), else its notebook's N_QUESTIONS
         cap = cfg.get(spec.sample) if spec.sample else notebook_parameter(cfg, spec.step, "N_QUESTIONS")
@@ -82,7 +88,7 @@ def question_runs(cfg: Config) -> pd.DataFrame:
                 else [(s.label, s.method) for s in spec.runs])
         for label, method in runs:
             rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
-                      "questions": _capped(cfg, d, cap)}
+                      "questions": _capped(cfg, d, cap, counted)}
                      for d in table_datasets(cfg, key) if runs_on(label, d)]
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
