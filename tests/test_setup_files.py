@@ -45,3 +45,27 @@ def test_makefile_has_documented_targets():
     text = (ROOT / "Makefile").read_text()
     for target in ("help", "setup", "reproduce", "test", "check", "bench", "lab", "clean"):
         assert re.search(rf"^{target}:.*## ", text, re.M), target
+
+
+def test_virtual_environments_are_ignored_as_folders_and_as_links(tmp_path):
+    """Both environments are often links to a shared disk: a folder-only pattern (`/.venv-vllm/`)
+    lets `git status` list a linked one as untracked."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text((ROOT / ".gitignore").read_text())
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    for name in (".venv", ".venv-vllm"):
+        (tmp_path / name).symlink_to(target, target_is_directory=True)
+    names = [".venv", ".venv-vllm"]
+    got = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", *names], capture_output=True, text=True)
+    assert got.stdout.split() == names
+    (tmp_path / ".venv").unlink()
+    (tmp_path / ".venv-vllm").unlink()
+    for name in names:          # the same names as real folders
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x").write_text("")
+    got = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", *(f"{n}/x" for n in names)],
+                         capture_output=True, text=True)
+    assert len(got.stdout.split()) == 2
