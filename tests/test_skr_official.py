@@ -16,6 +16,7 @@ from seakr_repro.methods.skr.labels import (
     KNOWN,
     UNKNOWN,
     LabelledQuestion,
+    answer_settings_from,
     build_skr_labels,
     official_answer,
     official_em,
@@ -232,8 +233,9 @@ def test_notebook_10_reads_skr_results_files_and_settings(tmp_path):
     cfg = load_config("paper", {"skr.train_results.bundled-hotpotqa": str(tmp_path / "hp")})
     labels, source, n = skr_labels(cfg, None, None, "bundled-hotpotqa", 3)   # no model needed
     assert [x.label for x in labels] == FIXTURE_OFFICIAL and n == 8 and "cot_train_ir.json" in source
-    assert skr_settings(cfg, "skr-knn") == {"knn_k": 5, "knn_rule": "official", "pooling": "pooler"}
-    assert skr_settings(cfg, "skr-cls") == {"pooling": "pooler"} and skr_settings(cfg, "skr-icl") == {}
+    assert skr_settings(cfg, "skr-knn") == {"mode": "faithful", "knn_k": 5, "knn_rule": "official", "pooling": "pooler"}
+    assert skr_settings(cfg, "skr-cls") == {"mode": "faithful", "pooling": "pooler"}
+    assert skr_settings(cfg, "skr-icl") == skr_settings(cfg, "skr-prompt") == {"mode": "faithful"}
 
 
 def test_preflight_checks_skr_results_files(tmp_path):
@@ -281,3 +283,101 @@ def test_notebook_10_runs_skr_on_results_files_with_the_profiles_settings(tmp_pa
     assert notes.loc[0, "train_questions"] == 8 and "cot_train.json" in notes.loc[0, "train_source"]
     assert (tmp_path / "smoke" / "10-seed-methods" / "skr_labels" / "bundled-hotpotqa.jsonl").is_file()
     assert set(skipped) == {"taikc-kbae"}
+
+
+# -- the answer extraction: the profile's evaluation.answer_extraction, labels and answers alike --
+SKR_VARIANTS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn")
+DATED = "It was in 1963. So the answer is August 25, 1963."   # faithful: "august 25" (comma cut)
+
+
+class LengthEncoder:
+    """Two-dimensional vectors from a question's text: enough for the embedding variants to run
+    without the MiniLM model."""
+
+    name = "length-encoder"
+
+    def encode(self, texts):
+        return np.array([[len(t), 1.0 + sum(map(ord, t)) % 7] for t in texts], dtype=np.float32)
+
+
+def seed_step_specs(cfg, monkeypatch, tmp_path):
+    """The run specs notebook 10's step hands the grid for bundled-hotpotqa (labels from the
+    fixture's results files, so no model call)."""
+    import pandas as pd
+
+    import seakr_repro.methods.taikc.kbae as kbae
+    from seakr_repro.steps import seed_methods
+
+    specs = {}
+
+    def fake_grid(cfg, pool, searcher, run_specs, datasets, n, table="", progress=True):
+        specs.update({s.label: s for s in run_specs})
+        return pd.DataFrame([{"method": s.label} for s in run_specs]), {}
+
+    class Pool:
+        def get(self, name=None):
+            return FakeBackend(lambda p, s: pytest.fail("a model call while labels come from files"))
+
+    monkeypatch.setattr(seed_methods, "results_dir", lambda p: tmp_path / p)
+    monkeypatch.setattr(kbae, "kbae_unavailable", lambda backend: "no KBAE in this test")
+    monkeypatch.setattr(seed_methods, "run_grid", fake_grid)
+    seed_methods.run_seed_methods(cfg, Pool(), None, ["bundled-hotpotqa"], 1, 4, 4, {}, progress=False)
+    return specs
+
+
+@pytest.mark.parametrize("profile, mode, answer", [("paper", "faithful", "august 25"),
+                                                   ("default", "fixed", "August 25, 1963")])
+def test_every_skr_variant_extracts_answers_as_the_profile_says(tmp_path, monkeypatch, profile, mode, answer):
+    """Each SKR variant, with the settings notebook 10 and the run grid give it, extracts its
+    answer in the profile's evaluation.answer_extraction mode (SKR held "fixed" in every profile)."""
+    from seakr_repro.methods import build_method
+    from seakr_repro.runs.grid import method_settings
+
+    cfg = load_config(profile, {"skr.train_results.bundled-hotpotqa": str(FIXTURE)})
+    assert cfg["evaluation.answer_extraction"] == mode
+    specs = seed_step_specs(cfg, monkeypatch, tmp_path)
+    assert set(SKR_VARIANTS) <= set(specs)
+    record = QuestionRecord("t", "When did it happen?", ["August 25, 1963"])
+    for variant in SKR_VARIANTS:
+        spec = specs[variant]
+        settings = {**method_settings(cfg, spec.method, {}), **spec.overrides, "n_shot": 1}
+        backend = FakeBackend(lambda p, s: "No." if p.endswith("A:") else DATED)
+        extra = {"encoder": LengthEncoder()} if variant in ("skr-cls", "skr-knn") else {}
+        method = build_method(spec.method, backend, FakeSearcher([hit("d1", "P.")]), "bundled-hotpotqa",
+                              **settings, **extra)
+        assert method.settings["mode"] == method.config["mode"] == mode, variant
+        assert method.run(record).answer == answer, variant
+
+
+@pytest.mark.parametrize("profile, closed", [("paper", "shakespeare"), ("default", "Shakespeare")])
+def test_skr_labels_extract_answers_as_the_profile_says(profile, closed):
+    """Labels scored by the package's extractor (`label_answer: package`) read the answers as the
+    SKR variants will: from SKR's results files and from the model alike."""
+    from seakr_repro.steps.seed_methods import skr_labels
+
+    cfg = load_config(profile, {"skr.train_results.bundled-hotpotqa": str(FIXTURE),
+                                "skr.label_answer": "package"})
+    labels, _, _ = skr_labels(cfg, None, None, "bundled-hotpotqa", 3)
+    assert labels[0].answer_closed == closed        # "... So the answer is Shakespeare."
+    cfg = load_config(profile, {"skr.label_answer": "package"})
+    rec = [QuestionRecord("a", "When?", ["August 25, 1963"])]
+    model = FakeBackend(lambda p, s: DATED)
+    labels = build_skr_labels(model, FakeSearcher([hit("d1", "P.")]), rec, "bundled-hotpotqa", n_shot=1,
+                              label_answer="package", **answer_settings_from(cfg))
+    assert labels[0].answer_closed == ("august 25" if profile == "paper" else "August 25, 1963")
+
+
+def test_a_change_of_answer_extraction_makes_notebook_10_stale():
+    """The step graph sees the setting: step 10 reads the evaluation section, and the SKR modules."""
+    from seakr_repro import pipeline
+    from seakr_repro import step_graph as graph
+    from seakr_repro.artifacts import STEPS
+
+    nb = pipeline.NOTEBOOKS_DIR / "10-seed-methods.ipynb"
+    step = STEPS["10-seed-methods"]
+    before = graph.step_inputs(nb, load_config("default").data, {}, {}, step)
+    after = graph.step_inputs(nb, load_config("default", {"evaluation.answer_extraction": "faithful"}).data,
+                              {}, {}, step)
+    assert graph.reasons(before, after) == ["profile settings it reads changed: evaluation"]
+    modules = {p.relative_to(graph.REPO_ROOT).as_posix() for p in graph.imported_modules(graph.code_cells(nb))}
+    assert {"seakr_repro/methods/skr/labels.py", "seakr_repro/methods/skr/method.py"} <= modules

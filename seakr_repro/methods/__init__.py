@@ -22,6 +22,15 @@ _ALIASES = {"self-rag": "self_rag", "selfrag": "self_rag"}
 SKR_VARIANTS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn")
 
 
+def method_class(name: str) -> type[Method] | None:
+    """The class of method `name` (SKR's variants included), None for an unknown name."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key in SKR_VARIANTS:
+        from .skr.method import SKR_METHODS
+        return SKR_METHODS[key]
+    return METHODS.get(key)
+
+
 def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Method:
     """The method `name` for `dataset`, its defaults updated by `overrides`."""
     key = _ALIASES.get(name.lower(), name.lower())
@@ -34,5 +43,5 @@ def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Met
     return METHODS[key](backend, searcher, dataset, overrides)
 
 
-__all__ = ["BASELINE_TABLE", "METHODS", "Method", "MethodResult", "build_method", "CoT", "IRCoT",
+__all__ = ["BASELINE_TABLE", "METHODS", "Method", "MethodResult", "build_method", "method_class", "CoT", "IRCoT",
            "FLARE", "DRAGIN", "SelfRAG", "SeaKR", "TAIKC", "TAIKCKBAE"]

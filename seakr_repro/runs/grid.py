@@ -32,9 +32,10 @@ def run_order(methods: Sequence[str]) -> list[str]:
 def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
     """The profile's settings for one method: the config keys the method declares (its CONFIG),
     and SeaKR's thresholds."""
-    from ..methods import METHODS
+    from ..methods import method_class
 
-    out = METHODS[method].settings_from(cfg) if method in METHODS else {}
+    cls = method_class(method)
+    out = cls.settings_from(cfg) if cls is not None else {}
     if method == "seakr":
         out["delta"] = dict(deltas)
     return out
@@ -42,9 +43,10 @@ def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[
 
 def model_dtype(method: str, settings: dict[str, Any]) -> str | None:
     """The dtype a method's model is loaded in (None: the profile's model.dtype)."""
-    from ..methods import METHODS
+    from ..methods import method_class
 
-    return METHODS[method].model_dtype(settings) if method in METHODS else None
+    cls = method_class(method)
+    return cls.model_dtype(settings) if cls is not None else None
 
 
 def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:

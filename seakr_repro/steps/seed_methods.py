@@ -56,21 +56,24 @@ def skr_labels(cfg: Config, backend, searcher, dataset: str, n_train: int | None
     """SKR's labelled training questions of `dataset`, where they came from and how many questions:
     from SKR's own results files when `skr.train_results` names a directory for it (all of their
     questions, as skr.py labels them), else from the profile's model answering `training_questions`
-    closed-book and with retrieval. `skr.ties` and `skr.label_answer` score both alike."""
-    from ..methods.skr.labels import build_skr_labels
+    closed-book and with retrieval. `skr.ties` and `skr.label_answer` score both alike, and the
+    answers are extracted as the SKR variants extract theirs (`evaluation.answer_extraction`)."""
+    from ..methods.skr.labels import answer_settings_from, build_skr_labels
     from ..methods.skr.results_files import labels_from_results, results_paths
 
     how = {"ties": cfg["skr.ties"], "label_answer": cfg["skr.label_answer"]}
+    answer = answer_settings_from(cfg)
     given = (cfg.get("skr.train_results") or {}).get(dataset)
     if given:
-        labels = labels_from_results(given, **how)
+        labels = labels_from_results(given, **how, **answer)
         return labels, "SKR results files " + " + ".join(str(p) for p in results_paths(given)), len(labels)
     train, source = training_questions(cfg, dataset, n_train)
-    return build_skr_labels(backend, searcher, train, dataset, **how), source, len(train)
+    return build_skr_labels(backend, searcher, train, dataset, **how, **answer), source, len(train)
 
 
 def skr_settings(cfg: Config, variant: str) -> dict:
-    """The profile's `skr.*` settings of one SKR variant (knn_k, knn_rule, pooling)."""
+    """The profile's settings of one SKR variant: its answer extraction
+    (`evaluation.answer_extraction`) and its `skr.*` settings (knn_k, knn_rule, pooling)."""
     from ..methods.skr.method import SKR_METHODS
 
     return SKR_METHODS[variant].settings_from(cfg)
@@ -114,7 +117,7 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
             no_kbae = err.paragraph()
     frames, notes = [], []
     for dataset in datasets:
-        specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt")]
+        specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt", skr_settings(cfg, "skr-prompt"))]
         try:
             labels, source, n_labelled = skr_labels(cfg, backend, searcher, dataset, n_train)
         except DataMissingError as err:

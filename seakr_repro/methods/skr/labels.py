@@ -13,7 +13,8 @@ retrieval brings nothing, so the model knew it. The official code (THUNLP-MT/SKR
 instead drops every equal-score question ("same"); `ties="discard"` reproduces that.
 
 The answer scored (`label_answer`): "package" extracts it as the package scores every method
-(`evaluation.extract_answer`); "official" as skr.py does (`official_answer`, which reads the gold).
+(`evaluation.extract_answer` in the profile's `evaluation.answer_extraction` mode); "official" as
+skr.py does (`official_answer`, which reads the gold).
 
 The function is pure in its inputs (backend, searcher, records, settings), so its output can be
 cached: `save_labels` / `load_labels` write and read it as one JSON object per line.
@@ -35,8 +36,11 @@ from ..base import step_record
 
 KNOWN, UNKNOWN, DISCARDED = "known", "unknown", "discarded"
 # How SKR answers, shared by label construction and the methods (labels only describe the model
-# that answers with these settings). The paper: 4 CoT demonstrations, top-3 passages.
+# that answers with these settings). The paper: 4 CoT demonstrations, top-3 passages. `mode` is the
+# answer extraction (`evaluation.extract_answer`); a profile sets it, as it does every method's.
 ANSWER_DEFAULTS: dict[str, Any] = {"n_shot": 4, "top_k_docs": 3, "max_new_tokens": 100, "mode": "fixed"}
+# ... and the profile keys they are read from (`answer_settings_from`, `SKRMethod.CONFIG`)
+ANSWER_CONFIG = {"mode": "evaluation.answer_extraction"}
 METRICS = {"em": exact_match, "f1": f1_score}
 TIES = ("known", "discard")
 LABEL_ANSWERS = ("package", "official")
@@ -118,6 +122,12 @@ def answer_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
         raise UserError(f"unknown SKR answer setting(s) {', '.join(unknown)}", setting=unknown[0],
                         fix=f"use only {', '.join(sorted(ANSWER_DEFAULTS))}")
     return {**ANSWER_DEFAULTS, **settings}
+
+
+def answer_settings_from(cfg) -> dict[str, Any]:
+    """The profile's values of SKR's answer settings (`ANSWER_CONFIG`): what the labels are built
+    with, so that they describe the model the SKR variants answer with."""
+    return {s: cfg.get(key) for s, key in ANSWER_CONFIG.items() if cfg.get(key) is not None}
 
 
 def skr_answer(backend, demos, question: str, docs: Sequence[str], *, max_new_tokens: int,

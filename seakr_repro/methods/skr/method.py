@@ -20,7 +20,8 @@ of the token states, L2-normalised); "pooler" is what THUNLP-MT/SKR's knn.py rea
 encoder: the BERT pooler output (tanh of a dense layer over [CLS]), L2-normalised, training
 questions in padded batches of 64 cut at 128 tokens, each test question alone and uncut.
 
-Answers use the package's SeaKR-format CoT demos (4 by default, the paper's count) in both paths;
+Answers use the package's SeaKR-format CoT demos (4 by default, the paper's count) in both paths,
+and are extracted in the profile's `evaluation.answer_extraction` mode, as every method's;
 the paper's retrieval path also shows passages inside the demos, ours shows them for the test
 question only, as the package's other retrieval baselines do.
 
@@ -44,6 +45,7 @@ import numpy as np
 from ...core.errors import UserError
 from ..base import Method, MethodResult, hits_brief
 from .labels import (
+    ANSWER_CONFIG,
     ANSWER_DEFAULTS,
     DISCARDED,
     KNOWN,
@@ -256,7 +258,7 @@ class SKRMethod(Method):
     name = "skr"
     DEFAULTS = dict(ANSWER_DEFAULTS)
     # what a profile sets (settings a variant lacks are ignored: `Method.settings_from`)
-    CONFIG = {"knn_k": "skr.knn_k", "knn_rule": "skr.knn_rule", "pooling": "skr.pooling"}
+    CONFIG = {**ANSWER_CONFIG, "knn_k": "skr.knn_k", "knn_rule": "skr.knn_rule", "pooling": "skr.pooling"}
     needs_labels = True
 
     def __init__(self, backend, searcher, dataset_name: str, settings: Mapping[str, Any] | None = None,

@@ -83,9 +83,10 @@ def read_pair(directory: str | Path, split: str = "train") -> tuple[list[dict], 
 
 
 def labels_from_results(directory: str | Path, *, ties: str = "known", label_answer: str = "package",
-                        split: str = "train") -> list[LabelledQuestion]:
+                        split: str = "train", mode: str = ANSWER_DEFAULTS["mode"]) -> list[LabelledQuestion]:
     """Labels of the questions of SKR's results files (all of them, discarded ones included; ids are
-    the positions). The question and golds are the closed-book file's, as skr.py takes them."""
+    the positions). The question and golds are the closed-book file's, as skr.py takes them.
+    `mode`: the answer extraction of `label_answer="package"` (the profile's, as SKR answers)."""
     check_label_answer(label_answer)
     closed, ir = read_pair(directory, split)
     out = []
@@ -95,7 +96,7 @@ def labels_from_results(directory: str | Path, *, ties: str = "known", label_ans
             s_closed, s_ir = official_em(a[OUTPUT_KEY], golds), official_em(b[OUTPUT_KEY], b["Gold answer"])
             ans_closed, ans_ir = a[OUTPUT_KEY], b[OUTPUT_KEY]
         else:
-            ans_closed, ans_ir = (extract_answer(x[OUTPUT_KEY], ANSWER_DEFAULTS["mode"]) or ""
+            ans_closed, ans_ir = (extract_answer(x[OUTPUT_KEY], mode) or ""
                                   for x in (a, b))
             s_closed, s_ir = exact_match(ans_closed, golds), exact_match(ans_ir, golds)
         out.append(LabelledQuestion(id=str(i), question=a["Question"],
