@@ -3,13 +3,15 @@
 are given per position), and `read_logprobs` on a tiny LLaMA."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from fakes import FakeSearcher, hit
 from seakr_repro.core.config import load_config
-from seakr_repro.core.errors import UserError
+from seakr_repro.core.errors import DataMissingError, QuestionError, UserError
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.llm.base import Generation
 from seakr_repro.llm.reflection_tokens import NO_RETRIEVE, REL, RETRIEVE, SKIPPED_IN_TEXT, SUP, USE
@@ -187,8 +189,102 @@ def test_profiles():
     assert SelfRAG.settings_from(paper) == {
         "mode": "faithful", "retrieval": "adaptive", "threshold": 0.2, "ndocs": 10,
         "max_new_tokens": 100, "w_rel": 1.0, "w_sup": 1.0, "w_use": 1.0, "use_seqscore": True,
-        "use_groundness": True, "use_utility": True}
+        "use_groundness": True, "use_utility": True, "passages": "index", "input_files": {}}
     assert SelfRAG.settings_from(default)["mode"] == "fixed"
+
+
+# -- passages from the input file, as run_short_form.py reads them ------------------------------
+INPUT = Path(__file__).parent / "fixtures" / "self_rag" / "input.jsonl"   # the authors' format
+
+
+def from_input(path=INPUT, dataset="bundled-2wiki", **settings):
+    settings = {"passages": "input", "input_files": {dataset: str(path)}, "retrieval": "always",
+                "mode": "fixed", **settings}
+    b, s = Scripted(said("[Relevant]", "Ann", " Lee"), lambda p, i: table()), FakeSearcher(DOCS)
+    return build_method("self-rag", b, s, dataset, **settings), b, s
+
+
+def paragraphs(path):
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return {r["question"]: [f"[Retrieval]<paragraph>{c['title']}\n{c['text']}</paragraph>" for c in r["ctxs"]]
+            for r in rows}
+
+
+@pytest.mark.parametrize("ndocs", [2, 10])
+def test_input_passages_are_the_files_ctxs_in_order(ndocs):
+    """passages: input critiques the question's first ndocs ctxs of the input file, each as
+    "[Retrieval]<paragraph>{title}\n{text}</paragraph>" after the prompt; the index is not searched."""
+    method, b, s = from_input(ndocs=ndocs)
+    r = method.run(Q)
+    base = SelfRAG.prompt(Q.question)
+    assert s.queries == [] and r.n_retrievals == 1
+    assert b.generated == [base + p for p in paragraphs(INPUT)[Q.question][:ndocs]]
+    assert [c["id"] for c in r.trace[-1]["candidates"]] == ["8812", "301", "77"][:ndocs]
+    assert method.config["passages"] == "input" and method.config["input_file"] == str(INPUT)
+    assert "input_files" not in method.config
+
+
+def test_input_file_as_a_json_list_and_top_contexts(tmp_path):
+    """A .json file is one JSON list (the script's json.load), anything else JSON lines; a record
+    without ctxs uses top_contexts, as process_data_evidences does."""
+    rows = [json.loads(line) for line in INPUT.read_text().splitlines()]
+    rows[0]["top_contexts"] = rows[0].pop("ctxs")
+    (tmp_path / "input.json").write_text(json.dumps(rows))
+    method, b, _ = from_input(tmp_path / "input.json", ndocs=3)
+    method.run(Q)
+    assert b.generated == [SelfRAG.prompt(Q.question) + p for p in paragraphs(INPUT)[Q.question]]
+
+
+def test_index_passages_keep_the_runs_key():
+    """The default searches the index, and its config is what it was before the setting existed."""
+    r, b, s = run(said("Tom"), lambda p, i: table(), retrieval="always", mode="fixed")
+    assert len(s.queries) == 1
+    method = build_method("self-rag", Scripted(said("x"), lambda p, i: table()), FakeSearcher(DOCS),
+                          "bundled-2wiki")
+    assert not {"passages", "input_files", "input_file"} & set(method.config)
+
+
+def bad_input(tmp_path, edit, name="input.jsonl"):
+    rows = [json.loads(line) for line in INPUT.read_text().splitlines()]
+    edit(rows)
+    path = tmp_path / name
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("edit, where, says", [
+    (lambda rows: rows[1].pop("ctxs"), "line 2", "'ctxs' is missing"),
+    (lambda rows: rows[1].update(ctxs=[]), "line 2", "'ctxs' is empty"),
+    (lambda rows: rows[0]["ctxs"][1].pop("title"), "line 1", "ctxs[1] has no key 'title'"),
+])
+def test_an_input_file_without_passages_names_file_line_and_fix(tmp_path, edit, where, says):
+    path = bad_input(tmp_path, edit)
+    with pytest.raises(UserError) as err:
+        from_input(path)
+    text = err.value.paragraph()
+    assert f"file {path}, {where}" in text and says in text and "Fix:" in text
+
+
+def test_a_missing_input_file_or_question_is_named(tmp_path):
+    with pytest.raises(DataMissingError) as err:
+        from_input(tmp_path / "nosuch.jsonl")
+    text = err.value.paragraph()
+    assert "nosuch.jsonl" in text and "self_rag.input_files.bundled-2wiki" in text and "Fix:" in text
+    with pytest.raises(UserError, match="self_rag.input_files.bundled-hotpotqa"):
+        from_input(dataset="bundled-hotpotqa", input_files={"bundled-2wiki": str(INPUT)})
+    method, *_ = from_input()
+    with pytest.raises(QuestionError, match="not in the Self-RAG input file"):
+        method.run(QuestionRecord(id="q2", question="Who wrote Other?", answers=["X"]))
+
+
+def test_profile_settings_of_the_input_passages():
+    cfg = load_config("default", {"self_rag.passages": "input",
+                                  "self_rag.input_files.bundled-2wiki": str(INPUT)})
+    assert SelfRAG.settings_from(cfg)["input_files"] == {"bundled-2wiki": str(INPUT)}
+    with pytest.raises(UserError, match="self_rag.passages"):
+        load_config("default", {"self_rag.passages": "contriever"})
+    with pytest.raises(UserError, match="self_rag.input_files"):
+        load_config("default", {"self_rag.input_files.nosuch": "x.jsonl"})
 
 
 # -- read_logprobs on a real model ----------------------------------------------------------------
@@ -212,3 +308,24 @@ def test_read_logprobs_matches_a_forward_pass(tmp_path):
     cached = CachedBackend(b, root=tmp_path / "cache")
     first = cached.read_logprobs(prompt, cont, [(1, 9)]).logprobs
     assert cached.read_logprobs(prompt, cont, [(1, 9)]).logprobs == first and cached.hits == 1
+
+
+def test_preflight_reads_the_input_files(tmp_path):
+    from seakr_repro.tools.preflight import Report, check_self_rag_inputs
+
+    broken = bad_input(tmp_path, lambda rows: rows[1].pop("ctxs"))
+    cfg = load_config("smoke", {"datasets.complex": ["bundled-2wiki", "bundled-hotpotqa"], "datasets.simple": [],
+                                "self_rag.passages": "input",
+                                "self_rag.input_files.bundled-2wiki": str(INPUT),
+                                "self_rag.input_files.bundled-hotpotqa": str(broken)})
+    report = Report()
+    check_self_rag_inputs(cfg, report)
+    assert report.ok == [f"Self-RAG's passages of bundled-2wiki ({INPUT}: 2 questions)"]
+    assert len(report.problems) == 1 and f"file {broken}, line 2" in report.problems[0]
+    report = Report()
+    check_self_rag_inputs(load_config("smoke", {"datasets.complex": ["bundled-2wiki"], "datasets.simple": [],
+                                                "self_rag.passages": "input"}), report)
+    assert "self_rag.input_files.bundled-2wiki" in report.problems[0] and not report.ok
+    report = Report()
+    check_self_rag_inputs(load_config("smoke"), report)      # index: nothing to read
+    assert report.ok == report.problems == []

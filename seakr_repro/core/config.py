@@ -61,12 +61,20 @@ DECLARED_TYPES: dict[str, tuple] = {
     "skr.label_answer": ("official", "package"),
     "skr.knn_rule": ("official", "paper", "majority"),
     "skr.pooling": ("pooler", "mean"),
+    "self_rag.passages": ("index", "input"),
     "runner.workers": (int, "auto"),
 }
 
 # Sections whose keys are not fixed by base.yaml: model name -> local directory; notebook name ->
 # {parameter: value} (checked against the notebooks and their `parameters` cells).
-OPEN_MAPPINGS = ("model.paths", "notebooks", "skr.train_results")
+OPEN_MAPPINGS = ("model.paths", "notebooks", "skr.train_results", "self_rag.input_files")
+
+# ... of them, those keyed by data set name: what each value is, and what to give
+_DATASET_PATHS = {
+    "skr.train_results": ("SKR results directory", "the directory holding cot_train.json and cot_train_ir.json"),
+    "self_rag.input_files": ("Self-RAG input file", "the path of a run_short_form.py input file "
+                                                    "(questions with their ctxs)"),
+}
 
 # Lists of data set names (checked against the data set registry).
 DATASET_LISTS = ("datasets.complex", "datasets.simple", "analysis.datasets")
@@ -268,13 +276,12 @@ class _Checker:
                     raise src.error(f"{dotted}.{name}", f"the directory of model '{name}' is "
                                     f"{_value_name(where)}", "give the model's local directory as a string")
             return
-        if dotted == "skr.train_results":
+        if dotted in _DATASET_PATHS:     # data set -> a path the user gives
             _check_dataset_names(dotted, list(value), src)
             for name, where in value.items():
                 if not isinstance(where, str):
-                    raise src.error(f"{dotted}.{name}", f"the SKR results directory of '{name}' is "
-                                    f"{_value_name(where)}", "give the directory holding "
-                                    "cot_train.json and cot_train_ir.json as a string")
+                    raise src.error(f"{dotted}.{name}", f"the {_DATASET_PATHS[dotted][0]} of '{name}' is "
+                                    f"{_value_name(where)}", f"give {_DATASET_PATHS[dotted][1]} as a string")
             return
         if not Path(self.notebooks_dir).is_dir():     # the package without its notebooks
             return

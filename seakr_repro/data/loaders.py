@@ -58,6 +58,11 @@ HOW_TO_GET = {
               "nq_top10.json, tq_top10.json and sq_top10.json in data/raw/singlehop_data/ (DPR's own "
               "retriever output for a test set, a JSON list of {question, answers, ctxs}, works too: "
               "give its path as seakr.simple_qa_passages_path)"),
+    "self-rag-input": ("download Self-RAG's evaluation data (its README, section \"Inference\": "
+                       "https://drive.google.com/file/d/1TLKhWjez63H4uBtgCxyoyJsZi-IMgnDb; "
+                       "eval_data/popqa_longtail_w_gs.jsonl is its QA command's file) or write the "
+                       "questions with their retrieved passages in that format, and name the file "
+                       "in self_rag.input_files.<data set>"),
     # training splits: only SKR and TAIKC (notebook 10) read them, to learn from questions that are
     # never evaluated
     "2wiki-train": ("the zip that holds 2WikiMultihopQA's dev.json (data_ids_april7.zip) also holds "
@@ -455,6 +460,46 @@ def load_dpr_top_passages(path: str | Path, top: int = 10) -> dict[str, list[dic
         for j, p in enumerate(passages):
             p["id"] = p["id"] or f"q{i}-{j}"   # the packed files carry no passage ids
         out.setdefault(question, passages)      # a repeated question has the same retrieval
+    return out
+
+
+def load_self_rag_input(path: str | Path, setting: str = "self_rag.input_files") -> dict[str, list[dict[str, str]]]:
+    """question -> its passages ({id, title, text}, in file order), from an input file of
+    Self-RAG's run_short_form.py: a JSON list when the name ends in .json, else JSON lines (as
+    the script decides), each record {question, ctxs: [{title, text, ...}, ...]} (`top_contexts`
+    when it has no `ctxs`, as the script falls back). Every question must have passages, each
+    with a title and a text (the script formats both into its prompt); errors name the file, the
+    line (the record of a .json list) and `setting`."""
+    what = "a Self-RAG input file ({question, ctxs: [{title, text}, ...]} per question)"
+    path = Path(path)
+    if not path.is_file():
+        raise DataMissingError(f"the Self-RAG input file {path} was not found", path=path,
+                               setting=setting, fix=HOW_TO_GET["self-rag-input"])
+    fix_ctxs = ("give every question its retrieved passages as \"ctxs\": [{\"title\": ..., \"text\": "
+                "...}, ...] (run_short_form.py reads them there), or set self_rag.passages: index")
+    if path.suffix == ".json":
+        records = ((None, f"record {i + 1}", rec)
+                   for i, rec in iter_json_array(path, what, HOW_TO_GET["self-rag-input"]))
+    else:
+        records = ((line, "the record", rec)
+                   for line, rec in iter_jsonl(path, what, HOW_TO_GET["self-rag-input"]))
+    out: dict[str, list[dict[str, str]]] = {}
+    for n, (line, where, rec) in enumerate(records):
+        question = _need(rec, "question", str, path, where, what, line).strip()
+        key = "ctxs" if "ctxs" in rec else "top_contexts"
+        ctxs = rec.get(key)
+        if not isinstance(ctxs, list) or not ctxs:
+            state = "missing" if ctxs is None else "empty" if ctxs == [] else _tname(ctxs)
+            raise UserError(f"{where} (question {question[:60]!r}) has no passages: 'ctxs' is {state}",
+                            path=path, line=line, setting=setting, fix=fix_ctxs)
+        passages = []
+        for j, ctx in enumerate(ctxs):
+            at = f"{where}, {key}[{j}]"
+            title = _need(ctx, "title", str, path, at, what, line)
+            text = _need(ctx, "text", str, path, at, what, line)
+            pid = ctx.get("id")
+            passages.append({"id": f"q{n}-{j}" if pid is None else str(pid), "title": title, "text": text})
+        out.setdefault(question, passages)     # a repeated question: the first record's passages
     return out
 
 

@@ -8,7 +8,9 @@ tokens as special tokens. One question:
    ratio exceeds `threshold` (faithful: the ratio of the LOG-probs, as the code computes it;
    fixed: of the probabilities, as the paper defines it).
 2. Without passages: the greedy continuation of prompt + "[No Retrieval]" is the answer.
-3. With passages: one greedy continuation per passage (the top `ndocs`), each scored
+3. With passages: one greedy continuation per passage (the top `ndocs`: of a search of the
+   package's index, or, with `passages: input`, the first of the question's `ctxs` in the input
+   file `input_files[<data set>]`, as the code reads them), each scored
    exp(seq) + w_rel ISREL + w_sup ISSUP + w_use ISUSE, where seq is the mean log-prob of its
    tokens (EOS included, as vLLM counts it; the exp term only with `use_seqscore`), ISREL =
    P([Relevant]) over {Relevant, Irrelevant} at its first token, ISSUP = P(Fully) + 0.5 P(Partially)
@@ -30,6 +32,7 @@ from .base import Method, MethodResult, hits_brief, step_record
 
 USE_WEIGHTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 MODES = ("faithful", "fixed")
+PASSAGES = ("index", "input")   # a search of the package's index | the input file's ctxs (the code's)
 RETRIEVAL = ("adaptive", "always", "never")   # the code's --mode adaptive_retrieval | always_retrieve | no_retrieval
 _S = "self_rag."
 # the strings the code's postprocess removes (`control_tokens`: no [Continue to Use Evidence])
@@ -72,7 +75,8 @@ class SelfRAG(Method):
     name = "self_rag"
     DEFAULTS = {"mode": "fixed", "retrieval": "adaptive", "threshold": 0.2, "ndocs": 3,
                 "max_new_tokens": 100, "w_rel": 1.0, "w_sup": 1.0, "w_use": 1.0,
-                "use_seqscore": True, "use_groundness": True, "use_utility": True}
+                "use_seqscore": True, "use_groundness": True, "use_utility": True,
+                "passages": "index", "input_files": {}}
     CONFIG = {k: _S + k for k in DEFAULTS}
 
     def __init__(self, backend, searcher, dataset_name, settings=None):
@@ -84,15 +88,40 @@ class SelfRAG(Method):
                     "it and select the Self-RAG model for this method")
         super().__init__(backend, searcher, dataset_name, settings)
         s = self.settings
-        for key, allowed in (("mode", MODES), ("retrieval", RETRIEVAL)):
+        for key, allowed in (("mode", MODES), ("retrieval", RETRIEVAL), ("passages", PASSAGES)):
             if s[key] not in allowed:
                 raise UserError(f"unknown self_rag.{key} '{s[key]}'", setting=_S + key,
                                 fix=f"use one of {', '.join(allowed)}")
+        self._input = None
+        if s["passages"] == "input":      # the input file is read now: a bad one fails before a run
+            from ..retrieval.passages import InputPassages
+            setting = f"{_S}input_files.{dataset_name}"
+            path = (s["input_files"] or {}).get(dataset_name)
+            if not path:
+                raise UserError(f"self_rag.passages is input, but no input file is named for {dataset_name}",
+                                setting=setting,
+                                fix=f"set {setting} to a file of run_short_form.py's input format "
+                                    "(questions with their ctxs), or set self_rag.passages: index")
+            self._input = InputPassages(path, setting)
         if not hasattr(backend, "read_logprobs"):
             raise UserError(f"the backend of {backend.name} cannot read token log-probs at given "
                             "positions (read_logprobs), which Self-RAG's critique needs",
                             setting="model.backend", fix="use the hf or vllm backend")
         self._ids: dict[str, int] | None = None
+
+    @property
+    def config(self) -> dict:
+        cfg = super().config
+        files = cfg.pop("input_files")
+        if cfg["passages"] == "index":
+            del cfg["passages"]     # as before the setting existed: the index's runs keep their key
+        else:                       # only this data set's file changes this run's output
+            cfg["input_file"] = str(files[self.dataset_name])
+        return cfg
+
+    def _passages(self, question: str, k: int) -> list:
+        """The top k passages: the input file's (the code's) or a search of the index."""
+        return self._input.search(question, k) if self._input is not None else self.search(question, k)
 
     # -- token ids ------------------------------------------------------------------------------
     @property
@@ -184,7 +213,7 @@ class SelfRAG(Method):
                              retrieve=retrieve, **extra)]
         if not retrieve:
             return self._without_passages(base, trace, 0, **extra)
-        hits = self.search(record.question, s["ndocs"])
+        hits = self._passages(record.question, s["ndocs"])
         if not hits:
             # No passage to critique (a query with no BM25 hit). The official code fails here
             # (it ranks the passages' continuations, and there are none); its answer whenever it

@@ -226,6 +226,30 @@ def check_skr_results(cfg: Config, report: Report) -> None:
             report.ok.append(f"SKR training results of {dataset} ({where}: {n} questions)")
 
 
+def check_self_rag_inputs(cfg: Config, report: Report) -> None:
+    """With `self_rag.passages: input`, each data set of Tables 1/2 needs a Self-RAG input file
+    (`self_rag.input_files`), read as the method will read it: every question with its ctxs."""
+    from ..retrieval.passages import InputPassages
+    from ..runs.inputs import profile_datasets
+
+    if cfg.get("self_rag.passages") != "input":
+        return
+    files = cfg.get("self_rag.input_files") or {}
+    for dataset in profile_datasets(cfg):
+        setting = f"self_rag.input_files.{dataset}"
+        if not files.get(dataset):
+            report.problems.append(f"Self-RAG's passages of {dataset} ({setting}): self_rag.passages is "
+                                   f"input but no input file is named (fix: set {setting}, or set "
+                                   "self_rag.passages: index)")
+            continue
+        try:
+            n = len(InputPassages(files[dataset], setting).table)
+        except UserError as err:
+            report.problems.append(f"Self-RAG's passages of {dataset}: {err.paragraph()}")   # file, line
+        else:
+            report.ok.append(f"Self-RAG's passages of {dataset} ({files[dataset]}: {n} questions)")
+
+
 def disk_need_bytes(cfg: Config) -> int:
     """Bytes the run still needs to write (`disk_needs.estimate_needs`; parts already built are not
     counted again)."""
@@ -376,7 +400,7 @@ def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
     for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
                  lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
-                 lambda r: check_skr_results(cfg, r),
+                 lambda r: check_skr_results(cfg, r), lambda r: check_self_rag_inputs(cfg, r),
                  lambda r: check_disk(cfg, r), lambda r: check_gpu(cfg, r),
                  lambda r: check_cluster(cfg, r), lambda r: note_work(cfg, r)):
         step(report)
