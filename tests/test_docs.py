@@ -311,3 +311,73 @@ def test_unknown_settings_are_reported():
            "```bash\nmake reproduce  # `seakr.mode`\npython -m seakr_repro run --set seakr.mod=fixed\n```\n")
     assert unknown_settings(bad, base, code) == ["seakr.moed", "seakrr.mode", "model.vllm.allow_untested",
                                                  "model.dtyp", "seakr.mod"]
+
+
+# ---------------------------------------------------------------- the record of runs (docs/measurements.md)
+
+COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+
+
+def run_tables(text):
+    """(header cells, row cells) of each Markdown table whose first column is `run`."""
+    tables, lines = [], prose(text).splitlines()
+    for i, line in enumerate(lines[:-1]):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == "run" and re.match(r"^\|[-:| ]+\|$", lines[i + 1].strip()):
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append([c.strip() for c in row.strip().strip("|").split("|")])
+            tables.append((cells, rows))
+    return tables
+
+
+def record_problems(text):
+    """Why a table of runs does not say, row by row, which code ran where and what it fed."""
+    bad = []
+    for header, rows in run_tables(text):
+        cols = {name: next((i for i, h in enumerate(header) if name in h), None)
+                for name in ("code", "machine", "fed")}
+        if None in cols.values():
+            bad.append(f"table {header}: no column {[n for n, i in cols.items() if i is None]}")
+            continue
+        for row in rows:
+            if row[0].startswith("*template"):
+                continue            # the format of the next row, not a run
+            if len(row) != len(header):
+                bad.append(f"row {row[0]!r}: {len(row)} cells, the header has {len(header)}")
+                continue
+            if not (COMMIT.search(row[cols["code"]]) or "not recorded" in row[cols["code"]]):
+                bad.append(f"row {row[0]!r}: its code names no commit (nor says 'not recorded')")
+            if not row[cols["machine"]] or not row[cols["fed"]]:
+                bad.append(f"row {row[0]!r}: no machine or nothing it fed")
+    return bad
+
+
+def test_every_recorded_run_names_its_code_machine_and_use():
+    text = (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8")
+    assert len(run_tables(text)) >= 4      # full default runs, one notebook, smoke runs, GPU rehearsals
+    assert record_problems(text) == []
+
+
+def test_a_run_without_commit_or_use_is_reported():
+    good = "| run | code | machine | what it fed |\n|---|---|---|---|\n| a | e823d0e | here | Table 7 |\n"
+    assert record_problems(good) == []
+    assert record_problems(good + "| b | today | here | Table 7 |\n") == [
+        "row 'b': its code names no commit (nor says 'not recorded')"]
+    assert record_problems(good + "| c | e823d0e | here | |\n") == ["row 'c': no machine or nothing it fed"]
+    assert record_problems("| run | commit | machine |\n|---|---|---|\n| a | x | y |\n") == [
+        "table ['run', 'commit', 'machine']: no column ['code', 'fed']"]
+
+
+def test_readme_smoke_time_is_a_recorded_first_run():
+    """The README's smoke time is a fresh clone's (issue 40): it names the commit of a recorded
+    first run and links to what a first run pays."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    said = readme[readme.index("`make reproduce PROFILE=smoke`"):].split("([what a first run pays]")[0]
+    assert "docs/measurements.md#what-a-first-run-pays" in readme
+    text = (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8")
+    smoke = text[text.index("## Smoke runs"):text.index("### What a first run pays")]
+    first = [row for _, rows in run_tables(smoke) for row in rows if row[0].startswith("first run")]
+    assert first and COMMIT.search(first[0][2]).group(0) in COMMIT.findall(said)
