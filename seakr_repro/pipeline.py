@@ -447,20 +447,28 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
                preflight) -> list[StepResult]:
     from .notebook import last_profile_file
 
-    # what this run was asked for beyond the profile: `status` plans with it (stale or up to date)
-    write_json(results_dir(profile) / LAST_RUN, {"overrides": overrides or {}, "parameters": parameters or {}})
-    # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
-    last = last_profile_file(results_dir(profile).parent)
-    last.parent.mkdir(parents=True, exist_ok=True)
-    last.write_text(profile + "\n", encoding="utf-8")
-    pending = {"preflight": preflight}
+    pending = {"preflight": preflight, "recorded": False}
     ran: dict[str, float] = {}
+
+    def record() -> None:
+        """Once, when the run is accepted (preflight passed, or nothing to run): a refused run
+        leaves the last run's record as it was."""
+        if pending["recorded"]:
+            return
+        pending["recorded"] = True
+        # what this run was asked for beyond the profile: `status` plans with it (stale or up to date)
+        write_json(results_dir(profile) / LAST_RUN, {"overrides": overrides or {}, "parameters": parameters or {}})
+        # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
+        last = last_profile_file(results_dir(profile).parent)
+        last.parent.mkdir(parents=True, exist_ok=True)
+        last.write_text(profile + "\n", encoding="utf-8")
 
     def execute(nb: Path, planned) -> float:
         if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
             from .tools.preflight import check
             check(cfg, announce=progress)
             pending["preflight"] = False
+        record()
         if progress:
             print(f"[reproduce] {nb.stem}: running (profile {profile}): {'; '.join(planned.reasons)}",
                   flush=True)
@@ -478,8 +486,10 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
             print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
 
     results = []
-    for planned in plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
-                        announce=announce):
+    planned_steps = plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
+                         announce=announce)
+    record()                         # every step up to date: this run's arguments are the ones that hold
+    for planned in planned_steps:
         out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
         ran_for = ran.get(planned.name, 0.0)
         results.append(StepResult(planned.name, "ran" if planned.action == "run" else planned.action,
