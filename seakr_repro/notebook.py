@@ -262,6 +262,23 @@ def show_figures(paths) -> None:
             display(Image(filename=str(path)))
 
 
+def show_figure(fig) -> None:
+    """A matplotlib figure shown inline as a PNG, written to no file (None: nothing): a step shows
+    what another step saves (03 shows Figure 3's panels, 90 writes them), so each file has one
+    writer. Closed once shown, so that an inline backend does not show it a second time."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    if fig is None:
+        return
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=150, bbox_inches="tight")     # as reporting.figures saves it
+    plt.close(fig)
+    display(Image(data=png.getvalue()))
+
+
 def show_markdown(path: Path, missing: str = "") -> None:
     """A Markdown file shown inline (a table, the claims ledger), or `missing` when it is absent."""
     path = Path(path)

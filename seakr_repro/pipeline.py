@@ -321,13 +321,14 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
         raise UserError("no numbered notebooks found", path=notebooks_dir,
                         fix="run from the repository root")
     selected = _selected(steps, only)
+    declared = {p.stem: graph.declaration(p.stem, [q.stem for q in steps[:i]]) for i, p in enumerate(steps)}
+    graph.check_one_writer(declared)
     res = results if results is not None else results_dir(profile)
     roots = graph.Roots.of(profile, res)
     graph.load_hashes(res)
     pending: set[str] = set()               # steps that run (or may) before their dependants, in a dry run
     outputs: dict[str, dict] = {}           # each step's outputs as they are when a later step is judged
     stamps: dict[str, str | None] = {}      # an undeclared step's stamp digest (its outputs are unknown)
-    decls: dict[str, Any] = {}
     out = []
 
     @functools.cache
@@ -339,16 +340,16 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
 
     def read_value(read: str) -> str | None:
         up = read.split(":", 1)[0]
-        if decls[up].outputs is None:       # its outputs unknown: its stamp stands for them
+        if declared[up].outputs is None:       # its outputs unknown: its stamp stands for them
             return stamps.get(up)
         if up in pending:
             return None
         if up not in outputs:
-            outputs[up] = graph.outputs_now(decls[up], roots, files_of(up))
+            outputs[up] = graph.outputs_now(declared[up], roots, files_of(up))
         return graph.read_digest(read, outputs[up])
 
-    for i, nb in enumerate(steps):
-        step = decls[nb.stem] = graph.declaration(nb.stem, [p.stem for p in steps[:i]])
+    for nb in steps:
+        step = declared[nb.stem]
         # the values the notebook will run with: the rule its first cell applies (notebook.py)
         effective = {p.name: p.value for p in effective_parameters(
             nb, profile=profile, command_line=parameters.get(nb.stem, {}), overrides=overrides)}
@@ -374,7 +375,7 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
             why.append(f"its executed copy {executed.name} is missing")
         if force and not why:
             why = ["--force"]
-        waits = [r for r in step.read_steps() if r in pending and decls[r].outputs is not None]
+        waits = [r for r in step.read_steps() if r in pending and declared[r].outputs is not None]
         action = "run" if why else "may-run" if waits else "up-to-date"
         if action == "may-run":
             words = [graph.read_words(r) for r in step.reads if r.split(":", 1)[0] in waits]
@@ -385,12 +386,15 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
         if planned.action != "run" and announce is not None:
             announce(planned)
         if planned.action == "run" and execute is not None:
+            owners = graph.output_owners(declared, roots)
             seconds = execute(nb, planned)
             outputs.pop(nb.stem, None)
             all_run_files.cache_clear()      # its runs wrote files: found again
             _stamp(res, nb.stem, inputs, graph.outputs_now(step, roots, files_of(nb.stem)),
                    {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
             stamps[nb.stem] = graph.digest(inputs)
+            # its work is kept (stamped), and the run stops on a file another step owns
+            graph.check_wrote_own(nb.stem, owners, graph.output_owners(declared, roots))
         elif planned.action == "run" or planned.action == "may-run":
             pending.add(nb.stem)
             stamps[nb.stem] = graph.digest(inputs)
@@ -447,20 +451,28 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
                preflight) -> list[StepResult]:
     from .notebook import last_profile_file
 
-    # what this run was asked for beyond the profile: `status` plans with it (stale or up to date)
-    write_json(results_dir(profile) / LAST_RUN, {"overrides": overrides or {}, "parameters": parameters or {}})
-    # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
-    last = last_profile_file(results_dir(profile).parent)
-    last.parent.mkdir(parents=True, exist_ok=True)
-    last.write_text(profile + "\n", encoding="utf-8")
-    pending = {"preflight": preflight}
+    pending = {"preflight": preflight, "recorded": False}
     ran: dict[str, float] = {}
+
+    def record() -> None:
+        """Once, when the run is accepted (preflight passed, or nothing to run): a refused run
+        leaves the last run's record as it was."""
+        if pending["recorded"]:
+            return
+        pending["recorded"] = True
+        # what this run was asked for beyond the profile: `status` plans with it (stale or up to date)
+        write_json(results_dir(profile) / LAST_RUN, {"overrides": overrides or {}, "parameters": parameters or {}})
+        # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
+        last = last_profile_file(results_dir(profile).parent)
+        last.parent.mkdir(parents=True, exist_ok=True)
+        last.write_text(profile + "\n", encoding="utf-8")
 
     def execute(nb: Path, planned) -> float:
         if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
             from .tools.preflight import check
             check(cfg, announce=progress)
             pending["preflight"] = False
+        record()
         if progress:
             print(f"[reproduce] {nb.stem}: running (profile {profile}): {'; '.join(planned.reasons)}",
                   flush=True)
@@ -478,8 +490,10 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
             print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
 
     results = []
-    for planned in plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
-                        announce=announce):
+    planned_steps = plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
+                         announce=announce)
+    record()                         # every step up to date: this run's arguments are the ones that hold
+    for planned in planned_steps:
         out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
         ran_for = ran.get(planned.name, 0.0)
         results.append(StepResult(planned.name, "ran" if planned.action == "run" else planned.action,

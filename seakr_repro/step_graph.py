@@ -27,6 +27,7 @@ share files), so for it the stamp holds its number of finished lines, and fewer 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
 import hashlib
 import json
@@ -36,6 +37,7 @@ from typing import Any, Mapping
 
 from .artifacts import STEPS, Step
 from .steps import MOVED
+from .core.errors import UserError
 from .core.paths import REPO_ROOT
 
 GRAPH_VERSION = 2           # stamps with content hashes of outputs and of what a step reads
@@ -297,6 +299,54 @@ def output_files(outputs: tuple, roots: Roots) -> dict[str, Path]:
                 if not f.name.endswith(PROVENANCE) and not f.name.startswith("."):
                     out[prefix + f.relative_to(folder).as_posix()] = f
     return out
+
+
+# ------------------------------------------------------------------ one writer per output
+# A file written by a step that does not declare it makes the step that does stale whenever the
+# first one runs (03 once drew 90's Figure 3 files, so 90 re-ran after every 03): every declared
+# output has one step that writes it, and the graph refuses a second.
+
+def _may_overlap(a: str, b: str) -> bool:
+    """Whether two declared outputs can name one file: component by component, one's name matches
+    the other's pattern, down to the shorter (a folder holds what lies under it)."""
+    return all(fnmatch.fnmatchcase(x, y) or fnmatch.fnmatchcase(y, x) for x, y in zip(a.split("/"), b.split("/")))
+
+
+def check_one_writer(steps: Mapping[str, Step]) -> None:
+    """Refuse two steps declaring outputs that can name the same file (artifacts.STEPS)."""
+    declared = [(s.name, spec) for s in steps.values() for spec in (s.outputs or ())]
+    for i, (first, a) in enumerate(declared):
+        for second, b in declared[i + 1:]:
+            if first != second and _may_overlap(a, b):
+                raise UserError(f"steps {first} and {second} both declare the output {a if len(a) >= len(b) else b} "
+                                f"({a} and {b}): each file has one writer, or a run of one makes the other stale",
+                                setting="artifacts.STEPS outputs",
+                                fix="keep the file in one of the two steps' outputs and have the other read or show it")
+
+
+def output_owners(steps: Mapping[str, Step], roots: Roots) -> dict[str, tuple]:
+    """Every file a step declares as its output, as it is now: {name: (step, size, mtime_ns)}."""
+    out = {}
+    for step in steps.values():
+        for name, path in output_files(step.outputs or (), roots).items():
+            with_stat = path.stat()
+            out[name] = (step.name, with_stat.st_size, with_stat.st_mtime_ns)
+    return out
+
+
+def check_wrote_own(name: str, before: Mapping[str, tuple], after: Mapping[str, tuple]) -> None:
+    """Refuse step `name` having added or changed a file another step declares as its output
+    (`output_owners` before and after it ran)."""
+    foreign = [(f, owner) for f, (owner, *fact) in sorted(after.items())
+               if owner != name and (f not in before or list(before[f][1:]) != fact)]
+    if foreign:
+        file, owner = foreign[0]
+        more = f" (and {len(foreign) - 1} more declared by other steps)" if len(foreign) > 1 else ""
+        raise UserError(f"step {name} wrote {file}, which step {owner} declares as its output{more}: each "
+                        f"file has one writer, or every run of {name} makes {owner} stale",
+                        setting="artifacts.STEPS outputs",
+                        fix=f"have {name} show what it draws without saving it under {owner}'s names, or move "
+                            f"the file from {owner}'s outputs to {name}'s")
 
 
 def outputs_now(step: Step, roots: Roots, runs: Mapping[str, Path] | None = None) -> dict:

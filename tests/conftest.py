@@ -1,9 +1,21 @@
-"""Test tiers: fast by default; `--runslow` adds slow tests; GPU tests run only where CUDA is."""
+"""Test tiers: fast by default; `--runslow` adds slow tests; GPU tests run only where CUDA is.
+Tests write results under a temporary folder only, and the session fails if it changed the
+checkout's results/ (checkout_guard.py)."""
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
-import seakr_repro  # noqa: F401  (first: a fair share of the cores before torch starts, core/threads.py)
+from checkout_guard import CHECKOUT_RESULTS, changes, listing
+
+# Set before the package is imported, so core.paths, notebook kernels and every subprocess a test
+# starts derive it (a test that wants its own folder still sets SEAKR_RESULTS_DIR or patches paths).
+SESSION_RESULTS = Path(tempfile.mkdtemp(prefix="seakr-test-results-"))
+os.environ["SEAKR_RESULTS_DIR"] = str(SESSION_RESULTS)
+
+import seakr_repro  # noqa: F401, E402  (first: a fair share of the cores before torch starts, core/threads.py)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,6 +30,24 @@ QUIET_STEPS_PER_S = 75.0
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_sessionstart(session):
+    session.config.checkout_results = listing(CHECKOUT_RESULTS)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The checkout's results/ as the session found it, else the session fails naming what changed."""
+    shutil.rmtree(SESSION_RESULTS, ignore_errors=True)
+    changed = changes(session.config.checkout_results, listing(CHECKOUT_RESULTS))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"the tests changed the checkout's results/ ({CHECKOUT_RESULTS}); a test must write "
+                 "under a temporary folder (tmp_path, SEAKR_RESULTS_DIR):", *changed[:20]]
+        if reporter is not None:
+            reporter.write("\n")
+            reporter.write_line("\n  ".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):

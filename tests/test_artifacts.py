@@ -1,6 +1,6 @@
 """The paper's artifacts are declared once (seakr_repro/artifacts.py): the table steps run exactly
 the declared rows, the notebooks name a table by its key, and Figure 3 carries its markers
-wherever it is drawn (notebook 03 and step 90 share `render.draw_figure`)."""
+wherever it is drawn (notebook 03 shows and step 90 saves `render.figure`)."""
 import json
 import sys
 from pathlib import Path
@@ -157,6 +157,7 @@ def test_render_figures_draws_figure3_with_the_same_function(step03, tmp_path, m
     assert {p.name for p in written} >= {"figure3_layer.png", "figure3_delta.pdf"}
     cells = nbformat.read(NOTEBOOKS_DIR / "03-uncertainty-estimators.ipynb", 4).cells
     code = "\n".join(c.source for c in cells if c.cell_type == "code")
-    for panel in artifacts.FIGURES:
-        assert f'render.draw_figure("{panel}", cfg)' in code
+    for panel in artifacts.FIGURES:       # shown, not saved: the files are 90's (one writer each)
+        assert f'show_figure(render.figure("{panel}", cfg))' in code
+    assert not any(w in code for w in ("draw_figure", "save_figure", "render_figures", "savefig"))
     assert "plot_delta_tradeoff" not in code and "-6.0" not in code

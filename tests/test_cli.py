@@ -56,6 +56,27 @@ def test_an_error_paragraph_breaks_lines_only_between_words():
                                             fix="wait").paragraph()
 
 
+def test_an_error_paragraph_names_paths_inside_the_repository_relative_to_it(monkeypatch, tmp_path):
+    """Notebooks show error paragraphs to readers of another clone: a file inside the repository is
+    named as they find it in theirs (results/...), one outside it (a download) stays absolute, and
+    so does a path that merely contains the root's text."""
+    from seakr_repro.core import paths
+    from seakr_repro.core.errors import UserError
+
+    root = tmp_path / "clone"
+    (root / "params").mkdir(parents=True)
+    monkeypatch.setattr(paths, "REPO_ROOT", root)
+    outside = f"/data{root}/raw/x.jsonl"
+    err = UserError(f"{root}/results/paper/runs/a.jsonl is cut short; {outside} is missing",
+                    path=root / "params" / "paper.yaml", line=3,
+                    fix=f"delete {root}/results/paper/runs/a.jsonl, or cd {root} and run again")
+    text = err.paragraph()
+    assert text.startswith("In file params/paper.yaml, line 3: results/paper/runs/a.jsonl is cut short")
+    assert f"{outside} is missing" in text and f"cd {root} and" in text
+    assert "delete results/paper/runs/a.jsonl," in text and text.count(str(root) + "/") == 1   # the outside one
+    assert UserError("gone", path=tmp_path / "raw.tsv").paragraph() == f"In file {tmp_path}/raw.tsv: gone."
+
+
 def test_unknown_profile_is_explained():
     res = run_cli("prepare", "--profile", "nonexistent", "--quiet")
     assert res.returncode == 2 and "Traceback" not in res.stderr

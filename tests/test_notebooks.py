@@ -70,8 +70,15 @@ def results_root(tmp_path_factory):
 
 @pytest.mark.parametrize("notebook", notebook_steps(), ids=lambda p: p.stem)
 def test_notebook_runs_headless(notebook, results_root, notebook_timeout):
+    from seakr_repro import step_graph as graph
+    from seakr_repro.artifacts import STEPS
+
+    roots = graph.Roots(results_root / "smoke", results_root / "tables" / "smoke", results_root / "figures" / "smoke")
+    owners = graph.output_owners(STEPS, roots)
     out = run_notebook(notebook, "smoke", out_dir=results_root / "smoke" / "notebooks", timeout=notebook_timeout,
                        progress=False)
+    # it wrote no file another step declares (03 once saved 90's Figure 3 files): one writer each
+    graph.check_wrote_own(notebook.stem, owners, graph.output_owners(STEPS, roots))
     executed = json.loads(out.read_text())
     outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

@@ -124,11 +124,21 @@ def test_shipped_profiles_pass(monkeypatch):
 
 
 def test_reproduce_stops_before_any_notebook(bare_machine, tmp_path, monkeypatch):
+    """A refused run leaves the last run's record alone: the Lab's notebooks (PROFILE = None) still
+    open the profile that ran, and `status` judges it by that run's --set and --param."""
     from seakr_repro import pipeline
+    results = tmp_path / "results"
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: results / p)
     monkeypatch.setattr(pipeline, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
     monkeypatch.setenv("SEAKR_MODEL_PATH", str(tmp_path / "nowhere"))
+    (results / "paper").mkdir(parents=True)
+    (results / "last-profile").write_text("default\n")
+    recorded = '{"overrides": {"seed": 7}, "parameters": {}}'
+    (results / "paper" / pipeline.LAST_RUN).write_text(recorded)
     with pytest.raises(DataMissingError, match="missing pieces"):
-        pipeline.reproduce("paper", progress=False)
+        pipeline.reproduce("paper", progress=False, overrides={"seed": 3})
+    assert (results / "last-profile").read_text() == "default\n"
+    assert (results / "paper" / pipeline.LAST_RUN).read_text() == recorded
 
 
 def test_cli_exit_2_without_traceback(bare_machine, capsys):
@@ -159,5 +169,8 @@ def test_up_to_date_steps_need_no_preflight(monkeypatch, tmp_path):
     real = preflight.run_checks
     monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert run() == ["ran"] and calls == [1]
+    assert (tmp_path / "results" / "last-profile").read_text() == "smoke\n"
     monkeypatch.setattr(preflight, "run_checks", lambda *a, **k: pytest.fail("checked"))
+    (tmp_path / "results" / "last-profile").write_text("default\n")
     assert run() == ["up-to-date"]
+    assert (tmp_path / "results" / "last-profile").read_text() == "smoke\n"    # a run, though nothing ran

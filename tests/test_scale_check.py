@@ -61,6 +61,9 @@ def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys, monkeypatch):
     fixtures = Path(__file__).parent / "fixtures" / "datasets"
     monkeypatch.setenv("SEAKR_RAW_DIR", str(fixtures))        # dev sets in the official layouts
     out = tmp_path / "scale.json"
+    # a nearly full disk: 150 MiB free is room enough for a run that writes some 30 MB
+    from seakr_repro.core import disk
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 150 << 20)
     assert scale_check.main(["--passages", "200", "--questions", "1", "--calibration", "1",
                              "--vector-questions", "2", "--n-boot", "5", "--methods", "cot", "self_rag",
                              "seakr", "--workdir", str(tmp_path / "work"), "--out", str(out)]) == 0
@@ -97,3 +100,25 @@ def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys, monkeypatch):
     assert ex["synthetic_corpus_bytes_per_passage"] > 1000        # the text is kept twice
     printed = capsys.readouterr().out
     assert "MEASURED" in printed and "ARITHMETIC" in printed
+
+
+
+def test_the_free_space_margin_grows_with_the_estimate(monkeypatch):
+    """The margin is a share of what the check writes (with a floor), not a fixed amount: a disk
+    with 100 MiB free runs the smoke-size check, one with the estimate and a fixed 1 GiB does not
+    run a two-million-passage one."""
+    import pytest
+
+    from seakr_repro.core import disk
+    from seakr_repro.core.errors import UserError
+
+    small = scale_check.free_space_needed(200, 2, 1)        # the smoke-size test's arguments
+    estimate = 2_000_000 * 2500 + 100 * 2 * 32 * 20 * 4096 * 2 + 10 * 11_000_000
+    big = scale_check.free_space_needed(2_000_000, 100, 10)
+    assert big == estimate + int(estimate * scale_check.MARGIN_SHARE)
+    assert scale_check.free_space_needed(0, 0, 0) == scale_check.MARGIN_FLOOR
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 100 << 20)
+    disk.require_free_space("/tmp", small, "the scale check")
+    monkeypatch.setattr(disk, "free_bytes", lambda path: estimate + (1 << 30))
+    with pytest.raises(UserError, match="needs about"):
+        disk.require_free_space("/tmp", big, "the scale check")

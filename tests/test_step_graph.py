@@ -126,3 +126,44 @@ def test_an_old_name_of_a_run_module_is_that_module_to_the_graph():
     files = {p.relative_to(graph.REPO_ROOT).as_posix()
              for p in graph.imported_modules(["from seakr_repro.steps.engine import open_backend"])}
     assert "seakr_repro/runs/engine.py" in files
+
+
+def test_every_declared_output_has_one_writer():
+    """Two steps declaring outputs that can name one file are refused, naming both and the file;
+    the shipped declarations pass."""
+    from seakr_repro.core.errors import UserError
+
+    graph.check_one_writer(STEPS)
+    for spec in ("figures/figure3_k.png", "calibration/delta.json", "02-extract-hidden-states-vllm"):
+        with pytest.raises(UserError) as err:
+            graph.check_one_writer({**STEPS, "12-x": Step("12-x", outputs=(spec,))})
+        assert "12-x" in str(err.value) and spec in str(err.value) and "one writer" in str(err.value)
+    graph.check_one_writer({**STEPS, "12-x": Step("12-x", outputs=("figures/figure4.*", "12-x"))})
+
+
+def test_a_step_that_writes_another_steps_output_is_refused(tmp_path, monkeypatch):
+    """03 once drew 90's Figure 3 files, so every run of 03 made 90 stale: `reproduce` stops after
+    a step that adds or changes a file another step declares, naming both and the file (the step's
+    own work stamped)."""
+    from seakr_repro.core.errors import UserError
+
+    res = (tmp_path / "results" / "smoke").resolve()
+    monkeypatch.setattr(pipeline, "results_dir", lambda p: (tmp_path / "results" / p).resolve())
+    monkeypatch.setitem(STEPS, "00-a", Step("00-a", settings=("seed",), outputs=("a",)))
+    monkeypatch.setitem(STEPS, "01-b", Step("01-b", ("00-a",), settings=("seed",), outputs=("b",)))
+    monkeypatch.setitem(STEPS, "02-c", Step("02-c", settings=("seed",), outputs=("c",)))
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    write = "import pathlib; p = pathlib.Path({!r}); p.parent.mkdir(parents=True, exist_ok=True); p.write_text({!r})"
+    _notebook(nbdir / "00-a.ipynb", write.format(str(res / "a" / "x.txt"), "a"))
+    _notebook(nbdir / "01-b.ipynb", write.format(str(res / "b" / "y.txt"), "b"))
+    _notebook(nbdir / "02-c.ipynb", write.format(str(res / "b" / "y.txt"), "c"))     # 01-b's file
+    with pytest.raises(UserError, match="step 02-c wrote b/y.txt, which step 01-b declares as its output"):
+        pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False, preflight=False)
+    assert (res / "stamps" / "02-c.json").is_file()
+    _notebook(nbdir / "02-c.ipynb", write.format(str(res / "c" / "y.txt"), "c"))     # its own
+    # 01-b runs again (its file was changed under it), 02-c with its new code; then both hold
+    assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
+                                                 preflight=False)] == ["up-to-date", "ran", "ran"]
+    assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
+                                                 preflight=False)] == ["up-to-date"] * 3

@@ -24,16 +24,19 @@ class UserError(Exception):
         super().__init__(self.paragraph())
 
     def paragraph(self) -> str:
+        """The message as shown: paths inside the repository relative to it (repo_relative_text)."""
+        from .paths import repo_relative, repo_relative_text
+
         where = []
         if self.path:
-            where.append(f"file {self.path}" + (f", line {self.line}" if self.line else ""))
+            where.append(f"file {repo_relative(self.path)}" + (f", line {self.line}" if self.line else ""))
         if self.setting:
             where.append(f"setting '{self.setting}'")
         head = f"In {' / '.join(where)}: " if where else ""
         text = head + self.what.rstrip(".") + "."
         if self.fix:
             text += " Fix: " + self.fix.rstrip(".") + "."
-        return text
+        return repo_relative_text(text)
 
 
 class DataMissingError(UserError):

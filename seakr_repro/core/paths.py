@@ -9,6 +9,7 @@ of a run, and refuses to start from inside another clone than the one its packag
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]     # the folder holding this seakr_repro/
@@ -52,6 +53,16 @@ def repo_relative(path: str | Path) -> str:
         return str(path.resolve().relative_to(REPO_ROOT.resolve()))
     except ValueError:
         return str(path)
+
+
+def repo_relative_text(text: str) -> str:
+    """`text` with every absolute path inside the repository written relative to it (a paragraph
+    shown to a reader, in a notebook or a terminal, names what they can find in their own clone);
+    the root itself and paths outside it stay as they are."""
+    for root in sorted({str(REPO_ROOT), str(REPO_ROOT.resolve())}, key=len, reverse=True):
+        # the root where a path starts (not inside a longer one: /tmp/<root>/... stays whole)
+        text = re.sub(r"(?<![\w./~-])" + re.escape(root.rstrip("/") + "/"), "", text)
+    return text
 
 
 def checkout_of(path: str | Path) -> Path | None:

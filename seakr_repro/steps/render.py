@@ -4,7 +4,8 @@ Each table's declaration (artifacts.py) names the results CSV a compute notebook
 table it sits beside, and its caption. A table whose notebook has not finished is rendered from its
 run files as they stand (rows marked "partial: n of N"), so a days-long step does not hold back the
 others; a table with neither is listed as not rendered (with the step to run), never silently left
-out. Figure 3 is drawn by `draw_figure`, the function notebook 03 calls, markers included.
+out. Figure 3 is drawn by `figure`, the function notebook 03 shows it with, markers included; its
+files are this step's alone (artifacts.STEPS: one writer per output).
 """
 from __future__ import annotations
 
@@ -406,8 +407,8 @@ def figure(panel: str, cfg: Config):
 
 
 def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Path]:
-    """`figure` saved as PNG and PDF under figures/<profile>/ ([] when its step has not run).
-    Notebook 03 and step 90 both draw Figure 3 with this, so both show the same markers."""
+    """`figure` saved as PNG and PDF under figures/<profile>/ ([] when its step has not run), by
+    step 90 only; notebook 03 shows the same `figure`, markers included, without saving it."""
     from ..reporting import figures
 
     fig = figure(panel, cfg)

@@ -46,6 +46,21 @@ OFFICIAL_EXAMPLES = {"2wiki": 10, "hotpotqa": 20, "iirc": 20, "simple": 29}
 DRAGIN_EXAMPLES = {"WikiMultiHopQA": 8, "HotpotQA": 11, "IIRC": 20, "StrategyQA": 6}
 
 
+MARGIN_SHARE = 0.25          # of the estimate, free beyond it before the check starts
+MARGIN_FLOOR = 64 << 20      # bytes: the least margin, for the Python caches and logs of a tiny run
+
+
+def free_space_needed(passages: int, vector_questions: int, calibration: int) -> int:
+    """Bytes the check writes (the corpus and its index, the paper-shaped vectors, step 02's
+    calibration questions) and a margin for what that estimate leaves out: Lucene's merge
+    segments, the call caches, the children's scratch files. Those grow with the work, so the
+    margin is a share of the estimate, not a fixed amount: a fixed 1 GiB refused the smoke-size
+    test (some 30 MB) on a nearly full disk, while at a million passages it was too thin."""
+    vec_bytes = vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2
+    estimate = passages * 2500 + vec_bytes + calibration * 11_000_000
+    return estimate + max(int(estimate * MARGIN_SHARE), MARGIN_FLOOR)
+
+
 def _rss_bytes() -> int:
     """Peak resident set size of this process (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -395,10 +410,8 @@ def main(argv=None) -> int:
     methods = a.methods or list(table_methods("table1"))
     work = a.workdir or Path(tempfile.mkdtemp(prefix="seakr-scale-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    vec_bytes = a.vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2
-    need = a.passages * 2500 + vec_bytes + a.calibration * 11_000_000 + (1 << 30)
-    require_free_space(work, need, f"the scale check ({a.passages:,} passages, "
-                                   f"{a.vector_questions} paper-shaped vector questions)")
+    require_free_space(work, free_space_needed(a.passages, a.vector_questions, a.calibration),
+                       f"the scale check ({a.passages:,} passages, {a.vector_questions} paper-shaped vector questions)")
     try:
         m: dict = {"passages": a.passages, "cpu_cores": os.cpu_count()}
         print(f"[scale-check] synthetic corpus of {a.passages:,} passages + Lucene index ...", flush=True)
