@@ -29,3 +29,16 @@ def changes(before: dict, after: dict) -> list[str]:
     out += [f"removed {p}" for p in sorted(set(before) - set(after))]
     out += [f"changed {p}" for p in sorted(set(before) & set(after)) if before[p] != after[p]]
     return out
+
+
+def live_runs(folder: Path) -> list[str]:
+    """The reproduce runs holding a lock under `folder` now (core/runlock.py): a user's real run
+    writes to results/ while `make test` runs beside it, so its changes are not the tests'."""
+    from seakr_repro.core.runlock import LOCK_NAME, describe, holder
+
+    out = []
+    for lock in sorted(folder.glob(f"*/{LOCK_NAME}")):
+        info = holder(lock)
+        if info and info["alive"]:
+            out.append(f"{lock.parent.name}: {describe(info)}")
+    return out

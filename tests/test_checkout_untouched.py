@@ -29,3 +29,19 @@ def test_a_changed_results_folder_is_named(tmp_path):
     time.sleep(0.01)
     assert changes(before, listing(tmp_path)) == [
         "added paper/reproduce.lock", "added smoke", "removed last-profile", "changed paper/last-reproduce.json"]
+
+
+def test_a_live_reproduce_run_is_told_from_the_tests(tmp_path):
+    """A user's real run writes to results/ while `make test` runs beside it: the guard names that
+    run (and so does not blame the tests); a lock whose holder is gone names nobody."""
+    from checkout_guard import live_runs
+
+    from seakr_repro.core import runlock
+
+    (tmp_path / "default").mkdir()
+    lock = tmp_path / "default" / runlock.LOCK_NAME
+    assert live_runs(tmp_path) == []
+    with runlock.hold(lock, "make reproduce PROFILE=default"):
+        got = live_runs(tmp_path)
+        assert len(got) == 1 and got[0].startswith("default: pid ") and "make reproduce" in got[0]
+    assert live_runs(tmp_path) == []
