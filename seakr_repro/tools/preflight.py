@@ -257,12 +257,48 @@ def check_disk(cfg: Config, report: Report) -> None:
         report.ok.append(f"disk: {human_bytes(free)} free, about {human_bytes(need)} needed")
 
 
-def gpu_need_bytes(cfg: Config, dtype: str | None = None) -> int | None:
-    params = PARAMETERS.get(cfg["model.name"])
+def gpu_need_bytes(cfg: Config, dtype: str | None = None, name: str | None = None) -> int | None:
+    """GPU memory a model (default: the profile's) needs in `dtype` (default: model.dtype): its
+    weights plus DECODING_BYTES (None: a model or dtype this table does not know)."""
+    params = PARAMETERS.get(name or cfg["model.name"])
     per_value = BYTES_PER_VALUE.get(dtype or cfg["model.dtype"])
     if params is None or per_value is None:
         return None
     return int(params * per_value + DECODING_BYTES)
+
+
+def _baselines_too_large(cfg: Config, dtype: str, need: int, card: int, gpu: str) -> str:
+    """Why the baselines' own dtype does not fit, and the fixes (preflight and the run say it alike)."""
+    return (f"the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as DRAGIN's "
+            f"code does), about {human_bytes(need)} of GPU memory, but {gpu} has {human_bytes(card)} "
+            f"(fix: use a larger GPU, or set baselines.dtype_when_too_large: float16 or baselines.dtype: "
+            f"{cfg['model.dtype']}, a departure from DRAGIN's runs)")
+
+
+def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str | None = None,
+                    gpu: str = "the GPU") -> tuple[str | None, str | None]:
+    """(the dtype to load a model in, the departure to announce or None) for a model asked for in
+    `dtype` on a GPU with `card` bytes (`core.device.usable_gpu_bytes`: the card, or its cap; None:
+    no GPU, nothing to decide). Only a dtype other than model.dtype is replaced (the faithful
+    baselines' float32): when preflight's estimate says it does not fit, by
+    baselines.dtype_when_too_large; when that is null, or does not fit either, a UserError."""
+    if dtype is None or card is None or dtype == cfg["model.dtype"]:
+        return dtype, None
+    need = gpu_need_bytes(cfg, dtype, name)
+    if need is None or need <= card:
+        return dtype, None
+    instead = cfg.get("baselines.dtype_when_too_large")
+    if instead is None:
+        raise UserError(_baselines_too_large(cfg, dtype, need, card, gpu), setting="baselines.dtype_when_too_large")
+    smaller = gpu_need_bytes(cfg, instead, name)
+    if smaller is not None and smaller > card:
+        raise UserError(f"{name or cfg['model.name']} in {instead} (baselines.dtype_when_too_large) needs about "
+                        f"{human_bytes(smaller)} of GPU memory either, and {gpu} has {human_bytes(card)}",
+                        setting="baselines.dtype_when_too_large", fix="use a larger GPU")
+    return instead, (f"{name or cfg['model.name']} loads in {instead}, NOT {dtype}: {dtype} needs about "
+                     f"{human_bytes(need)} of GPU memory (preflight's estimate), {gpu} has "
+                     f"{human_bytes(card)} (baselines.dtype_when_too_large: {instead}; a departure from "
+                     f"DRAGIN's runs, which loaded {dtype})")
 
 
 def baselines_dtype(cfg: Config) -> str | None:
@@ -295,25 +331,28 @@ def check_gpu(cfg: Config, report: Report) -> None:
         return          # the workers' GPUs count, not this node's (check_cluster)
     import torch
 
-    total = torch.cuda.get_device_properties(0).total_memory
+    from ..core.device import usable_gpu_bytes
+
+    total, name = usable_gpu_bytes(), torch.cuda.get_device_name(0)
+    if total < torch.cuda.get_device_properties(0).total_memory:
+        name += " (capped by torch.cuda.set_per_process_memory_fraction)"
     need = gpu_need_bytes(cfg)
     if need is not None and total < need:
         report.problems.append(
             f"GPU: {cfg['model.name']} in {cfg['model.dtype']} needs about {human_bytes(need)} of GPU "
-            f"memory (weights plus decoding) but {torch.cuda.get_device_name(0)} has "
+            f"memory (weights plus decoding) but {name} has "
             f"{human_bytes(total)} (fix: use a larger GPU, or lower model.max_batch_rows and "
             f"model.prefix_cache_tokens)")
     else:
         gpu_sizes = " (the profile's gpu: settings apply)" if cfg.get("gpu") else ""
-        report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}{gpu_sizes}")
-    dtype = baselines_dtype(cfg)
-    need = gpu_need_bytes(cfg, dtype) if dtype else None
-    if need is not None and total < need:
-        report.problems.append(
-            f"GPU: the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as "
-            f"DRAGIN's code does), about {human_bytes(need)} of GPU memory, but "
-            f"{torch.cuda.get_device_name(0)} has {human_bytes(total)} (fix: use a larger GPU, or set "
-            f"baselines.dtype: {cfg['model.dtype']}, a departure from DRAGIN's runs)")
+        report.ok.append(f"GPU: {name}, {human_bytes(total)}{gpu_sizes}")
+    try:
+        _, departure = dtype_that_fits(cfg, baselines_dtype(cfg), total, gpu=name)
+    except UserError as err:
+        report.problems.append(f"GPU: {err.what}")
+    else:
+        if departure:
+            report.ok.append(f"GPU: the baselines' model: {departure}")
 
 
 def check_cluster(cfg: Config, report: Report) -> None:
