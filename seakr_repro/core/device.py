@@ -33,7 +33,7 @@ def usable_gpu_bytes(index: int = 0) -> int | None:
     """GPU memory this process may use: the card's total, or the share a
     `torch.cuda.set_per_process_memory_fraction` cap allows (the GPU rehearsal's 24 GiB). None
     where torch sees no CUDA GPU. The card's size, not what is free now: a decision taken on it
-    (`preflight.dtype_that_fits`) does not change with what else happens to run on the card."""
+    (`llm.gpu_fit.dtype_that_fits`) does not change with what else happens to run on the card."""
     if not cuda_available():
         return None
     import torch

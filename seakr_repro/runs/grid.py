@@ -140,14 +140,14 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
 
 def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -> str | None:
     """The dtype the spec's model loads in: the method's own (`model_dtype`), unless it does not fit
-    the pool's GPU (`preflight.dtype_that_fits`: baselines.dtype_when_too_large, else an error).
+    the pool's GPU (`llm.gpu_fit.dtype_that_fits`: baselines.dtype_when_too_large, else an error).
     A departure is printed, warned, kept in `pool.departures` and written into the method's
     settings, so the run's key and file name the dtype the model really has (a float32 run on a
     larger card is another run, never resumed into). Ray pools decide nothing here (no card_bytes):
     the workers' GPUs are not this machine's."""
     import warnings
 
-    from ..tools.preflight import dtype_that_fits
+    from ..llm.gpu_fit import dtype_that_fits
 
     want = model_dtype(spec.method, settings)
     card = getattr(pool, "card_bytes", lambda: None)()
