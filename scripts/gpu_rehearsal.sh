@@ -8,6 +8,8 @@
 #   2. REHEARSAL_ARGS="--parts seakr_paper --paper-sets 2wiki" bash scripts/gpu_rehearsal.sh $OUT
 #   3. REHEARSAL_ARGS="--parts seakr_paper --paper-sets hotpotqa" bash scripts/gpu_rehearsal.sh $OUT
 # (no REHEARSAL_ARGS: every part in one call, seakr_paper last with the time left: not its 3 per set).
+# Then, here: python -m seakr_repro.tools.gpu_rehearsal --out OUT --merge OUT1/report.json OUT2/report.json ...
+# (one report of the calls, one commit and cap, its summary decided again).
 # Here, on CPU: DEVICE=cpu bash scripts/gpu_rehearsal.sh OUT (tiny shapes; tests/test_gpu_rehearsal.py).
 #   DEVICE     cuda (default) | cpu
 #   PY         the Python to run (default: python3, the GPU machine's own, with its torch)

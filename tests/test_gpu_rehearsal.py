@@ -233,3 +233,25 @@ def test_seakr_paper_needs_its_questions_on_each_set_and_every_part_fails_on_mem
     got = judge("seakr_paper", jax, EXPECT)
     assert got["status"] == "failed" and "59.9 GiB of the card in use outside torch" in got["why"][0]
     assert judge("seakr_paper", {"status": "timeout", "card": CARD}, EXPECT)["status"] == "timeout"
+
+
+def test_the_planned_calls_merge_into_one_report(tmp_path):
+    from seakr_repro.tools.gpu_rehearsal import main
+
+    ok = {"status": "ok", "card": CARD}
+    first = {"commit": "abc", "memory_cap_gib": 24, "started": "t1", "parts": {"env": ok, "ray": {
+        "status": "not run", "why": ["no ray"]}}}
+    second = {"commit": "abc", "memory_cap_gib": 24, "started": "t2", "parts": {"seakr_paper": {
+        "status": "failed", "why": ["hotpotqa: 1 question(s) finished, 3 needed"]}}}
+    files = []
+    for i, r in enumerate((first, second)):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(r))
+    assert main(["--out", str(tmp_path / "all"), "--merge", *map(str, files)]) == 1
+    got = json.loads((tmp_path / "all" / "report.json").read_text())
+    assert list(got["parts"]) == ["env", "ray", "seakr_paper"] and got["parts"]["seakr_paper"]["call"] == 1
+    assert got["summary"]["not_ok"] == {"seakr_paper": ["hotpotqa: 1 question(s) finished, 3 needed"]}
+    assert [c["started"] for c in got["calls"]] == ["t1", "t2"] and got["commit"] == "abc"
+    files[1].write_text(json.dumps({**second, "commit": "def"}))
+    with pytest.raises(SystemExit):                     # two commits are not one rehearsal
+        main(["--out", str(tmp_path / "all"), "--merge", *map(str, files)])

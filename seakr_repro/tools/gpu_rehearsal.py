@@ -63,6 +63,8 @@ its own limit (BUDGET; `--part-seconds PART=S,...`) and the call one more (`--bu
 1. `--parts env,gpu_tests,gpu_check,methods,oom,ray`
 2. `--parts seakr_paper --paper-sets 2wiki`  and  3. `--parts seakr_paper --paper-sets hotpotqa`
 (at the first GPU run's 89 s per 2Wiki question, three questions of one set take most of a call).
+Then `--merge A/report.json B/report.json C/report.json --out OUT` writes one report of them (the
+same commit and cap only) with the summary decided again, and exits as a single call would.
 
 `--device cpu --shape tiny` runs every part in about a minute (tests/test_gpu_rehearsal.py, in
 `make test`), so the rehearsal cannot rot while no GPU is at hand.
@@ -513,8 +515,13 @@ def part_oom(a) -> dict:
     if _cuda(a.device):
         need = torch.cuda.max_memory_allocated() - base
         total = torch.cuda.get_device_properties(0).total_memory
+        # what ONE row needs (the prompt's pre-fill and KV cache): the retry can go no lower, so
+        # every cap leaves it (the first GPU run capped below it: every attempt failed at one row)
+        _reset_peak(a.device)
+        fresh().sample(prompt, **{**args, "k": 1})
+        one = torch.cuda.max_memory_allocated() - base
         out.update(forced_by="torch.cuda.set_per_process_memory_fraction", weights_gb=round(base / 2**30, 2),
-                   uncapped_extra_gb=round(need / 2**30, 2))
+                   uncapped_extra_gb=round(need / 2**30, 2), one_row_extra_gb=round(one / 2**30, 2))
         fracs = (0.6, 0.45, 0.3, 0.2)
     else:
         out["forced_by"] = "injected: torch.OutOfMemoryError for passes of more than k/4 rows (a CPU has no cap)"
@@ -524,7 +531,7 @@ def part_oom(a) -> dict:
         att: dict = {}
         if frac is not None:
             torch.cuda.empty_cache()
-            cap = base + frac * need
+            cap = base + one + 2**28 + frac * max(need - one, 0)       # + 256 MiB: the allocator's blocks
             att["cap_gb"] = round(cap / 2**30, 2)
             torch.cuda.set_per_process_memory_fraction(min(cap / total, 1.0))
         else:
@@ -698,6 +705,8 @@ def main(argv=None) -> int:
     p.add_argument("--passages", type=int, default=2000, help="synthetic corpus size")
     p.add_argument("--gpu-tests", nargs="+", default=["tests"],
                    help="gpu_tests: folders (their modules that mark tests gpu) or files")
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="REPORT",
+                   help="write one report of these calls' report.json files to --out (runs nothing)")
     p.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)
     p.add_argument("--limit", type=float, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -710,8 +719,17 @@ def main(argv=None) -> int:
         a.limit = a.limit if a.limit is not None else {**BUDGET, **a.part_seconds}[a.child]
         return _child(a)
 
-    a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.merge:
+        from .rehearsal_verdict import merge
+
+        try:
+            report = merge([json.loads(f.read_text()) for f in a.merge])
+        except ValueError as e:
+            p.error(str(e))
+        (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        return _say_summary(a, report["summary"])
+    a.work.mkdir(parents=True, exist_ok=True)
     cap = "none" if a.memory_cap_gib is None else str(a.memory_cap_gib)
     a.forward = ["--out", str(a.out), "--work", str(a.work), "--device", a.device, "--shape", a.shape,
                  "--questions", str(a.questions), "--memory-cap-gib", cap, "--methods-profile", a.methods_profile,
@@ -724,7 +742,12 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
     limits = {**BUDGET, **a.part_seconds}
+    from ..core.provenance import git_revision
+
+    git = git_revision()
     report = {"what": "GPU rehearsal (seakr_repro/tools/gpu_rehearsal.py)", "device": a.device, "shape": a.shape,
+              "commit": None if git["revision"] == "unknown" else git["revision"],
+              "changed_from_commit": git["changed"],
               "memory_cap_gib": a.memory_cap_gib, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
               "budget_s": a.budget, "part_limits_s": {k: limits[k] for k in parts}, "argv": sys.argv[1:],
               "parts": {}}
@@ -745,8 +768,12 @@ def main(argv=None) -> int:
         report["seconds"] = round(a.budget - (deadline - time.monotonic()), 1)
         report["summary"] = summary(report)
         (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    done = report["summary"] = summary(report)
+    report["summary"] = summary(report)
     (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return _say_summary(a, report["summary"])
+
+
+def _say_summary(a, done: dict) -> int:
     not_run = "; ".join(f"{k} ({(w or ['?'])[0]})" for k, w in done["not_run"].items())
     print(f"[rehearsal] report: {a.out / 'report.json'}; ok: {', '.join(done['ok']) or 'none'}; "
           f"NOT OK: {', '.join(done['not_ok']) or 'none'}; not run: {not_run or 'none'}", flush=True)

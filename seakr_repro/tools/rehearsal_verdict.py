@@ -154,3 +154,25 @@ def summary(report: dict) -> dict:
     not_ok = {p: v.get("why") or [v.get("error") or v.get("status")] for p, v in parts.items()
               if v.get("status") not in ("ok", "not run")}
     return {"ok": ok, "not_ok": not_ok, "not_run": not_run, "exit_status": 1 if not_ok else 0}
+
+
+def merge(reports: list[dict]) -> dict:
+    """One report of several calls (the planned calls each write their own): every part as its
+    latest call reported it, with that call's start, commit and cap (`call`); the calls listed;
+    the summary decided again. Reports of different commits or caps are refused: the merged report
+    must describe one commit on one card budget."""
+    commits = {r.get("commit") for r in reports if r.get("commit")}
+    caps = {r.get("memory_cap_gib") for r in reports}
+    if len(commits) > 1 or len(caps) > 1:
+        raise ValueError(f"the reports differ in commit {sorted(commits)} or memory cap {sorted(caps, key=str)}: "
+                         "merge only the calls of one commit under one cap")
+    out = {k: v for k, v in reports[-1].items() if k not in ("parts", "summary", "seconds", "argv", "started",
+                                                              "part_limits_s", "budget_s")}
+    out["calls"] = [{k: r.get(k) for k in ("started", "argv", "seconds", "budget_s", "part_limits_s")}
+                    for r in reports]
+    out["parts"] = {}
+    for i, r in enumerate(reports):
+        for part, got in r.get("parts", {}).items():
+            out["parts"][part] = {**got, "call": i}
+    out["summary"] = summary(out)
+    return out
