@@ -23,10 +23,14 @@ class BackendPool:
         self.departures: dict[str, str] = {}
 
     def card_bytes(self) -> int | None:
-        """GPU memory the models of this pool load into (the card, or its cap); None on a CPU."""
-        from ..core.device import resolve_device, usable_gpu_bytes
+        """GPU memory the transformers models of this pool load into (the card, or its cap); None
+        where they load on no GPU (model.device cpu, no CUDA GPU here, or another model.backend:
+        the synthetic one loads nothing, vLLM sizes its own memory)."""
+        from ..core.device import usable_gpu_bytes
 
-        return usable_gpu_bytes() if resolve_device(self.cfg.get("model.device", "auto")) == "cuda" else None
+        if self.cfg.get("model.backend", "hf") != "hf" or self.cfg.get("model.device", "auto") == "cpu":
+            return None
+        return usable_gpu_bytes()
 
     def _key(self, name: str | None, dtype: str | None) -> tuple[str, str]:
         return name or self.cfg["model.name"], dtype or self.cfg.get("model.dtype", "float32")
