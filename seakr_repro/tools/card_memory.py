@@ -9,8 +9,9 @@ outside torch when the part starts: the part then has what a 24 GiB card would l
 
 Outside torch: `torch.cuda.mem_get_info`'s total - free (everything in use on the card, by any
 process) minus `torch.cuda.memory_reserved()` (what this process's torch holds). The CUDA context
-itself is in it (about 0.5 GiB); more than that is another process or a library that took the
-card behind torch's back (JAX: 75% at its first use; core/jax_env.py).
+and the kernels loaded into it are in it too (not yet measured for this package on a GPU: the
+rehearsal's `card.cap.outside_torch_at_start_gib` is that reading); much more is another process
+or a library that took the card behind torch's back (JAX: 75% at its first use; core/jax_env.py).
 """
 from __future__ import annotations
 
