@@ -185,7 +185,8 @@ def test_methods_are_ok_only_when_every_method_ran_a_question_on_every_set():
     for bad in ({"seakr": _method()},                                   # cot never ran
                 {"seakr": _method(), "cot": _method(n=0)},              # no question
                 {"seakr": _method(), "cot": _method(failed=1)},         # a question failed
-                {"seakr": _method(), "cot": {"sets": {}, "skipped": {"cot": "no model"}}}):
+                {"seakr": _method(), "cot": {"sets": {}, "skipped": {"cot": "no model"}}},
+                {"seakr": _method(), "cot": {**_method(), "asked_sets": ["2wiki", "nq"]}}):   # nq never ran
         assert judge("methods", {**good, "methods": bad}, EXPECT)["status"] == "failed", bad
 
 

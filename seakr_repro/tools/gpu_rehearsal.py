@@ -381,7 +381,7 @@ def part_methods(a) -> dict:
             sets = _table_sets(cfg, m, a.sets)
             res, skipped = grid.run_grid(cfg, pool, searcher, [spec_for(m)], sets, a.questions, progress=False)
             n = a.questions * len(sets)
-            entry.update(wall_s_per_q=round((time.perf_counter() - t0) / max(n, 1), 3), questions=n,
+            entry.update(asked_sets=sets, wall_s_per_q=round((time.perf_counter() - t0) / max(n, 1), 3), questions=n,
                          peak_gib=_peak_gb(a.device), skipped=skipped, sets=_rows_of(res),
                          model_dtype=pool._name[1] if pool._name else None)
             if m in pool.departures:

@@ -80,6 +80,8 @@ def _methods(got: dict, expect: dict) -> list[str]:
         sets = entry.get("sets") or {}
         if not sets:
             why.append(f"{name}: no set ran")
+        elif set(entry.get("asked_sets", ())) - set(sets):
+            why.append(f"{name}: never ran on {sorted(set(entry['asked_sets']) - set(sets))}")
         for d, row in sets.items():
             if row.get("n", 0) < 1:
                 why.append(f"{name} on {d}: no question")
