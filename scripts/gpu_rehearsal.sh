@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# The GPU rehearsal in one call (docs/measurements.md, "GPU rehearsal"): writes OUT/report.json and
-# OUT/log.txt. On a lent GPU machine: `bash scripts/gpu_rehearsal.sh $OUT` with `.gpu-rehearsal`
-# carried (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks).
+# The GPU rehearsal (docs/measurements.md, "GPU rehearsal"): writes OUT/report.json and OUT/log.txt,
+# and exits 1 when any part is not ok (a part "not run" on that machine aside; the report's
+# "summary" lists each). On a lent GPU machine, with `.gpu-rehearsal` carried
+# (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks), in three calls of
+# at most 600 s (each part under a 24 GiB cap, the paper profile's card):
+#   1. REHEARSAL_ARGS="--parts env,gpu_tests,gpu_check,methods,oom,ray" bash scripts/gpu_rehearsal.sh $OUT
+#   2. REHEARSAL_ARGS="--parts seakr_paper --paper-sets 2wiki" bash scripts/gpu_rehearsal.sh $OUT
+#   3. REHEARSAL_ARGS="--parts seakr_paper --paper-sets hotpotqa" bash scripts/gpu_rehearsal.sh $OUT
+# (no REHEARSAL_ARGS: every part in one call, seakr_paper last with the time left: not its 3 per set).
+# Then, here: python -m seakr_repro.tools.gpu_rehearsal --out OUT --merge OUT1/report.json OUT2/report.json ...
+# (one report of the calls, one commit and cap, its summary decided again).
 # Here, on CPU: DEVICE=cpu bash scripts/gpu_rehearsal.sh OUT (tiny shapes; tests/test_gpu_rehearsal.py).
 #   DEVICE     cuda (default) | cpu
 #   PY         the Python to run (default: python3, the GPU machine's own, with its torch)
 #   PACK       the folder the pack script filled (default .gpu-rehearsal; absent = use what is installed)
-#   BUDGET     seconds for all parts (default 520: the whole call stays within 9 minutes)
-#   REHEARSAL_ARGS  more arguments for seakr_repro.tools.gpu_rehearsal (e.g. --parts env,gpu_check)
+#   BUDGET     seconds for all parts (default 540: the whole call stays within 600 s)
+#   REHEARSAL_ARGS  more arguments for seakr_repro.tools.gpu_rehearsal, e.g.
+#              --parts env,gpu_check       the parts to run
+#              --memory-cap-gib 24|none    each part's GPU memory cap (default 24)
+#              --part-seconds seakr_paper=540,methods=330   a part's own limit
+#              --paper-sets 2wiki --paper-questions 3       seakr_paper's sets and questions per set
+#              --methods cot,dragin --methods-profile paper  the methods part's methods and sizes
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_rehearsal.sh OUT_DIR}
 DEVICE=${DEVICE:-cuda}
 PY=${PY:-python3}
 PACK=${PACK:-.gpu-rehearsal}
-BUDGET=${BUDGET:-520}
+BUDGET=${BUDGET:-540}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"

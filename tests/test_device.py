@@ -17,6 +17,7 @@ def gpu(monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Test GPU 24GB")
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda i=0: 1.0)
     return torch
 
 

@@ -257,6 +257,8 @@ def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
     finally:
         handle.remove()
     assert [r["oom_retries"] for r in rows] == [0, 1]
+    # what the retry cost: the failed attempt's seconds, on the question that ran out of memory
+    assert rows[0]["oom_seconds"] == 0 and rows[1]["oom_seconds"] > 0
 
 
 def test_unsupported_architecture_falls_back_visibly(pair):

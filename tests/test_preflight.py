@@ -8,7 +8,7 @@ from seakr_repro.core import paths
 from seakr_repro.tools import preflight
 from seakr_repro.steps import prepare
 from seakr_repro.core.config import load_config
-from seakr_repro.core.errors import DataMissingError
+from seakr_repro.core.errors import DataMissingError, UserError
 
 GiB = 1024 ** 3
 
@@ -89,18 +89,44 @@ def test_a_small_gpu_is_named(bare_machine, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=16 * GiB))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Tiny GPU")
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda i: 1.0)
     problems = preflight.run_checks(_paper(bare_machine)).problems
     gpu = [p for p in problems if p.startswith("GPU")]
     assert len(gpu) == 2 and "Tiny GPU has 16.0 GiB" in gpu[0] and "float16" in gpu[0]
+    assert "in float16 (baselines.dtype_when_too_large) needs about 18.0 GiB" in gpu[1]
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=24 * GiB))
-    # 24 GB holds the fp16 model, not the faithful baselines' float32 one (DRAGIN's load)
-    gpu = [p for p in preflight.run_checks(_paper(bare_machine)).problems if p.startswith("GPU")]
+    # 24 GB holds the fp16 model, not the faithful baselines' float32 one (DRAGIN's load): by
+    # default they load in float16 and preflight says so; with the setting null it is a problem
+    report = preflight.run_checks(_paper(bare_machine))
+    assert not any(p.startswith("GPU") for p in report.problems)
+    assert any("loads in float16, NOT float32" in x and "30.6 GiB" in x for x in report.ok), report.ok
+    gpu = [p for p in preflight.run_checks(_paper(bare_machine, **{"baselines.dtype_when_too_large": None})
+                                           ).problems if p.startswith("GPU")]
     assert len(gpu) == 1 and "baselines load llama-2-7b-chat in float32" in gpu[0]
-    assert "baselines.dtype: float16" in gpu[0]
-    cfg = _paper(bare_machine, **{"baselines.dtype": "float16"})
+    assert "baselines.dtype: float16" in gpu[0] and "baselines.dtype_when_too_large: float16" in gpu[0]
+    cfg = _paper(bare_machine, **{"baselines.dtype": "float16", "baselines.dtype_when_too_large": None})
     assert not any(p.startswith("GPU") for p in preflight.run_checks(cfg).problems)
+    # a 40 GiB card, capped at 24 GiB (the GPU rehearsal's cap): the cap decides
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=40 * GiB))
-    assert not any(p.startswith("GPU") for p in preflight.run_checks(_paper(bare_machine)).problems)
+    report = preflight.run_checks(_paper(bare_machine))
+    assert not any(p.startswith("GPU") for p in report.problems)
+    assert not any("NOT float32" in x for x in report.ok)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda i: 0.6)
+    assert any("NOT float32" in x and "capped" in x for x in preflight.run_checks(_paper(bare_machine)).ok)
+
+
+def test_the_baselines_dtype_that_fits_decides_from_preflights_estimate():
+    cfg = load_config("paper")
+    need32 = preflight.gpu_need_bytes(cfg, "float32")
+    assert preflight.dtype_that_fits(cfg, "float32", None) == ("float32", None)            # no GPU
+    assert preflight.dtype_that_fits(cfg, "float32", need32) == ("float32", None)          # fits exactly
+    dtype, note = preflight.dtype_that_fits(cfg, "float32", need32 - 1, gpu="Card")
+    assert dtype == "float16" and "NOT float32" in note and "baselines.dtype_when_too_large" in note
+    assert preflight.dtype_that_fits(cfg, None, 1) == (None, None)                         # model.dtype
+    assert preflight.dtype_that_fits(cfg, "float16", 1) == ("float16", None)               # is model.dtype
+    with pytest.raises(UserError, match="baselines.dtype_when_too_large"):
+        preflight.dtype_that_fits(load_config("paper", {"baselines.dtype_when_too_large": None}),
+                                  "float32", need32 - 1)
 
 
 def test_built_parts_are_not_counted_again(bare_machine):
@@ -174,3 +200,21 @@ def test_up_to_date_steps_need_no_preflight(monkeypatch, tmp_path):
     (tmp_path / "results" / "last-profile").write_text("default\n")
     assert run() == ["up-to-date"]
     assert (tmp_path / "results" / "last-profile").read_text() == "smoke\n"    # a run, though nothing ran
+
+
+def test_the_grid_loads_the_baselines_in_what_fits_and_names_it_in_the_runs_settings(capsys):
+    from seakr_repro.artifacts import spec_for
+    from seakr_repro.runs import grid
+
+    cfg = load_config("paper")
+    pool = grid.BackendPool(cfg, loader=lambda *a: pytest.fail("nothing is loaded here"))
+    pool.card_bytes = lambda: 24 * GiB
+    settings = grid.method_settings(cfg, "dragin", {})
+    assert grid._dtype_on_card(cfg, pool, spec_for("dragin"), settings) == "float16"
+    assert settings["dtype"] == "float16"             # the run's key: another run than float32's
+    assert "NOT float32" in pool.departures["dragin"] and "WARNING dragin" in capsys.readouterr().out
+    settings = grid.method_settings(cfg, "seakr", {})
+    assert grid._dtype_on_card(cfg, pool, spec_for("seakr"), settings) is None and "dtype" not in settings
+    pool.card_bytes = lambda: 40 * GiB
+    settings = grid.method_settings(cfg, "cot", {})
+    assert grid._dtype_on_card(cfg, pool, spec_for("cot"), settings) == "float32"

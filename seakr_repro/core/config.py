@@ -51,6 +51,7 @@ DECLARED_TYPES: dict[str, tuple] = {
     "baselines.max_new_tokens": (int, None),
     "baselines.max_steps": (int, None),
     "baselines.dtype": ("float32", "bfloat16", "float16", None),
+    "baselines.dtype_when_too_large": ("bfloat16", "float16", None),
     "baselines.decoding": ("checkpoint", "greedy", None),
     "analysis.datasets": (list, None),
     "analysis.n_questions": (int, None),

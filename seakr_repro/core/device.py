@@ -29,6 +29,18 @@ def _gpu_driver_files() -> bool:
             or any(Path("/dev").glob("nvidia[0-9]*")))
 
 
+def usable_gpu_bytes(index: int = 0) -> int | None:
+    """GPU memory this process may use: the card's total, or the share a
+    `torch.cuda.set_per_process_memory_fraction` cap allows (the GPU rehearsal's 24 GiB). None
+    where torch sees no CUDA GPU. The card's size, not what is free now: a decision taken on it
+    (`llm.gpu_fit.dtype_that_fits`) does not change with what else happens to run on the card."""
+    if not cuda_available():
+        return None
+    import torch
+    total = torch.cuda.get_device_properties(index).total_memory
+    return int(total * min(1.0, torch.cuda.get_per_process_memory_fraction(index)))
+
+
 def resolve_device(device: str) -> str:
     """cpu or cuda for a `model.device` setting (auto: cuda when torch sees a GPU)."""
     if device not in DEVICES:

@@ -113,7 +113,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
             try:
                 settings = {**method_settings(cfg, spec.method, deltas),
                             **row_overrides(cfg, spec.overrides)}
-                backend = pool.get(spec.model, model_dtype(spec.method, settings))
+                dtype = _dtype_on_card(cfg, pool, spec, settings)
+                backend = pool.get(spec.model, dtype)
                 method = method_on(backend, spec.method, searcher, dataset, settings)
             except DataMissingError as err:      # the whole paragraph: the path and how to get it
                 skipped[spec.label] = err.paragraph()
@@ -137,6 +138,28 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                                  "failed")},
                              "run_file": str(path.relative_to(results_dir(cfg.profile)))})
     return pd.DataFrame(rows), skipped
+
+
+def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -> str | None:
+    """The dtype the spec's model loads in: the method's own (`model_dtype`), unless it does not fit
+    the pool's GPU (`llm.gpu_fit.dtype_that_fits`: baselines.dtype_when_too_large, else an error).
+    A departure is printed, warned, kept in `pool.departures` and written into the method's
+    settings, so the run's key and file name the dtype the model really has (a float32 run on a
+    larger card is another run, never resumed into). Ray pools decide nothing here (no card_bytes):
+    the workers' GPUs are not this machine's."""
+    import warnings
+
+    from ..llm.gpu_fit import dtype_that_fits
+
+    want = model_dtype(spec.method, settings)
+    card = getattr(pool, "card_bytes", lambda: None)()
+    dtype, departure = dtype_that_fits(cfg, want, card, spec.model)
+    if departure:
+        settings["dtype"] = dtype
+        getattr(pool, "departures", {})[spec.label] = departure
+        print(f"[grid] WARNING {spec.label}: {departure}", flush=True)
+        warnings.warn(f"{spec.label}: {departure}", stacklevel=3)
+    return dtype
 
 
 def _concurrency(cfg: Config, backend, method) -> int:

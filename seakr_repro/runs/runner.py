@@ -96,11 +96,13 @@ def _counters(backend) -> dict[str, float]:
     return {k: v for k, v in dict(stats).items() if isinstance(v, (int, float))}
 
 
-def _oom_retries(backend) -> int:
-    """Out-of-memory retries so far of the model backend itself (also under a CachedBackend)."""
+def _oom_counts(backend) -> tuple[int, float]:
+    """Out-of-memory retries so far of the model backend itself (also under a CachedBackend), and
+    the seconds their failed attempts took."""
     from ..llm.base import unwrap
     inner = unwrap(backend)
-    return int(_counters(inner).get("oom_retries", 0)) if inner is not None else 0
+    got = _counters(inner) if inner is not None else {}
+    return int(got.get("oom_retries", 0)), float(got.get("oom_seconds", 0.0))
 
 
 def _plain(obj: Any) -> Any:
@@ -125,7 +127,7 @@ def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], 
     scoped = backend is not None and getattr(backend, "scoped_counts", False)
     with worker(backend), counting() as counter:
         before = _counters(backend) if backend is not None and not scoped else {}
-        oom_before = _oom_retries(backend)
+        oom_before = _oom_counts(backend)
         t0 = time.perf_counter()
         try:
             result, failed = method.run(record), None
@@ -133,6 +135,7 @@ def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], 
             result, failed = MethodResult(answer="", raw_output=""), err.paragraph()
         seconds = time.perf_counter() - t0
         after = _counters(backend) if backend is not None and not scoped else {}
+        oom_after = _oom_counts(backend)
     delta = dict(counter.values) if scoped else {k: after[k] - before.get(k, 0) for k in after}
     row = {
         "id": record.id, "question": record.question, "golds": list(record.golds),
@@ -142,7 +145,8 @@ def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], 
         "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
         "prompt_tokens": delta.get("prompt_tokens", 0),
         "tokens": delta.get("generated_tokens", 0),
-        "seconds": round(seconds, 3), "oom_retries": _oom_retries(backend) - oom_before,
+        "seconds": round(seconds, 3), "oom_retries": oom_after[0] - oom_before[0],
+        "oom_seconds": round(oom_after[1] - oom_before[1], 3),
         "raw_output": result.raw_output, "extra": _plain(result.extra),
         "trace": [_plain(t) for t in result.trace],
     }

@@ -1,4 +1,4 @@
-"""The GPU rehearsal: everything a lent GPU can prove about this package, in one call of minutes.
+"""The GPU rehearsal: everything a lent GPU can prove about this package, in a few calls of minutes.
 
 `scripts/gpu_rehearsal.sh OUT` (`make gpu-rehearsal`) runs `python -m seakr_repro.tools.gpu_rehearsal
 --out OUT`: each part below in a child process of its own with a time limit (a part that crashes,
@@ -6,30 +6,65 @@ runs out of memory or time is recorded and the next one runs), and after each pa
 far is written to OUT/report.json. The log is OUT/log.txt (the script tees it); nothing else is
 written under OUT (the device tool brings back 8 files at most), the work files go to --work.
 
+Verdicts (tools/rehearsal_verdict.py): a part is ok only when it proved what it set out to prove
+(each part's rule below); one that cannot run on that machine is `not run`, with why; the report's
+`summary` lists ok, not ok (with why) and not run, and the command exits 1 when any part is not ok
+(`not run` aside), 0 otherwise. Every part, on a GPU, also reports the card's memory in use beyond
+torch's reserved memory (`card.outside_torch_gib`: worst, where, at its end; tools/card_memory.py)
+and fails above 1 GiB (JAX, brought in by bm25s, once took 75% of the card: core/jax_env.py now
+keeps it off; null with why on a CPU).
+
+The card: every part runs under a 24 GiB cap (`--memory-cap-gib N|none`, default 24: the paper
+profile's card): torch's allocator gets `torch.cuda.set_per_process_memory_fraction` of the cap
+minus what is outside torch at the part's start (the CUDA context), when the card is larger; the
+report gives the cap (`memory_cap_gib`, and each part's `card.cap`).
+
 Parts (`--parts`):
 - env: Python, platform, GPU, the versions of torch, transformers and every package the rehearsal
   uses against requirements.txt's pins, and which modules of the package import (the first place
-  a pin or an API that breaks shows up, by name).
-- gpu_tests: `pytest -m gpu` (counts and failures from its JUnit XML).
+  a pin or an API that breaks shows up, by name). ok: torch and transformers import, every module
+  of the package imports, and on cuda torch sees the GPU.
+- gpu_tests: `pytest -m gpu` over the test modules that mark tests gpu (`gpu_test_modules`: only
+  they are imported, so modules needing nbformat or Ray, absent there, are not collected). ok: exit
+  0, no failure, no error (a collection error is one), and on cuda at least one test passed.
 - gpu_check: `tools/gpu_check` at the shape (LLaMA-2-7B on the GPU) in float16: k = 20 samples of a
   ~1,500-token prompt, seconds and peak memory for each `max_batch_rows`, and the forced-EOS
-  vectors against an independent full forward pass.
-- methods: the paper profile's Table 1 and 2 methods end to end (`grid.run_grid`) at paper-tiny
-  size, on random models of the shape (`gpu_check.random_llama`), with `retrieval.backend: bm25s`
-  (Lucene needs Java, which cannot travel; bm25s has only the single_field scheme, so the paper's
-  es_best_fields becomes single_field) over a synthetic corpus, synthetic questions and stand-ins
-  of the official clones and top-10 files (`scale_check.write_standins`: the official example
-  lists' lengths). Seconds per question and peak GPU memory per method.
+  vectors against an independent full forward pass. ok: every row count ran and the vectors agree
+  (rehearsal_verdict.EOS_VECTOR_TOLERANCE).
+- methods: the Table 1 and 2 methods end to end (`grid.run_grid`; `--methods` picks some) on the
+  paper profile at test sizes (`--methods-profile paper-tiny`, default: every paper setting but
+  the sizes) or at its own (`paper`), on random models of the shape (`gpu_check.random_llama`),
+  with `retrieval.backend: bm25s` (Lucene needs Java, which cannot travel; bm25s has only the
+  single_field scheme, so the paper's es_best_fields becomes single_field) over a synthetic corpus,
+  synthetic questions and stand-ins of the official clones and top-10 files
+  (`scale_check.write_standins`: the official example lists' lengths). Per method: seconds per
+  question, the dtype its model loaded in (the faithful baselines' float32 does not fit 24 GiB:
+  float16 by `baselines.dtype_when_too_large`, announced as `dtype_departure`), and its own peak
+  memory (`peak_gib`: the pool frees the model before, then resets the peak). ok: every method ran
+  without error, at least one question on each of its sets, none failed.
 - seakr_paper: SeaKR at the paper profile's own k (20), max_tokens (100), demonstrations (the
-  official lists' lengths) and reasoning steps, on 2Wiki and HotpotQA, question by question until
-  its time is spent: seconds per question against the paper's Table 7 (4.94 and 7.30 s on 4x
-  GeForce 3090 with vLLM). Random weights run every sample to max_tokens: an upper bound. Then
-  `cost`'s question-runs of the paper profile priced at that pace (SeaKR's rows only).
+  official lists' lengths), reasoning steps and memory settings, on `--paper-sets` (2Wiki and
+  HotpotQA), question by question, a new one only while the slowest so far fits in the part's
+  limit: seconds per question against the paper's Table 7 (4.94 and 7.30 s on 4x GeForce 3090 with
+  vLLM), LLM calls, retrievals, prompt tokens per call, and each question's out-of-memory retries
+  and the seconds they cost. Random weights run every sample to max_tokens: an upper bound. Then
+  `cost`'s question-runs of the paper profile priced at that pace (SeaKR's rows only). ok:
+  `--paper-questions` (3) questions finished on each set, none failed.
 - oom: the out-of-memory retry, forced by a memory cap (`torch.cuda.set_per_process_memory_fraction`)
   below what k rows need: retries counted, and the tokens equal to the uncapped run's. On a CPU
-  there is no cap: the error is injected (the report says so).
+  there is no cap: the error is injected (the report says so). ok: a retry ran and gave the
+  uncapped run's tokens.
 - ray: if Ray imports, the same SeaKR question on the Ray engine with one worker (a GPU on CUDA),
-  against the local engine's row.
+  against the local engine's row. ok: the same scores; `not run` where Ray does not import.
+
+Time: the device allows 600 s per call (~15 minutes of device time per session), so each part has
+its own limit (BUDGET; `--part-seconds PART=S,...`) and the call one more (`--budget`, default
+540 s). The planned calls, each its own `run` (scripts/gpu_rehearsal.sh's header has them):
+1. `--parts env,gpu_tests,gpu_check,methods,oom,ray`
+2. `--parts seakr_paper --paper-sets 2wiki`  and  3. `--parts seakr_paper --paper-sets hotpotqa`
+(at the first GPU run's 89 s per 2Wiki question, three questions of one set take most of a call).
+Then `--merge A/report.json B/report.json C/report.json --out OUT` writes one report of them (the
+same commit and cap only) with the summary decided again, and exits as a single call would.
 
 `--device cpu --shape tiny` runs every part in about a minute (tests/test_gpu_rehearsal.py, in
 `make test`), so the rehearsal cannot rot while no GPU is at hand.
@@ -50,10 +85,15 @@ from pathlib import Path
 
 from ..core.paths import REPO_ROOT
 
-PARTS = ("env", "gpu_tests", "gpu_check", "seakr_paper", "methods", "oom", "ray")
-# seconds each part may take at most (the whole call is held to --budget as well)
-BUDGET = {"env": 60, "gpu_tests": 150, "gpu_check": 150, "seakr_paper": 170, "methods": 200, "oom": 100,
+# seakr_paper last: alone it fills a call (see Time above); in a call of every part it gets what is left
+PARTS = ("env", "gpu_tests", "gpu_check", "methods", "oom", "ray", "seakr_paper")
+# Seconds each part may take at most by default (`--part-seconds` sets others; the whole call is
+# held to --budget as well). The device allows 600 s per call, so the planned calls (module
+# docstring) are: everything but seakr_paper in one call, seakr_paper per set in its own.
+BUDGET = {"env": 60, "gpu_tests": 120, "gpu_check": 150, "seakr_paper": 540, "methods": 330, "oom": 100,
           "ray": 120}
+# the mission's card: every part runs under this cap unless --memory-cap-gib says otherwise
+MEMORY_CAP_GIB = 24.0
 # what the rehearsal imports besides torch and transformers (import name -> requirements.txt name)
 PACKAGES = {"numpy": "numpy", "pandas": "pandas", "yaml": "PyYAML", "tabulate": "tabulate", "tqdm": "tqdm",
             "scipy": "scipy", "sklearn": "scikit-learn", "threadpoolctl": None, "tokenizers": None,
@@ -199,10 +239,10 @@ def _table_sets(cfg, method: str, first: int | None = None) -> list[str]:
 
 def _rows_of(res) -> dict:
     f1 = res[res.metric == "f1"] if len(res) else res
-    return {d: {"seconds_per_q": round(float(s), 3), "llm_calls_per_q": float(c), "retrievals_per_q": float(r),
-                "failed": int(f)}
-            for d, s, c, r, f in zip(f1["dataset"], f1["seconds_per_q"], f1["llm_calls_per_q"],
-                                     f1["retrievals_per_q"], f1["failed"])}
+    return {d: {"n": int(n), "seconds_per_q": round(float(s), 3), "llm_calls_per_q": float(c),
+                "retrievals_per_q": float(r), "failed": int(f)}
+            for d, n, s, c, r, f in zip(f1["dataset"], f1["n"], f1["seconds_per_q"], f1["llm_calls_per_q"],
+                                        f1["retrievals_per_q"], f1["failed"])}
 
 
 def _partial(a, got: dict) -> None:
@@ -256,21 +296,37 @@ def part_env(a) -> dict:
     return out
 
 
+def gpu_test_modules(paths: list[str]) -> list[str]:
+    """The test modules to run with `-m gpu`: in each folder given, the modules that mark tests
+    `gpu` (only they are imported, so a module that needs nbformat or Ray, absent on a GPU machine,
+    is not collected for nothing); a file given is taken as it is (a missing one fails)."""
+    out = []
+    for given in paths:
+        path = Path(given) if Path(given).is_absolute() else REPO_ROOT / given
+        if path.is_dir():
+            out += [str(f.relative_to(REPO_ROOT)) for f in sorted(path.glob("test_*.py"))
+                    if re.search(r"pytest\.mark\.gpu\b", f.read_text(encoding="utf-8"))]
+        else:
+            out.append(given)
+    return out
+
+
 def part_gpu_tests(a) -> dict:
     import xml.etree.ElementTree as ET
 
     xml = a.work / "gpu-tests.xml"
     xml.unlink(missing_ok=True)
+    modules = gpu_test_modules(a.gpu_tests)
+    # no --continue-on-collection-errors: a GPU test module that does not import is a failure
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-           "--continue-on-collection-errors", f"--junitxml={xml}", *a.gpu_tests]
+           f"--junitxml={xml}", *modules]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
     print(proc.stdout[-4000:], proc.stderr[-2000:], flush=True)
-    out = {"command": " ".join(cmd[2:]), "rc": proc.returncode, "seconds": round(time.perf_counter() - t0, 1)}
-    if proc.returncode not in (0, 5):         # 5: nothing collected (no test is marked gpu)
-        out["status"] = "failed"
+    out = {"command": " ".join(cmd[2:]), "modules": modules, "rc": proc.returncode,
+           "seconds": round(time.perf_counter() - t0, 1)}
     if not xml.is_file():
-        out["error"] = (proc.stdout + proc.stderr)[-1500:]
+        out["output"] = (proc.stdout + proc.stderr)[-1500:]
         return out
     suite = ET.parse(xml).getroot()
     suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
@@ -296,17 +352,27 @@ def part_gpu_check(a) -> dict:
     return {"args": " ".join(args), **gpu_check.main(args)}
 
 
+def rehearsal_methods(a) -> list[str]:
+    """The methods the methods part runs: --methods, else every Table 1 and 2 method, SeaKR first."""
+    from ..artifacts import methods
+
+    every = ["seakr"] + [m for m in dict.fromkeys(methods("table1") + methods("table2")) if m != "seakr"]
+    return [m for m in a.methods.split(",") if m] if a.methods else every
+
+
 def part_methods(a) -> dict:
-    from ..artifacts import methods, spec_for
+    from ..artifacts import spec_for
     from ..runs import grid
 
-    cfg, searcher = _profile_inputs("paper-tiny", _model_overrides(a), a.questions, a.passages)
+    cfg, searcher = _profile_inputs(a.methods_profile, _model_overrides(a), a.questions, a.passages)
     pool = grid.BackendPool(cfg, loader=RandomLlamaLoader(a.shape, a.device, str(tokenizer_dir(a.work))))
-    out = {"profile": "paper-tiny", "shape": a.shape, "dtype": cfg["model.dtype"],
+    out = {"profile": a.methods_profile, "shape": a.shape, "dtype": cfg["model.dtype"],
            "retrieval": f"{cfg['retrieval.backend']}/{cfg['retrieval.scheme']}",
-           "questions_per_set": a.questions, "sets_per_table": a.sets or "all", "methods": {}}
-    order = ["seakr"] + [m for m in dict.fromkeys(methods("table1") + methods("table2")) if m != "seakr"]
-    for m in order:
+           "questions_per_set": a.questions, "sets_per_table": a.sets or "all",
+           "peak_note": "peak_gib: torch's max allocated from after the previous model was freed (the pool "
+                        "frees it, gc, empty_cache, then resets the peak) to the method's end",
+           "methods": {}}
+    for m in rehearsal_methods(a):
         entry: dict = {}
         out["methods"][m] = entry
         try:
@@ -315,17 +381,33 @@ def part_methods(a) -> dict:
             sets = _table_sets(cfg, m, a.sets)
             res, skipped = grid.run_grid(cfg, pool, searcher, [spec_for(m)], sets, a.questions, progress=False)
             n = a.questions * len(sets)
-            entry.update(wall_s_per_q=round((time.perf_counter() - t0) / max(n, 1), 3), questions=n,
-                         peak_gpu_gb=_peak_gb(a.device), skipped=skipped, sets=_rows_of(res),
+            entry.update(asked_sets=sets, wall_s_per_q=round((time.perf_counter() - t0) / max(n, 1), 3), questions=n,
+                         peak_gib=_peak_gb(a.device), skipped=skipped, sets=_rows_of(res),
                          model_dtype=pool._name[1] if pool._name else None)
+            if m in pool.departures:
+                entry["dtype_departure"] = pool.departures[m]
         except Exception as e:          # noqa: BLE001  (one method's failure must not hide the rest)
             entry["error"] = f"{type(e).__name__}: {e}"[:1000]
             entry["traceback"] = traceback.format_exc()[-3000:]
+        a.watch.sample(f"after {m}")
         _partial(a, out)
         print(f"[rehearsal] methods: {m} {json.dumps(entry)[:400]}", flush=True)
     pool.close()
+    if pool.departures:
+        out["dtype_departures"] = dict(pool.departures)
+        print(f"[rehearsal] methods: WARNING: models loaded in another dtype than asked: "
+              f"{json.dumps(pool.departures)}", flush=True)
     out["rss_gb"] = _rss_gb()
     return out
+
+
+def _question_rows(cfg, res, dataset: str) -> list[dict]:
+    """The run file's rows of `dataset` (one per question, in the order they finished)."""
+    from ..core.paths import results_dir
+    from ..runs.runner import read_results
+
+    f1 = res[(res.metric == "f1") & (res.dataset == dataset)]
+    return read_results(results_dir(cfg.profile) / f1["run_file"].iloc[0])
 
 
 def part_seakr_paper(a) -> dict:
@@ -337,42 +419,67 @@ def part_seakr_paper(a) -> dict:
     from ..core.config import load_config
 
     paper = a.shape == "llama-2-7b"
-    sets = list(TABLE7)             # the sets the paper timed; nothing else is prepared
+    sets = [d for d in a.paper_sets.split(",") if d]
     cfg, searcher = _profile_inputs("paper", {**_model_overrides(a), "datasets.complex": sets, "datasets.simple": [],
                                               "analysis.datasets": sets}, a.paper_questions, a.passages)
     pool = grid.BackendPool(cfg, loader=RandomLlamaLoader(a.shape, a.device, str(tokenizer_dir(a.work))))
     settings = {k: cfg[k] for k in ("uncertainty.k", "uncertainty.max_tokens", "seakr.n_shot",
                                     "seakr.max_reasoning_steps", "seakr.max_new_tokens", "seakr.max_docs",
-                                    "prompts.demos", "seakr.mode")}
+                                    "prompts.demos", "seakr.mode", "model.max_batch_contexts",
+                                    "model.prefix_cache_tokens")}
     needs = estimate_needs(cfg)
     out: dict = {"profile": "paper", "shape": a.shape, "dtype": cfg["model.dtype"], "settings": settings,
                  "disk_needs_bytes": {k: needs[k] for k in ("call_cache", "run_files")},
                  "note": "random weights: every generation runs to its token limit, so an upper bound"
                          + ("" if paper else "; tiny shape on CPU: a rehearsal, not a pace"),
-                 "table7_s_per_q": TABLE7, "questions": {}}
-    deadline = time.monotonic() + a.soft_seconds
+                 "table7_s_per_q": {d: TABLE7[d] for d in sets}, "questions": {}}
+    t_start = time.monotonic()
     _reset_peak(a.device)
-    spent: dict[str, list[float]] = {d: [] for d in TABLE7}
-    n = 0
-    while n < a.paper_questions and (n == 0 or time.monotonic() < deadline):
+    spent: dict[str, list[float]] = {d: [] for d in sets}
+    n, slowest = 0, 0.0
+    # a new question only when the slowest so far fits in what is left of the part's limit (and of
+    # --soft-seconds): the part ends with its questions counted, not killed mid-question
+    def room() -> bool:
+        used = time.monotonic() - t_start
+        fits = used + 1.25 * slowest + 15 < a.limit
+        return fits and (a.soft_seconds is None or used < a.soft_seconds)
+
+    while n < a.paper_questions:
         n += 1
-        for d in TABLE7:
-            if spent["2wiki"] and time.monotonic() >= deadline:
+        for d in sets:
+            if spent[d] and not room():
                 break
+            t0 = time.monotonic()
             res, skipped = grid.run_grid(cfg, pool, searcher, [spec_for("seakr")], [d], n, progress=False)
-            rows = _rows_of(res)[d]
-            # run_grid reports the mean over the n questions of the file; the new one is the difference
-            total = rows["seconds_per_q"] * n
-            spent[d].append(round(total - sum(spent[d]), 3))
-            out["questions"][d] = {"seconds": spent[d], **{k: v for k, v in rows.items() if k != "seconds_per_q"}}
+            rows = _question_rows(cfg, res, d)
+            q = rows[-1]
+            spent[d].append(round(q["seconds"], 3))
+            slowest = max(slowest, time.monotonic() - t0)
+            per = out["questions"].setdefault(d, {"seconds": [], "llm_calls": [], "retrievals": [],
+                                                  "prompt_tokens_per_call": [], "oom_retries": [],
+                                                  "oom_seconds": [], "failed": 0})
+            per["seconds"] = spent[d]
+            per["llm_calls"].append(q["llm_calls"])
+            per["retrievals"].append(q["n_retrievals"])
+            per["prompt_tokens_per_call"].append(round(q["prompt_tokens"] / max(q["llm_calls"], 1)))
+            per["oom_retries"].append(q.get("oom_retries", 0))
+            per["oom_seconds"].append(q.get("oom_seconds", 0.0))
+            per["failed"] += bool(q.get("failed"))
+            a.watch.sample(f"after {d} question {n}")
             _partial(a, out)
-            print(f"[rehearsal] seakr_paper: {d} question {n}: {spent[d][-1]} s", flush=True)
+            print(f"[rehearsal] seakr_paper: {d} question {n}: {q['seconds']} s, {q['llm_calls']} calls, "
+                  f"{q['n_retrievals']} retrievals, out-of-memory retries {q.get('oom_retries', 0)} "
+                  f"({q.get('oom_seconds', 0.0)} s lost)", flush=True)
+        if any(len(v) < n for v in spent.values()):
+            break
     pool.close()
     pace = {("seakr", d): sum(s) / len(s) for d, s in spent.items() if s}
     out["seconds_per_q"] = {d: round(v, 2) for (_, d), v in pace.items()}
     out["vs_table7"] = {d: round(v / TABLE7[d], 2) for (_, d), v in pace.items()}
-    out["peak_gpu_gb"] = _peak_gb(a.device)
-    # cost: the paper profile's SeaKR question-runs at this pace (others: the mean of the two sets)
+    out["oom_retries"] = sum(sum(q["oom_retries"]) for q in out["questions"].values())
+    out["oom_seconds"] = round(sum(sum(q["oom_seconds"]) for q in out["questions"].values()), 2)
+    out["peak_gib"] = _peak_gb(a.device)
+    # cost: the paper profile's SeaKR question-runs at this pace (others: the mean of the sets timed)
     runs = question_runs(load_config("paper"))
     seakr_rows = runs[runs.method == "seakr"]
     measured, at_paper = with_hours(seakr_rows, pace), with_hours(seakr_rows)
@@ -403,12 +510,18 @@ def part_oom(a) -> dict:
     _reset_peak(a.device)
     base = torch.cuda.memory_allocated() if _cuda(a.device) else 0
     ref = fresh().sample(prompt, **args)
+    a.watch.sample("after the uncapped run")
     out: dict = {"k": k, "prompt_tokens": len(tok(prompt)["input_ids"]), "attempts": []}
     if _cuda(a.device):
         need = torch.cuda.max_memory_allocated() - base
         total = torch.cuda.get_device_properties(0).total_memory
+        # what ONE row needs (the prompt's pre-fill and KV cache): the retry can go no lower, so
+        # every cap leaves it (the first GPU run capped below it: every attempt failed at one row)
+        _reset_peak(a.device)
+        fresh().sample(prompt, **{**args, "k": 1})
+        one = torch.cuda.max_memory_allocated() - base
         out.update(forced_by="torch.cuda.set_per_process_memory_fraction", weights_gb=round(base / 2**30, 2),
-                   uncapped_extra_gb=round(need / 2**30, 2))
+                   uncapped_extra_gb=round(need / 2**30, 2), one_row_extra_gb=round(one / 2**30, 2))
         fracs = (0.6, 0.45, 0.3, 0.2)
     else:
         out["forced_by"] = "injected: torch.OutOfMemoryError for passes of more than k/4 rows (a CPU has no cap)"
@@ -418,7 +531,7 @@ def part_oom(a) -> dict:
         att: dict = {}
         if frac is not None:
             torch.cuda.empty_cache()
-            cap = base + frac * need
+            cap = base + one + 2**28 + frac * max(need - one, 0)       # + 256 MiB: the allocator's blocks
             att["cap_gb"] = round(cap / 2**30, 2)
             torch.cuda.set_per_process_memory_fraction(min(cap / total, 1.0))
         else:
@@ -438,8 +551,8 @@ def part_oom(a) -> dict:
         except torch.OutOfMemoryError as e:
             att.update(ok=False, error=str(e)[:300], oom_retries=be.stats()["oom_retries"])
         finally:
-            if frac is not None:
-                torch.cuda.set_per_process_memory_fraction(1.0)
+            if frac is not None:        # back to the part's own cap (card_memory.apply_cap)
+                torch.cuda.set_per_process_memory_fraction(a.card.get("torch_fraction", 1.0))
         out["attempts"].append(att)
         if att.get("ok") and att["oom_retries"]:
             break
@@ -451,7 +564,8 @@ def part_ray(a) -> dict:
     try:
         import ray
     except ImportError as e:
-        return {"ran": False, "why": f"ray does not import here ({e}); its wheel does not fit the 64 MiB carried"}
+        return {"status": "not run", "ran": False,
+                "why": [f"ray does not import here ({e}); its wheel does not fit the 64 MiB carried"]}
     from ..artifacts import spec_for
     from ..runs import engine, grid
 
@@ -483,14 +597,25 @@ def part_ray(a) -> dict:
 
 # ---------------------------------------------------------------------------------- driver
 def _child(a) -> int:
+    from .card_memory import CardWatch, apply_cap
+
     fn = globals()[f"part_{a.child}"]
     t0 = time.perf_counter()
+    a.watch = CardWatch()
     try:
-        got = {"status": "ok", **fn(a)}
+        a.card = apply_cap(a.memory_cap_gib) if _cuda(a.device) else \
+            {"cap_gib": a.memory_cap_gib, "applied": False, "why": "--device cpu"}
+        a.watch.sample("start")
+        got = {"status": "ran", **fn(a)}
     except Exception as e:              # noqa: BLE001  (the report names what broke)
         got = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:2000],
                "traceback": traceback.format_exc()[-4000:]}
         print(got["traceback"], file=sys.stderr, flush=True)
+    try:
+        a.watch.sample("end")
+    except Exception as e:              # noqa: BLE001  (a broken CUDA state: say so, keep the result)
+        got["card_error"] = f"{type(e).__name__}: {e}"[:300]
+    got["card"] = {"cap": getattr(a, "card", None), **a.watch.report()}
     got["seconds"] = round(time.perf_counter() - t0, 1)
     got["host_rss_gb"] = _rss_gb()
     (a.work / f"part-{a.child}.json").write_text(json.dumps(got, indent=1, default=str) + "\n")
@@ -498,7 +623,8 @@ def _child(a) -> int:
 
 
 def _spawn(a, part: str, limit: float) -> dict:
-    args = [sys.executable, "-m", "seakr_repro.tools.gpu_rehearsal", "--child", part, *a.forward]
+    args = [sys.executable, "-m", "seakr_repro.tools.gpu_rehearsal", "--child", part, "--limit", str(limit),
+            *a.forward]
     result = a.work / f"part-{part}.json"
     result.unlink(missing_ok=True)
     (a.work / f"part-{part}.partial.json").unlink(missing_ok=True)
@@ -519,7 +645,35 @@ def _spawn(a, part: str, limit: float) -> dict:
             **({"partial": json.loads(partial.read_text())} if partial.is_file() else {})}
 
 
+def _cap(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a cap in GiB above 0, or none")
+    return value
+
+
+def _part_seconds(text: str) -> dict[str, float]:
+    """'seakr_paper=540,methods=300' -> {part: seconds} (the parts' own limits)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        part, _, sec = item.partition("=")
+        if part not in PARTS or not sec:
+            raise argparse.ArgumentTypeError(f"'{item}': give PART=SECONDS with a part of {', '.join(PARTS)}")
+        out[part] = float(sec)
+    return out
+
+
+def expectations(a) -> dict:
+    """What the verdicts hold each part to (rehearsal_verdict.judge)."""
+    return {"device": a.device, "methods": rehearsal_methods(a), "paper_questions": a.paper_questions,
+            "paper_sets": [d for d in a.paper_sets.split(",") if d], "gpu_check_rows": "20,10,5"}
+
+
 def main(argv=None) -> int:
+    from .rehearsal_verdict import judge, summary
+
     p = argparse.ArgumentParser(prog="python -m seakr_repro.tools.gpu_rehearsal",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="report.json goes here")
@@ -529,47 +683,101 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default=None, choices=("llama-2-7b", "tiny"),
                    help="default: llama-2-7b on cuda, tiny on cpu")
     p.add_argument("--parts", default=",".join(PARTS))
-    p.add_argument("--budget", type=float, default=520, help="seconds for all parts together")
+    p.add_argument("--budget", type=float, default=540, help="seconds for all parts together")
+    p.add_argument("--part-seconds", type=_part_seconds, default={},
+                   help="each part's own limit, e.g. seakr_paper=560,methods=300 (default: " +
+                        ", ".join(f"{k} {v:.0f}" for k, v in BUDGET.items()) + ")")
+    p.add_argument("--memory-cap-gib", type=_cap, default=MEMORY_CAP_GIB,
+                   help=f"every part's GPU memory cap in GiB, or none (default {MEMORY_CAP_GIB:.0f}: the "
+                        "paper profile's card)")
     p.add_argument("--questions", type=int, default=1, help="methods: questions per data set")
     p.add_argument("--sets", type=int, default=None, help="methods: only the first N sets of each table")
-    p.add_argument("--paper-questions", type=int, default=3, help="seakr_paper: at most this many per set")
-    p.add_argument("--soft-seconds", type=float, default=110, help="seakr_paper: no new question after this")
+    p.add_argument("--methods", default=None, help="methods: these (comma-separated; default every Table 1 "
+                                                   "and 2 method)")
+    p.add_argument("--methods-profile", default="paper-tiny", choices=("paper-tiny", "paper"),
+                   help="methods: the paper profile at test sizes (default) or at its own sizes")
+    p.add_argument("--paper-questions", type=int, default=3, help="seakr_paper: questions per set (ok needs "
+                                                                  "this many)")
+    p.add_argument("--paper-sets", default=",".join(TABLE7), help="seakr_paper: the sets (of 2wiki, hotpotqa)")
+    p.add_argument("--soft-seconds", type=float, default=None,
+                   help="seakr_paper: no new question after this (default: while the slowest question so "
+                        "far still fits in the part's limit)")
     p.add_argument("--passages", type=int, default=2000, help="synthetic corpus size")
-    p.add_argument("--gpu-tests", nargs="+", default=["tests"], help="where pytest -m gpu looks")
+    p.add_argument("--gpu-tests", nargs="+", default=["tests"],
+                   help="gpu_tests: folders (their modules that mark tests gpu) or files")
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="REPORT",
+                   help="write one report of these calls' report.json files to --out (runs nothing)")
     p.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)
+    p.add_argument("--limit", type=float, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.shape = a.shape or ("llama-2-7b" if _cuda(a.device) else "tiny")
     a.work = (a.work or Path("/tmp") / f"seakr-rehearsal-{a.out.resolve().name}").resolve()
+    unknown_sets = set(a.paper_sets.split(",")) - set(TABLE7)
+    if unknown_sets:
+        p.error(f"--paper-sets: {sorted(unknown_sets)} were not timed by the paper (Table 7: {', '.join(TABLE7)})")
     if a.child:
+        a.limit = a.limit if a.limit is not None else {**BUDGET, **a.part_seconds}[a.child]
         return _child(a)
 
-    a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.merge:
+        from .rehearsal_verdict import merge
+
+        try:
+            report = merge([json.loads(f.read_text()) for f in a.merge])
+        except ValueError as e:
+            p.error(str(e))
+        (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        return _say_summary(a, report["summary"])
+    a.work.mkdir(parents=True, exist_ok=True)
+    cap = "none" if a.memory_cap_gib is None else str(a.memory_cap_gib)
     a.forward = ["--out", str(a.out), "--work", str(a.work), "--device", a.device, "--shape", a.shape,
-                 "--questions", str(a.questions),
-                 *(["--sets", str(a.sets)] if a.sets else []), "--paper-questions", str(a.paper_questions),
-                 "--soft-seconds", str(a.soft_seconds), "--passages", str(a.passages), "--gpu-tests", *a.gpu_tests]
+                 "--questions", str(a.questions), "--memory-cap-gib", cap, "--methods-profile", a.methods_profile,
+                 *(["--sets", str(a.sets)] if a.sets else []), *(["--methods", a.methods] if a.methods else []),
+                 "--paper-questions", str(a.paper_questions), "--paper-sets", a.paper_sets,
+                 *(["--soft-seconds", str(a.soft_seconds)] if a.soft_seconds is not None else []),
+                 "--passages", str(a.passages), "--gpu-tests", *a.gpu_tests]
     parts = [x for x in a.parts.split(",") if x]
     unknown = set(parts) - set(PARTS)
     if unknown:
         p.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    limits = {**BUDGET, **a.part_seconds}
+    from ..core.provenance import git_revision
+
+    git = git_revision()
     report = {"what": "GPU rehearsal (seakr_repro/tools/gpu_rehearsal.py)", "device": a.device, "shape": a.shape,
-              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "budget_s": a.budget, "parts": {}}
+              "commit": None if git["revision"] == "unknown" else git["revision"],
+              "changed_from_commit": git["changed"],
+              "memory_cap_gib": a.memory_cap_gib, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+              "budget_s": a.budget, "part_limits_s": {k: limits[k] for k in parts}, "argv": sys.argv[1:],
+              "parts": {}}
+    expect = expectations(a)
     deadline = time.monotonic() + a.budget
+    print(f"[rehearsal] memory cap: {cap} GiB per part", flush=True)
     for part in parts:
         left = deadline - time.monotonic()
         if left < 5:
-            report["parts"][part] = {"status": "not run", "why": "the rehearsal's time budget was spent"}
-            continue
-        print(f"[rehearsal] {part} (at most {min(BUDGET[part], left):.0f} s) ...", flush=True)
-        report["parts"][part] = _spawn(a, part, min(BUDGET[part], left))
-        print(f"[rehearsal] {part}: {report['parts'][part]['status']} in {report['parts'][part].get('seconds')} s",
-              flush=True)
+            report["parts"][part] = {"status": "out of time", "why": ["the call's budget (--budget) was spent"]}
+        else:
+            limit = min(limits[part], left)
+            print(f"[rehearsal] {part} (at most {limit:.0f} s) ...", flush=True)
+            report["parts"][part] = judge(part, _spawn(a, part, limit), expect)
+        got = report["parts"][part]
+        print(f"[rehearsal] {part}: {got['status']} in {got.get('seconds')} s"
+              + (f": {'; '.join(map(str, got['why']))[:600]}" if got.get("why") else ""), flush=True)
         report["seconds"] = round(a.budget - (deadline - time.monotonic()), 1)
+        report["summary"] = summary(report)
         (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    bad = [k for k, v in report["parts"].items() if v["status"] != "ok"]
-    print(f"[rehearsal] report: {a.out / 'report.json'}; parts not ok: {bad or 'none'}", flush=True)
-    return 0
+    report["summary"] = summary(report)
+    (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return _say_summary(a, report["summary"])
+
+
+def _say_summary(a, done: dict) -> int:
+    not_run = "; ".join(f"{k} ({(w or ['?'])[0]})" for k, w in done["not_run"].items())
+    print(f"[rehearsal] report: {a.out / 'report.json'}; ok: {', '.join(done['ok']) or 'none'}; "
+          f"NOT OK: {', '.join(done['not_ok']) or 'none'}; not run: {not_run or 'none'}", flush=True)
+    return done["exit_status"]
 
 
 if __name__ == "__main__":

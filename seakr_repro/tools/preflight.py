@@ -23,18 +23,8 @@ from ..artifacts import SELF_RAG_MODEL as SELF_RAG   # Tables 1/2's Self-RAG row
 from ..core.config import Config
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import DataMissingError, UserError
-
-
-# GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
-# 5.9 GB beside LLaMA-2-7B's 13.5 GB of 16-bit weights is the measured 19.4 GB peak (allocated)
-# of a 1,500-token prompt decoded 5 rows at a time on the old path (prompt copied per row). With
-# shared-prefix decoding (params/paper.yaml: k = 20 in one batch) docs/speed.md's arithmetic gives
-# about 17 GiB (18.3 GB) in all, so the reserve errs on the safe side; no GPU has measured it yet.
-PARAMETERS = {"llama-2-7b": 6.74e9, "llama-2-7b-chat": 6.74e9, "selfrag-llama2-7b": 6.74e9,
-              "llama-3-8b": 8.03e9, "llama-3-8b-instruct": 8.03e9,
-              "smollm2-135m-instruct": 0.135e9, "gemma-3-270m": 0.27e9}
-BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
-DECODING_BYTES = 5.9e9
+# GPU memory: one estimate for preflight and the run grid (llm/gpu_fit.py)
+from ..llm.gpu_fit import BYTES_PER_VALUE, DECODING_BYTES, PARAMETERS, dtype_that_fits, gpu_need_bytes  # noqa: F401
 
 
 @dataclass
@@ -281,14 +271,6 @@ def check_disk(cfg: Config, report: Report) -> None:
         report.ok.append(f"disk: {human_bytes(free)} free, about {human_bytes(need)} needed")
 
 
-def gpu_need_bytes(cfg: Config, dtype: str | None = None) -> int | None:
-    params = PARAMETERS.get(cfg["model.name"])
-    per_value = BYTES_PER_VALUE.get(dtype or cfg["model.dtype"])
-    if params is None or per_value is None:
-        return None
-    return int(params * per_value + DECODING_BYTES)
-
-
 def baselines_dtype(cfg: Config) -> str | None:
     """The dtype the baselines load the profile's model in when it is not model.dtype (faithful:
     float32, as DRAGIN's code loads it), else None."""
@@ -319,25 +301,28 @@ def check_gpu(cfg: Config, report: Report) -> None:
         return          # the workers' GPUs count, not this node's (check_cluster)
     import torch
 
-    total = torch.cuda.get_device_properties(0).total_memory
+    from ..core.device import usable_gpu_bytes
+
+    total, name = usable_gpu_bytes(), torch.cuda.get_device_name(0)
+    if total < torch.cuda.get_device_properties(0).total_memory:
+        name += " (capped by torch.cuda.set_per_process_memory_fraction)"
     need = gpu_need_bytes(cfg)
     if need is not None and total < need:
         report.problems.append(
             f"GPU: {cfg['model.name']} in {cfg['model.dtype']} needs about {human_bytes(need)} of GPU "
-            f"memory (weights plus decoding) but {torch.cuda.get_device_name(0)} has "
+            f"memory (weights plus decoding) but {name} has "
             f"{human_bytes(total)} (fix: use a larger GPU, or lower model.max_batch_rows and "
             f"model.prefix_cache_tokens)")
     else:
         gpu_sizes = " (the profile's gpu: settings apply)" if cfg.get("gpu") else ""
-        report.ok.append(f"GPU: {torch.cuda.get_device_name(0)}, {human_bytes(total)}{gpu_sizes}")
-    dtype = baselines_dtype(cfg)
-    need = gpu_need_bytes(cfg, dtype) if dtype else None
-    if need is not None and total < need:
-        report.problems.append(
-            f"GPU: the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as "
-            f"DRAGIN's code does), about {human_bytes(need)} of GPU memory, but "
-            f"{torch.cuda.get_device_name(0)} has {human_bytes(total)} (fix: use a larger GPU, or set "
-            f"baselines.dtype: {cfg['model.dtype']}, a departure from DRAGIN's runs)")
+        report.ok.append(f"GPU: {name}, {human_bytes(total)}{gpu_sizes}")
+    try:
+        _, departure = dtype_that_fits(cfg, baselines_dtype(cfg), total, gpu=name)
+    except UserError as err:
+        report.problems.append(f"GPU: {err.what}")
+    else:
+        if departure:
+            report.ok.append(f"GPU: the baselines' model: {departure}")
 
 
 def check_cluster(cfg: Config, report: Report) -> None:

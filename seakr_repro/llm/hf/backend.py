@@ -23,7 +23,8 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   identical vectors.
 - CUDA out-of-memory: the prefix cache is dropped, the rows per forward pass are halved and the
   call is run again (same tokens: sampling does not depend on how rows are split into forward
-  passes); `stats()["oom_retries"]` counts it.
+  passes); `stats()["oom_retries"]` counts it and `stats()["oom_seconds"]` the time the failed
+  attempts took (what the retries cost).
 - Stop strings are searched in the generated text only (as vLLM, the official engine, does).
   The returned text is cut before the stop string; token lists keep the tokens whose text lies
   entirely before it; `all_token_ids` keeps every generated token (see `stops`).
@@ -46,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -137,6 +139,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.max_batch_contexts = max_batch_contexts
         self.contexts_per_batch = max_batch_contexts
         self.oom_retries = 0
+        self.oom_seconds = 0.0                # wall time of the attempts that ran out of memory
         # the checkpoint's generation_config.json (from_dir); None: not read (faithful baselines
         # then refuse to guess how DRAGIN's code would decode)
         self.generation_config: dict | None = None
@@ -144,7 +147,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def stats(self) -> dict[str, int]:
         """Counters the runner copies into each result row (as differences around a question)."""
-        return {"oom_retries": self.oom_retries}
+        return {"oom_retries": self.oom_retries, "oom_seconds": round(self.oom_seconds, 3)}
 
     @classmethod
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
@@ -183,10 +186,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         run it again. Only when a single row does not fit does the error go through."""
         for attempt in range(64):
             self._widest = 0
+            t0 = time.perf_counter()
             try:
                 return fn()
             except torch.OutOfMemoryError:     # torch.cuda.OutOfMemoryError included
                 widest = self._widest
+                self.oom_seconds += time.perf_counter() - t0
                 if widest <= 1 and self.rows_per_forward == 1 or attempt == 63:
                     raise
             # outside the except block, so the failed pass's tensors can be freed
@@ -210,12 +215,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
                 out += self._with_oom_retry(lambda part=part: fn(part))
                 i += 1
                 continue
+            t0 = time.perf_counter()
             try:
                 out += fn(part)
                 i += n
                 continue
             except torch.OutOfMemoryError:
-                pass
+                self.oom_seconds += time.perf_counter() - t0
             # outside the except block, so the failed pass's tensors can be freed
             self.oom_retries += 1
             self.reset_prefix_cache()

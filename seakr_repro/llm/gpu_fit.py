@@ -1,0 +1,64 @@
+"""How much GPU memory a model needs, by one estimate, and the dtype the faithful baselines load in
+on a card too small for theirs. Preflight (tools/preflight.py) checks a profile with it before a
+run; the run grid (runs/grid.py) decides with it when it loads a model: the same numbers, so what
+preflight promised is what the run does."""
+from __future__ import annotations
+
+from ..core.config import Config
+from ..core.disk import human_bytes
+from ..core.errors import UserError
+
+# GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
+# 5.9 GB beside LLaMA-2-7B's 13.5 GB of 16-bit weights is the measured 19.4 GB peak (allocated)
+# of a 1,500-token prompt decoded 5 rows at a time on the old path (prompt copied per row). With
+# shared-prefix decoding (params/paper.yaml: k = 20 in one batch) docs/speed.md's arithmetic gives
+# about 17 GiB (18.3 GB) in all, so the reserve errs on the safe side; no GPU has measured it yet.
+PARAMETERS = {"llama-2-7b": 6.74e9, "llama-2-7b-chat": 6.74e9, "selfrag-llama2-7b": 6.74e9,
+              "llama-3-8b": 8.03e9, "llama-3-8b-instruct": 8.03e9,
+              "smollm2-135m-instruct": 0.135e9, "gemma-3-270m": 0.27e9}
+BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
+DECODING_BYTES = 5.9e9
+
+
+def gpu_need_bytes(cfg: Config, dtype: str | None = None, name: str | None = None) -> int | None:
+    """GPU memory a model (default: the profile's) needs in `dtype` (default: model.dtype): its
+    weights plus DECODING_BYTES (None: a model or dtype this table does not know)."""
+    params = PARAMETERS.get(name or cfg["model.name"])
+    per_value = BYTES_PER_VALUE.get(dtype or cfg["model.dtype"])
+    if params is None or per_value is None:
+        return None
+    return int(params * per_value + DECODING_BYTES)
+
+
+def _baselines_too_large(cfg: Config, dtype: str, need: int, card: int, gpu: str) -> str:
+    """Why the baselines' own dtype does not fit, and the fixes (preflight and the run say it alike)."""
+    return (f"the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as DRAGIN's "
+            f"code does), about {human_bytes(need)} of GPU memory, but {gpu} has {human_bytes(card)} "
+            f"(fix: use a larger GPU, or set baselines.dtype_when_too_large: float16 or baselines.dtype: "
+            f"{cfg['model.dtype']}, a departure from DRAGIN's runs)")
+
+
+def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str | None = None,
+                    gpu: str = "the GPU") -> tuple[str | None, str | None]:
+    """(the dtype to load a model in, the departure to announce or None) for a model asked for in
+    `dtype` on a GPU with `card` bytes (`core.device.usable_gpu_bytes`: the card, or its cap; None:
+    no GPU, nothing to decide). Only a dtype other than model.dtype is replaced (the faithful
+    baselines' float32): when preflight's estimate says it does not fit, by
+    baselines.dtype_when_too_large; when that is null, or does not fit either, a UserError."""
+    if dtype is None or card is None or dtype == cfg["model.dtype"]:
+        return dtype, None
+    need = gpu_need_bytes(cfg, dtype, name)
+    if need is None or need <= card:
+        return dtype, None
+    instead = cfg.get("baselines.dtype_when_too_large")
+    if instead is None:
+        raise UserError(_baselines_too_large(cfg, dtype, need, card, gpu), setting="baselines.dtype_when_too_large")
+    smaller = gpu_need_bytes(cfg, instead, name)
+    if smaller is not None and smaller > card:
+        raise UserError(f"{name or cfg['model.name']} in {instead} (baselines.dtype_when_too_large) needs about "
+                        f"{human_bytes(smaller)} of GPU memory either, and {gpu} has {human_bytes(card)}",
+                        setting="baselines.dtype_when_too_large", fix="use a larger GPU")
+    return instead, (f"{name or cfg['model.name']} loads in {instead}, NOT {dtype}: {dtype} needs about "
+                     f"{human_bytes(need)} of GPU memory (preflight's estimate), {gpu} has "
+                     f"{human_bytes(card)} (baselines.dtype_when_too_large: {instead}; a departure from "
+                     f"DRAGIN's runs, which loaded {dtype})")
