@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU rehearsal in one call (docs/measurements.md, "GPU rehearsal"): writes OUT/report.json and
 # OUT/log.txt. On a lent GPU machine: `bash scripts/gpu_rehearsal.sh $OUT` with `.gpu-rehearsal`
-# carried (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks).
+# carried (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks, Ray among them;
+# the archives are unpacked into one folder on PYTHONPATH, which Ray's workers inherit).
 # Here, on CPU: DEVICE=cpu bash scripts/gpu_rehearsal.sh OUT (tiny shapes; tests/test_gpu_rehearsal.py).
 #   DEVICE     cuda (default) | cpu
 #   PY         the Python to run (default: python3, the GPU machine's own, with its torch)
@@ -26,11 +27,16 @@ if [ -f "$PACK/site.tar.xz" ]; then
     have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     if [ "$want" = "$have" ]; then
         SITE=$(mktemp -d /tmp/seakr-rehearsal-site.XXXXXX)
-        tar -xJf "$PACK/site.tar.xz" -C "$SITE" && say "unpacked $(wc -l < "$PACK/manifest.txt") packages of $PACK into $SITE"
+        for archive in "$PACK"/site.tar.xz "$PACK"/ray.tar.xz; do    # ray.tar.xz: absent when RAY=auto left it out
+            [ -f "$archive" ] && tar -xJf "$archive" -C "$SITE" && say "unpacked $archive into $SITE"
+        done
+        say "$(cat "$PACK"/manifest.txt "$PACK"/ray-manifest.txt 2>/dev/null | wc -l) packages from $PACK"
     else
         say "NOT using $PACK: it was packed for Python $want, $PY is $have"
     fi
 fi
+# the ray part quotes the pack's sizes.json when Ray is not there
+[ -d "$PACK" ] && REHEARSAL_PACK=$(cd "$PACK" && pwd) && export REHEARSAL_PACK
 export PYTHONPATH="$PWD${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 say "device $DEVICE, python $("$PY" -c 'import sys; print(sys.version.split()[0])'), budget ${BUDGET} s"
