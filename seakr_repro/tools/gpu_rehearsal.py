@@ -28,8 +28,10 @@ Parts (`--parts`):
 - oom: the out-of-memory retry, forced by a memory cap (`torch.cuda.set_per_process_memory_fraction`)
   below what k rows need: retries counted, and the tokens equal to the uncapped run's. On a CPU
   there is no cap: the error is injected (the report says so).
-- ray: if Ray imports, the same SeaKR question on the Ray engine with one worker (a GPU on CUDA),
-  against the local engine's row.
+- ray: the same SeaKR question on the Ray engine with one worker (`num_gpus` 1 on CUDA), its run
+  rows against the local engine's field by field, the call cache off (Ray travels in the pack:
+  scripts/gpu_rehearsal_pack.sh). Without Ray: "not run" with the pack's sizes where it could
+  not travel, "failed" where the pack carried it.
 
 `--device cpu --shape tiny` runs every part in about a minute (tests/test_gpu_rehearsal.py, in
 `make test`), so the rehearsal cannot rot while no GPU is at hand.
