@@ -81,8 +81,8 @@ REHEARSAL_OUT ?= results/gpu-rehearsal
 gpu-rehearsal:  ## on a GPU machine: everything a GPU can prove here, one JSON report (docs/measurements.md); DEVICE=cpu runs it here
 	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_rehearsal.sh $(REHEARSAL_OUT)
 
-gpu-rehearsal-pack: $(STAMP)  ## pack the packages a GPU machine lacks into .gpu-rehearsal/ (carried with the rehearsal)
-	PIP="$(PY) -m pip" bash scripts/gpu_rehearsal_pack.sh
+gpu-rehearsal-pack: $(STAMP)  ## pack the packages a GPU machine lacks, Ray among them, into .gpu-rehearsal/ (carried with the rehearsal); RAY=auto leaves Ray out if it does not fit
+	PY="$(PY)" PIP="$(PY) -m pip" bash scripts/gpu_rehearsal_pack.sh
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

@@ -2,7 +2,8 @@
 # The GPU rehearsal (docs/measurements.md, "GPU rehearsal"): writes OUT/report.json and OUT/log.txt,
 # and exits 1 when any part is not ok (a part "not run" on that machine aside; the report's
 # "summary" lists each). On a lent GPU machine, with `.gpu-rehearsal` carried
-# (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks), in three calls of
+# (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks, Ray among them; the
+# archives are unpacked into one folder on PYTHONPATH, which Ray's workers inherit), in three calls of
 # at most 600 s (each part under a 24 GiB cap, the paper profile's card):
 #   1. REHEARSAL_ARGS="--parts env,gpu_tests,gpu_check,methods,oom,ray" bash scripts/gpu_rehearsal.sh $OUT
 #   2. REHEARSAL_ARGS="--parts seakr_paper --paper-sets 2wiki" bash scripts/gpu_rehearsal.sh $OUT
@@ -39,11 +40,16 @@ if [ -f "$PACK/site.tar.xz" ]; then
     have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     if [ "$want" = "$have" ]; then
         SITE=$(mktemp -d /tmp/seakr-rehearsal-site.XXXXXX)
-        tar -xJf "$PACK/site.tar.xz" -C "$SITE" && say "unpacked $(wc -l < "$PACK/manifest.txt") packages of $PACK into $SITE"
+        for archive in "$PACK"/site.tar.xz "$PACK"/ray.tar.xz; do    # ray.tar.xz: absent when RAY=auto left it out
+            [ -f "$archive" ] && tar -xJf "$archive" -C "$SITE" && say "unpacked $archive into $SITE"
+        done
+        say "$(cat "$PACK"/manifest.txt "$PACK"/ray-manifest.txt 2>/dev/null | wc -l) packages from $PACK"
     else
         say "NOT using $PACK: it was packed for Python $want, $PY is $have"
     fi
 fi
+# the ray part quotes the pack's sizes.json when Ray is not there
+[ -d "$PACK" ] && REHEARSAL_PACK=$(cd "$PACK" && pwd) && export REHEARSAL_PACK
 export PYTHONPATH="$PWD${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 say "device $DEVICE, python $("$PY" -c 'import sys; print(sys.version.split()[0])'), budget ${BUDGET} s"

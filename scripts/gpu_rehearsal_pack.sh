@@ -1,47 +1,78 @@
 #!/usr/bin/env bash
-# Pack what the GPU rehearsal needs and the GPU machine lacks (scripts/gpu_rehearsal_packages.txt)
-# into .gpu-rehearsal/ (git-ignored), to be named in the device tool's `carry`:
-#   site.tar.xz     the wheels for PYVER (default 3.12, the GPU machine's) and manylinux x86_64,
-#                   installed into one folder, their compiled modules stripped of debug symbols
-#                   and their tests and C sources left out (the wheels alone are ~73 MB; this ~25 MB)
-#   python-version  PYVER (scripts/gpu_rehearsal.sh unpacks the site only for that Python)
-#   manifest.txt    the packages and versions inside
-# Fails when the pack and the tracked files together exceed the 64 MiB a call carries.
+# Pack what the GPU rehearsal needs and the GPU machine lacks into .gpu-rehearsal/ (git-ignored),
+# to be named in the device tool's `carry`:
+#   site.tar.xz       the packages of scripts/gpu_rehearsal_packages.txt: wheels for PYVER (default
+#                     3.12, the GPU machine's) and manylinux x86_64, installed into one folder, their
+#                     compiled modules stripped of debug symbols, tests and C sources left out
+#   ray.tar.xz        Ray and the dependencies of it the machine lacks (scripts/gpu_rehearsal_ray.txt),
+#                     without the folders seakr_repro/tools/rehearsal_pack.py's RAY_DROPPED names,
+#                     _raylet.so, raylet and gcs_server stripped (they stay executable)
+#   manifest.txt, ray-manifest.txt   the packages and versions inside each
+#   python-version    PYVER (scripts/gpu_rehearsal.sh unpacks the archives only for that Python)
+#   sizes.json        each component's size and the verdict (the rehearsal's ray part quotes it)
+# Prints each component's size and fails when the archives and the checkout's files (tracked, and
+# untracked ones git does not ignore) exceed the 64 MiB a call carries. RAY=auto instead leaves
+# Ray out when only Ray does not fit, and sizes.json says so (the ray part then reports not run).
 # Needs pip, strip (binutils), tar and xz; runs here, never on the GPU machine (no network there).
+# Takes minutes (two xz archives of ~100 MB each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYVER=${PYVER:-3.12}
 PACK=${PACK:-.gpu-rehearsal}
-PIP=${PIP:-.venv/bin/python -m pip}
-LIMIT=$((64 * 1024 * 1024))
+PY=${PY:-.venv/bin/python}
+PIP=${PIP:-$PY -m pip}
+RAY=${RAY:-1}
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
            --platform any"
 FOR="--only-binary=:all: --python-version $PYVER --implementation cp $PLATFORMS"
 TMP=$(mktemp -d /tmp/seakr-rehearsal-pack.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+mib() { echo "$(($1 / 1024 / 1024)) MiB ($1 bytes)"; }
 
-echo "[pack] downloading the wheels for Python $PYVER, manylinux x86_64 ..."
-# shellcheck disable=SC2086
-$PIP download -q --no-deps $FOR -d "$TMP/wheels" -r scripts/gpu_rehearsal_packages.txt
-wheels=$(du -cb "$TMP"/wheels/*.whl | tail -1 | cut -f1)
-echo "[pack] $(ls "$TMP"/wheels | wc -l) wheels, $((wheels / 1024 / 1024)) MiB"
-# shellcheck disable=SC2086
-$PIP install -q --no-index --no-deps --no-compile $FOR --target "$TMP/site" "$TMP"/wheels/*.whl
-find "$TMP/site" -name "*.so" -exec strip --strip-unneeded {} +
-find "$TMP/site" \( -name "*.pyx" -o -name "*.pxd" -o -name "*.pyi" -o -name "*.cpp" -o -name "*.c" \
-     -o -name "*.h" -o -name "__pycache__" \) -prune -exec rm -rf {} +
-rm -rf "$TMP"/site/{spacy,thinc,blis,srsly}/tests "$TMP/site/bin"
+# unpack REQUIREMENTS into TMP/NAME: wheels for the GPU machine, installed into one folder, the
+# compiled code stripped, what nothing runs (C sources, stubs, bytecode, console scripts) left out;
+# prints the manifest (NAME==VERSION a line), its progress goes to stderr
+site() {
+    local reqs=$1 name=$2
+    echo "[pack] $name: downloading the wheels of $reqs for Python $PYVER, manylinux x86_64 ..." >&2
+    # shellcheck disable=SC2086
+    $PIP download -q --no-deps $FOR -d "$TMP/$name-wheels" -r "$reqs"
+    echo "[pack] $name: $(ls "$TMP/$name-wheels" | wc -l) wheels, $(mib "$(du -cb "$TMP/$name-wheels"/*.whl | tail -1 | cut -f1)")" >&2
+    # shellcheck disable=SC2086
+    $PIP install -q --no-index --no-deps --no-compile $FOR --target "$TMP/$name" "$TMP/$name-wheels"/*.whl
+    find "$TMP/$name" -name "*.so" -exec strip --strip-unneeded {} +
+    find "$TMP/$name" \( -name "*.pyx" -o -name "*.pxd" -o -name "*.pyi" -o -name "*.cpp" -o -name "*.c" \
+         -o -name "*.h" -o -name "__pycache__" \) -prune -exec rm -rf {} +
+    rm -rf "$TMP/$name/bin"
+    (cd "$TMP/$name-wheels" && ls *.whl | sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/')
+}
+archive() {    # archive TMP/NAME as PACK/FILE
+    local name=$1 file=$2
+    echo "[pack] $name: $(mib "$(du -sb "$TMP/$name" | cut -f1)") unpacked; compressing into $PACK/$file ..."
+    tar -C "$TMP/$name" -cf - . | xz -6 -T0 > "$PACK/$file"
+    echo "[pack] $name: $PACK/$file $(mib "$(stat -c %s "$PACK/$file")")"
+}
+
 mkdir -p "$PACK"
-rm -f "$PACK/site.tar.xz"
-tar -C "$TMP/site" -cf - . | xz -6 -T0 > "$PACK/site.tar.xz"
+rm -f "$PACK"/{site.tar.xz,ray.tar.xz,manifest.txt,ray-manifest.txt,sizes.json}
+
+site scripts/gpu_rehearsal_packages.txt rehearsal > "$TMP/manifest.txt"
+rm -rf "$TMP"/rehearsal/{spacy,thinc,blis,srsly}/tests
+archive rehearsal site.tar.xz
+cp "$TMP/manifest.txt" "$PACK/manifest.txt"
+
+site scripts/gpu_rehearsal_ray.txt ray > "$TMP/ray-manifest.txt"
+strip --strip-unneeded "$TMP"/ray/ray/core/src/ray/raylet/raylet "$TMP"/ray/ray/core/src/ray/gcs/gcs_server
+for d in $($PY -m seakr_repro.tools.rehearsal_pack ray-drops); do
+    rm -rf "${TMP:?}/ray/ray/$d"
+done
+$PY -m seakr_repro.tools.rehearsal_pack check-ray "$TMP/ray"
+archive ray ray.tar.xz
+cp "$TMP/ray-manifest.txt" "$PACK/ray-manifest.txt"
 echo "$PYVER" > "$PACK/python-version"
-(cd "$TMP/wheels" && ls *.whl | sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/') > "$PACK/manifest.txt"
-packed=$(du -cb "$PACK"/* | tail -1 | cut -f1)
-tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-echo "[pack] $PACK: $((packed / 1024 / 1024)) MiB ($(wc -l < "$PACK/manifest.txt") packages); tracked files" \
-     "$((tree / 1024 / 1024)) MiB; together $(((packed + tree) / 1024 / 1024)) of 64 MiB"
-if [ $((packed + tree)) -gt $LIMIT ]; then
-    echo "[pack] too large for one call's 64 MiB" >&2
-    exit 1
-fi
+
+# what the device tool carries besides: the tracked files and the untracked ones git does not ignore
+tree=$(git ls-files -z | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
+untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
+$PY -m seakr_repro.tools.rehearsal_pack account "$PACK" --tree "${tree:-0}" --untracked "${untracked:-0}" --ray "$RAY"

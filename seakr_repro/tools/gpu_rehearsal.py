@@ -54,8 +54,11 @@ Parts (`--parts`):
   below what k rows need: retries counted, and the tokens equal to the uncapped run's. On a CPU
   there is no cap: the error is injected (the report says so). ok: a retry ran and gave the
   uncapped run's tokens.
-- ray: if Ray imports, the same SeaKR question on the Ray engine with one worker (a GPU on CUDA),
-  against the local engine's row. ok: the same scores; `not run` where Ray does not import.
+- ray: the same SeaKR question on the Ray engine with one worker (`num_gpus` 1 on CUDA), its run
+  rows against the local engine's field by field, the call cache off (Ray travels in the pack:
+  scripts/gpu_rehearsal_pack.sh). Without Ray: "not run" with the pack's sizes where it could
+  not travel, "failed" where the pack carried it. ok: the same run rows, computed by a worker that
+  held one GPU on CUDA.
 
 Time: the device allows 600 s per call (~15 minutes of device time per session), so each part has
 its own limit (BUDGET; `--part-seconds PART=S,...`) and the call one more (`--budget`, default
@@ -560,39 +563,111 @@ def part_oom(a) -> dict:
     return out
 
 
+class _CountingLoader:
+    """The ray part's loader: `inner`'s backend (the profile's cache.enabled off) behind the call
+    cache switched off with its counters on, as Table 7 times: the Ray worker computes every call
+    instead of reading what the local run cached, and both runs' rows carry calls and tokens."""
+
+    def __init__(self, inner, cap_gib: float | None = None):
+        self.inner, self.cap_gib = inner, cap_gib
+
+    def __call__(self, cfg, name: str, dtype: str | None = None):
+        from ..llm.cache import CachedBackend
+
+        if self.cap_gib is not None and self.inner.device == "cuda":
+            # the cap is per process: a Ray worker builds its model here, under the part's cap too
+            from .card_memory import apply_cap
+            apply_cap(self.cap_gib)
+        return CachedBackend(self.inner(cfg, name, dtype), enabled=False)
+
+
+def _run_rows(cfg, dataset: str, label: str) -> dict:
+    """{question id: its row} of `label`'s current run file, less the seconds it took."""
+    from ..core.paths import results_dir
+    from ..runs.runner import current_name
+
+    folder = results_dir(cfg.profile) / "runs" / dataset
+    name = current_name(folder, label)
+    if name is None:
+        raise RuntimeError(f"no run file of {label} in {folder}")
+    rows = [json.loads(line) for line in (folder / name).read_text().splitlines() if line.strip()]
+    return {r["id"]: {k: v for k, v in r.items() if k != "seconds"} for r in rows}
+
+
 def part_ray(a) -> dict:
+    """SeaKR's first 2Wiki question on the local engine, then on the Ray engine with one worker
+    (`num_gpus` 1 on CUDA: `engine.plan_workers`), the call cache off: the same rows, field by
+    field, or the part fails. Without Ray: "not run" when the pack's sizes.json says Ray could not
+    travel (or no pack came), "failed" when the pack carried it (`rehearsal_pack.ray_not_there`)."""
+    from .rehearsal_pack import ray_not_there, read_sizes
+
+    pack = os.environ.get("REHEARSAL_PACK")
+    sizes = read_sizes(pack)
     try:
         import ray
     except ImportError as e:
-        return {"status": "not run", "ran": False,
-                "why": [f"ray does not import here ({e}); its wheel does not fit the 64 MiB carried"]}
+        return ray_not_there(str(e), sizes, pack or ".gpu-rehearsal")
     from ..artifacts import spec_for
     from ..runs import engine, grid
+    from ..runs.pool import free_accelerator_memory
 
-    cfg, searcher = _profile_inputs("paper-tiny", _model_overrides(a), 1, a.passages)
-    loader = RandomLlamaLoader(a.shape, a.device, str(tokenizer_dir(a.work)))
-    local, _ = grid.run_grid(cfg, grid.BackendPool(cfg, loader=loader), searcher, [spec_for("seakr")],
-                             ["2wiki"], 1, progress=False)
-    rcfg = cfg.with_overrides({"runner.engine": "ray", "runner.ray_address": "local"})
+    cfg, searcher = _profile_inputs("paper-tiny", {**_model_overrides(a), "cache.enabled": False}, 1, a.passages)
+    loader = _CountingLoader(RandomLlamaLoader(a.shape, a.device, str(tokenizer_dir(a.work))), a.memory_cap_gib)
+    pool = grid.BackendPool(cfg, loader=loader)
+    try:
+        local_res, _ = grid.run_grid(cfg, pool, searcher, [spec_for("seakr")], ["2wiki"], 1, progress=False)
+    finally:
+        pool.close()                # the worker loads its own model on the same card
+        free_accelerator_memory()
+    local = _run_rows(cfg, "2wiki", "seakr")
+    got = {"ray_version": ray.__version__, "ray_from": str(Path(ray.__file__).parent),
+           "pack_sizes": sizes and sizes.get("sizes"), "local_rows": len(local)}
+    _partial(a, got)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")        # no network there; nothing to report to
+    gpus = 0
+    if _cuda(a.device):
+        import torch
+        gpus = torch.cuda.device_count()
     t0 = time.perf_counter()
     # a small object store (as tests/test_ray_engine.py's cluster): the default 30% of the memory
     # made the node's start time out on a busy 2-core machine; the Fleet joins this cluster
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
+    ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=gpus, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR", object_store_memory=200 * 2**20)
-    fleet = engine.Fleet(rcfg, 1, loader=loader)
+    rcfg = cfg.with_overrides({"runner.engine": "ray", "runner.ray_address": "local"})
     try:
-        started = round(time.perf_counter() - t0, 1)
-        resources = dict(fleet.resources)
-        # another row label, so the Ray run writes its own run file rather than resuming the local one
-        rres, _ = grid.run_grid(rcfg, engine.FleetPool(fleet), searcher,
-                                [spec_for("seakr", "seakr-ray")], ["2wiki"], 1, progress=False)
+        fleet = engine.Fleet(rcfg, 1, loader=loader)
+        try:
+            got.update(start_seconds=round(time.perf_counter() - t0, 1), worker_resources=dict(fleet.resources),
+                       worker=fleet.infos()[0])
+            _partial(a, got)
+            # another row label, so the Ray run writes its own run file rather than resuming the local one
+            ray_res, _ = grid.run_grid(rcfg, engine.FleetPool(fleet), searcher, [spec_for("seakr", "seakr-ray")],
+                                       ["2wiki"], 1, progress=False)
+        finally:
+            fleet.close()
     finally:
-        fleet.close()
         ray.shutdown()
+    remote = _run_rows(rcfg, "2wiki", "seakr-ray")
+    differ = {q: sorted(k for k in set(r) | set(remote.get(q, {})) if r.get(k) != remote.get(q, {}).get(k))
+              for q, r in local.items() if r != remote.get(q)}
     pick = lambda df: df[["metric", "value"]].values.tolist()   # noqa: E731
-    return {"ran": True, "workers": 1, "worker_resources": resources, "start_seconds": started,
-            "seconds_per_q": float(rres[rres.metric == "f1"]["seconds_per_q"].iloc[0]),
-            "same_scores_as_local": pick(rres) == pick(local)}
+    row = next(iter(remote.values()), {})
+    got.update(ran=True, workers=1, ray_rows=len(remote),
+               same_rows_as_local=not differ and remote.keys() == local.keys(),
+               same_scores_as_local=pick(ray_res) == pick(local_res), differing_fields=differ,
+               seconds_per_q=float(ray_res[ray_res.metric == "f1"]["seconds_per_q"].iloc[0]),
+               llm_calls=row.get("llm_calls"), tokens=row.get("tokens"))
+    problems = []
+    if not got["same_rows_as_local"]:
+        problems.append(f"the Ray worker's rows differ from the local engine's: {differ or 'other questions'}")
+    if not row.get("llm_calls") or row.get("llm_cache_hits"):
+        problems.append(f"the Ray run did not compute its calls (llm_calls {row.get('llm_calls')}, "
+                        f"cache hits {row.get('llm_cache_hits')})")
+    if gpus and len(got["worker"].get("gpus") or []) != 1:
+        problems.append(f"the worker was to hold one GPU, it saw {got['worker'].get('gpus')}")
+    if problems:
+        got.update(status="failed", error="; ".join(problems))
+    return got
 
 
 # ---------------------------------------------------------------------------------- driver

@@ -115,7 +115,8 @@ def _oom(got: dict, expect: dict) -> list[str]:
 
 
 def _ray(got: dict, expect: dict) -> list[str]:
-    return [] if got.get("same_scores_as_local") else ["the Ray worker's scores differ from the local engine's"]
+    why = [] if got.get("same_rows_as_local") else ["the Ray worker's run rows differ from the local engine's"]
+    return why + ([] if got.get("same_scores_as_local") else ["the Ray worker's scores differ from the local engine's"])
 
 
 RULES = {"env": _env, "gpu_tests": _gpu_tests, "gpu_check": _gpu_check, "methods": _methods,
