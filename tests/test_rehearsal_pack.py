@@ -90,10 +90,10 @@ def test_the_account_command_writes_sizes_json_and_fails_or_drops_ray(tmp_path):
 
 def test_ray_missing_is_not_run_only_where_it_could_not_travel():
     none = rp.ray_not_there("No module named 'ray'", None, "/x/.gpu-rehearsal")
-    assert none["status"] == "not run" and "no pack sizes at /x/.gpu-rehearsal/sizes.json" in none["why"]
+    assert none["status"] == "not run" and "no pack sizes at /x/.gpu-rehearsal/sizes.json" in none["why"][0]
     left = rp.account({"rehearsal": 25 * MIB, "ray": 40 * MIB, "tracked": 4 * MIB}, "auto")
     out = rp.ray_not_there("No module named 'ray'", left, "p")
-    assert out["status"] == "not run" and "Ray left out" in out["why"] and "ray 40.0 MiB" in out["why"]
+    assert out["status"] == "not run" and "Ray left out" in out["why"][0] and "ray 40.0 MiB" in out["why"][0]
     assert out["pack_sizes"]["ray"] == 40 * MIB
     carried = rp.account({"rehearsal": 25 * MIB, "ray": 24 * MIB, "tracked": 4 * MIB})
     broken = rp.ray_not_there("No module named 'jsonschema'", carried, "p")
@@ -220,7 +220,7 @@ def test_the_ray_part_without_ray_is_not_run_with_the_sizes(tmp_path):
                           env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((work / "part-ray.json").read_text())
-    assert r["status"] == "not run" and "Ray left out" in r["why"] and r["pack_sizes"]["ray"] == 40 * MIB, r
+    assert r["status"] == "not run" and "Ray left out" in r["why"][0] and r["pack_sizes"]["ray"] == 40 * MIB, r
 
 
 def test_the_script_unpacks_ray_from_the_pack_and_a_carried_ray_that_breaks_fails(tmp_path):

@@ -91,15 +91,15 @@ def account(sizes: dict[str, int], ray_mode: str = "1", limit: int = LIMIT) -> d
 
 
 def ray_not_there(error: str, pack_sizes: dict | None, pack: str) -> dict:
-    """The ray part's verdict when `import ray` fails with `error`: "not run" when the sizes say
-    Ray could not travel (or no pack was carried: Ray was never offered), "failed" when the
-    pack carried it (the packing is broken: Ray should have imported)."""
+    """The ray part's verdict when `import ray` fails with `error` (`why` a list, as every verdict's):
+    "not run" when the sizes say Ray could not travel (or no pack was carried: Ray was never
+    offered), "failed" when the pack carried it (the packing is broken: Ray should have imported)."""
     if pack_sizes is None:
         return {"status": "not run",
-                "why": f"ray does not import here ({error}) and no pack sizes at {pack}/sizes.json: "
-                       "no pack was carried (scripts/gpu_rehearsal_pack.sh makes one with Ray)"}
+                "why": [f"ray does not import here ({error}) and no pack sizes at {pack}/sizes.json: "
+                        "no pack was carried (scripts/gpu_rehearsal_pack.sh makes one with Ray)"]}
     if not pack_sizes.get("ray_carried"):
-        return {"status": "not run", "why": f"ray does not import here ({error}); {pack_sizes.get('why')}",
+        return {"status": "not run", "why": [f"ray does not import here ({error}); {pack_sizes.get('why')}"],
                 "pack_sizes": pack_sizes.get("sizes")}
     return {"status": "failed", "error": f"the pack carried Ray ({pack_sizes.get('why')}) but it does "
                                          f"not import: {error}", "pack_sizes": pack_sizes.get("sizes")}
