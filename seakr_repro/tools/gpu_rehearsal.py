@@ -50,10 +50,10 @@ from pathlib import Path
 
 from ..core.paths import REPO_ROOT
 
-PARTS = ("env", "gpu_tests", "gpu_check", "seakr_paper", "methods", "oom", "ray")
+PARTS = ("env", "gpu_tests", "gpu_check", "seakr_paper", "methods", "oom", "ray", "decode_bench")
 # seconds each part may take at most (the whole call is held to --budget as well)
 BUDGET = {"env": 60, "gpu_tests": 150, "gpu_check": 150, "seakr_paper": 170, "methods": 200, "oom": 100,
-          "ray": 120}
+          "ray": 120, "decode_bench": 240}
 # what the rehearsal imports besides torch and transformers (import name -> requirements.txt name)
 PACKAGES = {"numpy": "numpy", "pandas": "pandas", "yaml": "PyYAML", "tabulate": "tabulate", "tqdm": "tqdm",
             "scipy": "scipy", "sklearn": "scikit-learn", "threadpoolctl": None, "tokenizers": None,
@@ -294,6 +294,20 @@ def part_gpu_check(a) -> dict:
             "--k", "20", "--prompt-tokens", "1500" if paper else "300",
             "--max-new-tokens", "100" if paper else "20", "--rows", "20,10,5"]
     return {"args": " ".join(args), **gpu_check.main(args)}
+
+
+def part_decode_bench(a) -> dict:
+    """tools/bench_decode: every decode path's step against the bandwidth floor, with its checks
+    (issue 39); at the tiny shape on CPU a short run of the same code."""
+    from . import bench_decode
+
+    paper = a.shape == "llama-2-7b"
+    args = ["--tokenizer", str(tokenizer_dir(a.work)), "--device", a.device, "--shape", a.shape,
+            "--dtype", "float16" if _cuda(a.device) else "float32"]
+    if not paper:
+        args += ["--rows", "6", "--prompt-tokens", "300", "--new-tokens", "12", "--repeats", "1",
+                 "--copy-mib", "16"]
+    return {"args": " ".join(args), **bench_decode.main(args)}
 
 
 def part_methods(a) -> dict:
