@@ -23,7 +23,7 @@ def test_report_structure_and_every_path_passes_its_checks(tmp_path):
     assert got["ok"] is True
     assert got["commit"]["revision"] and got["device"] == "cpu" and got["torch"] == torch.__version__
     assert got["dtype"] == "float16" and got["rows"] == 6 and 250 <= got["prompt_tokens"] <= 300
-    assert got["default_path"] == "fused"
+    assert got["default_path"] == "one_sync"          # `auto` on the CPU
     fl = got["floor"]
     assert fl["copy_bytes_per_s"] > 0 and fl["step_bytes"]["weights"] > 0
     assert fl["weights_and_prefix_kv_ms"] > fl["weights_ms"] > 0
@@ -55,7 +55,7 @@ def test_a_lever_that_changes_the_attention_fails_its_checks(monkeypatch):
 def test_unknown_decode_path_is_refused():
     from seakr_repro.core.errors import UserError
 
-    with pytest.raises(UserError, match="one_sync"):
+    with pytest.raises(UserError, match="model.decode.*auto, python, one_sync, fused"):
         HFBackend(None, None, "x", decode="graphs")     # refused before the model is touched
     with pytest.raises(SystemExit, match="unknown decode path"):
         bench_decode.main(TINY + ["--paths", "python,graphs"])

@@ -395,9 +395,9 @@ def _decode_path_part(new, cold, results, args, report, save) -> None:
     paths["ratio"] = paths["median_seconds"]["python"] / paths["median_seconds"][new.decode]
     report["decode_path_u_evaluation_k20"] = paths
     save()
-    print(f"k=20 U-evaluation, decode path '{new.decode}' (the default) against 'python' (the loop "
-          f"as first written): {paths['median_seconds']['python']:.2f} s against "
-          f"{paths['median_seconds'][new.decode]:.2f} s, {paths['ratio']:.2f}x "
+    print(f"k=20 U-evaluation: decode path 'python' (the loop as first written) "
+          f"{paths['median_seconds']['python']:.2f} s, '{new.decode}' (the default) "
+          f"{paths['median_seconds'][new.decode]:.2f} s: {paths['ratio']:.2f}x "
           f"(same tokens: {same}; vectors max rel diff {rel:.1e})")
     if not same:
         raise SystemExit(f"decode path '{new.decode}' changed the samples' tokens")

@@ -72,7 +72,11 @@ PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reu
 #   one_sync  one host read-back per step (tokens, log-probs, statistics in one transfer); the next
 #             inputs and positions stay on the device (a host-to-device copy only when rows finish);
 #   fused     one_sync + decode-step attention as two fused kernels merged by log-sum-exp.
+# `auto` (the default): fused on CUDA, where the step is launch-bound; one_sync elsewhere: on the
+# CPU the step is compute-bound, fused measured no faster, and one_sync gives the python path's
+# results bit for bit (fused: the same tokens and vectors, log-probabilities within ~1e-5).
 DECODE_PATHS = ("python", "one_sync", "fused")
+DECODE_SETTINGS = ("auto",) + DECODE_PATHS
 
 
 class _Row:
@@ -111,18 +115,19 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
                  max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384,
                  shared_prefix: bool = True, max_batch_contexts: int | None = None,
-                 decode: str = "fused"):
-        if decode not in DECODE_PATHS:
+                 decode: str = "auto"):
+        if decode not in DECODE_SETTINGS:
             from ...core.errors import UserError
-            raise UserError(f"unknown decode path {decode!r}", setting="HFBackend(decode=...)",
-                            fix=f"use one of {', '.join(DECODE_PATHS)}")
-        self.decode = decode
+            raise UserError(f"unknown decode path {decode!r}", setting="model.decode",
+                            fix=f"use one of {', '.join(DECODE_SETTINGS)}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.fingerprint = fingerprint or name
         self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
+        self.decode = decode if decode != "auto" else (
+            "fused" if self.device.type == "cuda" else "one_sync")
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
         n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
@@ -164,7 +169,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None,
                  prefix_cache_tokens: int = 16384, shared_prefix: bool = True,
-                 max_batch_contexts: int | None = None, decode: str = "fused") -> "HFBackend":
+                 max_batch_contexts: int | None = None, decode: str = "auto") -> "HFBackend":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
