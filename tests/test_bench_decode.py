@@ -59,3 +59,13 @@ def test_unknown_decode_path_is_refused():
         HFBackend(None, None, "x", decode="graphs")     # refused before the model is touched
     with pytest.raises(SystemExit, match="unknown decode path"):
         bench_decode.main(TINY + ["--paths", "python,graphs"])
+
+
+def test_a_model_on_disk_instead_of_random_weights():
+    got = bench_decode.main(["--device", "cpu", "--model", "smollm2-135m-instruct", "--dtype", "float32",
+                             "--rows", "3", "--prompt-tokens", "120", "--new-tokens", "4",
+                             "--repeats", "1", "--check-rows", "2", "--check-tokens", "4",
+                             "--paths", "python,fused", "--copy-mib", "16"])
+    assert got["model"] == "smollm2-135m-instruct" and got["shape"] is None
+    assert got["vocab"] == 49152 and got["ok"] is True
+    assert got["checks"]["fused"]["greedy_tokens_equal_f32"]

@@ -18,7 +18,9 @@ Random weights run every row to its limit (no stop string is given), so each ste
 
 Writes one JSON (`--out`): commit, device, torch, the floor, each path's times and checks, and
 `ok` (every check passed; the exit status is 1 otherwise). `--device cpu --shape tiny` runs in
-seconds (tests/test_bench_decode.py in `make test`, so the tool cannot rot).
+seconds (tests/test_bench_decode.py in `make test`, so the tool cannot rot). `--model NAME` times a
+model the package has on disk (`llm.registry.model_dir`, e.g. smollm2-135m-instruct, the CPU
+profiles' model) with its own tokenizer instead of random weights; rows may then end early.
 """
 from __future__ import annotations
 
@@ -154,6 +156,9 @@ def main(argv=None) -> dict:
                     help="a tokenizer directory (default: the package's LLaMA-style one, built here)")
     ap.add_argument("--copy-mib", type=int, default=None,
                     help="size of the bandwidth copy (default 2048 on CUDA, 256 on CPU)")
+    ap.add_argument("--model", default=None,
+                    help="a model the package has on disk, instead of random weights of --shape")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     a = ap.parse_args(argv)
@@ -162,7 +167,15 @@ def main(argv=None) -> dict:
     if bad:
         raise SystemExit(f"--paths: unknown decode path(s) {bad}; use some of {', '.join(DECODE_PATHS)}")
 
-    if a.tokenizer:
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.model:
+        from transformers import AutoModelForCausalLM
+
+        from ..llm.registry import model_dir
+        path = model_dir(a.model)
+        tok = AutoTokenizer.from_pretrained(a.tokenizer or path)
+    elif a.tokenizer:
         tok = AutoTokenizer.from_pretrained(a.tokenizer)
     else:
         import tempfile
@@ -171,14 +184,18 @@ def main(argv=None) -> dict:
         tok = build_tokenizer(Path(tempfile.mkdtemp(prefix="bench-decode-tok-")))
     dtype = resolve_dtype(a.dtype)
     vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
-    model = random_llama(a.shape, tok, a.device, dtype, seed=a.seed, vocab_size=vocab)
+    if a.model:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(a.device).eval()
+    else:
+        model = random_llama(a.shape, tok, a.device, dtype, seed=a.seed, vocab_size=vocab)
     prompt, ids = _prompt(tok, a.prompt_tokens)
     cuda = a.device.startswith("cuda")
     report = {"what": "shared-prefix decode step per decode path, against the bandwidth floor",
               "commit": git_revision(),
               "device": torch.cuda.get_device_name() if cuda else "cpu",
               "torch": torch.__version__, "transformers": transformers.__version__,
-              "torch_threads": torch.get_num_threads(), "shape": a.shape, "dtype": a.dtype,
+              "torch_threads": torch.get_num_threads(), "model": a.model or "random",
+              "shape": None if a.model else a.shape, "dtype": a.dtype,
               "vocab": model.config.vocab_size, "rows": a.rows, "prompt_tokens": len(ids),
               "new_tokens": a.new_tokens, "repeats": a.repeats, "default_path": HFBackend(
                   model, tok, "x").decode, "paths": {}, "checks": {}}
