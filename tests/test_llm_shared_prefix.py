@@ -389,3 +389,19 @@ def test_decode_paths_one_sync_bit_identical_and_fused_same_tokens(pair, tmp_pat
         np.testing.assert_array_equal(ss_py.vectors, ss_fu.vectors)   # the EOS pass is not a decode step
         flat = lambda g, ss: [x for s in [g, *ss.samples] for x in s.logprobs + s.entropies]  # noqa: E731
         assert flat(g_fu, ss_fu) == pytest.approx(flat(g_py, ss_py), abs=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_attention_kernel_returns_softmax_and_logsumexp(dtype):
+    """`_attend` (the fused decode lever's kernel call): output and log-sum-exp of plain
+    softmax attention, any number of queries per key set (tests/test_gpu.py: the CUDA kernels)."""
+    from seakr_repro.llm.hf.shared_prefix import _attend
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 16, generator=g).to(dtype) for n in (5, 37, 37))
+    o, lse = _attend(q, k, v, 0.25)
+    s = (q.float() @ k.float().transpose(-1, -2)) * 0.25
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert lse.dtype == torch.float32 and lse.shape == (2, 3, 5)
+    torch.testing.assert_close(lse, s.logsumexp(-1), atol=tol, rtol=tol)
+    torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)
