@@ -181,7 +181,8 @@ def main(argv=None) -> dict:
         import tempfile
 
         from .llama_tokenizer import build_tokenizer
-        tok = build_tokenizer(Path(tempfile.mkdtemp(prefix="bench-decode-tok-")))
+        with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
+            tok = build_tokenizer(Path(d))
     dtype = resolve_dtype(a.dtype)
     vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
     if a.model:
