@@ -3,11 +3,12 @@
 # and exits 1 when any part is not ok (a part "not run" on that machine aside; the report's
 # "summary" lists each). On a lent GPU machine, with `.gpu-rehearsal` carried
 # (scripts/gpu_rehearsal_pack.sh made it here: the packages that machine lacks, Ray among them; the
-# archives are unpacked into one folder on PYTHONPATH, which Ray's workers inherit), in three calls of
+# archives are unpacked into one folder on PYTHONPATH, which Ray's workers inherit), in four calls of
 # at most 600 s (each part under a 24 GiB cap, the paper profile's card):
 #   1. REHEARSAL_ARGS="--parts env,gpu_tests,gpu_check,methods,oom,ray" bash scripts/gpu_rehearsal.sh $OUT
 #   2. REHEARSAL_ARGS="--parts seakr_paper --paper-sets 2wiki" bash scripts/gpu_rehearsal.sh $OUT
 #   3. REHEARSAL_ARGS="--parts seakr_paper --paper-sets hotpotqa" bash scripts/gpu_rehearsal.sh $OUT
+#   4. REHEARSAL_ARGS="--parts env,decode_bench" bash scripts/gpu_rehearsal.sh $OUT   (issue 39's decode paths)
 # (no REHEARSAL_ARGS: every part in one call, seakr_paper last with the time left: not its 3 per set).
 # Then, here: python -m seakr_repro.tools.gpu_rehearsal --out OUT --merge OUT1/report.json OUT2/report.json ...
 # (one report of the calls, one commit and cap, its summary decided again).

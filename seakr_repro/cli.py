@@ -146,7 +146,7 @@ def cmd_status(args):
 
 
 def cmd_cost(args):
-    from .runs.cost import pace_applies, question_runs, spread, summary, totals, with_hours
+    from .runs.cost import measured_paces, pace_applies, question_runs, spread, summary, totals, with_hours
 
     cfg = _config(args)
     paced = pace_applies(cfg)        # the paper's seconds are for its model only
@@ -167,6 +167,14 @@ def cmd_cost(args):
                      f"{spread(hours, args.workers):,.1f} hours of wall time = {hours:,.1f} / {args.workers}, "
                      "ARITHMETIC (each worker assumed to keep the paper's pace, which was one run on 4 GPUs; "
                      "questions divided evenly), not measured")
+        for card, got in measured_paces().items():
+            n_card, timed_card, h_card = totals(with_hours(question_runs(cfg), got["pace"]))
+            paces = ", ".join(f"{m} {d} {s:g} s/question" for (m, d), s in got["pace"].items())
+            commits = ", ".join(sorted({str(r["commit"]) for r in got["rows"]}))
+            line += (f"\n[cost] at the GPU pace this package measured on {card} ({paces}; commit "
+                     f"{commits}, transformers backend, random weights: an upper bound; "
+                     f"data/measured/gpu_pace.csv): {timed_card:,} of the question-runs take "
+                     f"{h_card:,.1f} hours on that card, ARITHMETIC")
     else:
         line += (f"; no hours: the paper's Table 7 timed its own model, not {cfg['model.name']} "
                  f"(`status` gives a run's own pace once it has started)")

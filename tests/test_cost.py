@@ -1,9 +1,13 @@
 """Question-runs per paper table and their hours at the paper's Table 7 pace (runs/cost.py)."""
 import math
 
+import pytest
+
 from seakr_repro.artifacts import ABLATIONS, REASONING_ABLATIONS, methods
 from seakr_repro.cli import main
 from seakr_repro.core.config import load_config
+from seakr_repro.core.errors import UserError
+from seakr_repro.core.paths import DATA_DIR
 from seakr_repro.runs import cost, plan
 
 
@@ -85,3 +89,24 @@ def test_preflight_reports_the_work_ahead():
         (line,) = report.ok
         assert line.startswith("work: ") and ("h at the paper's Table 7 pace" in line) == hours
         assert not report.problems
+
+
+def test_measured_gpu_pace_prices_beside_table_7_naming_the_card(capsys, tmp_path):
+    got = cost.measured_paces()
+    assert got["H100 80GB"]["pace"] == {("seakr", "2wiki"): 89.45}      # paper settings only
+    assert got["H100 80GB"]["rows"][0]["commit"] == "fa729e8"
+    assert cost.measured_paces("paper-tiny")["H100 80GB"]["pace"][("cot", "*")] == 0.90
+    main(["cost", "--profile", "paper"])
+    out = capsys.readouterr().out
+    runs = cost.question_runs(load_config("paper"))
+    n_seakr = int(runs.loc[runs["method"] == "seakr", "questions"].sum())
+    assert ("measured on H100 80GB (seakr 2wiki 89.45 s/question; commit fa729e8" in out
+            and f"{n_seakr:,} of the question-runs take {n_seakr * 89.45 / 3600:,.1f} hours" in out)
+    # a later GPU run adds a row: the card's newest row per method and data set wins
+    text = (DATA_DIR / cost.MEASURED_PACE).read_text()
+    newer = text.splitlines()[1].replace("2026-11-27,fa729e8", "2026-12-01,abc1234").replace("89.45", "12.5")
+    (tmp_path / "p.csv").write_text(text + newer + "\n")
+    assert cost.measured_paces(path=tmp_path / "p.csv")["H100 80GB"]["pace"] == {("seakr", "2wiki"): 12.5}
+    (tmp_path / "bad.csv").write_text("card,method\nx,seakr\n")
+    with pytest.raises(UserError, match="columns .* are missing"):
+        cost.measured_paces(path=tmp_path / "bad.csv")

@@ -46,3 +46,38 @@ def test_bf16_vectors_track_float32_and_sampling_is_reproducible(tiny_llama):
     v16 = bf16._eos_vectors(bf16._prefill(bf16._encode(prompt))[0], comps, 1, "mlp_out")
     rel = np.abs(v16 - v32).max() / np.abs(v32).max()
     assert rel < 0.05
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+def test_fused_attention_kernels_on_cuda(dtype_name):
+    """The fused decode lever's CUDA kernels (flash for half precision, memory-efficient for
+    float32, whose log-sum-exp comes padded): softmax attention and its log-sum-exp."""
+    import torch
+
+    from seakr_repro.llm.hf.shared_prefix import _attend
+
+    dtype = getattr(torch, dtype_name)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, n, 128, generator=g, device="cuda").to(dtype) for n in (7, 1500, 1500))
+    o, lse = _attend(q, k, v, 128 ** -0.5)
+    s = (q.float() @ k.float().transpose(-1, -2)) * 128 ** -0.5
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    assert lse.shape == (2, 4, 7)
+    torch.testing.assert_close(lse.float(), s.logsumexp(-1), atol=tol, rtol=tol)
+    torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)
+
+
+def test_decode_paths_agree_on_cuda(tiny_llama):
+    """`fused` (auto's choice on CUDA) gives the loop as first written's tokens at float32."""
+    import torch
+
+    model, tok = tiny_llama
+    prompt = " ".join(f"w{i % 400}" for i in range(300))
+    b = _backend(model, tok, torch.float32)
+    assert b.decode_path == "fused"
+    args = dict(k=6, max_new_tokens=12, seed=3, layer=1, hook="mlp_out", want_stats=True)
+    got = b.sample(prompt, **args)
+    b.decode_path = "python"
+    want = b.sample(prompt, **args)
+    assert [s.token_ids for s in got.samples] == [s.token_ids for s in want.samples]
+    np.testing.assert_allclose(got.vectors, want.vectors, rtol=1e-4, atol=1e-5)

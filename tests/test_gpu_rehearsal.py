@@ -17,7 +17,7 @@ from seakr_repro.tools.gpu_rehearsal import pins
 from seakr_repro.tools.rehearsal_verdict import judge, summary
 
 # the parts `make test` runs (ray: its local cluster takes a minute to start here; the slow test below)
-FAST_PARTS = "env,gpu_tests,gpu_check,seakr_paper,methods,oom"
+FAST_PARTS = "env,gpu_tests,gpu_check,seakr_paper,methods,oom,decode_bench"
 
 
 def _rehearse(tmp_path: Path, parts: str, extra: str = "", rc: int = 0, py: str = sys.executable
@@ -256,3 +256,12 @@ def test_the_planned_calls_merge_into_one_report(tmp_path):
     files[1].write_text(json.dumps({**second, "commit": "def"}))
     with pytest.raises(SystemExit):                     # two commits are not one rehearsal
         main(["--out", str(tmp_path / "all"), "--merge", *map(str, files)])
+
+
+def test_decode_bench_is_ok_only_when_every_path_matches_the_reference():
+    good = {"status": "ok", "checks": {"one_sync": {"ok": True}, "fused": {"ok": True}}}
+    assert judge("decode_bench", good, EXPECT)["status"] == "ok"
+    bad = {"status": "ok", "checks": {"one_sync": {"ok": True}, "fused": {"ok": False}}}
+    got = judge("decode_bench", bad, EXPECT)
+    assert got["status"] == "failed" and "['fused']" in got["why"][0]
+    assert judge("decode_bench", {"status": "ok", "checks": {}}, EXPECT)["status"] == "failed"

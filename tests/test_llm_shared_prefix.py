@@ -363,3 +363,47 @@ def test_out_of_memory_with_several_contexts_halves_the_contexts_and_gives_the_s
     greedy = dict(max_new_tokens=5, stop=["\n"])
     assert [g.token_ids for g in one.generate_many(prompts, **greedy)] == \
         [g.token_ids for g in be.generate_many(prompts, **greedy)]
+
+
+def test_decode_paths_one_sync_bit_identical_and_fused_same_tokens(pair, tmp_path):
+    """Issue 39's levers at float32: one_sync gives the loop as first written bit for bit (greedy
+    lane and samples, statistics, vectors); fused the same tokens and vectors, statistics within
+    the shared-prefix bound. `auto` is one_sync on the CPU."""
+    new, _ = pair
+    assert new.decode_path == "one_sync"
+    p = _prompts()[:2]
+    smp = {**ARGS, "want_stats": True}
+    got = {}
+    try:
+        for path in ("python", "one_sync", "fused"):
+            new.decode_path = path
+            got[path] = new.generate_and_sample_many(
+                p, generate={"max_new_tokens": 10, "stop": ARGS["stop"], "want_stats": True}, sample=smp)
+    finally:
+        new.decode_path = "one_sync"
+    stats = lambda g: [(s.logprobs, s.entropies, s.logsumexp, s.warped_logprobs)    # noqa: E731
+                       for s in [g[0], *g[1].samples]]
+    for (g_py, ss_py), (g_os, ss_os), (g_fu, ss_fu) in zip(got["python"], got["one_sync"], got["fused"]):
+        assert g_py.token_ids == g_os.token_ids == g_fu.token_ids
+        assert _ids(ss_py) == _ids(ss_os) == _ids(ss_fu)
+        assert stats((g_py, ss_py)) == stats((g_os, ss_os))
+        np.testing.assert_array_equal(ss_py.vectors, ss_os.vectors)
+        np.testing.assert_array_equal(ss_py.vectors, ss_fu.vectors)   # the EOS pass is not a decode step
+        flat = lambda g, ss: [x for s in [g, *ss.samples] for x in s.logprobs + s.entropies]  # noqa: E731
+        assert flat(g_fu, ss_fu) == pytest.approx(flat(g_py, ss_py), abs=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_attention_kernel_returns_softmax_and_logsumexp(dtype):
+    """`_attend` (the fused decode lever's kernel call): output and log-sum-exp of plain
+    softmax attention, any number of queries per key set (tests/test_gpu.py: the CUDA kernels)."""
+    from seakr_repro.llm.hf.shared_prefix import _attend
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 16, generator=g).to(dtype) for n in (5, 37, 37))
+    o, lse = _attend(q, k, v, 0.25)
+    s = (q.float() @ k.float().transpose(-1, -2)) * 0.25
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert lse.dtype == torch.float32 and lse.shape == (2, 3, 5)
+    torch.testing.assert_close(lse, s.logsumexp(-1), atol=tol, rtol=tol)
+    torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)

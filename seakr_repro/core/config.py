@@ -41,6 +41,7 @@ DECLARED_TYPES: dict[str, tuple] = {
     "model.path": (str, None),
     "model.max_batch_rows": (int, None),
     "model.max_batch_contexts": (int, None),
+    "model.decode": ("auto", "python", "one_sync", "fused"),
     "model.vllm.tensor_parallel_size": (int, "auto"),
     "model.vllm.max_model_len": (int, None),
     "model.vllm.max_num_seqs": (int, None),

@@ -242,7 +242,8 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
             max_batch_rows=get("model.max_batch_rows", None),
             prefix_cache_tokens=get("model.prefix_cache_tokens", 16384),   # KV tokens kept for prefix reuse
             shared_prefix=get("model.shared_prefix", True),
-            max_batch_contexts=get("model.max_batch_contexts", None))
+            max_batch_contexts=get("model.max_batch_contexts", None),
+            decode=get("model.decode", "auto"))
         if int(get("runner.concurrency", 1) or 1) > 1 and backend.shared_prefix:
             # questions side by side: their calls are merged into generate_many / sample_many
             from .batching import ThreadBatcher

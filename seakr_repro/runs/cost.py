@@ -8,6 +8,12 @@ SeaKR's pace, a set the paper did not time takes the mean of its two, and method
 time get no hours (their question-runs are still counted). `python -m seakr_repro cost --profile
 paper` prints the table (`--workers N`: the hours divided over N Ray workers, `spread`); `status`
 gives the pace a run actually keeps once it has started.
+
+Beside it, the GPU paces this package measured itself (`data/measured/gpu_pace.csv`: one row per
+card, commit, method and data set, with what ran; a later GPU run adds rows): `measured_paces`
+gives each card's newest rows at the paper's settings, and `cost` prints the hours at each beside
+Table 7's, naming the card. Random weights run every generation to its limit, so those hours are
+an upper bound for that card with this package's transformers backend.
 """
 from __future__ import annotations
 
@@ -19,6 +25,37 @@ from ..core.config import Config
 from .plan import question_runs  # noqa: F401  (what `cost` prices; importable from here as before)
 
 PACE_TABLE = "seakr_table7"
+MEASURED_PACE = "measured/gpu_pace.csv"     # under data/
+MEASURED_COLUMNS = ("card", "commit_date", "commit", "torch", "dtype", "weights", "what_ran", "settings",
+                    "method", "dataset", "seconds_per_question", "note")
+
+
+def measured_paces(settings: str = "paper", path=None) -> dict[str, dict]:
+    """{card: {"pace": {(method, data set): seconds per question}, "rows": provenance records}}
+    from the measured-pace file: each card's newest row (by commit date, then file order) per
+    method and data set at `settings` (the profile whose per-question settings the row ran)."""
+    from ..core.errors import DataMissingError
+    from ..core.paths import DATA_DIR
+
+    path = DATA_DIR / MEASURED_PACE if path is None else path
+    try:
+        df = pd.read_csv(path, dtype={"commit": str})
+    except FileNotFoundError:
+        raise DataMissingError("the measured GPU pace file is missing", path=path,
+                               fix="restore it from git (git checkout -- data/measured)") from None
+    missing = [c for c in MEASURED_COLUMNS if c not in df.columns]
+    if missing:
+        from ..core.errors import UserError
+        raise UserError(f"columns {missing} are missing", path=path,
+                        fix=f"give it the columns {', '.join(MEASURED_COLUMNS)}")
+    df = df[df["settings"] == settings].sort_values("commit_date", kind="stable")
+    out: dict[str, dict] = {}
+    for card, rows in df.groupby("card", sort=True):
+        rows = rows.drop_duplicates(["method", "dataset"], keep="last")
+        out[card] = {"pace": {(m, d): float(v) for m, d, v in
+                              zip(rows["method"], rows["dataset"], rows["seconds_per_question"])},
+                     "rows": rows.to_dict("records")}
+    return out
 
 
 def paper_pace() -> dict[tuple[str, str], float]:

@@ -17,6 +17,9 @@ workers against the local engine, and the arithmetic for 8 GPUs).
 `--shared` (what `make bench` runs second) measures shared-prefix decoding against today's path
 (`model.shared_prefix: false`: the prompt's KV cache copied into every row), all in one run:
   - one k = 20 uncertainty evaluation of the 10-shot prompt (same tokens, vectors compared);
+  - the same U-evaluation on the default decode path (`HFBackend(decode=...)`, issue 39's levers)
+    against the shared-prefix decode loop as first written (`decode="python"`), alternating (same
+    tokens required, vectors compared): the CPU default must be no slower;
   - one decode step of 30 rows over one shared 500-token prompt against 3 x 10 rows with copies;
   - KV-cache bytes against k (5, 10, 20) and prompt length (0.5k, 1k, 2k tokens): ARITHMETIC from
     the model's shapes (no CPU memory counter sees torch tensors reliably), for this model and
@@ -210,10 +213,17 @@ def _profile_hf(profile: str):
         report_and_exit(e)
 
 
+def _decode_twin(new, decode: str):
+    """The same model and settings with another shared-prefix decode path."""
+    return type(new)(new.model, new.tokenizer, new.name, new.fingerprint, new.max_batch_rows,
+                     new.prefix_cache_tokens, max_batch_contexts=new.max_batch_contexts, decode=decode)
+
+
 def _reference_twin(new):
     """The same model and settings on today's path (the prompt cache copied into every row)."""
     return type(new)(new.model, new.tokenizer, new.name, new.fingerprint, new.max_batch_rows,
-                     new.prefix_cache_tokens, shared_prefix=False, max_batch_contexts=new.max_batch_contexts)
+                     new.prefix_cache_tokens, shared_prefix=False, max_batch_contexts=new.max_batch_contexts,
+                     decode=new.decode_path)
 
 
 def _seakr_alternating(cfg, backends: dict, dataset: str, n: int) -> dict:
@@ -371,6 +381,28 @@ def shared_main(args) -> dict:
     return report
 
 
+def _decode_path_part(new, cold, results, args, report, save) -> None:
+    """The U-evaluation on `new`'s decode path against `decode="python"`, alternating."""
+    old = _decode_twin(new, "python")
+    ts = _alternate({"python": lambda: cold("python", old),
+                     new.decode_path: lambda: cold(new.decode_path, new)}, args.repeats)
+    got, want = results[new.decode_path], results["python"]
+    same = [g.token_ids for g in got.samples] == [g.token_ids for g in want.samples]
+    rel = float(np.abs(got.vectors - want.vectors).max() / np.abs(want.vectors).max())
+    paths = {"default": new.decode_path, "against": "python", "seconds": ts,
+             "median_seconds": {k: statistics.median(v) for k, v in ts.items()},
+             "same_tokens": same, "vectors_max_rel_diff": rel}
+    paths["ratio"] = paths["median_seconds"]["python"] / paths["median_seconds"][new.decode_path]
+    report["decode_path_u_evaluation_k20"] = paths
+    save()
+    print(f"k=20 U-evaluation: decode path 'python' (the loop as first written) "
+          f"{paths['median_seconds']['python']:.2f} s, '{new.decode_path}' (the default) "
+          f"{paths['median_seconds'][new.decode_path]:.2f} s: {paths['ratio']:.2f}x "
+          f"(same tokens: {same}; vectors max rel diff {rel:.1e})")
+    if not same:
+        raise SystemExit(f"decode path '{new.decode_path}' changed the samples' tokens")
+
+
 def _micro(args, cfg, new, ref, report, save) -> None:
     """Parts 1-3 of the shared-prefix benchmark."""
     import torch
@@ -413,6 +445,10 @@ def _micro(args, cfg, new, ref, report, save) -> None:
           f"{u_eval['median_seconds']['reference']:.2f} s, shared prefix "
           f"{u_eval['median_seconds']['shared_prefix']:.2f} s: {u_eval['speedup']:.2f}x "
           f"(same tokens: {same}; vectors max rel diff {rel:.1e})")
+
+    # 1b. the default decode path against the decode loop as first written, same run
+    if new.decode_path != "python":
+        _decode_path_part(new, cold, results, args, report, save)
 
     # 2. one decode step: 30 rows over one shared 500-token prompt vs 3 x 10 rows with copies
     long_ids = new.encode(build_prompt(10) * 2)[:500]

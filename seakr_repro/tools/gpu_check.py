@@ -26,14 +26,16 @@ SHAPES = {
 LLAMA_2_VOCAB = 32_000       # the real tokenizer's; a random model takes its tokenizer's size
 
 
-def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0):
-    """A LlamaForCausalLM of `shape` with random weights, built directly on `device` in `dtype`.
+def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0,
+                 vocab_size: int | None = None):
+    """A LlamaForCausalLM of `shape` with random weights, built directly on `device` in `dtype`
+    (its vocabulary the tokenizer's, or `vocab_size`: LLaMA's 32,000 for a real-sized LM head).
     `initializer_range` 0.1 (not 0.02) so the samples' hidden states spread and U takes values
     around the official delta, as tests/paper_shaped.py's models do."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(**SHAPES[shape], vocab_size=len(tokenizer), max_position_embeddings=4096,
+    cfg = LlamaConfig(**SHAPES[shape], vocab_size=vocab_size or len(tokenizer), max_position_embeddings=4096,
                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                       pad_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
                       initializer_range=0.1)

@@ -59,12 +59,16 @@ Parts (`--parts`):
   scripts/gpu_rehearsal_pack.sh). Without Ray: "not run" with the pack's sizes where it could
   not travel, "failed" where the pack carried it. ok: the same run rows, computed by a worker that
   held one GPU on CUDA.
+- decode_bench: `tools/bench_decode` (issue 39): every decode path's step at 20 rows over a
+  1,500-token shared prompt against the card's floor (weights over the measured copy bandwidth).
+  ok: every path's tokens and vectors agree with the reference path (its `checks`).
 
 Time: the device allows 600 s per call (~15 minutes of device time per session), so each part has
 its own limit (BUDGET; `--part-seconds PART=S,...`) and the call one more (`--budget`, default
 540 s). The planned calls, each its own `run` (scripts/gpu_rehearsal.sh's header has them):
 1. `--parts env,gpu_tests,gpu_check,methods,oom,ray`
 2. `--parts seakr_paper --paper-sets 2wiki`  and  3. `--parts seakr_paper --paper-sets hotpotqa`
+4. `--parts env,decode_bench` (issue 39's decode paths against the card's floor)
 (at the first GPU run's 89 s per 2Wiki question, three questions of one set take most of a call).
 Then `--merge A/report.json B/report.json C/report.json --out OUT` writes one report of them (the
 same commit and cap only) with the summary decided again, and exits as a single call would.
@@ -89,12 +93,12 @@ from pathlib import Path
 from ..core.paths import REPO_ROOT
 
 # seakr_paper last: alone it fills a call (see Time above); in a call of every part it gets what is left
-PARTS = ("env", "gpu_tests", "gpu_check", "methods", "oom", "ray", "seakr_paper")
+PARTS = ("env", "gpu_tests", "gpu_check", "methods", "oom", "ray", "decode_bench", "seakr_paper")
 # Seconds each part may take at most by default (`--part-seconds` sets others; the whole call is
 # held to --budget as well). The device allows 600 s per call, so the planned calls (module
-# docstring) are: everything but seakr_paper in one call, seakr_paper per set in its own.
+# docstring) are: everything but seakr_paper and decode_bench in one call, each of those in its own.
 BUDGET = {"env": 60, "gpu_tests": 120, "gpu_check": 150, "seakr_paper": 540, "methods": 330, "oom": 100,
-          "ray": 120}
+          "ray": 120, "decode_bench": 240}
 # the mission's card: every part runs under this cap unless --memory-cap-gib says otherwise
 MEMORY_CAP_GIB = 24.0
 # what the rehearsal imports besides torch and transformers (import name -> requirements.txt name)
@@ -361,6 +365,20 @@ def rehearsal_methods(a) -> list[str]:
 
     every = ["seakr"] + [m for m in dict.fromkeys(methods("table1") + methods("table2")) if m != "seakr"]
     return [m for m in a.methods.split(",") if m] if a.methods else every
+
+
+def part_decode_bench(a) -> dict:
+    """tools/bench_decode: every decode path's step against the bandwidth floor, with its checks
+    (issue 39); at the tiny shape on CPU a short run of the same code."""
+    from . import bench_decode
+
+    paper = a.shape == "llama-2-7b"
+    args = ["--tokenizer", str(tokenizer_dir(a.work)), "--device", a.device, "--shape", a.shape,
+            "--dtype", "float16" if _cuda(a.device) else "float32"]
+    if not paper:
+        args += ["--rows", "6", "--prompt-tokens", "300", "--new-tokens", "12", "--repeats", "1",
+                 "--copy-mib", "16"]
+    return {"args": " ".join(args), **bench_decode.main(args)}
 
 
 def part_methods(a) -> dict:

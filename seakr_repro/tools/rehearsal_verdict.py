@@ -119,8 +119,15 @@ def _ray(got: dict, expect: dict) -> list[str]:
     return why + ([] if got.get("same_scores_as_local") else ["the Ray worker's scores differ from the local engine's"])
 
 
+def _decode_bench(got: dict, expect: dict) -> list[str]:
+    bad = sorted(p for p, c in (got.get("checks") or {}).items() if not c.get("ok"))
+    if not got.get("checks"):
+        return ["no decode path was checked against the reference path"]
+    return [f"decode paths whose outputs differ from the reference path: {bad}"] if bad else []
+
+
 RULES = {"env": _env, "gpu_tests": _gpu_tests, "gpu_check": _gpu_check, "methods": _methods,
-         "seakr_paper": _seakr_paper, "oom": _oom, "ray": _ray}
+         "seakr_paper": _seakr_paper, "oom": _oom, "ray": _ray, "decode_bench": _decode_bench}
 
 
 def _outside_torch(got: dict) -> list[str]:

@@ -67,6 +67,18 @@ from ..attention import WordsMixin
 from ..tokenizing import TokenizerMixin, check_fits, check_reads
 
 PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
+# How the shared-prefix decode loop runs (issue 39's levers, each keeping the previous ones; the
+# benchmark `tools/bench_decode` compares them, docs/speed.md "GPU pace (issue 39)"):
+#   python    the loop as first written: several host read-backs per step, new input tensors
+#             built from Python lists, attention as matrix and element-wise operations;
+#   one_sync  one host read-back per step (tokens, log-probs, statistics in one transfer); the next
+#             inputs and positions stay on the device (a host-to-device copy only when rows finish);
+#   fused     one_sync + decode-step attention as two fused kernels merged by log-sum-exp.
+# `auto` (the default): fused on CUDA, where the step is launch-bound; one_sync elsewhere: on the
+# CPU the step is compute-bound, fused measured no faster, and one_sync gives the python path's
+# results bit for bit (fused: the same tokens and vectors, log-probabilities within ~1e-5).
+DECODE_PATHS = ("python", "one_sync", "fused")
+DECODE_SETTINGS = ("auto",) + DECODE_PATHS
 
 
 class _Row:
@@ -104,13 +116,21 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def __init__(self, model, tokenizer, name: str, fingerprint: str = "",
                  max_batch_rows: int | None = None, prefix_cache_tokens: int = 16384,
-                 shared_prefix: bool = True, max_batch_contexts: int | None = None):
+                 shared_prefix: bool = True, max_batch_contexts: int | None = None,
+                 decode: str = "auto"):
+        if decode not in DECODE_SETTINGS:
+            from ...core.errors import UserError
+            raise UserError(f"unknown decode path {decode!r}", setting="model.decode",
+                            fix=f"use one of {', '.join(DECODE_SETTINGS)}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.fingerprint = fingerprint or name
         self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
+        # `decode_path`, not `decode`: Backend.decode(ids) is the tokenizer's, which DRAGIN's baselines call
+        self.decode_path = decode if decode != "auto" else (
+            "fused" if self.device.type == "cuda" else "one_sync")
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
         n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
@@ -153,13 +173,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, max_batch_rows: int | None = None,
                  prefix_cache_tokens: int = 16384, shared_prefix: bool = True,
-                 max_batch_contexts: int | None = None) -> "HFBackend":
+                 max_batch_contexts: int | None = None, decode: str = "auto") -> "HFBackend":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = Path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         backend = cls(model, tok, name, weights_fingerprint(path, dtype, device), max_batch_rows,
-                      prefix_cache_tokens, shared_prefix, max_batch_contexts)
+                      prefix_cache_tokens, shared_prefix, max_batch_contexts, decode)
         backend.generation_config = generation_config_of(path)
         return backend
 
@@ -514,7 +534,10 @@ class HFBackend(WordsMixin, TokenizerMixin):
         parts = [(DynamicCache(), active[i:i + cap]) for i in range(0, len(active), cap)]
         logits = torch.cat([prefixes[prefix_of[r]][2] for r in active])
         step = 0
-        with sp.use_prefixes(self.model):
+        on_device = self.decode_path != "python"
+        if on_device:       # each active row's first position (its prompt's length), on the device
+            first_pos = torch.tensor([prefixes[prefix_of[r]][1] for r in active], device=self.device)
+        with sp.use_prefixes(self.model, fused=self.decode_path == "fused"):
             while True:
                 logits = logits.float()
                 logp, ent, lse = token_stats(logits, want_stats)
@@ -524,13 +547,27 @@ class HFBackend(WordsMixin, TokenizerMixin):
                     got = lanes[li].pick(logits[a:b])
                     tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
                     nxt.append(tok)
-                    wlp += warped.tolist() if warped is not None else [None] * (b - a)
+                    if on_device:     # NaN: no warped log-prob (a greedy lane)
+                        wlp.append(warped if warped is not None else logits.new_full((b - a,), float("nan")))
+                    else:
+                        wlp += warped.tolist() if warped is not None else [None] * (b - a)
                 nxt = torch.cat(nxt)
-                chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
-                if want_stats:
-                    ent, lse = ent.tolist(), lse.tolist()
+                if on_device:
+                    # ONE read-back per step: float64 holds token ids and float32 values exactly
+                    cols = [nxt, logp.gather(1, nxt[:, None])[:, 0], torch.cat(wlp)]
+                    host = torch.stack([c.double() for c in cols + ([ent, lse] if want_stats else [])],
+                                       1).cpu().numpy()
+                    ids, chosen = host[:, 0].astype(np.int64).tolist(), host[:, 1].tolist()
+                    wlp = [None if w != w else w for w in host[:, 2].tolist()]
+                    if want_stats:
+                        ent, lse = host[:, 3].tolist(), host[:, 4].tolist()
+                else:
+                    chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+                    if want_stats:
+                        ent, lse = ent.tolist(), lse.tolist()
+                    ids = nxt.tolist()
                 token, keep = {}, set()
-                for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
+                for j, (ri, t) in enumerate(zip(active, ids)):
                     ln = lanes[lane_of[ri]]
                     if self._advance(rows[ri], t, chosen[j], wlp[j],
                                      (ent[j], lse[j]) if ln.want_stats else None, ln.stop,
@@ -539,6 +576,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
                         token[ri] = t
                 if not keep:
                     return grouped
+                if on_device and len(keep) < len(active):
+                    idx = torch.tensor([j for j, r in enumerate(active) if r in keep], device=self.device)
+                    nxt, first_pos = nxt[idx], first_pos[idx]
                 active = [r for r in active if r in keep]
                 kept_parts = []
                 for cache, members in parts:    # drop finished rows from each part's cache
@@ -549,14 +589,19 @@ class HFBackend(WordsMixin, TokenizerMixin):
                         cache.batch_select_indices(torch.tensor(local, device=self.device))
                     kept_parts.append((cache, [members[j] for j in local]))
                 parts = kept_parts
-                outs = []
+                outs, at = [], 0
                 for cache, members in parts:
                     # rows over the same prompt form one attention group, whatever their lane
                     sp.set_groups([sp.Group(a, b, prefixes[g][0])
                                    for g, a, b in _spans([prefix_of[r] for r in members])])
-                    inp = torch.tensor([[token[r]] for r in members], device=self.device)
-                    pos = torch.tensor([[prefixes[prefix_of[r]][1] + step] for r in members],
-                                       device=self.device)
+                    if on_device:    # the parts' members, in order, are the active rows
+                        inp = nxt[at:at + len(members), None]
+                        pos = first_pos[at:at + len(members), None] + step
+                        at += len(members)
+                    else:
+                        inp = torch.tensor([[token[r]] for r in members], device=self.device)
+                        pos = torch.tensor([[prefixes[prefix_of[r]][1] + step] for r in members],
+                                           device=self.device)
                     outs.append(self._forward(inp, cache, pos).logits[:, -1, :])
                 logits = torch.cat(outs)
                 step += 1

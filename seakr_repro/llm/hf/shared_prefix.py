@@ -16,6 +16,12 @@ Rows of a batch are grouped contiguously by prompt (`sample_many` decodes severa
 once); each group attends to its own prefix. The plan of the running forward pass (which rows
 use which prefix) lives in a thread-local set by `use_prefixes`.
 
+`fused` (the backend's `decode="fused"`, issue 39): a decode step (one new token per row, no
+sliding window) runs each part as ONE fused attention kernel that also returns the log-sum-exp of
+its scores (`_attend`), and the two parts are merged by their log-sum-exps: the same softmax over
+"prefix + suffix", two kernels per group instead of some twenty matrix and element-wise ones. The
+scores are no longer materialised, so results equal the unfused path's within float rounding.
+
 Only architectures whose attention is plain causal softmax attention with RoPE positions are
 supported (`supports`): LLaMA-family models (SmolLM2 included) and Gemma-3, whose sliding-window
 layers are masked here as transformers masks them (a query at position q sees keys after
@@ -73,18 +79,20 @@ def supports(config) -> str | None:
 
 
 @contextlib.contextmanager
-def use_prefixes(model, groups: Sequence[Group] = ()) -> Iterator[None]:
+def use_prefixes(model, groups: Sequence[Group] = (), fused: bool = False) -> Iterator[None]:
     """Run forward passes of `model` with shared-prefix attention for these row groups (or for
-    those given later by `set_groups`, before each pass)."""
+    those given later by `set_groups`, before each pass); `fused`: decode steps use `_attend`."""
     register()
     before = model.config._attn_implementation
     _STATE.groups = list(groups)
+    _STATE.fused = bool(fused)
     if before != NAME:
         model.set_attn_implementation(NAME)
     try:
         yield
     finally:
         _STATE.groups = None
+        _STATE.fused = False
         if before != NAME:
             model.set_attn_implementation(before)
 
@@ -110,6 +118,8 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
     dt = query.dtype
     # Query heads grouped by the kv head they read (GQA without copying keys or values).
     q5 = query.view(b, hkv, rep, s, d)
+    if s == 1 and not sliding_window and getattr(_STATE, "fused", False):
+        return _fused_decode(module, q5, key, value, groups, scale)
     qpos = torch.arange(n_suf - s, n_suf, device=query.device)
     hidden = torch.arange(n_suf, device=query.device)[None, :] > qpos[:, None]   # s x S: future
     if sliding_window:                # own keys that left the window (generations past it)
@@ -144,6 +154,44 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
         o = (o_p + o_s.view(hkv, m_rows, d)).div_(denom)
         out[g.start:g.end] = o.view(hkv, n, rep, s, d).transpose(0, 1).to(dt)
     return out.view(b, h, s, d).transpose(1, 2).contiguous(), None
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+    """(softmax(q k^T * scale) v, logsumexp of the scores in float32) in one fused kernel:
+    B x H x M x D queries over B x H x N x D keys and values (no mask). torch's public
+    scaled_dot_product_attention does not return the log-sum-exp the merge needs, so its
+    kernels are called directly: flash on CPU and for half precision on CUDA, the
+    memory-efficient kernel for float32 on CUDA (flash has no float32)."""
+    if q.device.type == "cpu":
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
+                                                                             scale=scale)
+    elif q.dtype in (torch.float16, torch.bfloat16):
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False,
+                                                                     scale=scale)[:2]
+    else:
+        o, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0,
+                                                                         False, scale=scale)[:2]
+    return o, lse[..., : q.shape[-2]]      # the efficient kernel pads it to a multiple of 32
+
+
+def _fused_decode(module, q5, key, value, groups, scale):
+    """A decode step (one query per row) of `shared_prefix_attention` with `_attend`: the
+    group's rows and heads are the queries of ONE batch-1 call over the prefix, each row's own
+    keys a batched call, merged by log-sum-exp (out = o_s + (o_p - o_s) * w_p, with w_p =
+    exp(lse_p - logaddexp(lse_p, lse_s)) = sigmoid(lse_p - lse_s), the prefix's share)."""
+    b, hkv, rep, _, d = q5.shape
+    out = torch.empty(b, hkv, rep, d, dtype=q5.dtype, device=q5.device)
+    for g in groups:
+        pk, pv, _ = prefix_kv(g.prefix, module.layer_idx)                # 1 x hkv x P x d
+        n = g.end - g.start
+        q = q5[g.start:g.end, :, :, 0]                                     # n x hkv x rep x d
+        o_p, l_p = _attend(q.transpose(0, 1).reshape(1, hkv, n * rep, d), pk, pv, scale)
+        o_s, l_s = _attend(q, key[g.start:g.end], value[g.start:g.end], scale)
+        o_p = o_p.view(hkv, n, rep, d).transpose(0, 1)
+        w_p = torch.sigmoid(l_p.view(hkv, n, rep).transpose(0, 1) - l_s)[..., None]
+        o_s = o_s.float()
+        out[g.start:g.end] = o_s.add_(o_p.float().sub_(o_s).mul_(w_p))
+    return out.view(b, hkv * rep, 1, d).transpose(1, 2).contiguous(), None
 
 
 _REGISTERED = False

@@ -1,0 +1,250 @@
+"""The shared-prefix decode step against what the card can do, every decode path side by side.
+
+`python -m seakr_repro.tools.bench_decode` builds LLaMA-2-7B's architecture with random weights
+(`gpu_check.random_llama`, LLaMA's 32,000-token vocabulary) in float16 on CUDA and, in one run:
+- the floor: the bandwidth of a large device-to-device copy (bytes read + written per second)
+  and the bytes one decode step must read (every weight but the input embedding, of which only
+  the rows' tokens are read; and the shared prompt's keys and values) over it;
+- for each decode path (`HFBackend(decode=...)`, `backend.DECODE_PATHS`), alternating repeats
+  (the order rotating, so a busy machine's load falls on all alike): one SeaKR U-evaluation's
+  decode, `--rows` rows sampled over one `--prompt-tokens` prompt for `--new-tokens` tokens, as
+  ms per decode step and tokens per second; the prompt's pre-fill in ms;
+- each path checked against the reference path (`shared_prefix=False`, the prompt's cache copied
+  into every row), at float32 on the same weights: the same greedy and sampled tokens (and
+  log-probabilities within 1e-4, vectors within 1e-4 relative, the shared-prefix tests' bounds);
+  and at `--dtype`: its samples' forced-EOS vectors within 0.05 relative of float32's
+  (tests/test_gpu.py's tolerance).
+Random weights run every row to its limit (no stop string is given), so each step has all rows.
+
+Writes one JSON (`--out`): commit, device, torch, the floor, each path's times and checks, and
+`ok` (every check passed; the exit status is 1 otherwise). `--device cpu --shape tiny` runs in
+seconds (tests/test_bench_decode.py in `make test`, so the tool cannot rot). `--model NAME` times a
+model the package has on disk (`llm.registry.model_dir`, e.g. smollm2-135m-instruct, the CPU
+profiles' model) with its own tokenizer instead of random weights; rows may then end early.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+LLAMA_2_VOCAB = 32_000
+F32_LOGPROB_ABS = 1e-4           # tests/test_llm_shared_prefix.py's bounds at float32
+F32_VECTOR_REL = 1e-4
+HALF_VECTOR_REL = 0.05           # tests/test_gpu.py's bound for half precision against float32
+
+
+def _rel(a, b) -> float:
+    import numpy as np
+
+    return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-12))
+
+
+def bandwidth(device: str, n_bytes: int, repeats: int = 5) -> float:
+    """Bytes per second of a device-to-device copy, counting bytes read plus bytes written."""
+    import torch
+
+    src = torch.ones(n_bytes // 2, dtype=torch.float16, device=device)
+    dst = torch.empty_like(src)
+    ts = []
+    for _ in range(repeats + 1):                   # the first copy warms up, untimed
+        _sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        ts.append(time.perf_counter() - t0)
+    return 2 * src.numel() * src.element_size() / statistics.median(ts[1:])
+
+
+def step_bytes(model, prefix_cache) -> dict[str, int]:
+    """Bytes one decode step must read: the weights (the input embedding aside: only the rows'
+    own tokens are looked up) and the shared prompt's keys and values."""
+    emb = model.get_input_embeddings().weight
+    weights = sum(p.numel() * p.element_size() for p in model.parameters() if p is not emb)
+    kv = sum(t.numel() * t.element_size() for lay in prefix_cache.layers for t in (lay.keys, lay.values))
+    return {"weights": weights, "prefix_kv": kv}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _prompt(tok, n: int) -> tuple[str, list[int]]:
+    words = ("Question: Who was born first? Answer: The director was born in 1901. So the answer "
+             "is X. " * (n // 8 + 8)).split()
+    ids = tok(" ".join(words))["input_ids"][:n]
+    text = tok.decode(ids, skip_special_tokens=True)
+    return text, tok(text)["input_ids"]
+
+
+def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
+                device: str) -> tuple[float, float, list[list[int]]]:
+    """(pre-fill seconds, decode seconds, each row's tokens) of `rows` samples of `ids`,
+    top-k 50, top-p 0.9 (SeaKR's), the statistics SeaKR asks for included."""
+    from ..llm.hf.backend import _Lane
+
+    backend.reset_prefix_cache()
+    _sync(device)
+    t0 = time.perf_counter()
+    cache, logits = backend._prefill(ids)
+    _sync(device)
+    t1 = time.perf_counter()
+    lane = _Lane(0, rows, backend._picker(seed, 1.0, 50, 0.9), new_tokens, (), True)
+    (got,) = backend._decode_shared([(cache, len(ids), logits)], [lane])
+    _sync(device)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, [r.ids for r in got]
+
+
+def check_path(path: str, m32, m_half, tok, prompt: str, rows: int, new_tokens: int,
+               seed: int) -> dict:
+    """`path` against the reference path (see the module's note)."""
+    from ..llm.hf.backend import HFBackend
+
+    layer = m32.config.num_hidden_layers // 2 - 1
+    smp = dict(k=rows, max_new_tokens=new_tokens, seed=seed, layer=layer, hook="mlp_out", want_stats=True)
+    ref = HFBackend(m32, tok, "ref", shared_prefix=False, prefix_cache_tokens=0)
+    new = HFBackend(m32, tok, "new", decode=path, prefix_cache_tokens=0)
+    greedy, want = ref.generate(prompt, max_new_tokens=new_tokens), ref.sample(prompt, **smp)
+    ((g, got),) = new.generate_and_sample_many([prompt], generate={"max_new_tokens": new_tokens},
+                                               sample=smp)
+    flat = lambda ss: [x for s in ss.samples for x in s.logprobs + s.entropies + s.logsumexp]  # noqa: E731
+    out = {"greedy_tokens_equal_f32": g.token_ids == greedy.token_ids,
+           "sampled_tokens_equal_f32": [s.token_ids for s in got.samples] == [s.token_ids for s in want.samples],
+           "stats_max_abs_diff_f32": max((abs(a - b) for a, b in zip(flat(got), flat(want))), default=0.0),
+           "vectors_rel_f32": _rel(got.vectors, want.vectors)}
+    # half precision: this path's samples and vectors against float32's vectors of the same tokens
+    half = HFBackend(m_half, tok, "half", decode=path, prefix_cache_tokens=0).sample(prompt, **smp)
+    comps = [s.token_ids for s in half.samples]
+    v32 = ref._eos_vectors(ref._prefill(ref._encode(prompt))[0], comps, layer, "mlp_out")
+    out["vectors_rel_half"] = _rel(half.vectors, v32)
+    out["ok"] = bool(out["greedy_tokens_equal_f32"] and out["sampled_tokens_equal_f32"]
+                     and out["stats_max_abs_diff_f32"] <= F32_LOGPROB_ABS
+                     and out["vectors_rel_f32"] <= F32_VECTOR_REL
+                     and out["vectors_rel_half"] <= HALF_VECTOR_REL)
+    return out
+
+
+def main(argv=None) -> dict:
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    from ..core.provenance import git_revision
+    from ..llm.hf.backend import DECODE_PATHS, HFBackend
+    from ..llm.model_info import resolve_dtype
+    from .gpu_check import SHAPES, random_llama
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shape", default="llama-2-7b", choices=sorted(SHAPES))
+    ap.add_argument("--dtype", default="float16", help="the timed runs' dtype (checks add float32)")
+    ap.add_argument("--rows", type=int, default=20, help="rows decoded together (SeaKR's k)")
+    ap.add_argument("--prompt-tokens", type=int, default=1500)
+    ap.add_argument("--new-tokens", type=int, default=100, help="decode steps per timed run")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--paths", default=",".join(DECODE_PATHS), help="decode paths, comma-separated")
+    ap.add_argument("--check-rows", type=int, default=4)
+    ap.add_argument("--check-tokens", type=int, default=16)
+    ap.add_argument("--tokenizer", default=None,
+                    help="a tokenizer directory (default: the package's LLaMA-style one, built here)")
+    ap.add_argument("--copy-mib", type=int, default=None,
+                    help="size of the bandwidth copy (default 2048 on CUDA, 256 on CPU)")
+    ap.add_argument("--model", default=None,
+                    help="a model the package has on disk, instead of random weights of --shape")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
+    a = ap.parse_args(argv)
+    paths = [p for p in a.paths.split(",") if p]
+    bad = [p for p in paths if p not in DECODE_PATHS]
+    if bad:
+        raise SystemExit(f"--paths: unknown decode path(s) {bad}; use some of {', '.join(DECODE_PATHS)}")
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.model:
+        from transformers import AutoModelForCausalLM
+
+        from ..llm.registry import model_dir
+        path = model_dir(a.model)
+        tok = AutoTokenizer.from_pretrained(a.tokenizer or path)
+    elif a.tokenizer:
+        tok = AutoTokenizer.from_pretrained(a.tokenizer)
+    else:
+        import tempfile
+
+        from .llama_tokenizer import build_tokenizer
+        with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
+            tok = build_tokenizer(Path(d))
+    dtype = resolve_dtype(a.dtype)
+    vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
+    if a.model:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(a.device).eval()
+    else:
+        model = random_llama(a.shape, tok, a.device, dtype, seed=a.seed, vocab_size=vocab)
+    prompt, ids = _prompt(tok, a.prompt_tokens)
+    cuda = a.device.startswith("cuda")
+    report = {"what": "shared-prefix decode step per decode path, against the bandwidth floor",
+              "commit": git_revision(),
+              "device": torch.cuda.get_device_name() if cuda else "cpu",
+              "torch": torch.__version__, "transformers": transformers.__version__,
+              "torch_threads": torch.get_num_threads(), "model": a.model or "random",
+              "shape": None if a.model else a.shape, "dtype": a.dtype,
+              "vocab": model.config.vocab_size, "rows": a.rows, "prompt_tokens": len(ids),
+              "new_tokens": a.new_tokens, "repeats": a.repeats, "default_path": HFBackend(
+                  model, tok, "x").decode_path, "paths": {}, "checks": {}}
+
+    # 1. the floor
+    bw = bandwidth(a.device, (a.copy_mib or (2048 if cuda else 256)) * 2**20)
+    backends = {p: HFBackend(model, tok, p, decode=p, prefix_cache_tokens=0) for p in paths}
+    need = step_bytes(model, backends[paths[0]]._prefill(ids)[0])
+    report["floor"] = {"copy_bytes_per_s": bw, "step_bytes": need,
+                       "weights_ms": 1000 * need["weights"] / bw,
+                       "weights_and_prefix_kv_ms": 1000 * (need["weights"] + need["prefix_kv"]) / bw}
+
+    # 2. the paths, alternating; one untimed short run each first (kernel selection, allocator)
+    for b in backends.values():
+        time_decode(b, ids, a.rows, min(4, a.new_tokens), a.seed, a.device)
+    times = {p: {"prefill": [], "decode": []} for p in paths}
+    tokens = {}
+    for rep in range(a.repeats):
+        for p in paths[rep % len(paths):] + paths[:rep % len(paths)]:
+            pre, dec, tokens[p] = time_decode(backends[p], ids, a.rows, a.new_tokens, a.seed, a.device)
+            times[p]["prefill"].append(pre)
+            times[p]["decode"].append(dec)
+    first = paths[0]
+    for p in paths:
+        steps = max(len(t) for t in tokens[p])
+        ms = 1000 * statistics.median(times[p]["decode"]) / steps
+        report["paths"][p] = {
+            "ms_per_step": ms, "tokens_per_s": a.rows * 1000 / ms, "steps": steps,
+            "prefill_ms": 1000 * statistics.median(times[p]["prefill"]),
+            "decode_seconds": times[p]["decode"], "x_floor": ms / report["floor"]["weights_and_prefix_kv_ms"],
+            f"speedup_vs_{first}": None,
+            f"same_tokens_as_{first}_at_{a.dtype}": tokens[p] == tokens[first]}
+    for p in paths:
+        report["paths"][p][f"speedup_vs_{first}"] = (report["paths"][first]["ms_per_step"]
+                                                     / report["paths"][p]["ms_per_step"])
+
+    # 3. the checks, on a float32 copy of the same weights
+    m32 = copy.deepcopy(model).float()
+    for p in paths:
+        report["checks"][p] = check_path(p, m32, model, tok, prompt, a.check_rows, a.check_tokens, a.seed)
+    report["ok"] = all(c["ok"] for c in report["checks"].values())
+
+    print(json.dumps(report, indent=1))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if main()["ok"] else 1)
