@@ -33,7 +33,8 @@ from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .core.device import compute
 from .core.errors import UserError
 from .core.io import read_json, write_json
-from .core.paths import NOTEBOOKS_DIR, check_one_root, kernel_environment, results_dir
+from .core.one_root import check_one_root
+from .core.paths import NOTEBOOKS_DIR, kernel_environment, results_dir
 
 KERNEL = "python3"
 
