@@ -254,28 +254,9 @@ def test_preflight_checks_skr_results_files(tmp_path):
 def test_notebook_10_runs_skr_on_results_files_with_the_profiles_settings(tmp_path, monkeypatch):
     """skr.train_results gives bundled-hotpotqa its labels without a model call; the learned
     variants run with the profile's skr.* settings, and the labels are saved."""
-    import pandas as pd
-
-    import seakr_repro.methods.taikc.kbae as kbae
-    from seakr_repro.steps import seed_methods
-
-    monkeypatch.setattr(seed_methods, "results_dir", lambda p: tmp_path / p)
-    monkeypatch.setattr(kbae, "kbae_unavailable", lambda backend: "no KBAE in this test")
-    specs = {}
-
-    def fake_grid(cfg, pool, searcher, run_specs, datasets, n, table="", progress=True):
-        specs.update({s.label: s for s in run_specs})
-        return pd.DataFrame([{"method": s.label} for s in run_specs]), {}
-
-    class Pool:
-        def get(self, name=None):
-            return FakeBackend(lambda p, s: pytest.fail("a model call while labels come from files"))
-
-    monkeypatch.setattr(seed_methods, "run_grid", fake_grid)
     cfg = load_config("smoke", {"skr.train_results.bundled-hotpotqa": str(FIXTURE), "skr.knn_rule": "official",
                                 "skr.pooling": "pooler", "skr.knn_k": 3, "skr.label_answer": "official"})
-    _, skipped, notes = seed_methods.run_seed_methods(cfg, Pool(), None, ["bundled-hotpotqa"], 1, 4, 4, {},
-                                                      progress=False)
+    specs, skipped, notes = seed_step(cfg, monkeypatch, tmp_path)
     knn = specs["skr-knn"].overrides
     assert (knn["knn_rule"], knn["pooling"], knn["knn_k"]) == ("official", "pooler", 3)
     assert [x.label for x in knn["labelled"]] == [*FIXTURE_OFFICIAL[:2], KNOWN, *FIXTURE_OFFICIAL[3:]]
@@ -300,9 +281,9 @@ class LengthEncoder:
         return np.array([[len(t), 1.0 + sum(map(ord, t)) % 7] for t in texts], dtype=np.float32)
 
 
-def seed_step_specs(cfg, monkeypatch, tmp_path):
-    """The run specs notebook 10's step hands the grid for bundled-hotpotqa (labels from the
-    fixture's results files, so no model call)."""
+def seed_step(cfg, monkeypatch, tmp_path):
+    """(the run specs notebook 10's step hands the grid for bundled-hotpotqa, what it skipped, its
+    notes), labels from the fixture's results files, so no model call."""
     import pandas as pd
 
     import seakr_repro.methods.taikc.kbae as kbae
@@ -321,8 +302,9 @@ def seed_step_specs(cfg, monkeypatch, tmp_path):
     monkeypatch.setattr(seed_methods, "results_dir", lambda p: tmp_path / p)
     monkeypatch.setattr(kbae, "kbae_unavailable", lambda backend: "no KBAE in this test")
     monkeypatch.setattr(seed_methods, "run_grid", fake_grid)
-    seed_methods.run_seed_methods(cfg, Pool(), None, ["bundled-hotpotqa"], 1, 4, 4, {}, progress=False)
-    return specs
+    _, skipped, notes = seed_methods.run_seed_methods(cfg, Pool(), None, ["bundled-hotpotqa"], 1, 4, 4, {},
+                                                      progress=False)
+    return specs, skipped, notes
 
 
 @pytest.mark.parametrize("profile, mode, answer", [("paper", "faithful", "august 25"),
@@ -335,7 +317,7 @@ def test_every_skr_variant_extracts_answers_as_the_profile_says(tmp_path, monkey
 
     cfg = load_config(profile, {"skr.train_results.bundled-hotpotqa": str(FIXTURE)})
     assert cfg["evaluation.answer_extraction"] == mode
-    specs = seed_step_specs(cfg, monkeypatch, tmp_path)
+    specs, _, _ = seed_step(cfg, monkeypatch, tmp_path)
     assert set(SKR_VARIANTS) <= set(specs)
     record = QuestionRecord("t", "When did it happen?", ["August 25, 1963"])
     for variant in SKR_VARIANTS:
