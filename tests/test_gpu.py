@@ -22,12 +22,12 @@ def tiny_llama():
     return LlamaForCausalLM(cfg), tok
 
 
-def _backend(model, tok, dtype):
+def _backend(model, tok, dtype, decode="auto"):
     import copy
 
     from seakr_repro.llm.hf.backend import HFBackend
 
-    return HFBackend(copy.deepcopy(model).to("cuda", dtype), tok, "tiny-llama")
+    return HFBackend(copy.deepcopy(model).to("cuda", dtype), tok, "tiny-llama", decode=decode)
 
 
 def test_bf16_vectors_track_float32_and_sampling_is_reproducible(tiny_llama):
@@ -68,12 +68,12 @@ def test_fused_attention_kernels_on_cuda(dtype_name):
 
 
 def test_decode_paths_agree_on_cuda(tiny_llama):
-    """`fused` (auto's choice on CUDA) gives the loop as first written's tokens at float32."""
+    """`fused` (opt-in until a GPU has measured it) gives the loop as first written's tokens at float32."""
     import torch
 
     model, tok = tiny_llama
     prompt = " ".join(f"w{i % 400}" for i in range(300))
-    b = _backend(model, tok, torch.float32)
+    b = _backend(model, tok, torch.float32, decode="fused")
     assert b.decode_path == "fused"
     args = dict(k=6, max_new_tokens=12, seed=3, layer=1, hook="mlp_out", want_stats=True)
     got = b.sample(prompt, **args)

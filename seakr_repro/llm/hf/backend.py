@@ -74,9 +74,11 @@ PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reu
 #   one_sync  one host read-back per step (tokens, log-probs, statistics in one transfer); the next
 #             inputs and positions stay on the device (a host-to-device copy only when rows finish);
 #   fused     one_sync + decode-step attention as two fused kernels merged by log-sum-exp.
-# `auto` (the default): fused on CUDA, where the step is launch-bound; one_sync elsewhere: on the
-# CPU the step is compute-bound, fused measured no faster, and one_sync gives the python path's
-# results bit for bit (fused: the same tokens and vectors, log-probabilities within ~1e-5).
+# `auto` (the default): one_sync everywhere, the fastest path that gives the python path's results
+# bit for bit (so cached calls and the side-by-side checks against the authors' code hold). fused
+# gives the same tokens and vectors but log-probabilities within ~1e-5, is predicted to pay only on
+# a launch-bound GPU step and has not yet run on a GPU (docs/speed.md): opt in with decode: fused
+# until the rehearsal's decode_bench has measured it.
 DECODE_PATHS = ("python", "one_sync", "fused")
 DECODE_SETTINGS = ("auto",) + DECODE_PATHS
 
@@ -129,8 +131,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
         # `decode_path`, not `decode`: Backend.decode(ids) is the tokenizer's, which DRAGIN's baselines call
-        self.decode_path = decode if decode != "auto" else (
-            "fused" if self.device.type == "cuda" else "one_sync")
+        self.decode_path = "one_sync" if decode == "auto" else decode
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
         n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
