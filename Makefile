@@ -44,7 +44,7 @@ reproduce: $(STAMP)  ## run every notebook for PROFILE (default: the embedded de
 reproduce-vllm: $(VLLM_STAMP)  ## `reproduce` on the vLLM backend (in .venv-vllm; any PROFILE)
 	$(VENV_VLLM)/bin/python -m seakr_repro reproduce --profile $(PROFILE) --set model.backend=vllm
 
-smoke: $(STAMP)  ## the whole pipeline at smoke size (19 min the first time in a clone on 2 busy cores, 5 with data/cache/ filled: docs/measurements.md)
+smoke: $(STAMP)  ## the whole pipeline at smoke size (6.4 min the first time in a clone on 2 quiet cores, 1.8 with data/cache/ filled: docs/measurements.md)
 	$(PY) -m seakr_repro reproduce --profile smoke
 
 test: $(STAMP)  ## fast tests, notebook smoke runs included (slow and GPU tests skipped)
