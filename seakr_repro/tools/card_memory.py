@@ -15,15 +15,9 @@ or a library that took the card behind torch's back (JAX: 75% at its first use; 
 """
 from __future__ import annotations
 
+from ..core.device import cuda_available as _cuda
+
 GiB = 2**30
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
 
 
 def outside_torch_bytes() -> int | None:
