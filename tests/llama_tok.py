@@ -1,6 +1,6 @@
 """A LLaMA-style tokenizer and a tiny LLaMA built locally (nothing downloaded), for tests.
 
-The tokenizer (built by seakr_repro/tools/llama_tokenizer.py, which says what makes it LLaMA-like)
+The tokenizer (built by seakr_repro/doubles/llama_tokenizer.py, which says what makes it LLaMA-like)
 is re-exported here for the tests.
 
 `scripted(backend, calls)` makes greedy decoding follow given token lists with given
@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 # one definition, in the package (the GPU rehearsal builds its models' tokenizer with it too)
-from seakr_repro.tools.llama_tokenizer import BOS, EOS, build_tokenizer  # noqa: F401
+from seakr_repro.doubles.llama_tokenizer import BOS, EOS, build_tokenizer  # noqa: F401
 
 
 def build_model(vocab_size: int, max_context: int = 2048, seed: int = 0):

@@ -1,7 +1,7 @@
 """The shared-prefix decode step against what the card can do, every decode path side by side.
 
 `python -m seakr_repro.tools.bench_decode` builds LLaMA-2-7B's architecture with random weights
-(`gpu_check.random_llama`, LLaMA's 32,000-token vocabulary) in float16 on CUDA and, in one run:
+(`doubles.random_llama`, LLaMA's 32,000-token vocabulary) in float16 on CUDA and, in one run:
 - the floor: the bandwidth of a large device-to-device copy (bytes read + written per second)
   and the bytes one decode step must read (every weight but the input embedding, of which only
   the rows' tokens are read; and the shared prompt's keys and values) over it;
@@ -31,7 +31,6 @@ import statistics
 import time
 from pathlib import Path
 
-LLAMA_2_VOCAB = 32_000
 F32_LOGPROB_ABS = 1e-4           # tests/test_llm_shared_prefix.py's bounds at float32
 F32_VECTOR_REL = 1e-4
 HALF_VECTOR_REL = 0.05           # tests/test_gpu.py's bound for half precision against float32
@@ -139,7 +138,7 @@ def main(argv=None) -> dict:
     from ..core.provenance import git_revision
     from ..llm.hf.backend import DECODE_PATHS, HFBackend
     from ..llm.model_info import resolve_dtype
-    from .gpu_check import SHAPES, random_llama
+    from ..doubles.random_llama import LLAMA_2_VOCAB, SHAPES, random_llama
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
@@ -180,7 +179,7 @@ def main(argv=None) -> dict:
     else:
         import tempfile
 
-        from .llama_tokenizer import build_tokenizer
+        from ..doubles.llama_tokenizer import build_tokenizer
         with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
             tok = build_tokenizer(Path(d))
     dtype = resolve_dtype(a.dtype)

@@ -16,40 +16,6 @@ import json
 import time
 from pathlib import Path
 
-# LLaMA-2-7B's architecture (its config.json), and a tiny one of the same family for CPU runs
-SHAPES = {
-    "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=32),
-    "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=2),
-}
-LLAMA_2_VOCAB = 32_000       # the real tokenizer's; a random model takes its tokenizer's size
-
-
-def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0,
-                 vocab_size: int | None = None):
-    """A LlamaForCausalLM of `shape` with random weights, built directly on `device` in `dtype`
-    (its vocabulary the tokenizer's, or `vocab_size`: LLaMA's 32,000 for a real-sized LM head).
-    `initializer_range` 0.1 (not 0.02) so the samples' hidden states spread and U takes values
-    around the official delta, as tests/paper_shaped.py's models do."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(**SHAPES[shape], vocab_size=vocab_size or len(tokenizer), max_position_embeddings=4096,
-                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
-                      initializer_range=0.1)
-    torch.manual_seed(seed)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)       # built in dtype: no float32 copy first (27 GB at 7B)
-    try:
-        with torch.device(device):
-            model = LlamaForCausalLM(cfg).to(dtype)
-    finally:
-        torch.set_default_dtype(default)
-    return model.eval()
-
-
 def _peak_gb(device: str) -> float | None:
     import torch
 
@@ -69,6 +35,7 @@ def main(argv=None) -> dict:
     import torch
     from transformers import AutoTokenizer
 
+    from ..doubles.random_llama import SHAPES, random_llama
     from ..llm.hf.backend import HFBackend
     from ..llm.model_info import resolve_dtype
 

@@ -33,11 +33,11 @@ Parts (`--parts`):
   (rehearsal_verdict.EOS_VECTOR_TOLERANCE).
 - methods: the Table 1 and 2 methods end to end (`grid.run_grid`; `--methods` picks some) on the
   paper profile at test sizes (`--methods-profile paper-tiny`, default: every paper setting but
-  the sizes) or at its own (`paper`), on random models of the shape (`gpu_check.random_llama`),
+  the sizes) or at its own (`paper`), on random models of the shape (`doubles.random_llama`),
   with `retrieval.backend: bm25s` (Lucene needs Java, which cannot travel; bm25s has only the
   single_field scheme, so the paper's es_best_fields becomes single_field) over a synthetic corpus,
   synthetic questions and stand-ins of the official clones and top-10 files
-  (`scale_check.write_standins`: the official example lists' lengths). Per method: seconds per
+  (`doubles.standins.write_standins`: the official example lists' lengths). Per method: seconds per
   question, the dtype its model loaded in (the faithful baselines' float32 does not fit 24 GiB:
   float16 by `baselines.dtype_when_too_large`, announced as `dtype_departure`), and its own peak
   memory (`peak_gib`: the pool frees the model before, then resets the peak). ok: every method ran
@@ -162,7 +162,7 @@ def tokenizer_dir(work: Path) -> Path:
     """The LLaMA-style tokenizer every random model of the rehearsal uses (built once)."""
     out = work / "tok"
     if not (out / "tokenizer.json").is_file():
-        from .llama_tokenizer import build_tokenizer
+        from ..doubles.llama_tokenizer import build_tokenizer
         build_tokenizer(out)
     return out
 
@@ -184,7 +184,7 @@ class RandomLlamaLoader:
         from ..llm.hf.backend import HFBackend
         from ..llm.model_info import resolve_dtype
         from ..llm.reflection_tokens import SCORED_TOKENS
-        from .gpu_check import random_llama
+        from ..doubles.random_llama import random_llama
 
         tok = AutoTokenizer.from_pretrained(self.tok_dir)
         if name.startswith("selfrag"):
@@ -216,7 +216,7 @@ def _profile_inputs(profile: str, overrides: dict, questions: int, passages: int
     from ..llm.synthetic import synthetic_passages, synthetic_question
     from ..runs.inputs import corpus_path, open_profile_searcher
     from ..steps.prepare import ensure_index
-    from .scale_check import write_standins
+    from ..doubles.standins import write_standins
 
     repo = write_standins(RAW_DIR, questions)
     cfg = load_config(profile, overrides={
@@ -516,7 +516,7 @@ def part_oom(a) -> dict:
     import torch
 
     from ..llm.hf.backend import HFBackend
-    from .gpu_check import random_llama
+    from ..doubles.random_llama import random_llama
     from transformers import AutoTokenizer
 
     paper = a.shape == "llama-2-7b"
