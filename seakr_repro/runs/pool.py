@@ -1,5 +1,5 @@
 """The one loaded backend of a local run (`BackendPool`) and freeing an accelerator's memory
-between models. The Ray engine's pool (`engine.FleetPool`) answers the same `get`/`close`."""
+between models. The Ray engine's pool (`fleet_backend.FleetPool`) answers the same `get`/`close`."""
 from __future__ import annotations
 
 from ..core.config import Config
