@@ -114,7 +114,7 @@ def cmd_reproduce(args):
         step, name, value = parse_param(text)
         parameters.setdefault(step, {})[name] = value
     if args.dry_run:
-        from .core.one_root import check_one_root
+        from .core.which_clone import check_one_root
         from .pipeline import dry_run_report, plan
         print(f"repository root: {check_one_root()}")
         print(dry_run_report(plan(args.profile, only=args.only, force=args.force,
@@ -146,7 +146,9 @@ def cmd_status(args):
 
 
 def cmd_cost(args):
-    from .runs.cost import measured_paces, pace_applies, question_runs, spread, summary, totals, with_hours
+    from .core.paths import repo_relative
+    from .runs.cost import (MEASURED_PACE, measured_paces, pace_applies, question_runs, spread, summary, totals,
+                            with_hours)
 
     cfg = _config(args)
     paced = pace_applies(cfg)        # the paper's seconds are for its model only
@@ -173,7 +175,7 @@ def cmd_cost(args):
             commits = ", ".join(sorted({str(r["commit"]) for r in got["rows"]}))
             line += (f"\n[cost] at the GPU pace this package measured on {card} ({paces}; commit "
                      f"{commits}, transformers backend, random weights: an upper bound; "
-                     f"data/measured/gpu_pace.csv): {timed_card:,} of the question-runs take "
+                     f"{repo_relative(MEASURED_PACE)}): {timed_card:,} of the question-runs take "
                      f"{h_card:,.1f} hours on that card, ARITHMETIC")
     else:
         line += (f"; no hours: the paper's Table 7 timed its own model, not {cfg['model.name']} "

@@ -33,7 +33,7 @@ from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .core.device import compute
 from .core.errors import UserError
 from .core.io import read_json, write_json
-from .core.one_root import check_one_root
+from .core.which_clone import check_one_root
 from .core.paths import NOTEBOOKS_DIR, kernel_environment, results_dir
 
 KERNEL = "python3"

@@ -155,3 +155,14 @@ def test_base_yaml_states_the_code_constants():
     assert (u["k"], u["temperature"], u["top_k"], u["top_p"]) == (
         defaults.K, defaults.TEMPERATURE, defaults.TOP_K, defaults.TOP_P)
     assert base["seed"] == defaults.SEED and u["delta"] == OFFICIAL_DELTA
+
+
+def test_runner_engine_takes_its_choices_from_the_engines_module(monkeypatch):
+    """The schema has no copy of the engines' names: it asks runs.engine_choice, which opens them."""
+    from seakr_repro.runs import engine_choice
+
+    with pytest.raises(UserError) as err:
+        load_config("smoke", {"runner.engine": "dask"})
+    assert "runner.engine" in err.value.paragraph() and "'local' or 'ray'" in err.value.paragraph()
+    monkeypatch.setattr(engine_choice, "ENGINES", (*engine_choice.ENGINES, "dask"))
+    assert load_config("smoke", {"runner.engine": "dask"})["runner.engine"] == "dask"

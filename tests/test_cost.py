@@ -6,8 +6,7 @@ import pytest
 from seakr_repro.artifacts import ABLATIONS, REASONING_ABLATIONS, methods
 from seakr_repro.cli import main
 from seakr_repro.core.config import load_config
-from seakr_repro.core.errors import UserError
-from seakr_repro.core.paths import DATA_DIR
+from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.runs import cost, plan
 
 
@@ -91,22 +90,65 @@ def test_preflight_reports_the_work_ahead():
         assert not report.problems
 
 
-def test_measured_gpu_pace_prices_beside_table_7_naming_the_card(capsys, tmp_path):
+def _pace_file(path, *rows):
+    """A measured-pace file of `rows`: (card, commit date, commit, settings, method, data set,
+    seconds per question), the other columns filled in."""
+    lines = [",".join(cost.MEASURED_COLUMNS)]
+    lines += [f"{card},{date},{commit},2.11,float16,random,a test row,{settings},{method},{dataset},{s},made up"
+              for card, date, commit, settings, method, dataset, s in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def pace_path(tmp_path, monkeypatch):
+    """The measured-pace file `measured_paces` and the `cost` command read, in tmp_path (the
+    committed one grows with every GPU run)."""
+    path = tmp_path / "gpu_pace.csv"
+    monkeypatch.setattr(cost, "MEASURED_PACE", path)
+    return path
+
+
+def test_each_cards_newest_row_per_method_and_set_gives_its_pace(pace_path):
+    _pace_file(pace_path,
+               ("Card A", "2026-02-01", "bbbbbbb", "paper", "seakr", "2wiki", 30.0),    # newer, above the older
+               ("Card A", "2026-01-01", "aaaaaaa", "paper", "seakr", "2wiki", 50.0),
+               ("Card A", "2026-01-01", "aaaaaaa", "paper", "cot", "2wiki", 2.0),
+               ("Card A", "2026-01-01", "ccccccc", "paper", "cot", "2wiki", 3.0),       # same date: the later line
+               ("Card A", "2026-03-01", "ddddddd", "paper-tiny", "seakr", "2wiki", 9.0),  # other settings
+               ("Card B", "2026-01-01", "eeeeeee", "paper", "seakr", "2wiki", 70.0))
     got = cost.measured_paces()
-    assert got["H100 80GB"]["pace"] == {("seakr", "2wiki"): 89.45}      # paper settings only
-    assert got["H100 80GB"]["rows"][0]["commit"] == "fa729e8"
-    assert cost.measured_paces("paper-tiny")["H100 80GB"]["pace"][("cot", "*")] == 0.90
+    assert got["Card A"]["pace"] == {("seakr", "2wiki"): 30.0, ("cot", "2wiki"): 3.0}
+    assert sorted(r["commit"] for r in got["Card A"]["rows"]) == ["bbbbbbb", "ccccccc"]
+    assert got["Card B"]["pace"] == {("seakr", "2wiki"): 70.0}
+    tiny = cost.measured_paces("paper-tiny")
+    assert list(tiny) == ["Card A"] and tiny["Card A"]["pace"] == {("seakr", "2wiki"): 9.0}
+    assert [r["commit"] for r in tiny["Card A"]["rows"]] == ["ddddddd"]
+
+
+def test_cost_prices_the_profile_at_each_measured_card_beside_table_7(pace_path, capsys):
+    # one measured set for SeaKR: every SeaKR row (all sets, ablations, backbones) takes its pace
+    _pace_file(pace_path, ("Card A", "2026-01-01", "aaaaaaa", "paper", "seakr", "2wiki", 36.0))
     main(["cost", "--profile", "paper"])
     out = capsys.readouterr().out
     runs = cost.question_runs(load_config("paper"))
     n_seakr = int(runs.loc[runs["method"] == "seakr", "questions"].sum())
-    assert ("measured on H100 80GB (seakr 2wiki 89.45 s/question; commit fa729e8" in out
-            and f"{n_seakr:,} of the question-runs take {n_seakr * 89.45 / 3600:,.1f} hours" in out)
-    # a later GPU run adds a row: the card's newest row per method and data set wins
-    text = (DATA_DIR / cost.MEASURED_PACE).read_text()
-    newer = text.splitlines()[1].replace("2026-11-27,fa729e8", "2026-12-01,abc1234").replace("89.45", "12.5")
-    (tmp_path / "p.csv").write_text(text + newer + "\n")
-    assert cost.measured_paces(path=tmp_path / "p.csv")["H100 80GB"]["pace"] == {("seakr", "2wiki"): 12.5}
+    assert ("measured on Card A (seakr 2wiki 36 s/question; commit aaaaaaa" in out
+            and f"{n_seakr:,} of the question-runs take {n_seakr / 100:,.1f} hours on that card" in out)
+    assert "Table 7 pace" in out                    # beside the paper's pace, not instead of it
+
+
+def test_the_measured_pace_file_missing_or_without_its_columns_is_one_clear_error(pace_path, tmp_path):
+    with pytest.raises(DataMissingError, match="measured GPU pace file is missing"):
+        cost.measured_paces()
     (tmp_path / "bad.csv").write_text("card,method\nx,seakr\n")
     with pytest.raises(UserError, match="columns .* are missing"):
         cost.measured_paces(path=tmp_path / "bad.csv")
+
+
+def test_the_committed_measured_pace_file_reads():
+    """data/measured/gpu_pace.csv has the columns and positive paces (its numbers are not checked:
+    every GPU run may add rows)."""
+    for settings in ("paper", "paper-tiny"):
+        for got in cost.measured_paces(settings).values():
+            assert got["pace"] and all(s > 0 for s in got["pace"].values())

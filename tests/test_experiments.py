@@ -77,6 +77,27 @@ def test_backend_pool_holds_one_model_at_a_time(tmp_path):
     assert pool.loads == 2
 
 
+def test_backend_pool_says_which_model_it_holds_and_in_which_dtype():
+    """`loaded` follows `get` and `close`: the profile's model in model.dtype, another model, a
+    dtype other than the profile's, nothing after `close`; it cannot be set from outside."""
+    events = []
+    cfg = load_config("paper")            # llama-2-7b-chat in float16
+    pool = grid.BackendPool(cfg, loader=lambda c, name, *dtype: _Loaded(name, events))
+    assert pool.loaded is None
+    pool.get()
+    assert pool.loaded == ("llama-2-7b-chat", "float16")
+    pool.get("selfrag-llama2-7b")
+    assert pool.loaded == ("selfrag-llama2-7b", "float16")
+    pool.get(None, "float32")
+    assert pool.loaded == ("llama-2-7b-chat", "float32")
+    pool.close()
+    assert pool.loaded is None
+    primary = grid.BackendPool(cfg, _Loaded("llama-2-7b-chat", events))
+    assert primary.loaded == ("llama-2-7b-chat", "float16")    # a primary given counts as loaded
+    with pytest.raises(AttributeError):
+        primary.loaded = ("other", "float32")
+
+
 def test_the_default_loader_reads_other_models_from_model_paths(monkeypatch, tmp_path):
     from seakr_repro.llm import registry
     seen = []

@@ -25,7 +25,8 @@ from seakr_repro.core.config import load_config  # noqa: E402
 from seakr_repro.core.errors import UserError  # noqa: E402
 from seakr_repro.data.records import QuestionRecord  # noqa: E402
 from seakr_repro.retrieval.base import Hit  # noqa: E402
-from seakr_repro.runs import engine  # noqa: E402
+from seakr_repro.runs import engine_choice, fleet_backend, ray_cluster, worker_plan, workers_status  # noqa: E402
+from seakr_repro.runs.fleet import Fleet  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -89,33 +90,33 @@ def counting_loader(cfg, name):
 
 
 def _fleet(cfg, workers, tmp_path, **kw):
-    return engine.Fleet(cfg, workers, status_path=tmp_path / "workers.json", **kw)
+    return Fleet(cfg, workers, status_path=tmp_path / "workers.json", **kw)
 
 
 # ----------------------------------------------------------------------------- settings
 
 def test_plan_gives_one_worker_per_gpu_or_a_share_of_the_cpus():
     gpu = load_config("paper", {"runner.engine": "ray"})           # model.device: cuda
-    assert engine.plan_workers(gpu, {"CPU": 16, "GPU": 8}) == (8, {"num_gpus": 1, "num_cpus": 1.0})
+    assert worker_plan.plan_workers(gpu, {"CPU": 16, "GPU": 8}) == (8, {"num_gpus": 1, "num_cpus": 1.0})
     with pytest.raises(UserError, match="3 worker.*2 GPU"):
-        engine.plan_workers(gpu.with_overrides({"runner.workers": 3}), {"CPU": 8, "GPU": 2})
+        worker_plan.plan_workers(gpu.with_overrides({"runner.workers": 3}), {"CPU": 8, "GPU": 2})
     tp = gpu.with_overrides({"model.backend": "vllm", "model.vllm.tensor_parallel_size": 2})
-    assert engine.plan_workers(tp, {"CPU": 8, "GPU": 8})[0] == 4
+    assert worker_plan.plan_workers(tp, {"CPU": 8, "GPU": 8})[0] == 4
     with pytest.raises(UserError, match="no GPU") as err:
-        engine.plan_workers(gpu, {"CPU": 2})
+        worker_plan.plan_workers(gpu, {"CPU": 2})
     assert err.value.setting == "runner.ray_address"
     auto = load_config("smoke", {"runner.engine": "ray", "model.device": "auto"})
-    assert engine.plan_workers(auto, {"CPU": 4, "GPU": 2})[0] == 2          # GPUs when there are
+    assert worker_plan.plan_workers(auto, {"CPU": 4, "GPU": 2})[0] == 2          # GPUs when there are
     cpu = load_config("smoke", {"runner.engine": "ray", "model.device": "cpu"})
-    assert engine.plan_workers(cpu, {"CPU": 16, "GPU": 8}) == (16, {"num_gpus": 0, "num_cpus": 1.0})
-    assert engine.plan_workers(cpu, {"CPU": 2}) == (2, {"num_gpus": 0, "num_cpus": 1.0})
+    assert worker_plan.plan_workers(cpu, {"CPU": 16, "GPU": 8}) == (16, {"num_gpus": 0, "num_cpus": 1.0})
+    assert worker_plan.plan_workers(cpu, {"CPU": 2}) == (2, {"num_gpus": 0, "num_cpus": 1.0})
     four = cpu.with_overrides({"runner.workers": 4})
-    assert engine.plan_workers(four, {"CPU": 2}) == (4, {"num_gpus": 0, "num_cpus": 0.5})
+    assert worker_plan.plan_workers(four, {"CPU": 2}) == (4, {"num_gpus": 0, "num_cpus": 0.5})
 
 
 def test_the_default_profile_stays_local():
-    assert engine.engine_of(load_config("default")) == "local"
-    assert engine.engine_of(load_config("paper")) == "local"
+    assert engine_choice.engine_of(load_config("default")) == "local"
+    assert engine_choice.engine_of(load_config("paper")) == "local"
 
 
 def test_a_bad_address_is_one_clear_error_at_once():
@@ -123,12 +124,12 @@ def test_a_bad_address_is_one_clear_error_at_once():
     t0 = time.time()
     with pytest.raises(UserError, match="no Ray cluster answers at 127.0.0.1:1") as err:
         if ray.is_initialized():     # (run alone after the module's cluster started)
-            engine._reachable(cfg["runner.ray_address"])
+            ray_cluster._reachable(cfg["runner.ray_address"])
         else:
-            engine.connect(cfg)
+            ray_cluster.connect(cfg)
     assert err.value.setting == "runner.ray_address" and time.time() - t0 < 10
     with pytest.raises(UserError, match="not local, auto or host:port"):
-        engine._reachable("headnode")
+        ray_cluster._reachable("headnode")
 
 
 def test_a_cuda_profile_on_a_cluster_without_gpus_is_one_clear_error(cluster, tmp_path):
@@ -173,7 +174,7 @@ def test_run_grid_rows_match_the_local_engine_with_1_and_2_workers(cluster, tiny
         fleet = _fleet(_cfg(tiny_dir), workers, tmp_path, searcher=searcher, loader=counting_loader)
         assert fleet.size == workers
         try:
-            got = _grid(fleet.cfg, engine.FleetPool(fleet), searcher, tmp_path, monkeypatch, records,
+            got = _grid(fleet.cfg, fleet_backend.FleetPool(fleet), searcher, tmp_path, monkeypatch, records,
                         f"ray{workers}")
             assert sum(w["answered"] for w in fleet._slots.values()) == 2 * len(records)
             if workers == 2:     # both workers answered, each loading the model once
@@ -325,14 +326,14 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
                         "in_flight": ["q7"], "restarts": 0},
                        {"worker": 1, "host": "n2", "pid": 12, "gpus": ["1"], "answered": 4,
                         "in_flight": [], "restarts": 1}]}
-    assert engine.workers_report(tmp_path) is None                  # no Ray run: nothing to say
+    assert workers_status.workers_report(tmp_path) is None                  # no Ray run: nothing to say
     (tmp_path / "workers.json").write_text(json.dumps(doc))
-    text = engine.workers_report(tmp_path)
+    text = workers_status.workers_report(tmp_path)
     assert "Ray workers (2, cluster local" in text and "not running" not in text
     assert "| q7 " in text and "n2" in text
     doc["driver_pid"] = gone.pid
     (tmp_path / "workers.json").write_text(json.dumps(doc))
-    assert "its driver is not running" in engine.workers_report(tmp_path)
+    assert "its driver is not running" in workers_status.workers_report(tmp_path)
     from seakr_repro.tools import status                           # `status` prints it
     monkeypatch.setattr(status, "_results", lambda cfg: tmp_path)
     assert "Ray workers (2" in status.report(load_config("smoke"))

@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -35,9 +35,18 @@ META_KEYS = ("extends", "profile")
 # The section of settings applied over the profile's when model.device resolves to CUDA.
 GPU_SECTION = "gpu"
 
+
+def _engines() -> tuple:
+    # runs.engine_choice defines the engines it can open; core sits below the runs, so this import
+    # runs upward and waits until a value is checked (engine_choice imports only core.errors)
+    from ..runs.engine_choice import ENGINES
+    return ENGINES
+
+
 # Types of the settings whose base.yaml value cannot tell (null, or an int or a word). An entry is
-# a type, None (null allowed) or a literal string (that exact word allowed).
-DECLARED_TYPES: dict[str, tuple] = {
+# a type, None (null allowed) or a literal string (that exact word allowed); or a function giving
+# them, where the module that acts on the setting defines its choices.
+DECLARED_TYPES: dict[str, tuple | Callable[[], tuple]] = {
     "model.path": (str, None),
     "model.max_batch_rows": (int, None),
     "model.max_batch_contexts": (int, None),
@@ -58,7 +67,7 @@ DECLARED_TYPES: dict[str, tuple] = {
     "analysis.n_questions": (int, None),
     "seakr.simple_qa_passages_path": (str, None),
     "reproduce.cell_timeout": (int, float, None),
-    "runner.engine": ("local", "ray"),
+    "runner.engine": _engines,
     "skr.ties": ("discard", "known"),
     "skr.label_answer": ("official", "package"),
     "skr.knn_rule": ("official", "paper", "majority"),
@@ -125,7 +134,8 @@ def _fits(value, kind) -> bool:
 
 def _kinds_of(dotted: str, base_value) -> tuple:
     if dotted in DECLARED_TYPES:
-        return DECLARED_TYPES[dotted]
+        kinds = DECLARED_TYPES[dotted]
+        return kinds() if callable(kinds) else kinds
     if base_value is None:               # a null in base.yaml with no declared type: any value
         return ()
     return (type(base_value),)

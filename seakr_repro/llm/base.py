@@ -155,9 +155,9 @@ class BackendExtras(Protocol):
     """Optional (transformers and vLLM backends). The Hugging Face tokenizer."""
 
     fleet: Any
-    """Optional, default None (a backend in this process). Set on `runs.engine.FleetBackend`, the
+    """Optional, default None (a backend in this process). Set on `runs.fleet_backend.FleetBackend`, the
     driver's handle on a model the Ray workers hold: the per-question loops hand their questions
-    to this `engine.Fleet` instead of calling the backend here."""
+    to this `runs.fleet.Fleet` instead of calling the backend here."""
 
     generation_config: dict | None
     """Optional, default None (not read). The checkpoint's generation_config.json ({} when it has

@@ -22,10 +22,13 @@ import statistics
 import pandas as pd
 
 from ..core.config import Config
+from ..core.paths import DATA_DIR
 from .plan import question_runs  # noqa: F401  (what `cost` prices; importable from here as before)
 
 PACE_TABLE = "seakr_table7"
-MEASURED_PACE = "measured/gpu_pace.csv"     # under data/
+# The committed file of measured GPU paces, which `measured_paces` and the `cost` command read (a
+# test points this at a file of its own, so a row a GPU run appends never changes what it checks)
+MEASURED_PACE = DATA_DIR / "measured" / "gpu_pace.csv"
 MEASURED_COLUMNS = ("card", "commit_date", "commit", "torch", "dtype", "weights", "what_ran", "settings",
                     "method", "dataset", "seconds_per_question", "note")
 
@@ -35,9 +38,8 @@ def measured_paces(settings: str = "paper", path=None) -> dict[str, dict]:
     from the measured-pace file: each card's newest row (by commit date, then file order) per
     method and data set at `settings` (the profile whose per-question settings the row ran)."""
     from ..core.errors import DataMissingError
-    from ..core.paths import DATA_DIR
 
-    path = DATA_DIR / MEASURED_PACE if path is None else path
+    path = MEASURED_PACE if path is None else path
     try:
         df = pd.read_csv(path, dtype={"commit": str})
     except FileNotFoundError:

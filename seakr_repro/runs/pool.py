@@ -1,5 +1,5 @@
 """The one loaded backend of a local run (`BackendPool`) and freeing an accelerator's memory
-between models. The Ray engine's pool (`engine.FleetPool`) answers the same `get`/`close`."""
+between models. The Ray engine's pool (`fleet_backend.FleetPool`) answers the same `get`/`close`."""
 from __future__ import annotations
 
 from ..core.config import Config
@@ -21,6 +21,12 @@ class BackendPool:
         self.loads = 0                       # backends loaded by the pool (a primary given is not)
         # label -> the dtype departure `run_grid` announced (baselines.dtype_when_too_large)
         self.departures: dict[str, str] = {}
+
+    @property
+    def loaded(self) -> tuple[str, str] | None:
+        """(model name, dtype) of the backend loaded now, or None when none is (before the first
+        `get` without a primary, after `close`). Read-only: `get` and `close` change it."""
+        return self._name
 
     def card_bytes(self) -> int | None:
         """GPU memory the transformers models of this pool load into (the card, or its cap); None
@@ -66,8 +72,8 @@ def _load_backend(cfg: Config, name: str, dtype: str | None = None):
 
 def free_accelerator_memory() -> None:
     """Collect what was dropped, hand the CUDA caching allocator's free blocks back and start the
-    peak-memory count over: the next model's peak is its own, not the one before it plus it
-    (issue 38: Self-RAG's 16.3 GB read 28.2 GB after IRCoT's float32 model)."""
+    peak-memory count over: the next model's peak is its own, not the one before it plus it (a peak
+    read without it counted the previous model: docs/measurements.md, "GPU rehearsal")."""
     import gc
 
     gc.collect()

@@ -1,7 +1,7 @@
-"""What each Ray worker of the Ray engine (`runs.engine`) holds and answers: one backend at a
+"""What each Ray worker of the Ray engine (`runs.fleet`) holds and answers: one backend at a
 time, the searcher, and the methods built on them; one question of any per-question loop per
 `run` call. The driver side (handing out questions, writing rows, replacing dead workers) is
-`engine.Fleet`.
+`fleet.Fleet`.
 """
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,
                    tag: str | None = None) -> Path:
     """Extract every record not yet done; one float16 .npy + one JSON line per question.
-    `backend` may be an `engine.FleetBackend` (runner.engine: ray): Ray workers extract, this
+    `backend` may be a `fleet_backend.FleetBackend` (runner.engine: ray): Ray workers extract, this
     process writes, in the order they finish.
 
     A crash mid-question leaves nothing half-written: the .npy appears by an atomic rename, the

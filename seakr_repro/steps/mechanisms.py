@@ -117,7 +117,7 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
                    progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`trial` for every (record, gold) not yet in `out_dir/trials.jsonl` (one JSON line per
     question, appended and flushed as it finishes: a crash loses at most the current question;
-    on Ray workers, when `backend` is an `engine.FleetBackend`, in the order they finish);
+    on Ray workers, when `backend` is a `fleet_backend.FleetBackend`, in the order they finish);
     returns (re-ranking table, retrieval scores table) of every finished trial of `pairs`."""
     from ..core.progress import tqdm
 

@@ -282,7 +282,7 @@ def baselines_dtype(cfg: Config) -> str | None:
 
 def check_gpu(cfg: Config, report: Report) -> None:
     from ..core.device import resolve_device
-    from ..runs.engine import uses_ray
+    from ..runs.engine_choice import uses_ray
 
     setting = cfg["model.device"]
     if setting == "cpu":
@@ -326,10 +326,12 @@ def check_gpu(cfg: Config, report: Report) -> None:
 
 
 def check_cluster(cfg: Config, report: Report) -> None:
-    """runner.engine: ray: the workers the cluster gives (`engine.survey`), each worker's GPU
+    """runner.engine: ray: the workers the cluster gives (`fleet.survey`), each worker's GPU
     memory against the model, and the BM25 index seen by every worker."""
     from ..retrieval.index import META_NAME, index_dir_for
-    from ..runs.engine import asks, survey, uses_ray
+    from ..runs.engine_choice import uses_ray
+    from ..runs.fleet import survey
+    from ..runs.worker_plan import resources_in_words
 
     if not uses_ray(cfg):
         return
@@ -339,11 +341,12 @@ def check_cluster(cfg: Config, report: Report) -> None:
         report.problems.append(f"Ray cluster: {_reason(err)}")
         return
     if infos is None:
-        report.ok.append(f"Ray: {n} workers ({asks(each)} each) in a cluster started on this machine")
+        report.ok.append(f"Ray: {n} workers ({resources_in_words(each)} each) in a cluster started on "
+                         "this machine")
         return
     hosts = sorted({i["host"] for i in infos})
-    report.ok.append(f"Ray cluster at {cfg['runner.ray_address']}: {n} workers ({asks(each)} each) on "
-                     f"{len(hosts)} node(s): {', '.join(hosts)}")
+    report.ok.append(f"Ray cluster at {cfg['runner.ray_address']}: {n} workers ({resources_in_words(each)} "
+                     f"each) on {len(hosts)} node(s): {', '.join(hosts)}")
     need = gpu_need_bytes(cfg)
     short = [i for i in infos if i["gpus"] and need and (i["gpu_memory"] or 0) * len(i["gpus"]) < need]
     for i in short:

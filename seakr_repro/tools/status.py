@@ -254,7 +254,7 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
                   "not run yet or deleted, `reproduce` runs it, skipped = its step skipped the row "
                   "and says why in <step>/skipped.json):",
                   runs.to_markdown(index=False)]
-    from ..runs.engine import workers_report
+    from ..runs.workers_status import workers_report
     workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
     if workers:
         parts += ["", workers]

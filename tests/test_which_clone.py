@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from seakr_repro.core.paths import PACKAGE_ROOT
@@ -61,3 +62,23 @@ def test_two_clones_sharing_one_environment_never_split_a_run(tmp_path):
     # from b's own root the same environment is b's, whole
     assert _run(b, b, "--dry-run").returncode == 0
     assert json.loads((res / "stamps" / "99-where.json").read_text())["graph"] == 2
+
+
+def test_which_clone_a_path_lies_in_and_the_check_naming_both(tmp_path, monkeypatch):
+    from seakr_repro.core.errors import UserError
+    from seakr_repro.core.paths import REPO_ROOT
+    from seakr_repro.core.which_clone import check_one_root, checkout_of
+
+    other = tmp_path / "other"
+    (other / "seakr_repro").mkdir(parents=True)
+    (other / "seakr_repro" / "__init__.py").write_text("")
+    (other / "notebooks" / "deep").mkdir(parents=True)
+    assert checkout_of(other / "notebooks" / "deep") == other.resolve()
+    assert checkout_of(tmp_path) is None                      # no clone around it
+    monkeypatch.delenv("SEAKR_REPO_ROOT", raising=False)
+    assert check_one_root(REPO_ROOT) == REPO_ROOT             # this clone's own root
+    assert check_one_root(tmp_path) == REPO_ROOT              # outside any clone: as chosen
+    with pytest.raises(UserError, match=f"runs in the clone {other.resolve()}"):
+        check_one_root(other / "notebooks")
+    monkeypatch.setenv("SEAKR_REPO_ROOT", str(REPO_ROOT))     # the root chosen on purpose
+    assert check_one_root(other) == REPO_ROOT

@@ -1,6 +1,7 @@
-"""The one repository root a command runs in: started inside another clone than the one its
-package is from, every path would be the other clone's (core/paths.py). Its own module because it
-raises a UserError, whose paragraphs name paths relative to the root (errors imports paths)."""
+"""Which clone of the repository a path lies in (`checkout_of`), and the check that a command runs
+in the clone its package is from (`check_one_root`): started inside another clone, every path
+would be the other clone's (core/paths.py). Not in paths.py because it raises a UserError, whose
+paragraphs name paths relative to the root (errors imports paths)."""
 from __future__ import annotations
 
 import os

@@ -1,0 +1,317 @@
+"""The Ray engine's driver (`runner.engine: ray`): the per-question loops (the run grid, step 02's
+extraction, notebook 11's trials) spread over Ray actors, one model each.
+
+- A `ray_worker.Worker` actor loads once: one backend (the profile's model, or the one a task names; one at a
+  time, as `pool.BackendPool`) on its own GPU (`num_gpus` = 1, or the vLLM tensor-parallel size)
+  or a share of the CPUs (`worker_plan`), and the searcher over the shared BM25 index in
+  data/cache/. It builds each method once and answers any question of any method of the profile.
+- One writer: the driver (`Fleet.map`) hands out tasks, receives each finished question and
+  writes it exactly as the local engine does (`runner.run_method`, `extraction.run_extraction`,
+  `mechanisms.run_mechanisms`): the same resumable, fsync'ed files, rows in the order they finish.
+- Same results: a question's seeds come from the profile and the call (`seed`), never from the
+  worker or the order, and a worker answers one question at a time (runner.concurrency at a
+  time where that is set), so 1 worker, N workers and the local engine write identical rows.
+- Faults: a worker that dies (out of memory, a lost node) is replaced and its questions go back
+  to the queue for whichever worker is free first; only a finished question's row is written,
+  and each once. A question that kills MAX_KILLS workers stops the run with its id. The driver
+  dying is the local engine's resume.
+- `results/<profile>/workers.json` says which workers run where and what each has done
+  (`workers_status`; `status` shows it).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..core.errors import UserError
+from .fleet_backend import FleetBackend
+from .ray_cluster import connect
+from .worker_plan import plan_workers, resources_in_words
+from .workers_status import default_status_path, worker_entry, write_status
+
+MAX_KILLS = 3              # workers one question may take down before the run stops
+
+
+def _faults() -> tuple:
+    """Ray's errors for a worker or its node gone (the question is re-run elsewhere)."""
+    import ray.exceptions as rx
+
+    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
+             "NodeDiedError", "ObjectLostError", "OutOfMemoryError", "LocalRayletDiedError")
+    return tuple(getattr(rx, n) for n in names if hasattr(rx, n))
+
+
+def _unwrap(err: BaseException) -> BaseException:
+    """The exception a worker raised (a UserError stays a UserError), not Ray's wrapper."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else err
+
+
+class Fleet:
+    """Ray workers of one profile, and the driver's side: `map` hands out tasks and yields each
+    result as it arrives, replacing a dead worker and re-queueing its questions."""
+
+    def __init__(self, cfg, workers: int | str | None = None, *, loader: Callable | None = None,
+                 searcher=None, status_path: str | Path | bool | None = None, num_cpus: int | None = None):
+        import ray
+
+        if workers is not None:                   # instead of runner.workers (tests, the benchmark)
+            cfg = cfg.with_overrides({"runner.workers": workers})
+        self.cfg = cfg
+        self._owns_ray = connect(cfg, num_cpus)
+        try:
+            resources = ray.cluster_resources()
+            self.size, self.resources = plan_workers(cfg, resources)
+        except BaseException:
+            self._leave()
+            raise
+        per_worker = int(cfg.get("runner.concurrency", 1) or 1)
+        from .ray_worker import Worker
+        self._cls = ray.remote(Worker).options(
+            max_restarts=0, max_concurrency=max(1, per_worker), **self.resources)
+        self._args = (cfg, loader, searcher)
+        # status_path None: results/<profile>/workers.json; False: none (preflight's survey)
+        self._status_path = (None if status_path is False else
+                             Path(status_path) if status_path else default_status_path(cfg))
+        self._slots: dict[int, dict] = {}
+        self._kills: dict[str, int] = {}
+        for slot in range(self.size):
+            self._start(slot)
+        self._await_infos()
+        self._write_status(force=True)
+
+    # -- workers -------------------------------------------------------------------------------
+    def _start(self, slot: int) -> None:
+        old = self._slots.get(slot, {})
+        handle = self._cls.remote(*self._args)
+        self._slots[slot] = {"handle": handle, "generation": old.get("generation", -1) + 1,
+                             "restarts": old.get("restarts", -1) + 1, "answered": old.get("answered", 0),
+                             "in_flight": {}, "info": None, "info_ref": handle.info.remote(),
+                             "failed_starts": old.get("failed_starts", 0)}
+
+    def _await_infos(self, timeout: float = 600) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        for slot, w in self._slots.items():
+            if w["info"] is None and w["info_ref"] is not None:
+                try:
+                    w["info"] = ray.get(w["info_ref"], timeout=timeout)
+                except GetTimeoutError:
+                    self.close()
+                    raise UserError(f"Ray could not start worker {slot} within {timeout:.0f} s "
+                                    f"(each asks for {resources_in_words(self.resources)})", setting="runner.workers",
+                                    fix="check `ray status`: the cluster may lack those resources; "
+                                        "lower runner.workers") from None
+                except Exception as err:  # noqa: BLE001 - re-raised as the worker's own error
+                    self.close()
+                    raise _unwrap(err) from None
+                w["info_ref"] = None
+
+    def _started(self, slot: int) -> bool:
+        """Whether the worker in `slot` is up (its `info` came back), without waiting."""
+        import ray
+
+        w = self._slots[slot]
+        if w["info"] is not None:
+            return True
+        if not ray.wait([w["info_ref"]], timeout=0)[0]:
+            return False
+        try:
+            w["info"] = ray.get(w["info_ref"])
+        except _faults() as err:
+            if w["failed_starts"] + 1 >= MAX_KILLS:
+                raise UserError(f"Ray worker {slot} died {MAX_KILLS} times while starting: "
+                                f"{str(err).splitlines()[0]}", setting="runner.workers",
+                                fix="check that every node has this package and its .venv at the same "
+                                    "path; see /tmp/ray/session_latest/logs on the node") from None
+            self._replace(slot, w["generation"])
+            self._slots[slot]["failed_starts"] = w["failed_starts"] + 1
+            return False
+        except Exception as err:  # noqa: BLE001 - the worker's own error
+            raise _unwrap(err) from None
+        w["info_ref"], w["failed_starts"] = None, 0
+        return True
+
+    def pids(self) -> dict[int, int]:
+        """{slot: process id} of the live workers (the kill test stops one by its id)."""
+        self._await_infos()
+        return {slot: w["info"]["pid"] for slot, w in self._slots.items()}
+
+    def infos(self) -> list[dict]:
+        self._await_infos()
+        return [dict(w["info"], slot=slot) for slot, w in self._slots.items()]
+
+    def call(self, name: str, *args) -> Any:
+        """One request to one live worker (describe, method_info), retried on another when it dies."""
+        import ray
+
+        for _ in range(MAX_KILLS):
+            slot = next(iter(self._slots))
+            w = self._slots[slot]
+            try:
+                return ray.get(getattr(w["handle"], name).remote(*args))
+            except _faults():
+                self._replace(slot, w["generation"])
+            except Exception as err:  # noqa: BLE001 - the worker's own error
+                raise _unwrap(err) from None
+        raise UserError(f"Ray workers kept dying while answering {name}", setting="runner.workers",
+                        fix="see the workers' logs (/tmp/ray/session_latest/logs) for why")
+
+    def warm(self, model: str | None = None, cached: bool = True) -> None:
+        """Every worker loads `model` now, side by side, rather than on its first question."""
+        import ray
+
+        refs = {slot: (w["generation"], w["handle"].describe.remote(model, cached))
+                for slot, w in self._slots.items()}
+        for slot, (generation, ref) in refs.items():
+            try:
+                ray.get(ref)
+            except _faults():
+                self._replace(slot, generation)
+            except Exception as err:  # noqa: BLE001 - the worker's own error
+                raise _unwrap(err) from None
+
+    def _replace(self, slot: int, generation: int) -> None:
+        """Start a fresh worker in `slot` unless that already happened for this generation."""
+        import ray
+
+        w = self._slots[slot]
+        if w["generation"] != generation:
+            return
+        try:
+            ray.kill(w["handle"], no_restart=True)
+        except Exception:  # noqa: BLE001 - it is gone already
+            pass
+        self._start(slot)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def map(self, tasks: Iterable[tuple[str, tuple]], per_worker: int = 1) -> Iterator[tuple[str, Any]]:
+        """Yield (key, result) for every (key, task) as workers finish them, each key once.
+
+        `per_worker` tasks are in flight on each worker. A worker that dies is replaced and its
+        tasks go back to the front of the queue. On a task's own error nothing new starts; the
+        running tasks finish (their results are yielded) and the error is raised."""
+        import ray
+
+        queue = deque(tasks)
+        inflight: dict[Any, tuple[int, int, str, tuple]] = {}
+        seen: set[str] = set()
+        error: BaseException | None = None
+        per_worker = max(1, int(per_worker or 1))
+        try:
+            while queue or inflight:
+                for slot, w in list(self._slots.items()):
+                    # a worker still starting (a replacement waiting for a free GPU) gets nothing
+                    while (queue and error is None and len(w["in_flight"]) < per_worker
+                           and self._started(slot)):
+                        key, task = queue.popleft()
+                        ref = w["handle"].run.remote(task)
+                        inflight[ref] = (slot, w["generation"], key, task)
+                        w["in_flight"][ref] = key
+                self._write_status()
+                starting = [w["info_ref"] for w in self._slots.values() if w["info_ref"] is not None]
+                if not inflight and not (queue and error is None and starting):
+                    break
+                ready, _ = ray.wait(list(inflight) + starting, num_returns=1)
+                for ref in ready:
+                    if ref not in inflight:          # a worker has started: served next turn
+                        continue
+                    slot, generation, key, task = inflight.pop(ref)
+                    w = self._slots[slot]
+                    w["in_flight"].pop(ref, None)
+                    try:
+                        result = ray.get(ref)
+                    except _faults():
+                        self._kills[key] = self._kills.get(key, 0) + 1
+                        if self._kills[key] >= MAX_KILLS:
+                            error = error or UserError(
+                                f"question {key} took down {MAX_KILLS} Ray workers in a row",
+                                setting="runner.workers",
+                                fix="see the workers' logs (/tmp/ray/session_latest/logs); out of "
+                                    "memory: lower model.max_batch_contexts or use bigger GPUs")
+                        else:
+                            queue.appendleft((key, task))      # re-run on whichever worker is free
+                        self._requeue_dead(slot, generation, inflight, queue)
+                        self._replace(slot, generation)
+                        continue
+                    except Exception as err:  # noqa: BLE001 - raised once the others finished
+                        error = error or _unwrap(err)
+                        queue.clear()
+                        continue
+                    if key in seen:                             # never written twice
+                        continue
+                    seen.add(key)
+                    if w["generation"] == generation:
+                        w["answered"] += 1
+                    yield key, result
+        finally:
+            self._write_status(force=True)
+        if error is not None:
+            raise error
+
+    def _requeue_dead(self, slot: int, generation: int, inflight: dict, queue: deque) -> None:
+        """The dead worker's other tasks go back to the queue now (their refs are dropped)."""
+        for ref, (s, g, key, task) in list(inflight.items()):
+            if s == slot and g == generation:
+                del inflight[ref]
+                self._slots[slot]["in_flight"].pop(ref, None)
+                queue.appendleft((key, task))
+
+    # -- status --------------------------------------------------------------------------------
+    _last_status = 0.0
+
+    def _write_status(self, force: bool = False) -> None:
+        if self._status_path is None or (not force and time.time() - self._last_status < 2.0):
+            return
+        self._last_status = time.time()
+        workers = [worker_entry(slot, w["info"] or {}, w["answered"], w["in_flight"].values(), w["restarts"])
+                   for slot, w in sorted(self._slots.items())]
+        write_status(self._status_path, self.cfg.get("runner.ray_address", "local"), self.resources, workers)
+
+    # -- the end -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the workers (their models go with them); leave the cluster if this joined it."""
+        import ray
+
+        for w in self._slots.values():
+            try:
+                ray.kill(w["handle"], no_restart=True)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+        self._slots.clear()
+        if self._status_path is not None and self._status_path.is_file():
+            self._status_path.unlink()
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._owns_ray:
+            import ray
+            ray.shutdown()
+            self._owns_ray = False
+
+    def backend(self, model: str | None = None, cached: bool = True, dtype: str | None = None) -> FleetBackend:
+        return FleetBackend(self, model, cached, dtype)
+
+
+def survey(cfg) -> tuple[int, dict, list[dict] | None]:
+    """(workers, Ray resources of each, what each worker sees) for preflight. A cluster to join
+    (runner.ray_address auto or host:port) is joined and its workers started without a model
+    (`Worker.info`: host, GPUs and their memory, whether the index is there); `local` plans
+    against this machine (torch's GPUs, its CPUs) without starting anything (infos None)."""
+    import ray
+
+    address = str(cfg.get("runner.ray_address", "local") or "local")
+    if address == "local" and not ray.is_initialized():
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        n, each = plan_workers(cfg, {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)})
+        return n, each, None
+    fleet = Fleet(cfg, status_path=False)
+    try:
+        return fleet.size, fleet.resources, fleet.infos()
+    finally:
+        fleet.close()
