@@ -65,22 +65,23 @@ check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code 
 	$(PY) -m ruff check seakr_repro tests
 	$(PY) -m pylint --disable=all --enable=duplicate-code --min-similarity-lines=8 --score=n seakr_repro
 
-bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
-	$(PY) -m seakr_repro.tools.bench --profile $(PROFILE)
+bench: $(STAMP)  ## speed benchmarks, ratios against a baseline in the same run (one: `python -m seakr_repro bench NAME`; `bench --help` lists them)
+	# one U-evaluation: the shared pre-fill against plain generate + a vector pass
+	$(PY) -m seakr_repro bench u-evaluation --profile $(PROFILE)
 	# decode-like steps alone and beside two busy processes: torch's own thread setting vs ours
-	$(PY) -m seakr_repro.tools.bench_contention
+	$(PY) -m seakr_repro bench contention
 	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
-	$(PY) -m seakr_repro.tools.bench --shared --profile $(PROFILE)
+	$(PY) -m seakr_repro bench shared-prefix --profile $(PROFILE)
 	# SeaKR per question in float32 and in bfloat16, alternating on the same questions: the ratio, answers compared
-	$(PY) -m seakr_repro.tools.bench --dtypes float32,bfloat16 --profile $(PROFILE)
+	$(PY) -m seakr_repro bench dtypes --dtypes float32,bfloat16 --profile $(PROFILE)
 	# questions per minute on the Ray engine (1 and 2 workers) against the local engine, same run
-	$(PY) -m seakr_repro.tools.bench --ray --profile $(PROFILE)
+	$(PY) -m seakr_repro bench ray-engine --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
-	  $$BENCH_PY -m seakr_repro.tools.bench_backends --profile $(PROFILE)
+	  $$BENCH_PY -m seakr_repro bench backends --profile $(PROFILE)
 
 scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shapes, 1M passages): RSS, disk, hours
-	$(PY) -m seakr_repro.tools.scale_check $(SCALE_CHECK_ARGS)
+	$(PY) -m seakr_repro bench scale-check $(SCALE_CHECK_ARGS)
 
 REHEARSAL_OUT ?= results/gpu-rehearsal
 gpu-rehearsal:  ## on a GPU machine: everything a GPU can prove here, one JSON report (docs/measurements.md); DEVICE=cpu runs it here

@@ -159,6 +159,12 @@ def cmd_nbstrip(args):
     strip_stdin()
 
 
+def cmd_bench(args):
+    from .benchmarks import run_benchmark
+
+    run_benchmark(args.name, args.args)
+
+
 def cmd_cost(args):
     from .runs.cost import measured_paces, pace_applies, question_runs, spread, summary, totals, with_hours
 
@@ -323,6 +329,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")
 
     p = add("render", cmd_render, "re-render every table and figure from saved results")
+
+    from .benchmarks import BENCHMARKS
+
+    text = "a developers' benchmark: bench NAME [its options] (bench NAME --help gives them)"
+    p = sub.add_parser("bench", help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="benchmarks:\n" +
+                              "\n".join(f"  {name:<14} {what}" for name, what in BENCHMARKS.items()))
+    p.add_argument("name", choices=list(BENCHMARKS), metavar="NAME", help="the benchmark")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its options")
+    p.set_defaults(func=cmd_bench)
 
     text = ("git's clean filter for notebooks/*.ipynb: a notebook on stdin, on stdout without outputs, "
             "execution counts or Lab metadata (make sets it up)")

@@ -368,9 +368,9 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
 
 def test_the_benchmark_arithmetic_for_8_gpus_comes_from_the_cost_count():
     from seakr_repro.runs import cost
-    from seakr_repro.tools import bench_ray
+    from seakr_repro.benchmarks import ray_engine
 
-    rows = {r["profile"]: r for r in bench_ray.arithmetic(8)}
+    rows = {r["profile"]: r for r in ray_engine.arithmetic(8)}
     hours = cost.totals(cost.with_hours(cost.question_runs(load_config("paper"))))[2]
     assert rows["paper"]["hours_over_workers"] == round(hours / 8, 1)
     assert rows["paper-sample"]["question_runs"] < rows["paper"]["question_runs"]

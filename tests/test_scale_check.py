@@ -3,7 +3,7 @@ the report holds every measurement and the arithmetic."""
 import json
 
 from seakr_repro.runs import inputs
-from seakr_repro.tools import scale_check
+from seakr_repro.benchmarks import scale_check
 from seakr_repro.llm.base import Backend
 from seakr_repro.llm.registry import synthetic_backend
 from seakr_repro.llm.synthetic import synthetic_passages
@@ -100,7 +100,6 @@ def test_scale_check_end_to_end_at_smoke_size(tmp_path, capsys, monkeypatch):
     assert ex["synthetic_corpus_bytes_per_passage"] > 1000        # the text is kept twice
     printed = capsys.readouterr().out
     assert "MEASURED" in printed and "ARITHMETIC" in printed
-
 
 
 def test_the_free_space_margin_grows_with_the_estimate(monkeypatch):

@@ -223,8 +223,8 @@ def _step03(out: Path, n_boot: int) -> dict:
 
 
 def _spawn(args: list[str], env: dict | None = None) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "seakr_repro.tools.scale_check", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.run([sys.executable, "-m", "seakr_repro", "bench", "scale-check", *args],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"scale-check child {args[:2]} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -326,8 +326,9 @@ def extrapolate(m: dict) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m seakr_repro.tools.scale_check", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m seakr_repro bench scale-check",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--passages", type=int, default=1_000_000, help="synthetic corpus size")
     p.add_argument("--questions", type=int, default=3, help="questions per data set and method")
     p.add_argument("--calibration", type=int, default=10, help="step-02 questions (synthetic)")
@@ -340,7 +341,11 @@ def main(argv=None) -> int:
     p.add_argument("--cache-model", default=None,
                    help="only measure the call cache's forms on this real model's sample calls")
     p.add_argument("--child", choices=("runs", "step03"), help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
     if a.cache_model:      # the model decodes on every core; only U's tiny products are serial
         print(json.dumps(_cache_report(a.cache_model, a.questions, 20, 100), indent=1))
         return 0
@@ -424,6 +429,3 @@ def _print_report(m: dict) -> None:
     for k, v in ex.items():
         print(f"  {k}: {v}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())
