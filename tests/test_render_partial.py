@@ -6,7 +6,7 @@ import pytest
 
 from seakr_repro.runs import inputs, plan
 from seakr_repro.steps import prepare, render
-from seakr_repro.tools import status
+from seakr_repro.commands import status
 from seakr_repro.core.config import load_config
 
 

@@ -11,7 +11,7 @@ import pytest
 from seakr_repro.core import runlock
 
 from seakr_repro.runs import plan
-from seakr_repro.tools import status
+from seakr_repro.commands import status
 from seakr_repro.core.config import load_config
 
 

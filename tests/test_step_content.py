@@ -11,7 +11,7 @@ from seakr_repro import step_graph as graph
 from seakr_repro.core import paths
 from seakr_repro.core.config import load_config
 from seakr_repro.runs import plan as run_plan
-from seakr_repro.tools import status
+from seakr_repro.commands import status
 
 N03 = "03-uncertainty-estimators"
 

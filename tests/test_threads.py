@@ -145,39 +145,39 @@ def test_make_leaves_the_wait_policy_to_the_package_and_the_user(users, seen):
 
 def test_the_notebook_timeout_scales_with_a_measured_slowdown(monkeypatch):
     import conftest
-    from seakr_repro.tools import bench_contention
+    from seakr_repro.benchmarks import contention
 
-    monkeypatch.setattr(bench_contention, "steps_per_second", lambda s: conftest.QUIET_STEPS_PER_S / 3)
+    monkeypatch.setattr(contention, "steps_per_second", lambda s: conftest.QUIET_STEPS_PER_S / 3)
     assert conftest.scaled_notebook_timeout() == 3 * conftest.NOTEBOOK_TIMEOUT
-    monkeypatch.setattr(bench_contention, "steps_per_second", lambda s: conftest.QUIET_STEPS_PER_S * 2)
+    monkeypatch.setattr(contention, "steps_per_second", lambda s: conftest.QUIET_STEPS_PER_S * 2)
     assert conftest.scaled_notebook_timeout() == conftest.NOTEBOOK_TIMEOUT   # never below the base
 
 
 def test_contention_benchmark_settings_set_only_their_own_variables(monkeypatch):
-    from seakr_repro.tools import bench_contention
+    from seakr_repro.benchmarks import contention
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")       # as this process has it
     monkeypatch.setenv("GOMP_SPINCOUNT", "7")
-    unset = bench_contention.setting_env("unset")
-    assert not set(bench_contention.OPENMP_VARIABLES) & set(unset)
-    passive = bench_contention.setting_env("passive")
+    unset = contention.setting_env("unset")
+    assert not set(contention.OPENMP_VARIABLES) & set(unset)
+    passive = contention.setting_env("passive")
     assert passive["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in passive
     assert passive["OMP_NUM_THREADS"] == str(threads.usable_cpus())
-    spin = bench_contention.setting_env("spin:20000")
+    spin = contention.setting_env("spin:20000")
     assert spin["GOMP_SPINCOUNT"] == "20000" and "OMP_WAIT_POLICY" not in spin
-    both = bench_contention.setting_vars("spin:0+threads:1")
+    both = contention.setting_vars("spin:0+threads:1")
     assert both == {"GOMP_SPINCOUNT": "0", "OMP_NUM_THREADS": "1"}
     for bad in ("fast", "threads:0", "spin:x"):
         with pytest.raises(ValueError, match="unknown setting"):
-            bench_contention.setting_vars(bad)
-    got = bench_contention.measure("passive", competitors=1, seconds=0.2)
+            contention.setting_vars(bad)
+    got = contention.measure("passive", competitors=1, seconds=0.2)
     assert got["steps_per_s"] > 0 and got["threads"] == threads.usable_cpus()
 
 
 def test_contention_benchmark_judges_each_setting_by_medians_of_pairs(monkeypatch):
     """A setting meets issue 32's floors when its median quiet speed is >= 97% of torch's own and
     the median of its busy/quiet pairs is >= 45%; repeats rotate the order of settings."""
-    from seakr_repro.tools import bench_contention
+    from seakr_repro.benchmarks import contention
 
     speeds = {("unset", 0): [100, 90, 110], ("unset", 2): [20, 30, 25],
               ("passive", 0): [84, 80, 88], ("passive", 2): [60, 50, 55],
@@ -189,8 +189,8 @@ def test_contention_benchmark_judges_each_setting_by_medians_of_pairs(monkeypatc
         seen.append((setting, competitors))
         return {"steps_per_s": got, "threads": 2}
 
-    monkeypatch.setattr(bench_contention, "measure", measure)
-    report = bench_contention.run(3, 0.1, ("unset", "passive", "spin:1"), busy=2)
+    monkeypatch.setattr(contention, "measure", measure)
+    report = contention.run(3, 0.1, ("unset", "passive", "spin:1"), busy=2)
     assert [s for s, c in seen[:6:2]] == ["unset", "passive", "spin:1"]
     assert [s for s, c in seen[6:12:2]] == ["passive", "spin:1", "unset"]        # rotated
     assert report["median_quiet_steps_per_s"] == {"unset": 100, "passive": 84, "spin:1": 99}

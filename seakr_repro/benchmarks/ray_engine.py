@@ -1,6 +1,7 @@
-"""Questions per minute of SeaKR on the Ray engine with 1 and 2 workers against the local engine,
-in one run on one machine (`make bench`: `python -m seakr_repro.tools.bench --ray`), and the
-arithmetic for 8 GPUs on the paper and paper-sample profiles (`runs.cost`).
+"""SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine.
+
+Measured in one run on one machine (`make bench`: `python -m seakr_repro bench ray-engine`), with
+the arithmetic for 8 GPUs on the paper and paper-sample profiles (`runs.cost`).
 
 All three answer the same questions with the call cache off (every call computed) and must write
 the same answers; each Ray fleet's start (a local cluster, each worker loading its model) is
@@ -96,22 +97,26 @@ def arithmetic(gpus: int = 8, profiles=("paper", "paper-sample")) -> list[dict]:
     return out
 
 
-def main(argv=None) -> dict:
+def parser():
     import argparse
 
+    ap = argparse.ArgumentParser(prog="python -m seakr_repro bench ray-engine",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="default")
+    ap.add_argument("--dataset", default="bundled-2wiki")
+    ap.add_argument("-n", type=int, default=4, help="questions per engine (default 4)")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs of the arithmetic (default 8)")
+    return ap
+
+
+def main(argv=None) -> dict:
     import pandas as pd
 
     from ..core.config import load_config
     from ..core.io import write_json
     from ..core.paths import results_dir
 
-    ap = argparse.ArgumentParser(prog="python -m seakr_repro.tools.bench --ray",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="default")
-    ap.add_argument("--dataset", default="bundled-2wiki")
-    ap.add_argument("-n", type=int, default=4, help="questions per engine (default 4)")
-    ap.add_argument("--gpus", type=int, default=8, help="GPUs of the arithmetic (default 8)")
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
     cfg = load_config(args.profile)
     rows = measure(cfg, args.dataset, args.n)
     paper = arithmetic(args.gpus)
@@ -132,6 +137,3 @@ def main(argv=None) -> dict:
     print(f"saved {out}")
     return report
 
-
-if __name__ == "__main__":
-    main()

@@ -43,15 +43,25 @@ MARGIN_SHARE = 0.25          # of the estimate, free beyond it before the check 
 MARGIN_FLOOR = 64 << 20      # bytes: the least margin, for the Python caches and logs of a tiny run
 
 
-def free_space_needed(passages: int, vector_questions: int, calibration: int) -> int:
-    """Bytes the check writes (the corpus and its index, the paper-shaped vectors, step 02's
-    calibration questions) and a margin for what that estimate leaves out: Lucene's merge
-    segments, the call caches, the children's scratch files. Those grow with the work, so the
-    margin is a share of the estimate, not a fixed amount: a fixed 1 GiB refused the smoke-size
-    test (some 30 MB) on a nearly full disk, while at a million passages it was too thin."""
+def written_bytes(passages: int, vector_questions: int, calibration: int) -> int:
+    """Bytes the check writes: the corpus and its index, the paper-shaped vectors, step 02's
+    calibration questions."""
     vec_bytes = vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2
-    estimate = passages * 2500 + vec_bytes + calibration * 11_000_000
-    return estimate + max(int(estimate * MARGIN_SHARE), MARGIN_FLOOR)
+    return passages * 2500 + vec_bytes + calibration * 11_000_000
+
+
+def free_space_margin(estimate: int) -> int:
+    """Free bytes beyond `estimate` for what it leaves out: Lucene's merge segments, the call
+    caches, the children's scratch files. Those grow with the work, so the margin is a share of the
+    estimate, not a fixed amount: a fixed 1 GiB refused the smoke-size test (some 30 MB) on a nearly
+    full disk, while at a million passages it was too thin."""
+    return max(int(estimate * MARGIN_SHARE), MARGIN_FLOOR)
+
+
+def free_space_needed(passages: int, vector_questions: int, calibration: int) -> int:
+    """Free bytes the check asks for before it starts: what it writes and the margin."""
+    estimate = written_bytes(passages, vector_questions, calibration)
+    return estimate + free_space_margin(estimate)
 
 
 def _rss_bytes() -> int:
@@ -223,8 +233,8 @@ def _step03(out: Path, n_boot: int) -> dict:
 
 
 def _spawn(args: list[str], env: dict | None = None) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "seakr_repro.tools.scale_check", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.run([sys.executable, "-m", "seakr_repro", "bench", "scale-check", *args],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"scale-check child {args[:2]} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -326,8 +336,9 @@ def extrapolate(m: dict) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m seakr_repro.tools.scale_check", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m seakr_repro bench scale-check",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--passages", type=int, default=1_000_000, help="synthetic corpus size")
     p.add_argument("--questions", type=int, default=3, help="questions per data set and method")
     p.add_argument("--calibration", type=int, default=10, help="step-02 questions (synthetic)")
@@ -340,7 +351,11 @@ def main(argv=None) -> int:
     p.add_argument("--cache-model", default=None,
                    help="only measure the call cache's forms on this real model's sample calls")
     p.add_argument("--child", choices=("runs", "step03"), help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
     if a.cache_model:      # the model decodes on every core; only U's tiny products are serial
         print(json.dumps(_cache_report(a.cache_model, a.questions, 20, 100), indent=1))
         return 0
@@ -424,6 +439,3 @@ def _print_report(m: dict) -> None:
     for k, v in ex.items():
         print(f"  {k}: {v}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -271,7 +271,7 @@ def check_disk(cfg: Config, report: Report) -> None:
         report.ok.append(f"disk: {human_bytes(free)} free, about {human_bytes(need)} needed")
 
 
-def baselines_dtype(cfg: Config) -> str | None:
+def baselines_other_dtype(cfg: Config) -> str | None:
     """The dtype the baselines load the profile's model in when it is not model.dtype (faithful:
     float32, as DRAGIN's code loads it), else None."""
     from ..methods.stepwise import baseline_dtype
@@ -317,7 +317,7 @@ def check_gpu(cfg: Config, report: Report) -> None:
         gpu_sizes = " (the profile's gpu: settings apply)" if cfg.get("gpu") else ""
         report.ok.append(f"GPU: {name}, {human_bytes(total)}{gpu_sizes}")
     try:
-        _, departure = dtype_that_fits(cfg, baselines_dtype(cfg), total, gpu=name)
+        _, departure = dtype_that_fits(cfg, baselines_other_dtype(cfg), total, gpu=name)
     except UserError as err:
         report.problems.append(f"GPU: {err.what}")
     else:

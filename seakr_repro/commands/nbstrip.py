@@ -1,10 +1,11 @@
-"""`python -m seakr_repro.tools.nbstrip`: a notebook as the repository keeps it, with no outputs,
+"""`python -m seakr_repro nbstrip`: a notebook as the repository keeps it, with no outputs,
 execution counts or Lab metadata (reads stdin, writes stdout).
 
-`make setup` installs it as the git clean filter of notebooks/*.ipynb (.gitattributes), so running
-a notebook in the Lab leaves nothing for git to show or commit: only edits to its cells count. The
-pipeline needs no such step: a notebook's outputs and metadata are not inputs of its results
-(step_graph.py).
+Every make target that runs Python installs it as the git clean filter of notebooks/*.ipynb
+(.gitattributes; the Makefile's GIT_NOTEBOOK_FILTER), so running a notebook in the Lab leaves
+nothing for git to show or commit: only edits to its cells count, and a clone whose git config
+still names an older command gets this one back the next time it runs make. The pipeline needs no
+such step: a notebook's outputs and metadata are not inputs of its results (step_graph.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import sys
 
 FILTER = "seakr-nbstrip"                       # the filter's name in .gitattributes
+COMMAND = "-m seakr_repro nbstrip"             # what git runs, after the interpreter's path
 KEPT_CELL_METADATA = ("tags",)                 # `parameters` marks the cell papermill and we read
 LANGUAGE_INFO = {"name": "python"}
 
@@ -48,7 +50,3 @@ def main() -> int:
         return 0
     sys.stdout.write(dumps(strip(notebook)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

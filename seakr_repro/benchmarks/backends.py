@@ -10,7 +10,7 @@ The two backends sample with different random streams, so a question may take a 
 number of steps on each; the table therefore also gives LLM calls and generated tokens per
 question, and seconds per 1,000 generated tokens.
 
-    python -m seakr_repro.tools.bench_backends [--profile default] [--dataset bundled-2wiki] [-n 4]
+    python -m seakr_repro bench backends [--profile default] [--dataset bundled-2wiki] [-n 4]
         [--concurrency 4] [--backends hf,vllm]
 
 vLLM has to be importable for its rows (`make setup-vllm`; `make bench` uses .venv-vllm when it
@@ -21,45 +21,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-
-def _run(cfg, backend, searcher, dataset, records, deltas, concurrency, out_dir, label):
-    from ..llm.cache import CachedBackend
-    from ..methods import build_method
-    from ..runs.grid import method_settings
-    from ..runs.runner import run_method
-
-    backend.reset_prefix_cache()        # every run starts cold: the runs share prompts and seeds
-    counted = CachedBackend(backend, root=out_dir / "nocache", enabled=False)   # counts only
-    method = build_method("seakr", counted, searcher, dataset, **method_settings(cfg, "seakr", deltas))
-    t0 = time.perf_counter()
-    rows = run_method(method, records, out_dir / f"{label}.jsonl", backend=counted, progress=True,
-                      desc=label, concurrency=concurrency)
-    wall = time.perf_counter() - t0
-    n = len(rows)
-    tokens = sum(r["tokens"] for r in rows)
-    return {
-        "label": label, "backend": getattr(backend, "kind", "hf"), "concurrency": concurrency,
-        "questions": n, "wall_seconds": round(wall, 2),
-        # sequential: mean latency; concurrent: wall time / questions (throughput)
-        "seconds_per_question": round(wall / n if concurrency > 1 else
-                                      statistics.mean(r["seconds"] for r in rows), 2),
-        "mean_question_latency": round(statistics.mean(r["seconds"] for r in rows), 2),
-        "llm_calls_per_question": round(sum(r["llm_calls"] for r in rows) / n, 2),
-        "generated_tokens_per_question": round(tokens / n, 1),
-        "seconds_per_1k_generated_tokens": round(1000 * wall / max(tokens, 1), 2),
-        "em": round(100 * sum(r["em"] for r in rows) / n, 1),
-    }
+from .seakr_questions import run_seakr
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m seakr_repro.tools.bench_backends",
-                                 description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m seakr_repro bench backends",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="default")
     ap.add_argument("--dataset", default="bundled-2wiki")
     ap.add_argument("-n", type=int, default=4, help="questions per backend (default 4)")
@@ -68,7 +39,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--backends", default="hf,vllm", help="comma-separated: hf, vllm")
     ap.add_argument("--only", help=argparse.SUPPRESS)        # child: measure one backend
     ap.add_argument("--json-out", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> dict:
+    args = parser().parse_args(argv)
     if args.only:
         return _child(args)
     return _parent(args)
@@ -94,7 +69,7 @@ def _parent(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="seakr-bench-") as tmp:
         for b in wanted:
             out = Path(tmp) / f"{b}.json"
-            cmd = [sys.executable, "-m", "seakr_repro.tools.bench_backends", "--profile", args.profile,
+            cmd = [sys.executable, "-m", "seakr_repro", "bench", "backends", "--profile", args.profile,
                    "--dataset", args.dataset, "-n", str(args.n), "--concurrency",
                    str(args.concurrency), "--only", b, "--json-out", str(out)]
             rc = subprocess.call(cmd)
@@ -191,14 +166,14 @@ def _child(args) -> dict:
             tmp = Path(tmp)
             # warm-up: first-call allocations, kernels, prefix caches
             backend.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)
-            rows.append(_run(cfg, backend, searcher, args.dataset, records, deltas, 1, tmp, kind))
+            rows.append(run_seakr(cfg, backend, searcher, args.dataset, records, deltas, 1, tmp, kind))
             if kind == "vllm" and args.concurrency > 1:
-                rows.append(_run(cfg, backend, searcher, args.dataset, records, deltas,
+                rows.append(run_seakr(cfg, backend, searcher, args.dataset, records, deltas,
                                  args.concurrency, tmp, f"vllm-x{args.concurrency}"))
             if kind == "hf" and args.concurrency > 1 and backend.shared_prefix:
                 # the questions' calls merged into shared-prefix batches (llm/batching.py)
                 from ..llm.batching import ThreadBatcher
-                rows.append(_run(cfg, ThreadBatcher(backend), searcher, args.dataset, records, deltas,
+                rows.append(run_seakr(cfg, ThreadBatcher(backend), searcher, args.dataset, records, deltas,
                                  args.concurrency, tmp, f"hf-x{args.concurrency}"))
     for r in rows:
         r["torch_threads"] = torch.get_num_threads()
@@ -209,6 +184,3 @@ def _child(args) -> dict:
     Path(args.json_out).write_text(json.dumps(result))
     return result
 
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Two runs of one profile side by side (float32 against bfloat16, say): every row of the claims
 ledger and every estimator's AUROC, run A against run B.
 
-    python -m seakr_repro.tools.compare_runs results/default results-bf16/default \
+    python -m seakr_repro compare-runs results/default results-bf16/default \
         [--profile default] [--labels float32,bfloat16] [--out DIR]
 
 Each directory is a profile's results folder (what `make reproduce` writes under results/<profile>/;
@@ -15,7 +15,6 @@ judged by its own answers' correctness).
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -122,33 +121,26 @@ def compare_aurocs(dir_a, dir_b, labels=("A", "B"), n_boot: int = 1000, seed: in
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from ..core.config import load_config
-    from ..core.errors import report_and_exit
+def parse_labels(text: str) -> tuple[str, str]:
+    """`--labels a,b`: the two runs' names."""
+    labels = tuple(x.strip() for x in text.split(","))
+    if len(labels) != 2 or labels[0] == labels[1]:
+        raise UserError(f"--labels needs two different names (got {text})", setting="--labels",
+                        fix="e.g. --labels float32,bfloat16")
+    return labels
+
+
+def compare(cfg, run_a, run_b, labels=("A", "B"), n_boot: int | None = None,
+            out=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Print the ledger and the AUROCs of two results folders side by side (and with `out`, write
+    ledger.csv, auroc.csv and comparison.md there); `n_boot` defaults to the profile's."""
     from ..core.io import atomic_open
 
-    ap = argparse.ArgumentParser(prog="python -m seakr_repro.tools.compare_runs",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("run_a", help="the first run's results folder, e.g. results/default (float32)")
-    ap.add_argument("run_b", help="the second run's, e.g. results-bf16/default")
-    ap.add_argument("--profile", default="default", help="the profile both ran (bootstrap settings, delta)")
-    ap.add_argument("--labels", default="A,B", help="names of the two runs, e.g. float32,bfloat16")
-    ap.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default: the profile's)")
-    ap.add_argument("--out", default=None, help="also write ledger.csv and auroc.csv (and .md) here")
-    args = ap.parse_args(argv)
-    labels = tuple(x.strip() for x in args.labels.split(","))
-    try:
-        if len(labels) != 2 or labels[0] == labels[1]:
-            raise UserError(f"--labels needs two different names (got {args.labels})", setting="--labels",
-                            fix="e.g. --labels float32,bfloat16")
-        cfg = load_config(args.profile)
-        dir_a, dir_b = _check_dir(args.run_a), _check_dir(args.run_b)
-        n_boot = int(args.n_boot or cfg["evaluation.bootstrap_samples"])
-        ledger = compare_ledgers(cfg, dir_a, dir_b, labels, n_boot)
-        aurocs = compare_aurocs(dir_a, dir_b, labels, n_boot, int(cfg["seed"]),
-                                float(cfg["evaluation.confidence"]))
-    except UserError as e:
-        report_and_exit(e)
+    dir_a, dir_b = _check_dir(run_a), _check_dir(run_b)
+    n_boot = int(n_boot or cfg["evaluation.bootstrap_samples"])
+    ledger = compare_ledgers(cfg, dir_a, dir_b, labels, n_boot)
+    aurocs = compare_aurocs(dir_a, dir_b, labels, n_boot, int(cfg["seed"]),
+                            float(cfg["evaluation.confidence"]))
     la, lb = labels
     flips = int(ledger["verdict flipped"].sum()) if len(ledger) else 0
     moved = int(aurocs[f"{lb} outside {la}'s interval"].fillna(False).astype(bool).sum()) if len(aurocs) else 0
@@ -158,15 +150,11 @@ def main(argv=None) -> tuple[pd.DataFrame, pd.DataFrame]:
             f"## Estimator AUROC: {len(aurocs)} rows, {moved} outside {la}'s interval", "",
             aurocs.round(3).to_markdown(index=False) if len(aurocs) else "(no per-question scores in both runs)"]
     print("\n".join(text))
-    if args.out:
-        out = Path(args.out)
+    if out:
+        out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         ledger.to_csv(out / "ledger.csv", index=False)
         aurocs.to_csv(out / "auroc.csv", index=False)
         with atomic_open(out / "comparison.md") as fh:
             fh.write("\n".join(text) + "\n")
     return ledger, aurocs
-
-
-if __name__ == "__main__":
-    main()

@@ -142,9 +142,9 @@ def run(repeats: int, seconds: float, settings: tuple[str, ...] = SETTINGS, busy
             "busy_processes": busy}
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m seakr_repro.tools.bench_contention",
-                                 description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m seakr_repro bench contention",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
     ap.add_argument("--busy", type=int, default=2, help="busy processes beside the busy measurements")
@@ -152,7 +152,11 @@ def main(argv=None) -> dict:
                     help="unset (torch's own, the baseline), auto (the package's); else parts passive, "
                          "spin:N, threads:N joined by +")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "tables" / "default" / "bench_contention.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> dict:
+    args = parser().parse_args(argv)
     settings = tuple(dict.fromkeys(["unset"] + args.settings))
     cpus = threads.usable_cpus()
     print(f"decode-like step, {cpus} usable cores, {args.repeats} repeats; the package's setting now: "
@@ -174,6 +178,3 @@ def main(argv=None) -> dict:
     print(f"saved {args.out}")
     return report
 
-
-if __name__ == "__main__":
-    main()

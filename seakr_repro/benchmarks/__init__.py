@@ -1,0 +1,44 @@
+"""The developers' benchmarks: one module per benchmark, one entry, `python -m seakr_repro bench
+NAME [its options]` (`bench --help` lists them, `bench NAME --help` gives a benchmark's options;
+`make bench` runs the set it names). Each measures against a baseline in the same run on the same
+machine, and writes what it measured to a JSON file.
+
+A benchmark's module is `seakr_repro.benchmarks.<NAME with _ for ->`, with `main(argv) -> dict`
+(the report it wrote; the scale check returns its exit status) and, for the docs' checks, `parser()`.
+What several benchmarks share lives beside them: `timing` (repeats and alternation), `seakr_prompt`
+(the prompt and sampling settings of one U-evaluation), `profile_model` (the profile's model on the
+transformers backend, and its twins on other paths) and `seakr_questions` (SeaKR on a few
+questions, timed).
+"""
+from __future__ import annotations
+
+import importlib
+
+# name -> what it measures. Modules are imported only when their benchmark runs: most need torch,
+# and `bench --help` needs none of them.
+BENCHMARKS = {
+    "u-evaluation": "one k-sample U-evaluation: shared pre-fill against generate + a vector pass",
+    "shared-prefix": "shared-prefix decoding against copying the prompt's KV cache into every row",
+    "dtypes": "SeaKR per question in each model.dtype, alternating question by question",
+    "ray-engine": "SeaKR questions per minute, the Ray engine (1 and 2 workers) against local",
+    "backends": "seconds per SeaKR question, transformers against vLLM",
+    "contention": "decode-like steps alone and beside busy processes, per OpenMP setting",
+    "decode": "the shared-prefix decode step per decode path against the card's floor",
+    "scale-check": "a paper-scale dry run on CPU (LLaMA-2-7B shapes): RSS, disk, hours",
+}
+
+
+def module_name(name: str) -> str:
+    return f"{__name__}.{name.replace('-', '_')}"
+
+
+def benchmark(name: str):
+    """The module of benchmark `name` (one of BENCHMARKS)."""
+    if name not in BENCHMARKS:
+        raise KeyError(f"no benchmark {name!r}; the benchmarks: {', '.join(BENCHMARKS)}")
+    return importlib.import_module(module_name(name))
+
+
+def run_benchmark(name: str, argv: list[str]):
+    """`python -m seakr_repro bench NAME ARGV...`: what the benchmark's main returns."""
+    return benchmark(name).main(list(argv))

@@ -1,0 +1,3 @@
+"""The user's commands beside `reproduce`, each a `python -m seakr_repro` subcommand (cli.py): the
+check before a run (preflight), how far a run has got (status), two runs side by side
+(compare-runs), and git's clean filter for the notebooks (nbstrip)."""
