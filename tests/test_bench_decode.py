@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from seakr_repro.llm.hf import shared_prefix as sp
-from seakr_repro.llm.hf.backend import DECODE_PATHS, HFBackend
+from seakr_repro.llm.hf.backend import HFBackend
+from seakr_repro.llm.hf.decode.names import DECODE_PATHS
 from seakr_repro.tools import bench_decode
 
 TINY = ["--device", "cpu", "--shape", "tiny", "--rows", "6", "--prompt-tokens", "300",

@@ -42,8 +42,8 @@ def test_bf16_vectors_track_float32_and_sampling_is_reproducible(tiny_llama):
     np.testing.assert_array_equal(a.vectors, b.vectors)
     # bf16 samples may diverge; compare the vectors of the same completions instead
     comps = [s.token_ids for s in a.samples]
-    v32 = f32._eos_vectors(f32._prefill(f32._encode(prompt))[0], comps, 1, "mlp_out")
-    v16 = bf16._eos_vectors(bf16._prefill(bf16._encode(prompt))[0], comps, 1, "mlp_out")
+    v32 = f32.eos_vectors(f32.prefill(f32._encode(prompt))[0], comps, 1, "mlp_out")
+    v16 = bf16.eos_vectors(bf16.prefill(bf16._encode(prompt))[0], comps, 1, "mlp_out")
     rel = np.abs(v16 - v32).max() / np.abs(v32).max()
     assert rel < 0.05
 

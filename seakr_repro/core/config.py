@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -35,13 +35,22 @@ META_KEYS = ("extends", "profile")
 # The section of settings applied over the profile's when model.device resolves to CUDA.
 GPU_SECTION = "gpu"
 
+def _decode_paths() -> tuple:
+    # the transformers backend's decode paths, from the module that names them (which imports
+    # nothing); imported when a profile is checked, not when core loads: core may not import
+    # upward, and the llm package's own modules import core
+    from ..llm.hf.decode.names import DECODE_SETTINGS
+    return DECODE_SETTINGS
+
+
 # Types of the settings whose base.yaml value cannot tell (null, or an int or a word). An entry is
-# a type, None (null allowed) or a literal string (that exact word allowed).
-DECLARED_TYPES: dict[str, tuple] = {
+# a tuple of a type, None (null allowed) or a literal string (that exact word allowed); or a
+# function giving that tuple, for choices another module defines.
+DECLARED_TYPES: dict[str, tuple | Callable[[], tuple]] = {
     "model.path": (str, None),
     "model.max_batch_rows": (int, None),
     "model.max_batch_contexts": (int, None),
-    "model.decode": ("auto", "python", "one_sync", "fused"),
+    "model.decode": _decode_paths,
     "model.vllm.tensor_parallel_size": (int, "auto"),
     "model.vllm.max_model_len": (int, None),
     "model.vllm.max_num_seqs": (int, None),
@@ -125,7 +134,8 @@ def _fits(value, kind) -> bool:
 
 def _kinds_of(dotted: str, base_value) -> tuple:
     if dotted in DECLARED_TYPES:
-        return DECLARED_TYPES[dotted]
+        kinds = DECLARED_TYPES[dotted]
+        return kinds() if callable(kinds) else kinds
     if base_value is None:               # a null in base.yaml with no declared type: any value
         return ()
     return (type(base_value),)

@@ -152,8 +152,8 @@ def _decode_step(backend, prompt_ids: list[int], rows: int, groups: int, shared:
     from transformers import DynamicCache
 
     from ..llm.hf import shared_prefix as sp
-    from ..llm.hf.backend import _repeat
-    prompt_cache, _ = backend._prefill(prompt_ids)
+    from ..llm.hf.prefix_cache import repeat_cache as _repeat
+    prompt_cache, _ = backend.prefill(prompt_ids)
     P, n = len(prompt_ids), rows * groups
     tok = torch.full((n, 1), 29, dtype=torch.long)
     grow = torch.full((n, generated), 29, dtype=torch.long)
@@ -559,7 +559,7 @@ def main(argv=None) -> dict:
 
     t_shared, shared = _time(lambda: backend.sample(prompt, **params), args.repeats)
     t_base, (base_compl, base_vec) = _time(lambda: baseline(backend, prompt, **params), args.repeats)
-    check = backend._eos_vectors(backend._prefill(backend.encode(prompt))[0], base_compl,
+    check = backend.eos_vectors(backend.prefill(backend.encode(prompt))[0], base_compl,
                                  params["layer"], params["hook"])
     max_diff = float(np.abs(check - base_vec).max())
 

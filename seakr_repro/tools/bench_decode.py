@@ -5,7 +5,7 @@
 - the floor: the bandwidth of a large device-to-device copy (bytes read + written per second)
   and the bytes one decode step must read (every weight but the input embedding, of which only
   the rows' tokens are read; and the shared prompt's keys and values) over it;
-- for each decode path (`HFBackend(decode=...)`, `backend.DECODE_PATHS`), alternating repeats
+- for each decode path (`HFBackend(decode=...)`, `decode.names.DECODE_PATHS`), alternating repeats
   (the order rotating, so a busy machine's load falls on all alike): one SeaKR U-evaluation's
   decode, `--rows` rows sampled over one `--prompt-tokens` prompt for `--new-tokens` tokens, as
   ms per decode step and tokens per second; the prompt's pre-fill in ms;
@@ -86,16 +86,16 @@ def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
                 device: str) -> tuple[float, float, list[list[int]]]:
     """(pre-fill seconds, decode seconds, each row's tokens) of `rows` samples of `ids`,
     top-k 50, top-p 0.9 (SeaKR's), the statistics SeaKR asks for included."""
-    from ..llm.hf.backend import _Lane
+    from ..llm.hf.decode.base import Lane, Prefix
 
     backend.reset_prefix_cache()
     _sync(device)
     t0 = time.perf_counter()
-    cache, logits = backend._prefill(ids)
+    cache, logits = backend.prefill(ids)
     _sync(device)
     t1 = time.perf_counter()
-    lane = _Lane(0, rows, backend._picker(seed, 1.0, 50, 0.9), new_tokens, (), True)
-    (got,) = backend._decode_shared([(cache, len(ids), logits)], [lane])
+    lane = Lane(0, rows, backend.picker(seed, 1.0, 50, 0.9), new_tokens, (), True)
+    (got,) = backend.decode_lanes([Prefix(cache, len(ids), logits)], [lane])
     _sync(device)
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, [r.ids for r in got]
@@ -121,7 +121,7 @@ def check_path(path: str, m32, m_half, tok, prompt: str, rows: int, new_tokens: 
     # half precision: this path's samples and vectors against float32's vectors of the same tokens
     half = HFBackend(m_half, tok, "half", decode=path, prefix_cache_tokens=0).sample(prompt, **smp)
     comps = [s.token_ids for s in half.samples]
-    v32 = ref._eos_vectors(ref._prefill(ref._encode(prompt))[0], comps, layer, "mlp_out")
+    v32 = ref.eos_vectors(ref.prefill(tok(prompt)["input_ids"])[0], comps, layer, "mlp_out")
     out["vectors_rel_half"] = _rel(half.vectors, v32)
     out["ok"] = bool(out["greedy_tokens_equal_f32"] and out["sampled_tokens_equal_f32"]
                      and out["stats_max_abs_diff_f32"] <= F32_LOGPROB_ABS
@@ -136,7 +136,8 @@ def main(argv=None) -> dict:
     from transformers import AutoTokenizer
 
     from ..core.provenance import git_revision
-    from ..llm.hf.backend import DECODE_PATHS, HFBackend
+    from ..llm.hf.backend import HFBackend
+    from ..llm.hf.decode.names import DECODE_PATHS
     from ..llm.model_info import resolve_dtype
     from ..doubles.random_llama import LLAMA_2_VOCAB, SHAPES, random_llama
 
@@ -203,7 +204,7 @@ def main(argv=None) -> dict:
     # 1. the floor
     bw = bandwidth(a.device, (a.copy_mib or (2048 if cuda else 256)) * 2**20)
     backends = {p: HFBackend(model, tok, p, decode=p, prefix_cache_tokens=0) for p in paths}
-    need = step_bytes(model, backends[paths[0]]._prefill(ids)[0])
+    need = step_bytes(model, backends[paths[0]].prefill(ids)[0])
     report["floor"] = {"copy_bytes_per_s": bw, "step_bytes": need,
                        "weights_ms": 1000 * need["weights"] / bw,
                        "weights_and_prefix_kv_ms": 1000 * (need["weights"] + need["prefix_kv"]) / bw}

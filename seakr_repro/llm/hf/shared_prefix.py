@@ -16,7 +16,7 @@ Rows of a batch are grouped contiguously by prompt (`sample_many` decodes severa
 once); each group attends to its own prefix. The plan of the running forward pass (which rows
 use which prefix) lives in a thread-local set by `use_prefixes`.
 
-`fused` (the backend's `decode="fused"`, issue 39): a decode step (one new token per row, no
+`fused` (the backend's `decode="fused"`): a decode step (one new token per row, no
 sliding window) runs each part as ONE fused attention kernel that also returns the log-sum-exp of
 its scores (`_attend`), and the two parts are merged by their log-sum-exps: the same softmax over
 "prefix + suffix", two kernels per group instead of some twenty matrix and element-wise ones. The
