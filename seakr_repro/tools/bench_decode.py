@@ -138,6 +138,7 @@ def main(argv=None) -> dict:
     from ..core.provenance import git_revision
     from ..llm.hf.backend import HFBackend
     from ..llm.hf.decode.names import DECODE_PATHS
+    from ..llm.hf.decode.paths import strategy
     from ..llm.model_info import resolve_dtype
     from ..doubles.random_llama import LLAMA_2_VOCAB, SHAPES, random_llama
 
@@ -149,7 +150,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--new-tokens", type=int, default=100, help="decode steps per timed run")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--paths", default=",".join(DECODE_PATHS), help="decode paths, comma-separated")
+    ap.add_argument("--paths", default=None, help="decode paths, comma-separated (default: every one "
+                    "the device runs: graph on CUDA only)")
     ap.add_argument("--check-rows", type=int, default=4)
     ap.add_argument("--check-tokens", type=int, default=16)
     ap.add_argument("--tokenizer", default=None,
@@ -162,7 +164,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     a = ap.parse_args(argv)
-    paths = [p for p in a.paths.split(",") if p]
+    paths = ([p for p in a.paths.split(",") if p] if a.paths is not None
+             else [p for p in DECODE_PATHS if strategy(p).runs_on(a.device)])
     bad = [p for p in paths if p not in DECODE_PATHS]
     if bad:
         raise SystemExit(f"--paths: unknown decode path(s) {bad}; use some of {', '.join(DECODE_PATHS)}")

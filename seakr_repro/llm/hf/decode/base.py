@@ -181,6 +181,10 @@ class DecodePath:
 
     name = ""
     fused_attention = False        # decode steps' attention as fused kernels (shared_prefix)
+    device_types: tuple[str, ...] | None = None      # the device types it runs on (None: any)
+
+    def runs_on(self, device) -> bool:
+        return self.device_types is None or torch.device(device).type in self.device_types
 
     def check(self, device: torch.device) -> None:
         """Refuse (a UserError naming `model.decode`) a device this path cannot run on."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from .base import DecodePath
 from .fused import Fused
+from .graph import Graph
 from .one_sync import OneSync
 from .python_loop import PythonLoop
 from .reference import Reference
+from .static import Static
 
-STRATEGIES: dict[str, DecodePath] = {p.name: p for p in (PythonLoop(), OneSync(), Fused())}
+STRATEGIES: dict[str, DecodePath] = {p.name: p for p in (PythonLoop(), OneSync(), Fused(), Static(),
+                                                          Graph())}
 REFERENCE = Reference()
 
 
