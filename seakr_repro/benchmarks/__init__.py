@@ -1,0 +1,1 @@
+"""Developers' benchmarks, one module per benchmark."""
