@@ -191,12 +191,8 @@ def test_out_of_memory_while_capturing_reaches_the_retry(tiny_llama):
 
 def test_static_step_has_no_host_synchronisation_on_cuda(tiny_llama, monkeypatch):
     """On the GPU the guard also sees device-to-host copies and tensors made from host data."""
-    import sys
-    from pathlib import Path
-
     import torch
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from host_sync_guard import NoHostSync
     from seakr_repro.llm.hf.decode import static as static_path
 
