@@ -1,5 +1,6 @@
-"""tools/bench_decode at a tiny shape on the CPU (the GPU benchmark's code, so it cannot rot): the
-report's structure, its checks passing on every decode path, and failing on a broken one."""
+"""benchmarks/decode at a tiny shape on the CPU (the GPU benchmark's code, so it cannot rot): the
+report's structure, its checks passing on every decode path the CPU runs, failing on a broken
+one, and its timings kept when a check fails or crashes."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,11 @@ import json
 import pytest
 import torch
 
+from seakr_repro.benchmarks import decode as bench_decode
 from seakr_repro.llm.hf import shared_prefix as sp
-from seakr_repro.llm.hf.backend import DECODE_PATHS, HFBackend
-from seakr_repro.tools import bench_decode
+from seakr_repro.llm.hf.backend import HFBackend
+from seakr_repro.llm.hf.decode import static as static_path
+from seakr_repro.llm.hf.decode.names import DECODE_PATHS
 
 TINY = ["--device", "cpu", "--shape", "tiny", "--rows", "6", "--prompt-tokens", "300",
         "--new-tokens", "12", "--repeats", "1", "--check-rows", "3", "--check-tokens", "10",
@@ -27,15 +30,20 @@ def test_report_structure_and_every_path_passes_its_checks(tmp_path):
     fl = got["floor"]
     assert fl["copy_bytes_per_s"] > 0 and fl["step_bytes"]["weights"] > 0
     assert fl["weights_and_prefix_kv_ms"] > fl["weights_ms"] > 0
-    assert set(got["paths"]) == set(got["checks"]) == set(DECODE_PATHS)
+    assert set(got["paths"]) == set(got["checks"]) == set(DECODE_PATHS) - {"graph"}   # CUDA only
+    assert "static" in got["paths"]
     for r in got["paths"].values():
         assert r["steps"] == 12 and r["ms_per_step"] > 0 and r["prefill_ms"] > 0
         assert r["tokens_per_s"] == pytest.approx(6 * 1000 / r["ms_per_step"])
+        assert r["x_floor"] == pytest.approx(r["ms_per_step"] / fl["weights_and_prefix_kv_ms"])
         assert r["speedup_vs_python"] > 0
     for c in got["checks"].values():
-        assert c["greedy_tokens_equal_f32"] and c["sampled_tokens_equal_f32"]
-        assert c["stats_max_abs_diff_f32"] <= bench_decode.F32_LOGPROB_ABS
-        assert c["vectors_rel_half"] <= bench_decode.HALF_VECTOR_REL
+        f32 = c["float32"]
+        assert c["ok"] and f32["layers"] == 2
+        assert f32["greedy_tokens_equal_f32"] and f32["sampled_tokens_equal_f32"]
+        assert f32["stats_max_abs_diff_f32"] <= bench_decode.F32_LOGPROB_ABS
+        assert c["at_float16"]["against"] == "python"
+        assert c["at_float16"]["stats_max_diff_over_logsumexp"] <= bench_decode.HALF_STATS_REL
 
 
 def test_a_lever_that_changes_the_attention_fails_its_checks(monkeypatch):
@@ -48,24 +56,90 @@ def test_a_lever_that_changes_the_attention_fails_its_checks(monkeypatch):
     got = bench_decode.main(TINY + ["--paths", "python,fused", "--repeats", "1"])
     assert got["checks"]["python"]["ok"] is True
     bad = got["checks"]["fused"]
-    assert bad["ok"] is False and not bad["sampled_tokens_equal_f32"]
+    assert bad["ok"] is False and not bad["float32"]["sampled_tokens_equal_f32"]
     assert got["ok"] is False
+
+
+def test_a_broken_static_step_fails_its_checks(monkeypatch):
+    """The static (and graph) step advancing its positions by two per step: every later token is
+    rotated (RoPE) as if it stood elsewhere."""
+    real = static_path.StaticStep.run
+
+    def skipping(self):
+        out = real(self)
+        self.positions.add_(1)
+        return out
+    monkeypatch.setattr(static_path.StaticStep, "run", skipping)
+    got = bench_decode.main(TINY + ["--paths", "one_sync,static"])
+    assert got["checks"]["one_sync"]["ok"] is True
+    bad = got["checks"]["static"]
+    assert bad["ok"] is False and not bad["float32"]["sampled_tokens_equal_f32"]
+    assert got["paths"]["static"]["ms_per_step"] > 0 and got["ok"] is False
+
+
+def _gen(ids, lse, ent=1.0, lp=-1.0):
+    from seakr_repro.llm.base import Generation
+
+    return Generation(text="", token_ids=list(ids), logprobs=[lp] * len(ids), entropies=[ent] * len(ids),
+                      logsumexp=[lse] * len(ids))
+
+
+def test_the_same_dtype_check_compares_statistics_in_the_same_context_only():
+    from seakr_repro.llm.base import SampleSet
+
+    def pair(ids, lse, **kw):
+        g = _gen(ids, lse, **kw)
+        return g, SampleSet(samples=[g, g], vectors=None, layer=0, hook="mlp_out")
+    want = pair([5, 6, 7, 8], 30.0)
+    # rounding: within 1% of the logits' size; and statistics after the first differing token
+    # (another context) are not compared
+    ok = bench_decode.check_same_dtype(pair([5, 6, 9, 9], 30.2), want, "python")
+    assert ok["ok"] and not ok["greedy_tokens_equal"] and ok["sampled_rows_equal"] == "0/2"
+    assert ok["stats_max_abs_diff"] == pytest.approx(0.2)
+    bad = bench_decode.check_same_dtype(pair([5, 6, 7, 8], 30.0, ent=2.0), want, "python")
+    assert not bad["ok"] and bad["stats_max_diff_over_logsumexp"] == pytest.approx(1 / 30)
+
+
+def test_timings_are_written_before_the_checks_and_kept_when_a_check_crashes(tmp_path, monkeypatch):
+    out = tmp_path / "bench.json"
+    seen = []
+
+    def crash(*_a, **_k):
+        seen.append(json.loads(out.read_text()))        # what the file held when the checks began
+        raise RuntimeError("CUDA out of memory (injected)")
+    monkeypatch.setattr(bench_decode, "check_float32", crash)
+    got = bench_decode.main(TINY + ["--paths", "python,static", "--out", str(out)])
+    assert seen[0]["paths"]["static"]["ms_per_step"] > 0 and seen[0]["checks"] == {}
+    kept = json.loads(out.read_text())
+    assert kept == json.loads(json.dumps(got)) and kept["ok"] is False
+    for p in ("python", "static"):
+        assert kept["paths"][p]["ms_per_step"] > 0
+        assert kept["checks"][p]["ok"] is False and "injected" in kept["checks"][p]["error"]
 
 
 def test_unknown_decode_path_is_refused():
     from seakr_repro.core.errors import UserError
 
-    with pytest.raises(UserError, match="model.decode.*auto, python, one_sync, fused"):
+    with pytest.raises(UserError, match="model.decode.*auto, python, one_sync, fused, static, graph"):
         HFBackend(None, None, "x", decode="graphs")     # refused before the model is touched
     with pytest.raises(SystemExit, match="unknown decode path"):
         bench_decode.main(TINY + ["--paths", "python,graphs"])
+
+
+def test_graph_asked_for_on_a_cpu_is_refused():
+    """graph is left out on a CPU by default; asked for, it is refused (never run eagerly)."""
+    from seakr_repro.core.errors import UserError
+
+    with pytest.raises(UserError, match="model.decode"):
+        bench_decode.main(TINY + ["--paths", "python,graph"])
 
 
 def test_a_model_on_disk_instead_of_random_weights():
     got = bench_decode.main(["--device", "cpu", "--model", "smollm2-135m-instruct", "--dtype", "float32",
                              "--rows", "3", "--prompt-tokens", "120", "--new-tokens", "4",
                              "--repeats", "1", "--check-rows", "2", "--check-tokens", "4",
-                             "--paths", "python,fused", "--copy-mib", "16"])
+                             "--paths", "python,static", "--copy-mib", "16"])
     assert got["model"] == "smollm2-135m-instruct" and got["shape"] is None
     assert got["vocab"] == 49152 and got["ok"] is True
-    assert got["checks"]["fused"]["greedy_tokens_equal_f32"]
+    assert got["checks"]["static"]["float32"]["greedy_tokens_equal_f32"]
+    assert got["checks"]["static"]["float32"]["layers"] == 4

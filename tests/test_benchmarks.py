@@ -20,8 +20,6 @@ from seakr_repro.benchmarks import BENCHMARKS, benchmark, module_name
 ROOT = Path(__file__).resolve().parent.parent
 ROOM = ROOT / "seakr_repro" / "benchmarks"
 HELPERS = {"timing", "seakr_prompt", "profile_model", "seakr_questions"}   # shared, not benchmarks
-# benchmarks whose module another branch brings (benchmarks/decode.py: the decode benchmark)
-ARRIVING = {"decode"}
 
 
 def _present(name):
@@ -30,12 +28,9 @@ def _present(name):
 
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
 def test_every_benchmark_is_a_module_with_main_and_parser(name):
-    if name in ARRIVING and not _present(name):
-        pytest.skip(f"{module_name(name)} arrives with another branch")
     module = benchmark(name)
     assert callable(module.main)
-    if name not in ARRIVING:
-        assert module.parser().prog == f"python -m seakr_repro bench {name}"
+    assert module.parser().prog == f"python -m seakr_repro bench {name}"
 
 
 def test_the_room_holds_benchmarks_and_their_shared_helpers_only():
@@ -85,7 +80,7 @@ def test_make_calls_the_entry_with_options_the_benchmarks_accept(target):
     assert commands
     for argv in commands:
         args = cli.build_parser().parse_args(argv)
-        assert args.name in BENCHMARKS and args.name not in ARRIVING
+        assert args.name in BENCHMARKS
         parser = benchmark(args.name).parser()
         parser.allow_abbrev = False
         parser.parse_args(args.args)

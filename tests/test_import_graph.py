@@ -143,10 +143,13 @@ LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "
           "uncertainty": 2, "doubles": 3, "methods": 3, "reporting": 3, "artifacts": 3, "runs": 4,
           "steps": 5, "notebook": 5, "commands": 6, "benchmarks": 6, "tools": 6, "pipeline": 6,
           "step_graph": 6, "cli": 7, "__main__": 8}
-# core.config checks a profile's data-set names against the data registry when it loads, and
-# runner.engine against the engines runs.engine_choice defines (both imports wait for the check)
+# core.config checks a profile's data-set names against the data registry when it loads,
+# runner.engine against the engines runs.engine_choice defines and model.decode against the decode
+# paths llm.hf.decode.names defines (modules that import nothing heavy, so the schema and the code
+# that acts on a setting cannot disagree); each import waits until a value is checked
 UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry"),
-                  ("seakr_repro.core.config", "seakr_repro.runs.engine_choice")}
+                  ("seakr_repro.core.config", "seakr_repro.runs.engine_choice"),
+                  ("seakr_repro.core.config", "seakr_repro.llm.hf.decode.names")}
 
 
 def _layer(module: str) -> int:

@@ -61,13 +61,13 @@ def test_a_whole_prompt_seen_before_is_not_prefilled_again_and_stays_pristine(ba
     _, p2 = prompts()
     reuse.generate(p2, max_new_tokens=6)             # decodes on top of p2's cache
     calls = []
-    forward = reuse._forward
-    reuse._forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    forward = reuse.forward
+    reuse.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
     try:
-        reuse._prefill(reuse._encode(p2))
+        reuse.prefill(reuse._encode(p2))
         assert calls == []
     finally:
-        del reuse._forward
+        del reuse.forward
     got, ref = reuse.sample(p2, **ARGS), plain.sample(p2, **ARGS)
     assert [s.token_ids for s in got.samples] == [s.token_ids for s in ref.samples]
     np.testing.assert_array_equal(got.vectors, ref.vectors)

@@ -188,7 +188,7 @@ def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dt
     assert eigen_score(ss.vectors) == pytest.approx(floor, abs=1e-9)
     # identical completions next to shorter ones (right padding) still agree with each other
     comp = ss.samples[0].token_ids
-    v = be._eos_vectors(be._prefill(be._encode(p))[0], [comp] * 10 + [comp[:2]] * 10, 14, "mlp_out")
+    v = be.eos_vectors(be.prefill(be._encode(p))[0], [comp] * 10 + [comp[:2]] * 10, 14, "mlp_out")
     assert (v[:10] == v[0]).all() and (v[10:] == v[10]).all()
 
 

@@ -39,8 +39,8 @@ def pair():
 
 
 def _hf_vectors(hf, prompt, samples, layer, hook):
-    cache, _ = hf._prefill(hf._encode(prompt))
-    return hf._eos_vectors(cache, [g.token_ids for g in samples], layer, hook)
+    cache, _ = hf.prefill(hf._encode(prompt))
+    return hf.eos_vectors(cache, [g.token_ids for g in samples], layer, hook)
 
 
 def _rel(a, b):
@@ -48,7 +48,7 @@ def _rel(a, b):
 
 
 @pytest.mark.parametrize("layer,hook", [(None, "mlp_out"), (3, "residual"), (20, "mlp_out")])
-def test_eos_vectors_and_eigen_scores_match_transformers(pair, layer, hook):
+def testeos_vectors_and_eigen_scores_match_transformers(pair, layer, hook):
     from seakr_repro.uncertainty.eigenscore import eigen_score
     v, hf = pair
     ss = v.sample(PROMPT, seed=3, layer=layer, hook=hook, **ARGS)

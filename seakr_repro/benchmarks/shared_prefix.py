@@ -66,8 +66,8 @@ def _decode_step(backend, prompt_ids: list[int], rows: int, groups: int, shared:
     from transformers import DynamicCache
 
     from ..llm.hf import shared_prefix as sp
-    from ..llm.hf.backend import _repeat
-    prompt_cache, _ = backend._prefill(prompt_ids)
+    from ..llm.hf.prefix_cache import repeat_cache
+    prompt_cache, _ = backend.prefill(prompt_ids)
     P, n = len(prompt_ids), rows * groups
     tok = torch.full((n, 1), 29, dtype=torch.long)
     grow = torch.full((n, generated), 29, dtype=torch.long)
@@ -81,7 +81,7 @@ def _decode_step(backend, prompt_ids: list[int], rows: int, groups: int, shared:
         else:
             caches = []
             for _ in range(groups):
-                c = _repeat(prompt_cache, rows)
+                c = repeat_cache(prompt_cache, rows)
                 model(input_ids=grow[:rows], past_key_values=c, use_cache=True, logits_to_keep=1)
                 caches.append(c)
 

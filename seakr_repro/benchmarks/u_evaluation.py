@@ -93,7 +93,7 @@ def main(argv=None) -> dict:
 
     t_shared, shared = timed(lambda: backend.sample(prompt, **params), args.repeats)
     t_base, (base_compl, base_vec) = timed(lambda: baseline(backend, prompt, **params), args.repeats)
-    check = backend._eos_vectors(backend._prefill(backend.encode(prompt))[0], base_compl,
+    check = backend.eos_vectors(backend.prefill(backend.encode(prompt))[0], base_compl,
                                  params["layer"], params["hook"])
     max_diff = float(np.abs(check - base_vec).max())
 

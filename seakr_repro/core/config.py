@@ -43,14 +43,22 @@ def _engines() -> tuple:
     return ENGINES
 
 
+def _decode_paths() -> tuple:
+    # the transformers backend's decode paths, from the module that names them (which imports
+    # nothing); imported when a profile is checked, not when core loads: core may not import
+    # upward, and the llm package's own modules import core
+    from ..llm.hf.decode.names import DECODE_SETTINGS
+    return DECODE_SETTINGS
+
+
 # Types of the settings whose base.yaml value cannot tell (null, or an int or a word). An entry is
-# a type, None (null allowed) or a literal string (that exact word allowed); or a function giving
-# them, where the module that acts on the setting defines its choices.
+# a tuple of a type, None (null allowed) or a literal string (that exact word allowed); or a
+# function giving that tuple, where the module that acts on the setting defines its choices.
 DECLARED_TYPES: dict[str, tuple | Callable[[], tuple]] = {
     "model.path": (str, None),
     "model.max_batch_rows": (int, None),
     "model.max_batch_contexts": (int, None),
-    "model.decode": ("auto", "python", "one_sync", "fused"),
+    "model.decode": _decode_paths,
     "model.vllm.tensor_parallel_size": (int, "auto"),
     "model.vllm.max_model_len": (int, None),
     "model.vllm.max_num_seqs": (int, None),

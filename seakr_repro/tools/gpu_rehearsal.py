@@ -370,7 +370,7 @@ def rehearsal_methods(a) -> list[str]:
 def part_decode_bench(a) -> dict:
     """tools/bench_decode: every decode path's step against the bandwidth floor, with its checks
     (issue 39); at the tiny shape on CPU a short run of the same code."""
-    from . import bench_decode
+    from ..benchmarks import decode as bench_decode
 
     paper = a.shape == "llama-2-7b"
     args = ["--tokenizer", str(tokenizer_dir(a.work)), "--device", a.device, "--shape", a.shape,

@@ -7,12 +7,11 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   of the prompt's keys and values and keep only their own generated tokens' cache, so memory and
   time grow with k x generated tokens, not k x prompt length; `sample_many` decodes several
   prompts' rows in one batch, each group over its own prompt, and `generate_and_sample_many` adds
-  each prompt's greedy row to its samples' batch. Rows are decoded in lanes (`_Lane`): rows that
+  each prompt's greedy row to its samples' batch. Rows are decoded in lanes (`Lane`): rows that
   share a picker (greedy, or one seeded generator), stop strings and a token limit, so calls with
   different settings share one batch without changing any row's result. The reference path
   (`shared_prefix=False`, and architectures shared-prefix attention does not support) copies the
-  prompt's cache into every row. Finished rows are dropped from the batch. All rows share one
-  length, so no padding or attention mask is needed while decoding.
+  prompt's cache into every row.
 - Sampling draws from one generator per prompt, seeded with `seed`, over that prompt's rows in
   row order, in chunks of `max_batch_rows` rows (all k when None): the same seed gives the same
   tokens on both paths and in `sample` or `sample_many`.
@@ -21,19 +20,19 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   k rows on top of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
   never sees the padding after it: no padding leaks into a vector, and identical sequences get
   identical vectors.
-- CUDA out-of-memory: the prefix cache is dropped, the rows per forward pass are halved and the
-  call is run again (same tokens: sampling does not depend on how rows are split into forward
-  passes); `stats()["oom_retries"]` counts it and `stats()["oom_seconds"]` the time the failed
-  attempts took (what the retries cost).
+- CUDA out-of-memory (`oom.OutOfMemoryRetry`, one mechanism for every call): the prefix cache is
+  dropped, the rows per forward pass (or the contexts per batch) are halved and the call is run
+  again (same tokens: sampling does not depend on how rows are split into forward passes);
+  `stats()["oom_retries"]` counts it and `stats()["oom_seconds"]` the time the failed attempts
+  took (what the retries cost).
 - Stop strings are searched in the generated text only (as vLLM, the official engine, does).
   The returned text is cut before the stop string; token lists keep the tokens whose text lies
   entirely before it; `all_token_ids` keeps every generated token (see `stops`).
-- Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
-  boundary is kept (LRU, bounded in tokens) keyed by the token ids before it. Every prompt of a
-  method starts with the same few-shot demonstrations, so later calls pre-fill only their own tail
-  (the prefix caching vLLM does). Because a chunk is computed by the same operation whether it
-  comes from the cache or not, results do not depend on what was called before: same prompt and
-  seed, same bits.
+- Prompts are pre-filled in chunks whose boundaries' KV caches are kept (`prefix_cache.PrefixCache`):
+  later calls that start with the same demonstrations pre-fill only their own tail, with the same
+  bits as a cold pre-fill.
+- The decode loop is one of several paths (`model.decode`, `decode/`: one module per path behind
+  one interface); every model pass of pre-filling and decoding goes through `forward`.
 - Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
   (temperature 1, no top-k/top-p), whatever the sampling parameters were; samples also carry
   `warped_logprobs`, from the very logits the sampler drew from.
@@ -45,12 +44,7 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
 from __future__ import annotations
 
 import contextlib
-import copy
-import hashlib
-import time
 import warnings
-from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -58,59 +52,18 @@ import numpy as np
 import torch
 
 from . import shared_prefix as sp
+from .decode.base import Lane, Prefix, Row, greedy
+from .decode.names import DECODE_SETTINGS, resolve
+from .decode.paths import REFERENCE, strategy
+from .oom import OutOfMemoryRetry
+from .prefix_cache import PrefixCache, repeat_cache
 from ..base import Generation, SampleSet, per_prompt
 from ..hooks import HOOKS, capture, run_until_captured
 from ..model_info import generation_config_of, middle_layer, model_dims, text_config, weights_fingerprint
 from ..sampling import sample_tokens, token_stats
-from ..stops import check_forced_eos, cut_at_stop, find_stop, forced_eos_of, stop_end
+from ..stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
 from ..attention import WordsMixin
 from ..tokenizing import TokenizerMixin, check_fits, check_reads
-
-PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
-# How the shared-prefix decode loop runs (issue 39's levers, each keeping the previous ones; the
-# benchmark `tools/bench_decode` compares them, docs/speed.md "GPU pace (issue 39)"):
-#   python    the loop as first written: several host read-backs per step, new input tensors
-#             built from Python lists, attention as matrix and element-wise operations;
-#   one_sync  one host read-back per step (tokens, log-probs, statistics in one transfer); the next
-#             inputs and positions stay on the device (a host-to-device copy only when rows finish);
-#   fused     one_sync + decode-step attention as two fused kernels merged by log-sum-exp.
-# `auto` (the default): one_sync everywhere, the fastest path that gives the python path's results
-# bit for bit (so cached calls and the side-by-side checks against the authors' code hold). fused
-# gives the same tokens and vectors but log-probabilities within ~1e-5, is predicted to pay only on
-# a launch-bound GPU step and has not yet run on a GPU (docs/speed.md): opt in with decode: fused
-# until the rehearsal's decode_bench has measured it.
-DECODE_PATHS = ("python", "one_sync", "fused")
-DECODE_SETTINGS = ("auto",) + DECODE_PATHS
-
-
-class _Row:
-    """The growing state of one sequence during decoding."""
-
-    __slots__ = ("ids", "logprobs", "entropies", "lse", "wlp", "finish")
-
-    def __init__(self):
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.entropies: list[float] = []
-        self.lse: list[float] = []
-        self.wlp: list[float] = []           # warped log-probs (samples)
-        self.finish: str | None = None
-
-
-@dataclass
-class _Lane:
-    """Rows of one batch that decode alike: `n` rows over prefix number `prefix`."""
-
-    prefix: int
-    n: int
-    pick: Callable[[torch.Tensor], object]      # greedy (tokens) or sampling (tokens, warped)
-    max_new_tokens: int
-    stop: Sequence[str]
-    want_stats: bool
-
-
-def _greedy(lg: torch.Tensor) -> torch.Tensor:
-    return lg.argmax(-1)
 
 
 class HFBackend(WordsMixin, TokenizerMixin):
@@ -131,7 +84,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
         # `decode_path`, not `decode`: Backend.decode(ids) is the tokenizer's, which DRAGIN's baselines call
-        self.decode_path = "one_sync" if decode == "auto" else decode
+        self.decode_path = resolve(decode)
+        strategy(self.decode_path).check(self.device)     # e.g. graph: CUDA only
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
         n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
@@ -139,11 +93,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
         # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
         self.max_batch_rows = max_batch_rows
-        # Chunk-boundary KV caches: key = hash of the token ids before the boundary. Bounded by
-        # the total tokens they hold (a 7B model's KV is ~0.5 MB per token in bf16).
-        self.prefix_cache_tokens = int(prefix_cache_tokens)
-        self._prefix: "OrderedDict[bytes, tuple[int, object]]" = OrderedDict()
-        self.prefix_hits = 0
+        # Chunk-boundary KV caches, bounded by the total tokens they hold (a 7B model's KV is
+        # ~0.5 MB per token in bf16).
+        self.prefixes = PrefixCache(prefix_cache_tokens)
         # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
         self.shared_prefix_unsupported = sp.supports(model.config)
         self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
@@ -151,24 +103,29 @@ class HFBackend(WordsMixin, TokenizerMixin):
             warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "
                           "the k samples copy the prompt's KV cache into every row (slower, more "
                           "memory, same results)", stacklevel=2)
-        # Rows per forward pass (None = all rows of a chunk): halved on each out-of-memory.
-        self.rows_per_forward: int | None = None
-        # Contexts decoded together by sample_many/generate_many (None = all): each holds its own
-        # prompt cache, so simple QA's ten passages at paper scale hold ten. Halved on an
-        # out-of-memory error in a batch of several contexts (same results: each context draws
-        # from its own generator).
+        # Out-of-memory recovery: rows per forward pass (None = all rows of a chunk) and contexts
+        # decoded together by sample_many/generate_many (None = all; each holds its own prompt
+        # cache, so simple QA's ten passages at paper scale hold ten), halved on out-of-memory.
         self.max_batch_contexts = max_batch_contexts
-        self.contexts_per_batch = max_batch_contexts
-        self.oom_retries = 0
-        self.oom_seconds = 0.0                # wall time of the attempts that ran out of memory
+        self.oom = OutOfMemoryRetry(name, self.reset_prefix_cache, max_batch_contexts)
         # the checkpoint's generation_config.json (from_dir); None: not read (faithful baselines
         # then refuse to guess how DRAGIN's code would decode)
         self.generation_config: dict | None = None
-        self._widest = 0                      # rows of the widest forward pass of the current call
+
+    rows_per_forward = property(lambda self: self.oom.rows_per_forward,
+                                lambda self, n: setattr(self.oom, "rows_per_forward", n),
+                                doc="Rows per forward pass (None = all rows of a chunk).")
+    contexts_per_batch = property(lambda self: self.oom.contexts_per_batch,
+                                  lambda self, n: setattr(self.oom, "contexts_per_batch", n),
+                                  doc="Contexts decoded together (None = all).")
+    prefix_cache_tokens = property(lambda self: self.prefixes.max_tokens,
+                                   doc="Tokens of chunk-boundary KV caches kept at most.")
+    prefix_hits = property(lambda self: self.prefixes.hits,
+                           doc="Pre-fills that reused a kept chunk-boundary cache.")
 
     def stats(self) -> dict[str, int]:
         """Counters the runner copies into each result row (as differences around a question)."""
-        return {"oom_retries": self.oom_retries, "oom_seconds": round(self.oom_seconds, 3)}
+        return {"oom_retries": self.oom.retries, "oom_seconds": round(self.oom.seconds, 3)}
 
     @classmethod
     def from_dir(cls, path: str | Path, *, name: str, device: str = "cpu",
@@ -187,173 +144,61 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def close(self) -> None:
         """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
         backend is unusable afterwards (`runs.pool.BackendPool` loads a new one)."""
-        self._prefix.clear()
+        self.prefixes.clear()
         self.model = None
 
     # ----------------------------------------------------------------------------- helpers
     def reset_prefix_cache(self) -> None:
         """Forget the kept chunk-boundary KV caches (benchmarks start every run cold)."""
-        self._prefix.clear()
+        self.prefixes.clear()
 
+    def forward(self, ids: torch.Tensor, cache=None, position_ids=None):
+        """The model's pass over `ids` (rows x tokens) on top of `cache`: the ONE entry point of
+        every pre-fill and decode pass (every decode path's steps included; the forced-EOS and
+        scoring passes call the model directly), so wrapping it sees them all (the GPU rehearsal
+        injects out-of-memory errors here). It tells the out-of-memory retry how many rows the
+        pass runs (`oom.note_rows`): a wrapper that raises before calling it calls
+        `backend.oom.note_rows(ids.shape[0])` first, so the retry halves from that width.
+        Logits of the last position only: the LM head over a whole prompt costs as much as
+        several layers and its other rows are never used."""
+        self.oom.note_rows(int(ids.shape[0]))
+        return self._forward(ids, cache, position_ids)
+
+    # The model call alone, and the widest pass's rows: the names tools/gpu_rehearsal.py's
+    # out-of-memory part still wraps and sets; wrap `forward` instead (these go with that part).
     def _forward(self, ids: torch.Tensor, cache=None, position_ids=None):
-        # logits of the last position only: the LM head over a whole prompt costs as much as
-        # several layers and its other rows are never used
-        self._widest = max(self._widest, int(ids.shape[0]))
         return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                           position_ids=position_ids)
 
-    def _with_oom_retry(self, fn):
-        """Run fn(); on out-of-memory free what can be freed, halve the rows per forward pass and
-        run it again. Only when a single row does not fit does the error go through."""
-        for attempt in range(64):
-            self._widest = 0
-            t0 = time.perf_counter()
-            try:
-                return fn()
-            except torch.OutOfMemoryError:     # torch.cuda.OutOfMemoryError included
-                widest = self._widest
-                self.oom_seconds += time.perf_counter() - t0
-                if widest <= 1 and self.rows_per_forward == 1 or attempt == 63:
-                    raise
-            # outside the except block, so the failed pass's tensors can be freed
-            self.oom_retries += 1
-            self.reset_prefix_cache()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            self.rows_per_forward = max(1, widest // 2)
-            warnings.warn(f"{self.name}: out of memory with {widest} rows in one pass; retrying "
-                          f"with {self.rows_per_forward}", stacklevel=2)
+    _widest = property(lambda self: self.oom.widest, lambda self, n: setattr(self.oom, "widest", n))
 
-    def _by_contexts(self, fn, items: list) -> list:
-        """fn(batch) over `items` in batches of `contexts_per_batch` (all when None). An
-        out-of-memory error in a batch of several contexts halves the batch size for the rest of
-        the run and runs that batch again; one context alone retries with fewer rows per pass."""
-        out, i = [], 0
-        while i < len(items):
-            n = min(self.contexts_per_batch or len(items), len(items) - i)
-            part = items[i:i + n]
-            if n == 1:
-                out += self._with_oom_retry(lambda part=part: fn(part))
-                i += 1
-                continue
-            t0 = time.perf_counter()
-            try:
-                out += fn(part)
-                i += n
-                continue
-            except torch.OutOfMemoryError:
-                self.oom_seconds += time.perf_counter() - t0
-            # outside the except block, so the failed pass's tensors can be freed
-            self.oom_retries += 1
-            self.reset_prefix_cache()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            self.contexts_per_batch = n // 2
-            warnings.warn(f"{self.name}: out of memory with {n} contexts in one batch; retrying with "
-                          f"{self.contexts_per_batch}", stacklevel=2)
-        return out
+    def prefill(self, prompt_ids: Sequence[int]):
+        """(KV cache, next-token logits) of a prompt, reusing kept chunk boundaries (the cache is
+        the caller's to grow)."""
+        return self.prefixes.prefill(prompt_ids, self.forward, self.device)
 
-    @torch.inference_mode()
-    def _prefill(self, prompt_ids: list[int]):
-        """KV cache and next-token logits of a prompt, reusing cached chunk boundaries."""
-        ids = list(prompt_ids)
-        # the whole prompt seen before (SeaKR's greedy step, then its k samples, then the
-        # forced-EOS pass all start from the same context): no forward pass at all
-        whole = self._prefix.get(_ids_key(ids) + b"=")
-        if whole is not None:
-            self._prefix.move_to_end(_ids_key(ids) + b"=")
-            self.prefix_hits += 1
-            return copy.deepcopy(whole[1]), whole[2].clone()
-        last_boundary = (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK   # >= 1 token stays for the tail
-        cache, start = None, 0
-        for b in range(last_boundary, 0, -PREFILL_CHUNK):
-            hit = self._prefix.get(_ids_key(ids[:b]))
-            if hit is not None:
-                self._prefix.move_to_end(_ids_key(ids[:b]))
-                cache, start = copy.deepcopy(hit[1]), b
-                self.prefix_hits += 1
-                break
-        for b in range(start, last_boundary, PREFILL_CHUNK):
-            chunk = torch.tensor([ids[b:b + PREFILL_CHUNK]], device=self.device)
-            cache = self._forward(chunk, cache).past_key_values
-            self._remember(ids[:b + PREFILL_CHUNK], cache)
-        out = self._forward(torch.tensor([ids[last_boundary:]], device=self.device), cache)
-        self._remember(ids, out.past_key_values, out.logits[:, -1, :])
-        return out.past_key_values, out.logits[:, -1, :]
+    def picker(self, seed: int, temperature: float, top_k: int, top_p: float) -> Callable:
+        """A lane's sampler: draws (tokens, their warped log-probs) from one generator seeded with
+        `seed`, over the rows it is given in order."""
+        gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
-    def _remember(self, ids: list[int], cache, logits=None) -> None:
-        """Keep a chunk boundary's cache, or (with its logits) a whole prompt's, within
-        `prefix_cache_tokens` tokens in all, least recently used first out."""
-        if self.prefix_cache_tokens <= 0:
-            return
-        if logits is None:
-            self._prefix[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
-        else:
-            self._prefix[_ids_key(ids) + b"="] = (len(ids), copy.deepcopy(cache), logits.clone())
-        while sum(v[0] for v in self._prefix.values()) > self.prefix_cache_tokens and len(self._prefix) > 1:
-            self._prefix.popitem(last=False)
+        def pick(lg):
+            return sample_tokens(lg, temperature, top_k, top_p, gen)
+        return pick
 
-    def _find_stop(self, text: str, stop: Sequence[str]) -> int:
-        return find_stop(text, stop)
+    def decode_lanes(self, prefixes: Sequence[Prefix], lanes: Sequence[Lane]) -> list[list[Row]]:
+        """Decode every lane's rows in one batch on the backend's decode path, each row attending
+        to its lane's prefix ((cache, length, next-token logits), never copied per row) plus its
+        own generated tokens; each lane's rows, in lane order."""
+        return strategy(self.decode_path).decode(self, prefixes, lanes)
 
     # ----------------------------------------------------------------------------- decoding
-    def _advance(self, r: _Row, t: int, logprob: float, warped: float | None, stats, stop,
-                 max_new_tokens: int) -> bool:
-        """Add one decoded token to a row (both decode loops); False once the row is finished.
-        EOS ends the text and is not part of it; stats: (entropy, logsumexp) or None."""
-        if t == self.eos_token_id:
-            r.finish = "eos"
-            return False
-        r.ids.append(t)
-        r.logprobs.append(logprob)
-        if warped is not None:
-            r.wlp.append(warped)
-        if stats is not None:
-            r.entropies.append(stats[0])
-            r.lse.append(stats[1])
-        if stop and self._find_stop(self._decode(r.ids), stop) >= 0:
-            r.finish = "stop"
-        elif len(r.ids) >= max_new_tokens:
-            r.finish = "length"
-        else:
-            return True
-        return False
+    def _decode_reference(self, cache, logits: torch.Tensor, lane: Lane) -> list[Row]:
+        """Decode one lane on the reference path: `cache` holds the prompt in each of the lane's
+        rows (grown in place), `logits` the prompt's next-token logits (1 x vocab)."""
+        return REFERENCE.decode(self, [Prefix(cache, 0, logits)], [lane])[0]
 
-    @torch.inference_mode()
-    def _decode_rows(self, cache, logits: torch.Tensor, n_rows: int, max_new_tokens: int,
-                     stop: Sequence[str], pick: Callable[[torch.Tensor], torch.Tensor],
-                     want_stats: bool) -> list[_Row]:
-        """Decode n_rows sequences from `cache` (already n_rows wide) and next-token `logits`."""
-        rows = [_Row() for _ in range(n_rows)]
-        active = list(range(n_rows))          # row index of each batch position of the cache
-        if max_new_tokens <= 0:
-            for r in rows:
-                r.finish = "length"
-            return rows
-        while True:
-            logits = logits.float()
-            logp, ent, lse = token_stats(logits, want_stats)
-            nxt = pick(logits)
-            nxt, wlp = nxt if isinstance(nxt, tuple) else (nxt, None)   # samples: + warped log-prob
-            wlp = wlp.tolist() if wlp is not None else None
-            chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
-            if want_stats:
-                ent, lse = ent.tolist(), lse.tolist()
-            keep = []
-            for j, (ri, t) in enumerate(zip(active, nxt.tolist())):
-                if self._advance(rows[ri], t, chosen[j], None if wlp is None else wlp[j],
-                                 (ent[j], lse[j]) if want_stats else None, stop, max_new_tokens):
-                    keep.append(j)
-            if not keep:
-                return rows
-            if len(keep) < len(active):       # drop finished rows from the batch and the cache
-                idx = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(idx)
-                nxt = nxt[idx]
-                active = [active[j] for j in keep]
-            logits = self._forward(nxt[:, None], cache).logits[:, -1, :]
-
-    def _finish(self, r: _Row, stop: Sequence[str], prompt_ids: Sequence[int],
+    def _finish(self, r: Row, stop: Sequence[str], prompt_ids: Sequence[int],
                 want_stats: bool) -> Generation:
         """Cut a decoded row before its stop string and build the Generation; text and tokens
         are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does."""
@@ -380,10 +225,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
         check_fits(len(ids), max(0, max_new_tokens), self.max_context, self.name)
 
         def run():
-            cache, logits = self._prefill(ids)
-            return self._decode_rows(cache, logits, 1, max_new_tokens, stop,
-                                     _greedy, want_stats)[0]
-        gen = self._finish(self._with_oom_retry(run), stop, ids, want_stats)
+            cache, logits = self.prefill(ids)
+            return self._decode_reference(cache, logits, Lane(0, 1, greedy, max_new_tokens, stop, want_stats))[0]
+        gen = self._finish(self.oom.run(run), stop, ids, want_stats)
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
@@ -400,11 +244,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
             check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
 
         def run(batch):
-            pre = [self._prefill(x) for x in batch]
-            return self._decode_shared(
-                [(c, len(x), lg) for (c, lg), x in zip(pre, batch)],
-                [_Lane(g, 1, _greedy, max_new_tokens, stop, want_stats) for g in range(len(batch))])
-        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self._by_contexts(run, ids), ids)]
+            pre = [self.prefill(x) for x in batch]
+            return self.decode_lanes(
+                [Prefix(c, len(x), lg) for (c, lg), x in zip(pre, batch)],
+                [Lane(g, 1, greedy, max_new_tokens, stop, want_stats) for g in range(len(batch))])
+        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self.oom.by_contexts(run, ids), ids)]
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
@@ -426,9 +270,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
                                  temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                  layer=layer, hook=hook, want_stats=want_stats, forced_eos=forced_eos)
         if not self.shared_prefix:
-            return [self._with_oom_retry(lambda p=p: self._sample_reference(p, **args))
-                    for p in prompts]
-        return [ss for _, ss in self._by_contexts(self._sample_shared,
+            return [self.oom.run(lambda p=p: self._sample_reference(p, **args)) for p in prompts]
+        return [ss for _, ss in self.oom.by_contexts(self._sample_shared,
                                                   [(p, args, None) for p in prompts])]
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
@@ -445,7 +288,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         for p, g, sm in zip(prompts, gens, smps):
             g = {"stop": (), "want_stats": False, **g}
             items.append((p, self._sample_args(**sm), {**g, "stop": tuple(g["stop"])}))
-        return self._by_contexts(self._sample_shared, items)
+        return self.oom.by_contexts(self._sample_shared, items)
 
     def _sample_args(self, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                      temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9,
@@ -457,14 +300,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
                     top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
                     want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
 
-    def _picker(self, seed: int, temperature: float, top_k: int, top_p: float):
-        """Draws (tokens, their warped log-probs) from one generator seeded with `seed`."""
-        gen = torch.Generator(device=self.device).manual_seed(int(seed))
-
-        def pick(lg):
-            return sample_tokens(lg, temperature, top_k, top_p, gen)
-        return pick
-
     def _sample_shared(self, items: list[tuple[str, dict, dict | None]]) -> list:
         """[(greedy Generation or None, SampleSet)] of (prompt, `_sample_args`, greedy settings
         (max_new_tokens, stop, want_stats) or None) items, all decoded in one batch (in chunks of
@@ -475,11 +310,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
             check_fits(len(x), max(max(0, a["max_new_tokens"]) + 1,
                                    max(0, gr["max_new_tokens"]) if gr else 0),
                        self.max_context, self.name)
-        pre = [self._prefill(x) for x in ids]                   # (cache, logits) per prompt
-        prefixes = [(c, len(x), lg) for (c, lg), x in zip(pre, ids)]
-        picks = [self._picker(a["seed"], a["temperature"], a["top_k"], a["top_p"]) for _, a, _ in items]
-        rows: list[list[_Row]] = [[] for _ in items]
-        greedy_rows: dict[int, _Row] = {}
+        pre = [self.prefill(x) for x in ids]                   # (cache, logits) per prompt
+        prefixes = [Prefix(c, len(x), lg) for (c, lg), x in zip(pre, ids)]
+        picks = [self.picker(a["seed"], a["temperature"], a["top_k"], a["top_p"]) for _, a, _ in items]
+        rows: list[list[Row]] = [[] for _ in items]
+        greedy_rows: dict[int, Row] = {}
         k_max = max(a["k"] for _, a, _ in items)
         chunk = self.max_batch_rows or max(k_max, 1)
         for start in range(0, max(k_max, 1), chunk):            # chunk by chunk, as today
@@ -487,13 +322,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
             # prompt are one attention group
             lanes, owner = [], []
             for g, (_, a, gr) in enumerate(items):
-                lanes.append(_Lane(g, max(0, min(chunk, a["k"] - start)), picks[g],
+                lanes.append(Lane(g, max(0, min(chunk, a["k"] - start)), picks[g],
                                    a["max_new_tokens"], a["stop"], a["want_stats"]))
                 owner.append((g, False))
                 if gr and start == 0:
-                    lanes.append(_Lane(g, 1, _greedy, gr["max_new_tokens"], gr["stop"], gr["want_stats"]))
+                    lanes.append(Lane(g, 1, greedy, gr["max_new_tokens"], gr["stop"], gr["want_stats"]))
                     owner.append((g, True))
-            for (g, is_greedy), got in zip(owner, self._decode_shared(prefixes, lanes)):
+            for (g, is_greedy), got in zip(owner, self.decode_lanes(prefixes, lanes)):
                 if is_greedy:
                     greedy_rows[g] = got[0]
                 else:
@@ -501,111 +336,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
         out = []
         for g, (x, (_, a, gr)) in enumerate(zip(ids, items)):
             samples = [self._finish(r, a["stop"], x, a["want_stats"]) for r in rows[g]]
-            # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
+            # each row's forced-EOS sequence minus its EOS, which eos_vectors appends
             seqs = [forced_eos_of(s, self.eos_token_id, a["forced_eos"])[:-1] for s in samples]
-            vec = (self._eos_vectors(pre[g][0], seqs, a["layer"], a["hook"])
+            vec = (self.eos_vectors(pre[g][0], seqs, a["layer"], a["hook"])
                    if samples else np.zeros((0, self.hidden_size), np.float32))
-            greedy = self._finish(greedy_rows[g], gr["stop"], x, gr["want_stats"]) if gr else None
-            out.append((greedy, SampleSet(samples=samples, vectors=vec, layer=a["layer"], hook=a["hook"])))
+            greedy_gen = self._finish(greedy_rows[g], gr["stop"], x, gr["want_stats"]) if gr else None
+            out.append((greedy_gen, SampleSet(samples=samples, vectors=vec, layer=a["layer"], hook=a["hook"])))
         return out
-
-    @torch.inference_mode()
-    def _decode_shared(self, prefixes, lanes: Sequence["_Lane"]) -> list[list[_Row]]:
-        """Decode every lane's rows in one batch, each row attending to its lane's prefix
-        ((cache, length, next-token logits), never copied per row) plus its own generated tokens.
-        A lane has its own picker (greedy or one seeded generator, drawing over the lane's rows in
-        row order), stop strings and token limit, so a prompt's greedy step and its k samples, or
-        calls with different stops, share the batch."""
-        from transformers import DynamicCache
-        lane_of = [li for li, ln in enumerate(lanes) for _ in range(ln.n)]
-        rows = [_Row() for _ in lane_of]
-        grouped, i = [], 0
-        for ln in lanes:
-            grouped.append(rows[i:i + ln.n])
-            i += ln.n
-        for r, li in zip(rows, lane_of):
-            if lanes[li].max_new_tokens <= 0:
-                r.finish = "length"
-        active = [r for r, li in enumerate(lane_of) if lanes[li].max_new_tokens > 0]
-        if not active:
-            return grouped
-        prefix_of = [lanes[li].prefix for li in lane_of]
-        want_stats = any(ln.want_stats for ln in lanes)
-        cap = self.rows_per_forward or len(active)
-        parts = [(DynamicCache(), active[i:i + cap]) for i in range(0, len(active), cap)]
-        logits = torch.cat([prefixes[prefix_of[r]][2] for r in active])
-        step = 0
-        on_device = self.decode_path != "python"
-        if on_device:       # each active row's first position (its prompt's length), on the device
-            first_pos = torch.tensor([prefixes[prefix_of[r]][1] for r in active], device=self.device)
-        with sp.use_prefixes(self.model, fused=self.decode_path == "fused"):
-            while True:
-                logits = logits.float()
-                logp, ent, lse = token_stats(logits, want_stats)
-                # each lane's picker draws for its own rows, in row order
-                nxt, wlp = [], []
-                for li, a, b in _spans([lane_of[r] for r in active]):
-                    got = lanes[li].pick(logits[a:b])
-                    tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
-                    nxt.append(tok)
-                    if on_device:     # NaN: no warped log-prob (a greedy lane)
-                        wlp.append(warped if warped is not None else logits.new_full((b - a,), float("nan")))
-                    else:
-                        wlp += warped.tolist() if warped is not None else [None] * (b - a)
-                nxt = torch.cat(nxt)
-                if on_device:
-                    # ONE read-back per step: float64 holds token ids and float32 values exactly
-                    cols = [nxt, logp.gather(1, nxt[:, None])[:, 0], torch.cat(wlp)]
-                    host = torch.stack([c.double() for c in cols + ([ent, lse] if want_stats else [])],
-                                       1).cpu().numpy()
-                    ids, chosen = host[:, 0].astype(np.int64).tolist(), host[:, 1].tolist()
-                    wlp = [None if w != w else w for w in host[:, 2].tolist()]
-                    if want_stats:
-                        ent, lse = host[:, 3].tolist(), host[:, 4].tolist()
-                else:
-                    chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
-                    if want_stats:
-                        ent, lse = ent.tolist(), lse.tolist()
-                    ids = nxt.tolist()
-                token, keep = {}, set()
-                for j, (ri, t) in enumerate(zip(active, ids)):
-                    ln = lanes[lane_of[ri]]
-                    if self._advance(rows[ri], t, chosen[j], wlp[j],
-                                     (ent[j], lse[j]) if ln.want_stats else None, ln.stop,
-                                     ln.max_new_tokens):
-                        keep.add(ri)
-                        token[ri] = t
-                if not keep:
-                    return grouped
-                if on_device and len(keep) < len(active):
-                    idx = torch.tensor([j for j, r in enumerate(active) if r in keep], device=self.device)
-                    nxt, first_pos = nxt[idx], first_pos[idx]
-                active = [r for r in active if r in keep]
-                kept_parts = []
-                for cache, members in parts:    # drop finished rows from each part's cache
-                    local = [j for j, r in enumerate(members) if r in keep]
-                    if not local:
-                        continue
-                    if len(local) < len(members) and step > 0:
-                        cache.batch_select_indices(torch.tensor(local, device=self.device))
-                    kept_parts.append((cache, [members[j] for j in local]))
-                parts = kept_parts
-                outs, at = [], 0
-                for cache, members in parts:
-                    # rows over the same prompt form one attention group, whatever their lane
-                    sp.set_groups([sp.Group(a, b, prefixes[g][0])
-                                   for g, a, b in _spans([prefix_of[r] for r in members])])
-                    if on_device:    # the parts' members, in order, are the active rows
-                        inp = nxt[at:at + len(members), None]
-                        pos = first_pos[at:at + len(members), None] + step
-                        at += len(members)
-                    else:
-                        inp = torch.tensor([[token[r]] for r in members], device=self.device)
-                        pos = torch.tensor([[prefixes[prefix_of[r]][1] + step] for r in members],
-                                           device=self.device)
-                    outs.append(self._forward(inp, cache, pos).logits[:, -1, :])
-                logits = torch.cat(outs)
-                step += 1
 
     def _sample_reference(self, prompt: str, *, k, max_new_tokens, stop, temperature, top_k,
                           top_p, seed, layer, hook, want_stats, forced_eos) -> SampleSet:
@@ -614,22 +351,21 @@ class HFBackend(WordsMixin, TokenizerMixin):
         generator's draws follow the chunks)."""
         ids = self._encode(prompt)
         check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
-        prompt_cache, logits = self._prefill(ids)
-        pick = self._picker(seed, temperature, top_k, top_p)
+        prompt_cache, logits = self.prefill(ids)
+        pick = self.picker(seed, temperature, top_k, top_p)
         samples: list[Generation] = []
         vectors: list[np.ndarray] = []
         chunk = min(self.max_batch_rows or k, self.rows_per_forward or k)
         for start in range(0, k, chunk):
             n = min(chunk, k - start)
-            cache = _repeat(prompt_cache, n)
-            self._widest = max(self._widest, n)
-            rows = self._decode_rows(cache, logits.expand(n, -1), n, max_new_tokens, stop,
-                                     pick, want_stats)
+            cache = repeat_cache(prompt_cache, n)
+            self.oom.note_rows(n)
+            rows = self._decode_reference(cache, logits, Lane(0, n, pick, max_new_tokens, stop, want_stats))
             del cache
             part = [self._finish(r, stop, ids, want_stats) for r in rows]
-            # each row's forced-EOS sequence minus its EOS, which _eos_vectors appends
+            # each row's forced-EOS sequence minus its EOS, which eos_vectors appends
             seqs = [forced_eos_of(g, self.eos_token_id, forced_eos)[:-1] for g in part]
-            vectors.append(self._eos_vectors(prompt_cache, seqs, layer, hook))
+            vectors.append(self.eos_vectors(prompt_cache, seqs, layer, hook))
             samples.extend(part)
         vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
         return SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook)
@@ -664,7 +400,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     # ----------------------------------------------------------------------------- vectors
     @torch.inference_mode()
-    def _eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
+    def eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
                      hook: str) -> np.ndarray:
         """Vector at the forced EOS of "prompt + completion + EOS" at one layer and hook."""
         return self._eos_pass(prompt_cache, completions, [(layer, hook)])[(layer, hook)]
@@ -672,7 +408,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
         """Step 02: {hook: L x k x d} from the same pass `sample` takes its vectors from, so the
         U step 03 calibrates on is bit for bit the U the methods compute."""
-        cache, _ = self._prefill(self._encode(prompt))
+        cache, _ = self.prefill(self._encode(prompt))
         wanted = [(at, h) for h in HOOKS for at in range(self.n_layers)]
         got = self._eos_pass(cache, [list(c) for c in completions], wanted)
         return {h: np.stack([got[(at, h)] for at in range(self.n_layers)]) for h in HOOKS}
@@ -705,7 +441,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         outs: dict[tuple[int, str], list] = {w: [] for w in wanted}
         for a in range(0, n, step):
             b = min(n, a + step)
-            self._widest = max(self._widest, b - a)
+            self.oom.note_rows(b - a)
             with contextlib.ExitStack() as stack:
                 boxes = {w: stack.enter_context(capture(self.model, *w, stop_after=len(wanted) == 1))
                          for w in wanted}
@@ -718,7 +454,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
                                            use_cache=False)
                 else:
                     run_until_captured(self.model.model, input_ids=inp[a:b],
-                                       past_key_values=_repeat(prompt_cache, b - a), use_cache=True)
+                                       past_key_values=repeat_cache(prompt_cache, b - a), use_cache=True)
             for w, box in boxes.items():
                 got = box["out"]
                 outs[w].append(got[torch.arange(b - a, device=got.device), ends[a:b].to(got.device)])
@@ -751,27 +487,4 @@ class HFBackend(WordsMixin, TokenizerMixin):
             return []
         att = self._last_attention(token_ids).mean(dim=0)     # query x key
         return att[torch.tensor(list(positions), device=att.device)].tolist()
-
-
-def _ids_key(ids: Sequence[int]) -> bytes:
-    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
-
-
-def _spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(label, start, end) of each run of equal labels."""
-    out: list[tuple[int, int, int]] = []
-    for i, g in enumerate(labels):
-        if out and out[-1][0] == g:
-            out[-1] = (g, out[-1][1], i + 1)
-        else:
-            out.append((g, i, i + 1))
-    return out
-
-
-def _repeat(cache, n: int):
-    """A copy of a batch-1 KV cache with n identical rows (the original stays untouched)."""
-    out = copy.deepcopy(cache)
-    if n > 1:
-        out.batch_repeat_interleave(n)
-    return out
 

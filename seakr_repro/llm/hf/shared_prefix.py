@@ -16,11 +16,16 @@ Rows of a batch are grouped contiguously by prompt (`sample_many` decodes severa
 once); each group attends to its own prefix. The plan of the running forward pass (which rows
 use which prefix) lives in a thread-local set by `use_prefixes`.
 
-`fused` (the backend's `decode="fused"`, issue 39): a decode step (one new token per row, no
+`fused` (the backend's `decode="fused"`): a decode step (one new token per row, no
 sliding window) runs each part as ONE fused attention kernel that also returns the log-sum-exp of
 its scores (`_attend`), and the two parts are merged by their log-sum-exps: the same softmax over
 "prefix + suffix", two kernels per group instead of some twenty matrix and element-wise ones. The
 scores are no longer materialised, so results equal the unfused path's within float rounding.
+
+`static` and `graph` (the backend's decode paths of those names): each row's suffix lives in
+preallocated slots written in place at a step index held on the device (`set_groups(...,
+step=)`); the slots after it are masked, and nothing here reads a tensor's value on the host, so
+the step can be captured as a CUDA graph.
 
 Only architectures whose attention is plain causal softmax attention with RoPE positions are
 supported (`supports`): LLaMA-family models (SmolLM2 included) and Gemma-3, whose sliding-window
@@ -86,6 +91,7 @@ def use_prefixes(model, groups: Sequence[Group] = (), fused: bool = False) -> It
     before = model.config._attn_implementation
     _STATE.groups = list(groups)
     _STATE.fused = bool(fused)
+    _STATE.step = None
     if before != NAME:
         model.set_attn_implementation(NAME)
     try:
@@ -93,13 +99,16 @@ def use_prefixes(model, groups: Sequence[Group] = (), fused: bool = False) -> It
     finally:
         _STATE.groups = None
         _STATE.fused = False
+        _STATE.step = None
         if before != NAME:
             model.set_attn_implementation(before)
 
 
-def set_groups(groups: Sequence[Group]) -> None:
-    """The row groups of the next forward passes (inside `use_prefixes`)."""
+def set_groups(groups: Sequence[Group], step: torch.Tensor | None = None) -> None:
+    """The row groups of the next forward passes (inside `use_prefixes`). `step` (static suffix
+    slots): a 1-element index on the device of the slot the pass writes; later slots are masked."""
     _STATE.groups = list(groups)
+    _STATE.step = step
 
 
 def shared_prefix_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
@@ -118,9 +127,10 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
     dt = query.dtype
     # Query heads grouped by the kv head they read (GQA without copying keys or values).
     q5 = query.view(b, hkv, rep, s, d)
-    if s == 1 and not sliding_window and getattr(_STATE, "fused", False):
+    static = getattr(_STATE, "step", None)     # static suffix slots: the written ones end here
+    if s == 1 and not sliding_window and getattr(_STATE, "fused", False) and static is None:
         return _fused_decode(module, q5, key, value, groups, scale)
-    qpos = torch.arange(n_suf - s, n_suf, device=query.device)
+    qpos = torch.arange(n_suf - s, n_suf, device=query.device) if static is None else static
     hidden = torch.arange(n_suf, device=query.device)[None, :] > qpos[:, None]   # s x S: future
     if sliding_window:                # own keys that left the window (generations past it)
         hidden |= torch.arange(n_suf, device=query.device)[None, :] <= qpos[:, None] - sliding_window
@@ -137,11 +147,11 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
             # positions: the kept prefix keys end at the prompt's length; queries follow it
             kpos = n_prompt - pk.shape[-2] + torch.arange(pk.shape[-2], device=query.device)
             gone = kpos[None, :] <= (n_prompt + qpos)[:, None] - sliding_window      # s x P
-            if bool(gone.any()):
+            if static is not None or bool(gone.any()):    # (static: never read on the host)
                 sc_p.view(hkv, n * rep, s, -1).masked_fill_(gone, float("-inf"))
         kg = key[g.start:g.end].unsqueeze(2).transpose(-1, -2)                    # n,hkv,1,d,S
         ss = torch.matmul(q5[g.start:g.end], kg).float() * scale                 # n,hkv,rep,s,S
-        if s > 1 or sliding_window:
+        if s > 1 or sliding_window or static is not None:
             ss = ss.masked_fill(hidden, float("-inf"))        # causal among the row's own tokens
         ss = ss.transpose(0, 1).reshape(hkv, m_rows, n_suf)
         mx = torch.maximum(sc_p.amax(-1, keepdim=True), ss.amax(-1, keepdim=True))

@@ -1,0 +1,252 @@
+"""The decode loop every decode path shares, and the interface a path fills in.
+
+A decode call gets prompts' pre-filled caches (`Prefix`: cache, prompt length, next-token logits)
+and lanes (`Lane`): rows that share a picker (greedy, or one seeded generator drawing over the
+lane's rows in row order), stop strings and a token limit, so a prompt's greedy step and its k
+samples, or calls with different stops, share one batch without changing any row's result.
+
+Each step (`DecodePath.decode`): the live rows' logits -> their statistics and each lane's draws
+(`draw`, which also reads them back to the host) -> each row's tokens, stop and length checks on
+the host (`Batch.advance`) -> the next logits of the rows still live (`Passes.next_logits`: the
+model's forward passes). A path is the choice of `draw`, of `Passes` and of the attention the
+passes run under, so a new path is a new module, not a branch in this loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
+
+import torch
+
+from .. import shared_prefix as sp
+from ...sampling import token_stats
+from ...stops import find_stop
+
+
+class Row:
+    """The growing state of one sequence during decoding."""
+
+    __slots__ = ("ids", "logprobs", "entropies", "lse", "wlp", "finish")
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.entropies: list[float] = []
+        self.lse: list[float] = []
+        self.wlp: list[float] = []           # warped log-probs (samples)
+        self.finish: str | None = None
+
+
+@dataclass
+class Lane:
+    """Rows of one batch that decode alike: `n` rows over prefix number `prefix`, drawn by `pick`
+    (logits -> tokens, or (tokens, warped log-probs): `HFBackend.picker`, `greedy`)."""
+
+    prefix: int
+    n: int
+    pick: Callable[[torch.Tensor], object]
+    max_new_tokens: int
+    stop: Sequence[str]
+    want_stats: bool
+
+
+class Prefix(NamedTuple):
+    """A pre-filled prompt: its KV cache (batch 1), its length in tokens, its next-token logits."""
+
+    cache: object
+    length: int
+    logits: torch.Tensor
+
+
+def greedy(lg: torch.Tensor) -> torch.Tensor:
+    """The greedy picker: each row's most likely token."""
+    return lg.argmax(-1)
+
+
+def spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(label, start, end) of each run of equal labels."""
+    out: list[tuple[int, int, int]] = []
+    for i, g in enumerate(labels):
+        if out and out[-1][0] == g:
+            out[-1] = (g, out[-1][1], i + 1)
+        else:
+            out.append((g, i, i + 1))
+    return out
+
+
+@dataclass
+class Drawn:
+    """One step's draws for the live rows, in live-row order: the tokens on the device, and what
+    the host reads back (token ids, their log-probs, warped log-probs or None, and the entropies and
+    logsumexps when any lane wants statistics)."""
+
+    tokens: torch.Tensor
+    ids: list[int]
+    chosen: list[float]
+    warped: list
+    entropies: list | None
+    logsumexp: list | None
+
+
+class Batch:
+    """The rows of one decode call: their lanes, their state, and which are still live (`live`:
+    row numbers, in batch order; a finished row leaves it)."""
+
+    def __init__(self, backend, prefixes: Sequence[Prefix], lanes: Sequence[Lane]):
+        self.backend, self.lanes = backend, lanes
+        self.prefixes = [Prefix(*p) for p in prefixes]
+        self.lane_of = [li for li, ln in enumerate(lanes) for _ in range(ln.n)]
+        self.rows = [Row() for _ in self.lane_of]
+        self.grouped, i = [], 0
+        for ln in lanes:
+            self.grouped.append(self.rows[i:i + ln.n])
+            i += ln.n
+        for r, li in zip(self.rows, self.lane_of):
+            if lanes[li].max_new_tokens <= 0:
+                r.finish = "length"
+        self.live = [r for r, li in enumerate(self.lane_of) if lanes[li].max_new_tokens > 0]
+        self.prefix_of = [lanes[li].prefix for li in self.lane_of]
+        self.want_stats = any(ln.want_stats for ln in lanes)
+
+    def first_logits(self) -> torch.Tensor:
+        """The live rows' first next-token logits: their prompt's."""
+        return torch.cat([self.prefixes[self.prefix_of[r]].logits for r in self.live])
+
+    def first_positions(self, rows: Sequence[int]) -> list[int]:
+        """Each row's first generated position: its prompt's length."""
+        return [self.prefixes[self.prefix_of[r]].length for r in rows]
+
+    def groups(self, rows: Sequence[int], start: int = 0) -> list[sp.Group]:
+        """Shared-prefix attention groups of consecutive `rows` (batch positions from `start`):
+        rows over the same prompt form one group, whatever their lane."""
+        return [sp.Group(start + a, start + b, self.prefixes[g].cache)
+                for g, a, b in spans([self.prefix_of[r] for r in rows])]
+
+    def picks(self, logits: torch.Tensor):
+        """Each lane's draw for its live rows, in row order: (tokens, warped log-probs or None,
+        rows) per run of live rows of one lane."""
+        for li, a, b in spans([self.lane_of[r] for r in self.live]):
+            got = self.lanes[li].pick(logits[a:b])
+            tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
+            yield tok, warped, b - a
+
+    def advance(self, drawn: Drawn) -> list[int]:
+        """Add the drawn tokens to the live rows; the positions (in `live`) of the rows that go
+        on. EOS ends a row's text and is not part of it."""
+        keep = []
+        for j, (ri, t) in enumerate(zip(self.live, drawn.ids)):
+            ln = self.lanes[self.lane_of[ri]]
+            stats = (drawn.entropies[j], drawn.logsumexp[j]) if ln.want_stats else None
+            if self._add(self.rows[ri], t, drawn.chosen[j], drawn.warped[j], stats, ln):
+                keep.append(j)
+        return keep
+
+    def _add(self, r: Row, t: int, logprob: float, warped: float | None, stats, ln: Lane) -> bool:
+        """Add one token to a row; False once the row is finished."""
+        if t == self.backend.eos_token_id:
+            r.finish = "eos"
+            return False
+        r.ids.append(t)
+        r.logprobs.append(logprob)
+        if warped is not None:
+            r.wlp.append(warped)
+        if stats is not None:
+            r.entropies.append(stats[0])
+            r.lse.append(stats[1])
+        if ln.stop and find_stop(self.backend._decode(r.ids), ln.stop) >= 0:
+            r.finish = "stop"
+        elif len(r.ids) >= ln.max_new_tokens:
+            r.finish = "length"
+        else:
+            return True
+        return False
+
+    def retain(self, keep: Sequence[int]) -> None:
+        """Only the rows at these positions of `live` stay live."""
+        self.live = [self.live[j] for j in keep]
+
+
+class Passes:
+    """How a path runs the model's forward passes over the live rows (one object per call)."""
+
+    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+        """The next-token logits of the rows still live (`Batch.live`, already retained), after
+        this step's draws (`drawn`, over the rows live before; `keep`: the positions that go on)."""
+        raise NotImplementedError
+
+
+class DecodePath:
+    """One decode path: how each step draws and reads back (`draw`), how the forward passes run
+    (`passes`) and under which attention (`attention`)."""
+
+    name = ""
+    fused_attention = False        # decode steps' attention as fused kernels (shared_prefix)
+    device_types: tuple[str, ...] | None = None      # the device types it runs on (None: any)
+
+    def runs_on(self, device) -> bool:
+        return self.device_types is None or torch.device(device).type in self.device_types
+
+    def check(self, device: torch.device) -> None:
+        """Refuse (a UserError naming `model.decode`) a device this path cannot run on."""
+
+    def draw(self, batch: Batch, logits: torch.Tensor) -> Drawn:
+        raise NotImplementedError
+
+    def passes(self, backend, batch: Batch) -> Passes:
+        raise NotImplementedError
+
+    def attention(self, backend):
+        """The attention the passes run under: each row over its group's prompt (shared prefix)."""
+        return sp.use_prefixes(backend.model, fused=self.fused_attention)
+
+    @torch.inference_mode()
+    def decode(self, backend, prefixes: Sequence[Prefix], lanes: Sequence[Lane]) -> list[list[Row]]:
+        """Decode every lane's rows in one batch; the rows of each lane, in lane order."""
+        batch = Batch(backend, prefixes, lanes)
+        if not batch.live:
+            return batch.grouped
+        self.check(backend.device)
+        logits = batch.first_logits()
+        passes = self.passes(backend, batch)
+        with self.attention(backend):
+            while True:
+                drawn = self.draw(batch, logits.float())
+                keep = batch.advance(drawn)
+                if not keep:
+                    return batch.grouped
+                batch.retain(keep)
+                logits = passes.next_logits(drawn, keep)
+
+
+def read_back_once(batch: Batch, logits: torch.Tensor) -> Drawn:
+    """Each lane's draws and the step's statistics in ONE device-to-host transfer: float64 holds
+    token ids and float32 values exactly; a greedy lane's missing warped log-prob travels as NaN."""
+    logp, ent, lse = token_stats(logits, batch.want_stats)
+    nxt, wlp = [], []
+    for tok, warped, n in batch.picks(logits):
+        nxt.append(tok)
+        wlp.append(warped if warped is not None else logits.new_full((n,), float("nan")))
+    nxt = torch.cat(nxt)
+    cols = [nxt, logp.gather(1, nxt[:, None])[:, 0], torch.cat(wlp)]
+    host = torch.stack([c.double() for c in cols + ([ent, lse] if batch.want_stats else [])],
+                       1).cpu().numpy()
+    ids, chosen = host[:, 0].astype("int64").tolist(), host[:, 1].tolist()
+    warped = [None if w != w else w for w in host[:, 2].tolist()]
+    if batch.want_stats:
+        ent, lse = host[:, 3].tolist(), host[:, 4].tolist()
+    return Drawn(nxt, ids, chosen, warped, ent, lse)
+
+
+def read_back_each(batch: Batch, logits: torch.Tensor) -> Drawn:
+    """Each lane's draws and the step's statistics read back one by one (the loop as first
+    written: a transfer per lane's warped log-probs, then the log-probs, statistics and tokens)."""
+    logp, ent, lse = token_stats(logits, batch.want_stats)
+    nxt, warped = [], []
+    for tok, w, n in batch.picks(logits):
+        nxt.append(tok)
+        warped += w.tolist() if w is not None else [None] * n
+    nxt = torch.cat(nxt)
+    chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+    if batch.want_stats:
+        ent, lse = ent.tolist(), lse.tolist()
+    return Drawn(nxt, nxt.tolist(), chosen, warped, ent, lse)

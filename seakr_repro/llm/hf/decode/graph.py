@@ -1,0 +1,82 @@
+"""`graph`: the `static` decode step captured as a CUDA graph and replayed (CUDA only).
+
+A decode step launches some two thousand kernels for a 7B model, each costing the host more time
+than the card spends on it; replaying a captured graph launches them all at once. Per part of the
+call (`static.StaticRows`): the first step runs eagerly on a side stream (torch's and the libraries'
+lazy set-up, such as cuBLAS workspaces, happens outside any capture), the second is captured (a
+capture records the step without running it, so it is then replayed) and every later step is a
+replay over the same buffers. One capture per call: a call's prompts are new to it, and the graph
+reads their keys and values where they lie. The parts of a call share one memory pool (their
+graphs replay one after another, never at once).
+
+On a device other than CUDA the path is refused (a UserError naming `model.decode`), never run
+eagerly in its place: `static` is that. An out-of-memory error while capturing reaches the backend's
+out-of-memory retry as one, which then runs more, smaller parts.
+"""
+from __future__ import annotations
+
+import torch
+
+from .static import Static, StaticStep
+
+
+class GraphStep(StaticStep):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.warm = False
+        self.out: torch.Tensor | None = None
+
+    @staticmethod
+    def memory_pool(device):
+        return torch.cuda.graph_pool_handle()
+
+    def run(self) -> torch.Tensor:
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        if not self.warm:
+            return self._warm_up()
+        self._capture()
+        self.graph.replay()
+        return self.out
+
+    def _warm_up(self) -> torch.Tensor:
+        main = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            out = super().run()
+        main.wait_stream(side)
+        out.record_stream(main)           # made on the side stream, read on the main one
+        self.warm = True
+        return out
+
+    def _capture(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        try:
+            # thread_local: another thread's CUDA calls (a runner thread of the same process) do
+            # not invalidate the capture
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                self.out = super().run()
+        except RuntimeError as e:      # torch.OutOfMemoryError is one, possibly raised as the context
+            cause = e if isinstance(e, torch.OutOfMemoryError) else e.__context__
+            if isinstance(cause, torch.OutOfMemoryError) and cause is not e:
+                raise torch.OutOfMemoryError(f"while capturing the decode step: {cause}") from e
+            raise
+        self.graph = graph
+
+
+class Graph(Static):
+    name = "graph"
+    step_class = GraphStep
+
+    device_types = ("cuda",)
+
+    def check(self, device: torch.device) -> None:
+        if not self.runs_on(device):
+            from ....core.errors import UserError
+            raise UserError(f"decode path 'graph' captures the decode step as a CUDA graph, and the "
+                            f"model is on {device}", setting="model.decode",
+                            fix="use model.decode: static (the same step, run eagerly) on this device, "
+                                "or load the model on a CUDA GPU")

@@ -1,0 +1,29 @@
+"""The names of the transformers backend's decode paths (the setting `model.decode`).
+
+Imports nothing (no torch): `core.config` takes the setting's choices from here. Each name's
+strategy is in `paths`, one module per path:
+  python    the loop as first written: several host read-backs per step, new input tensors built
+            from Python lists, attention as matrix and element-wise operations;
+  one_sync  one host read-back per step (tokens, log-probs, statistics in one transfer); the next
+            inputs and positions stay on the device (a host-to-device copy only when rows finish);
+  fused     one_sync + decode-step attention as two fused kernels merged by log-sum-exp;
+  static    one_sync's step over preallocated buffers written in place (the rows' generated keys
+            and values, inputs, positions, the step index on the device), finished rows kept as
+            padding: a step with no host synchronisation, run eagerly (any device);
+  graph     the static step captured once per call as a CUDA graph and replayed (CUDA only).
+`auto` (the default) is one_sync: the fastest path that gives the python path's results bit for bit
+(so cached calls and the side-by-side checks against the authors' code hold). fused, static and
+graph give the same tokens and vectors with log-probabilities within float rounding (~1e-5), and
+are chosen explicitly until a GPU has measured them (docs/speed.md, "GPU pace").
+"""
+from __future__ import annotations
+
+DECODE_PATHS = ("python", "one_sync", "fused", "static", "graph")
+AUTO = "one_sync"                           # what `auto` resolves to, on every device
+DECODE_SETTINGS = ("auto",) + DECODE_PATHS
+
+
+def resolve(setting: str) -> str:
+    """The decode path a `model.decode` setting names (`auto`: AUTO); the setting is checked by
+    the caller (`HFBackend` raises a UserError naming the setting)."""
+    return AUTO if setting == "auto" else setting

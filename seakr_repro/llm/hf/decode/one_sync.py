@@ -1,0 +1,75 @@
+"""`one_sync`: one host read-back per step; the next inputs and positions stay on the device.
+
+Each live row's own generated keys and values grow in a transformers DynamicCache (a
+concatenation per step); a row that finishes is dropped from its cache and from the batch, which
+takes a host-to-device copy of the kept rows' numbers (only on the steps where rows finish).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .. import shared_prefix as sp
+from .base import Batch, DecodePath, Drawn, Passes, read_back_once
+
+
+class DynamicRows(Passes):
+    """The live rows in parts of `rows_per_forward` (all when None), each part over a
+    DynamicCache of its rows' generated tokens; inputs and positions from the device."""
+
+    def __init__(self, backend, batch: Batch):
+        from transformers import DynamicCache
+
+        self.backend, self.batch = backend, batch
+        cap = backend.rows_per_forward or len(batch.live)
+        self.parts = [(DynamicCache(), batch.live[i:i + cap]) for i in range(0, len(batch.live), cap)]
+        self.step = 0
+        self.start()
+
+    def start(self) -> None:
+        # each live row's first position (its prompt's length), on the device
+        self.first_pos = torch.tensor(self.batch.first_positions(self.batch.live), device=self.backend.device)
+
+    def kept(self, drawn: Drawn, keep: Sequence[int]) -> None:
+        """Keep the next inputs of the rows that go on."""
+        self.nxt = drawn.tokens
+        if len(keep) < len(drawn.ids):
+            idx = torch.tensor(list(keep), device=self.backend.device)
+            self.nxt, self.first_pos = self.nxt[idx], self.first_pos[idx]
+
+    def inputs(self, at: int, members: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input tokens, positions) of the part whose rows are live rows at..at + len(members)."""
+        n = len(members)
+        return self.nxt[at:at + n, None], self.first_pos[at:at + n, None] + self.step
+
+    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+        self.kept(drawn, keep)
+        live = set(self.batch.live)
+        parts = []
+        for cache, members in self.parts:    # drop finished rows from each part's cache
+            local = [j for j, r in enumerate(members) if r in live]
+            if not local:
+                continue
+            if len(local) < len(members) and self.step > 0:
+                cache.batch_select_indices(torch.tensor(local, device=self.backend.device))
+            parts.append((cache, [members[j] for j in local]))
+        self.parts = parts
+        outs, at = [], 0
+        for cache, members in self.parts:    # the parts' members, in order, are the live rows
+            sp.set_groups(self.batch.groups(members))
+            inp, pos = self.inputs(at, members)
+            at += len(members)
+            outs.append(self.backend.forward(inp, cache, pos).logits[:, -1, :])
+        self.step += 1
+        return torch.cat(outs)
+
+
+class OneSync(DecodePath):
+    name = "one_sync"
+
+    def draw(self, batch: Batch, logits: torch.Tensor) -> Drawn:
+        return read_back_once(batch, logits)
+
+    def passes(self, backend, batch: Batch) -> Passes:
+        return DynamicRows(backend, batch)

@@ -1,0 +1,37 @@
+"""`python`: the decode loop as first written, kept as the baseline the other paths are measured
+and checked against: several host read-backs per step (`read_back_each`), and each step's inputs
+and positions built from Python lists on the host."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .base import Batch, DecodePath, Drawn, Passes, read_back_each
+from .one_sync import DynamicRows
+
+
+class HostInputRows(DynamicRows):
+    """`DynamicRows` whose inputs and positions are new tensors made from the host's lists."""
+
+    def start(self) -> None:
+        pass
+
+    def kept(self, drawn: Drawn, keep: Sequence[int]) -> None:
+        self.ids = [drawn.ids[j] for j in keep]      # the live rows' next tokens, in live order
+
+    def inputs(self, at: int, members: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        dev = self.backend.device
+        pos = self.batch.first_positions(members)
+        return (torch.tensor([[t] for t in self.ids[at:at + len(members)]], device=dev),
+                torch.tensor([[p + self.step] for p in pos], device=dev))
+
+
+class PythonLoop(DecodePath):
+    name = "python"
+
+    def draw(self, batch: Batch, logits: torch.Tensor) -> Drawn:
+        return read_back_each(batch, logits)
+
+    def passes(self, backend, batch: Batch) -> Passes:
+        return HostInputRows(backend, batch)

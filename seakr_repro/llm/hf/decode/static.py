@@ -1,0 +1,147 @@
+"""`static`: one_sync's decode step over buffers that keep their addresses for the whole call, with
+no host synchronisation inside the step, run eagerly (any device; `graph` captures the same step).
+
+- The rows' generated keys and values: a static suffix cache (`StaticSuffixCache`), preallocated
+  per layer as rows x kv heads x slots x head dim, one slot per forward pass a row can need (its
+  lane's max_new_tokens - 1: the first token comes from the prompt's logits, the last needs no
+  pass), written in place at the step index, a tensor ON THE DEVICE; the shared-prefix attention
+  masks the slots after it (`shared_prefix.set_groups(..., step=)`).
+- The inputs (each row's last token) and positions are static buffers too; the step advances the
+  step index and the positions itself.
+- Finished rows stay in the batch as padding: they run through the step, their outputs are never
+  read and they draw nothing. The sampler runs outside the step on the live rows' logits only
+  (picked out with a device index, rebuilt on the host when rows finish, which the host learns from
+  the one read-back per step one_sync also takes), so each lane's generator sees exactly the draws
+  it sees on the other paths.
+- The rows are split into parts of `rows_per_forward` (all when None) for the whole call: each part
+  is a step of its own, over its own buffers, so an out-of-memory retry (`oom.OutOfMemoryRetry`
+  halves the rows per pass) simply runs more, smaller steps.
+
+A "batch shape" is one call's: its rows, their prompts (the groups and the prompts' keys and values
+the attention reads in place) and the slots; the buffers are made once per call (no bucketing: a
+call's prompts are new to it, and a CUDA graph captured over them is captured once per call).
+
+Memory (`suffix_bytes`): LLaMA-2-7B (32 layers, 32 kv heads of 128) in float16 at 20 rows and 100
+new tokens holds 2 x 32 x 20 x 32 x 99 x 128 x 2 bytes = 0.97 GiB of suffix keys and values, about
+what the dynamic cache holds at its last step, without the copy its concatenation makes each step.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .. import shared_prefix as sp
+from .base import Batch, Drawn, Passes
+from .one_sync import OneSync
+
+
+def suffix_bytes(n_layers: int, rows: int, kv_heads: int, slots: int, head_dim: int,
+                 bytes_per_value: int) -> int:
+    """Bytes of a static suffix cache: keys and values of every layer."""
+    return 2 * n_layers * rows * kv_heads * slots * head_dim * bytes_per_value
+
+
+def slots_for(max_new_tokens: int) -> int:
+    """Forward passes (suffix slots) a row of at most max_new_tokens tokens can need."""
+    return max(1, max_new_tokens - 1)
+
+
+class StaticSuffixCache:
+    """Each row's generated keys and values per layer, rows x kv heads x slots x head dim, written
+    in place at `step` (a 1-element index on the device): what transformers' attention layers call
+    `update` on. Every slot starts at zero, so a masked slot adds exactly nothing."""
+
+    def __init__(self, like, rows: int, slots: int):
+        """`like`: a prompt's cache (transformers' layers), for the layers' kv heads, head dim,
+        dtype and device."""
+        self.keys, self.values = [], []
+        for lay in like.layers:
+            _, kv_heads, _, head_dim = lay.keys.shape
+            for out in (self.keys, self.values):
+                out.append(lay.keys.new_zeros(rows, kv_heads, slots, head_dim))
+        self.step = torch.zeros(1, dtype=torch.long, device=like.layers[0].keys.device)
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *_args, **_kwargs):
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k.index_copy_(2, self.step, key)
+        v.index_copy_(2, self.step, value)
+        return k, v
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+class StaticStep:
+    """One part's decode step: its rows' input tokens and positions (static views), its suffix
+    cache and attention groups. `run` is the step: no host synchronisation, no new buffer."""
+
+    def __init__(self, backend, tokens: torch.Tensor, positions: torch.Tensor,
+                 cache: StaticSuffixCache, groups: Sequence[sp.Group], pool=None):
+        self.backend, self.tokens, self.positions = backend, tokens, positions
+        self.cache, self.groups, self.pool = cache, list(groups), pool
+
+    @staticmethod
+    def memory_pool(device):
+        """What the steps of one call's parts share: nothing when run eagerly (graphs: a pool)."""
+        return None
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """Every buffer the step reads or writes in place, by name."""
+        out = {"tokens": self.tokens, "positions": self.positions, "step": self.cache.step}
+        for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values)):
+            out[f"keys.{i}"], out[f"values.{i}"] = k, v
+        return out
+
+    def run(self) -> torch.Tensor:
+        """The part's next-token logits (all its rows, finished ones included)."""
+        sp.set_groups(self.groups, step=self.cache.step)
+        logits = self.backend.forward(self.tokens, self.cache, self.positions).logits[:, -1, :]
+        self.cache.step.add_(1)
+        self.positions.add_(1)
+        return logits
+
+
+class StaticRows(Passes):
+    """The call's rows in static buffers to the end (see the module's note)."""
+
+    def __init__(self, backend, batch: Batch, step_class: type):
+        self.backend, self.batch, self.step_class = backend, batch, step_class
+        self.rows = list(batch.live)             # row number at each batch slot, for the whole call
+        self.steps: list[StaticStep] | None = None
+
+    def _build(self) -> None:
+        b, dev, n = self.batch, self.backend.device, len(self.rows)
+        slots = slots_for(max(b.lanes[b.lane_of[r]].max_new_tokens for r in self.rows))
+        self.tokens = torch.zeros(n, 1, dtype=torch.long, device=dev)
+        self.positions = torch.tensor(b.first_positions(self.rows), device=dev)[:, None]
+        self.live_slots = torch.arange(n, device=dev)
+        self.all_live = True
+        self.slot_of = {r: i for i, r in enumerate(self.rows)}
+        like = b.prefixes[0].cache
+        cap = self.backend.rows_per_forward or n
+        pool = self.step_class.memory_pool(dev)
+        self.steps = [self.step_class(self.backend, self.tokens[a:a + cap], self.positions[a:a + cap],
+                                      StaticSuffixCache(like, len(self.rows[a:a + cap]), slots),
+                                      b.groups(self.rows[a:a + cap]), pool)
+                      for a in range(0, n, cap)]
+
+    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+        if self.steps is None:
+            self._build()
+        # this step's draws go to the rows that drew them (those live before this step)
+        self.tokens[:, 0].index_copy_(0, self.live_slots, drawn.tokens)
+        if len(keep) < len(drawn.ids):       # rows finished: a new index of the live rows
+            self.live_slots = torch.tensor([self.slot_of[r] for r in self.batch.live], device=self.backend.device)
+            self.all_live = False
+        outs = [s.run() for s in self.steps]
+        logits = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return logits if self.all_live else logits.index_select(0, self.live_slots)
+
+
+class Static(OneSync):
+    name = "static"
+    step_class = StaticStep
+
+    def passes(self, backend, batch: Batch) -> Passes:
+        return StaticRows(backend, batch, self.step_class)

@@ -1,0 +1,91 @@
+"""What the transformers backend keeps of the prompts it pre-filled: KV caches at chunk boundaries.
+
+Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
+boundary is kept (LRU, bounded in tokens) keyed by the token ids before it. Every prompt of a
+method starts with the same few-shot demonstrations, so later calls pre-fill only their own tail
+(the prefix caching vLLM does). A whole prompt seen before (SeaKR's greedy step, then its k
+samples, then the forced-EOS pass all start from the same context) is kept with its next-token
+logits and costs no forward pass at all. Because a chunk is computed by the same operation whether
+it comes from the cache or not, results do not depend on what was called before: same prompt and
+seed, same bits. Kept caches are copied out, never handed out: decoding grows what it gets.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections import OrderedDict
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+PREFILL_CHUNK = 128          # tokens per pre-fill chunk (the unit of prefix reuse)
+
+
+def _ids_key(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+def repeat_cache(cache, n: int):
+    """A copy of a batch-1 KV cache with n identical rows (the original stays untouched)."""
+    out = copy.deepcopy(cache)
+    if n > 1:
+        out.batch_repeat_interleave(n)
+    return out
+
+
+class PrefixCache:
+    """Chunk-boundary KV caches of pre-filled prompts, at most `max_tokens` tokens in all, least
+    recently used first out (0: nothing kept). `hits` counts the pre-fills that reused one."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = int(max_tokens)
+        self._kept: "OrderedDict[bytes, tuple]" = OrderedDict()
+        self.hits = 0
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def _get(self, key: bytes):
+        hit = self._kept.get(key)
+        if hit is not None:
+            self._kept.move_to_end(key)
+            self.hits += 1
+        return hit
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Sequence[int], forward: Callable, device) -> tuple:
+        """(KV cache, next-token logits) of a prompt, reusing kept chunk boundaries; `forward`
+        (ids, cache) runs one model pass (`HFBackend.forward`)."""
+        ids = list(prompt_ids)
+        whole = self._get(_ids_key(ids) + b"=")
+        if whole is not None:
+            return copy.deepcopy(whole[1]), whole[2].clone()
+        last_boundary = (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK   # >= 1 token stays for the tail
+        cache, start = None, 0
+        for b in range(last_boundary, 0, -PREFILL_CHUNK):
+            hit = self._get(_ids_key(ids[:b]))
+            if hit is not None:
+                cache, start = copy.deepcopy(hit[1]), b
+                break
+        for b in range(start, last_boundary, PREFILL_CHUNK):
+            chunk = torch.tensor([ids[b:b + PREFILL_CHUNK]], device=device)
+            cache = forward(chunk, cache).past_key_values
+            self.remember(ids[:b + PREFILL_CHUNK], cache)
+        out = forward(torch.tensor([ids[last_boundary:]], device=device), cache)
+        self.remember(ids, out.past_key_values, out.logits[:, -1, :])
+        return out.past_key_values, out.logits[:, -1, :]
+
+    def remember(self, ids: Sequence[int], cache, logits=None) -> None:
+        """Keep a chunk boundary's cache, or (with its logits) a whole prompt's."""
+        if self.max_tokens <= 0:
+            return
+        if logits is None:
+            self._kept[_ids_key(ids)] = (len(ids), copy.deepcopy(cache))
+        else:
+            self._kept[_ids_key(ids) + b"="] = (len(ids), copy.deepcopy(cache), logits.clone())
+        while sum(v[0] for v in self._kept.values()) > self.max_tokens and len(self._kept) > 1:
+            self._kept.popitem(last=False)
