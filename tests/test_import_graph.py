@@ -140,7 +140,8 @@ def test_every_module_imports(name):
 # at scale, the notebook steps over them, tools, the step graph and the command line over the steps.
 LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "llm": 1,
           "uncertainty": 2, "doubles": 3, "methods": 3, "reporting": 3, "artifacts": 3, "runs": 4,
-          "steps": 5, "notebook": 5, "tools": 6, "pipeline": 6, "step_graph": 6, "cli": 7, "__main__": 8}
+          "steps": 5, "notebook": 5, "tools": 6, "rehearsal": 6, "pipeline": 6, "step_graph": 6, "cli": 7,
+          "__main__": 8}
 # core.config checks a profile's data-set names against the data registry when it loads
 UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry")}
 
