@@ -200,3 +200,23 @@ def test_a_part_that_raises_keeps_what_it_wrote(tmp_path, monkeypatch, with_part
     got = run_part(PartRun("methods", opt, tmp_path, 60, CardSampler(lambda: None)))
     assert got["outcome"] == "raised" and got["error"] == "RuntimeError: the second method broke"
     assert ("partial" in got) == with_partial
+
+
+def test_per_process_the_parts_contexts_are_not_added_up_but_a_stranger_is_counted():
+    """Two processes of one part (the ray part's own and its worker), each with a CUDA context of
+    0.6 GiB beyond its torch: the measure is per process (0.6), not their sum; a process that is not
+    the part's (no torch report) counts whole; a reading whose pids are not ours (a container) falls
+    back to the card's use beyond all of the part's torch."""
+    me, worker, stranger = 100, 200, 300
+    reserved = {me: 2 * GiB, worker: 13 * GiB}
+    two = CardReading(int(16.2 * GiB), 80 * GiB, {me: int(2.6 * GiB), worker: int(13.6 * GiB)})
+    outside, basis, total = card_memory.outside_torch(two, reserved)
+    assert basis == "per process" and outside == pytest.approx(0.6 * GiB, abs=2)
+    assert total == pytest.approx(1.2 * GiB, abs=2)
+    jax = CardReading(int(76.2 * GiB), 80 * GiB, {me: int(2.6 * GiB), worker: int(13.6 * GiB), stranger: 60 * GiB})
+    assert card_memory.outside_torch(jax, reserved)[0] == 60 * GiB
+    hidden = CardReading(int(16.2 * GiB), 80 * GiB, {7: int(16.2 * GiB)})
+    assert card_memory.outside_torch(hidden, reserved) == (pytest.approx(1.2 * GiB, abs=2), "card",
+                                                           pytest.approx(1.2 * GiB, abs=2))
+    unlisted = CardReading(int(19.2 * GiB), 80 * GiB, {me: int(2.6 * GiB), worker: int(13.6 * GiB)})
+    assert card_memory.outside_torch(unlisted, reserved)[0] == pytest.approx(3 * GiB, abs=2)   # no process's

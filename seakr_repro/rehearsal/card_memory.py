@@ -17,6 +17,12 @@ cap down in the environment). The CUDA contexts are in what is left (each proces
 one); much more is another process, or a library that took the card behind torch's back (JAX
 preallocates 75% of a card at its first use unless told not to: core/jax_env.py).
 
+Where the card's reader lists the processes on the card (and their ids are ours), the measure is
+per process: the most one process holds beyond its own torch (its CUDA context and whatever a
+library took behind torch's back), or what no process accounts for, so a part of several
+processes (the ray part's own and its worker's) does not add up their contexts; else it is the
+card's use beyond all of the part's torch (`outside_torch`).
+
 A reading and a child's report are not taken at the same instant: a child that has just reserved
 more shows as outside torch for up to one interval. So a part's `worst` is the largest amount that
 held for two samples in a row (`instant_max` is the largest single one). At its end a part waits
@@ -211,6 +217,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def outside_torch(reading: CardReading, reserved: dict[int, int]) -> tuple[int, str, int]:
+    """(outside torch, its basis, everything beyond torch) of one reading, given the torch reserved
+    bytes of the part's processes. Where the reading lists the processes on the card and they are
+    ours (the pids match: not so in a container that hides them), the measure is per process: the
+    most any one process holds beyond its torch (its CUDA context, and anything a library took
+    behind torch's back), or what no process accounts for, whichever is larger; so the part's
+    processes' contexts are not summed. Else the card's: all of its use beyond the part's torch."""
+    total = reading.used - sum(reserved.values())
+    if not set(reading.processes) & set(reserved):
+        return total, "card", total
+    per_process = [used - reserved.get(pid, 0) for pid, used in reading.processes.items()]
+    return max(*per_process, reading.used - sum(reading.processes.values())), "per process", total
+
+
 # ------------------------------------------------------------------ the part's sampler
 class CardSampler:
     """The card's use outside torch through one part: sampled every `interval` seconds in a
@@ -259,9 +279,9 @@ class CardSampler:
                 return None
             own = int(self.own_reserved())
             children = children_reserved(self.folder, os.getpid())
-            outside = reading.used - own - sum(children.values())
-            got = {"outside": outside, "where": self.where, "used": reading.used, "own": own,
-                   "children": children, "processes": dict(reading.processes)}
+            outside, basis, total = outside_torch(reading, {os.getpid(): own, **children})
+            got = {"outside": outside, "basis": basis, "total": total, "where": self.where, "used": reading.used,
+                   "own": own, "children": children, "processes": dict(reading.processes)}
             self.samples += 1
             self.source = reading.source
             if self.instant_max is None or outside > self.instant_max["outside"]:
@@ -302,6 +322,7 @@ class CardSampler:
               "processes_gib": {str(p): gib(b) for p, b in worst["processes"].items()}}
         end = self.end or self.last
         return {"outside_torch_gib": {"worst": gib(worst["outside"]), "worst_at": worst["where"],
+                                      "basis": worst["basis"], "all_beyond_torch_at_worst": gib(worst["total"]),
                                       "instant_max": gib(self.instant_max["outside"]),
                                       "instant_max_at": self.instant_max["where"],
                                       "end": gib(end["outside"]), "samples": self.samples,
