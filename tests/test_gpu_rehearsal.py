@@ -169,9 +169,23 @@ def test_a_failing_part_is_recorded_the_rest_still_run_and_the_call_fails(tmp_pa
     assert "exit status 1" in log
 
 
+def _session(sid: int) -> list[int]:
+    """The processes of session `sid` (what the device tool ends when a call times out)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid and fields[0] != "Z":          # a zombie holds nothing
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def test_a_call_killed_mid_part_keeps_the_parts_before_and_what_the_running_one_measured(tmp_path):
-    """The whole call killed from outside (the device tool's timeout_s) while methods runs: the
-    report written after gpu_tests stays, and methods' first method, written as it finished."""
+    """The whole call killed from outside (the device tool's timeout_s ends the call's session)
+    while methods runs: the report written after gpu_tests stays, and methods' first method,
+    written as it finished; no process of the part outlives the call."""
     out = tmp_path / "out"
     env = {**os.environ, "DEVICE": "cpu", "PY": sys.executable, "PACK": str(tmp_path / "no-pack"),
            "REHEARSAL_ARGS": f"--work {tmp_path / 'work'} --parts gpu_tests,methods --methods cot,seakr,self_rag "
@@ -192,13 +206,38 @@ def test_a_call_killed_mid_part_keeps_the_parts_before_and_what_the_running_one_
         else:
             pytest.fail("methods never reported cot")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        pids = _session(proc.pid)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
         proc.wait()
+    assert len(pids) >= 3                                   # the script, the driver, the part (tee too)
+    time.sleep(1)
+    assert _session(proc.pid) == []
     rep = json.loads(report.read_text())
     assert rep["parts"]["gpu_tests"]["status"] == "ok"
     m = rep["parts"]["methods"]
     assert m["status"] == "killed" and m["partial"]["methods"]["cot"]["sets"]["2wiki"]["n"] == 1
     assert rep["summary"]["not_ok"] == {"methods": ["the call ended while this part ran"]}
+
+
+def test_a_driver_told_to_stop_stops_its_running_part(tmp_path):
+    """SIGTERM to the driver (someone stopping the call): the running part's process goes too,
+    and the report says which part was running."""
+    proc = subprocess.Popen([sys.executable, "-m", "seakr_repro.rehearsal", "--out", str(tmp_path / "out"),
+                             "--work", str(tmp_path / "work"), "--device", "cpu", "--parts", "methods",
+                             "--methods", "seakr,self_rag", "--passages", "300"], cwd=REPO_ROOT,
+                            env={k: v for k, v in os.environ.items() if k != "SEAKR_OVERRIDES"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(_session(proc.pid)) < 2:                      # the driver and its part
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    time.sleep(1)
+    assert _session(proc.pid) == []
+    got = json.loads((tmp_path / "out" / "report.json").read_text())["parts"]["methods"]
+    assert got["status"] == "killed"
 
 
 def test_a_part_over_its_limit_is_stopped_and_the_next_still_runs(tmp_path):

@@ -46,7 +46,7 @@ from ..core.io import write_json
 from ..core.paths import REPO_ROOT
 from . import assumptions as lent
 from .card_memory import MEMORY_CAP_GIB
-from .child import read_partial, result_path
+from .child import partial_path, read_partial, result_path
 from .plan import BUDGET_SECONDS, ONE_CALL, PAPER_SETS, PARTS, estimate, next_call, part_limit, skip_record
 from .verdicts import judge, merge, summary
 
@@ -192,25 +192,31 @@ def spawn(opt_file: Path, work: Path, part: str, limit: float, on_partial) -> di
     env = {**os.environ, "SEAKR_RAW_DIR": str(work / "raw"), "SEAKR_CACHE_DIR": str(work / "cache"),
            "SEAKR_RESULTS_DIR": str(work / "results"), "SEAKR_OVERRIDES": "",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(args, env=env, cwd=REPO_ROOT, start_new_session=True)
+    # a process group of its own (to stop it with its children), in the call's session: whatever
+    # ends the call (the device tool's timeout_s) ends the part too
+    proc = subprocess.Popen(args, env=env, cwd=REPO_ROOT, process_group=0)
     seen = None
     rc: int | str
-    while True:
-        try:
-            rc = proc.wait(timeout=max(0.05, min(POLL_S, t0 + limit - time.monotonic())))
-            break
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= t0 + limit:
-                kill_tree(proc)
-                rc = "timeout"
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=max(0.05, min(POLL_S, t0 + limit - time.monotonic())))
                 break
-        path = work / f"part-{part}.partial.json"
-        stamp = path.stat().st_mtime_ns if path.is_file() else None
-        if stamp != seen:
-            seen = stamp
-            doc = read_partial(work, part)
-            if doc is not None:
-                on_partial(doc)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= t0 + limit:
+                    kill_tree(proc)
+                    rc = "timeout"
+                    break
+            path = partial_path(work, part)
+            stamp = path.stat().st_mtime_ns if path.is_file() else None
+            if stamp != seen:
+                seen = stamp
+                doc = read_partial(work, part)
+                if doc is not None:
+                    on_partial(doc)
+    except BaseException:               # the call is being stopped (SIGTERM, Ctrl-C): the part goes with it
+        kill_tree(proc)
+        raise
     try:                                # whatever of the part's process group outlived it
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -289,6 +295,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.child:
         return child_main(a.child, a.options, a.limit, a.started)
+    # stopped from outside: end the running part's processes, keep the report written so far
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     a.out.mkdir(parents=True, exist_ok=True)
     if a.merge:
         return _merge(p, a)

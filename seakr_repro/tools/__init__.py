@@ -1,1 +1,2 @@
-"""Commands beside the pipeline: benchmarks, the GPU and scale checks, preflight and status."""
+"""Commands beside the pipeline: benchmarks, the scale check, preflight and status (the GPU rehearsal
+has a room of its own: seakr_repro/rehearsal/)."""
