@@ -84,10 +84,10 @@ scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shape
 	$(PY) -m seakr_repro bench scale-check $(SCALE_CHECK_ARGS)
 
 REHEARSAL_OUT ?= results/gpu-rehearsal
-gpu-rehearsal:  ## on a GPU machine: everything a GPU can prove here, one JSON report (docs/measurements.md); DEVICE=cpu runs it here
+gpu-rehearsal:  ## the GPU rehearsal, ONE device call of ~10 GPU minutes: run "bash scripts/gpu_rehearsal.sh $OUT", carry .gpu-rehearsal, timeout_s 540 (docs/measurements.md); DEVICE=cpu runs it here
 	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_rehearsal.sh $(REHEARSAL_OUT)
 
-gpu-rehearsal-pack: $(STAMP)  ## pack the packages a GPU machine lacks, Ray among them, into .gpu-rehearsal/ (carried with the rehearsal); RAY=auto leaves Ray out if it does not fit
+gpu-rehearsal-pack: $(STAMP)  ## here, on CPU, before the GPU call: pack what a GPU machine lacks (Ray among them) and the commit into .gpu-rehearsal/; RAY=auto leaves Ray out if it does not fit
 	PY="$(PY)" PIP="$(PY) -m pip" bash scripts/gpu_rehearsal_pack.sh
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results

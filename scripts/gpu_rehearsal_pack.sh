@@ -2,24 +2,28 @@
 # Pack what the GPU rehearsal needs and the GPU machine lacks into .gpu-rehearsal/ (git-ignored),
 # to be named in the device tool's `carry`:
 #   site.tar.xz       the packages of scripts/gpu_rehearsal_packages.txt: wheels for PYVER (default
-#                     3.12, the GPU machine's) and manylinux x86_64, installed into one folder, their
+#                     the GPU machine's, seakr_repro/rehearsal/assumptions.py) and manylinux x86_64, installed into one folder, their
 #                     compiled modules stripped of debug symbols, tests and C sources left out
 #   ray.tar.xz        Ray and the dependencies of it the machine lacks (scripts/gpu_rehearsal_ray.txt),
-#                     without the folders seakr_repro/tools/rehearsal_pack.py's RAY_DROPPED names,
+#                     without the folders seakr_repro/rehearsal/pack.py's RAY_DROPPED names,
 #                     _raylet.so, raylet and gcs_server stripped (they stay executable)
 #   manifest.txt, ray-manifest.txt   the packages and versions inside each
 #   python-version    PYVER (scripts/gpu_rehearsal.sh unpacks the archives only for that Python)
+#   commit.json       the checkout's commit and its files' blob ids (the report names that commit
+#                     where .git does not travel; after a new commit, refresh it in seconds:
+#                     python -m seakr_repro.rehearsal.pack commit .gpu-rehearsal)
 #   sizes.json        each component's size and the verdict (the rehearsal's ray part quotes it)
 # Prints each component's size and fails when the archives and the checkout's files (tracked, and
-# untracked ones git does not ignore) exceed the 64 MiB a call carries. RAY=auto instead leaves
-# Ray out when only Ray does not fit, and sizes.json says so (the ray part then reports not run).
+# untracked ones git does not ignore) exceed what a call carries (seakr_repro/rehearsal/assumptions.py).
+# RAY=auto instead leaves Ray out when only Ray does not fit, and sizes.json says so (the ray part
+# then reports not run).
 # Needs pip, strip (binutils), tar and xz; runs here, never on the GPU machine (no network there).
 # Takes minutes (two xz archives of ~100 MB each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYVER=${PYVER:-3.12}
 PACK=${PACK:-.gpu-rehearsal}
 PY=${PY:-.venv/bin/python}
+PYVER=${PYVER:-$($PY -m seakr_repro.rehearsal.pack python)}
 PIP=${PIP:-$PY -m pip}
 RAY=${RAY:-1}
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
@@ -55,7 +59,7 @@ archive() {    # archive TMP/NAME as PACK/FILE
 }
 
 mkdir -p "$PACK"
-rm -f "$PACK"/{site.tar.xz,ray.tar.xz,manifest.txt,ray-manifest.txt,sizes.json}
+rm -f "$PACK"/{site.tar.xz,ray.tar.xz,manifest.txt,ray-manifest.txt,sizes.json,commit.json}
 
 site scripts/gpu_rehearsal_packages.txt rehearsal > "$TMP/manifest.txt"
 rm -rf "$TMP"/rehearsal/{spacy,thinc,blis,srsly}/tests
@@ -64,15 +68,16 @@ cp "$TMP/manifest.txt" "$PACK/manifest.txt"
 
 site scripts/gpu_rehearsal_ray.txt ray > "$TMP/ray-manifest.txt"
 strip --strip-unneeded "$TMP"/ray/ray/core/src/ray/raylet/raylet "$TMP"/ray/ray/core/src/ray/gcs/gcs_server
-for d in $($PY -m seakr_repro.tools.rehearsal_pack ray-drops); do
+for d in $($PY -m seakr_repro.rehearsal.pack ray-drops); do
     rm -rf "${TMP:?}/ray/ray/$d"
 done
-$PY -m seakr_repro.tools.rehearsal_pack check-ray "$TMP/ray"
+$PY -m seakr_repro.rehearsal.pack check-ray "$TMP/ray"
 archive ray ray.tar.xz
 cp "$TMP/ray-manifest.txt" "$PACK/ray-manifest.txt"
 echo "$PYVER" > "$PACK/python-version"
+$PY -m seakr_repro.rehearsal.pack commit "$PACK"
 
 # what the device tool carries besides: the tracked files and the untracked ones git does not ignore
 tree=$(git ls-files -z | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
 untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
-$PY -m seakr_repro.tools.rehearsal_pack account "$PACK" --tree "${tree:-0}" --untracked "${untracked:-0}" --ray "$RAY"
+$PY -m seakr_repro.rehearsal.pack account "$PACK" --tree "${tree:-0}" --untracked "${untracked:-0}" --ray "$RAY"

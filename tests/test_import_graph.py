@@ -141,7 +141,7 @@ def test_every_module_imports(name):
 # command line over the steps.
 LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "llm": 1,
           "uncertainty": 2, "doubles": 3, "methods": 3, "reporting": 3, "artifacts": 3, "runs": 4,
-          "steps": 5, "notebook": 5, "commands": 6, "benchmarks": 6, "tools": 6, "pipeline": 6,
+          "steps": 5, "notebook": 5, "commands": 6, "benchmarks": 6, "rehearsal": 6, "pipeline": 6,
           "step_graph": 6, "cli": 7, "__main__": 8}
 # core.config checks a profile's data-set names against the data registry when it loads,
 # runner.engine against the engines runs.engine_choice defines and model.decode against the decode

@@ -1,7 +1,7 @@
-"""What the GPU rehearsal carries (scripts/gpu_rehearsal_pack.sh, tools/rehearsal_pack.py): the size
-verdict on crafted sizes, the ray part's verdict without Ray, the check of a stripped Ray tree,
-the one list of Ray folders left out, and (slow) the ray part on CPU with those folders made
-unimportable in every process of the cluster."""
+"""What the GPU rehearsal carries (scripts/gpu_rehearsal_pack.sh, seakr_repro/rehearsal/pack.py):
+the size verdict on crafted sizes, the ray part's verdict without Ray, the check of a stripped Ray
+tree, what a Ray tree stripped of the folders left out still imports, and (slow) the ray part on
+CPU with those folders made unimportable in every process of the cluster."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from seakr_repro.core.paths import REPO_ROOT
-from seakr_repro.tools import rehearsal_pack as rp
-from seakr_repro.tools.gpu_rehearsal import pins
+from seakr_repro.rehearsal import pack as rp
+from seakr_repro.rehearsal.parts.env import pins
+from seakr_repro.rehearsal.verdicts import ray_without_ray
 
 MIB = 2**20
 
@@ -62,7 +63,7 @@ def _sparse(path: Path, size: int) -> None:
 
 
 def _account(pack: Path, mode: str, tree: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "seakr_repro.tools.rehearsal_pack", "account", str(pack),
+    return subprocess.run([sys.executable, "-m", "seakr_repro.rehearsal.pack", "account", str(pack),
                            "--tree", str(tree), "--untracked", "0", "--ray", mode],
                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
 
@@ -89,15 +90,16 @@ def test_the_account_command_writes_sizes_json_and_fails_or_drops_ray(tmp_path):
 # ----------------------------------------------------------------------------- the ray part without Ray
 
 def test_ray_missing_is_not_run_only_where_it_could_not_travel():
-    none = rp.ray_not_there("No module named 'ray'", None, "/x/.gpu-rehearsal")
-    assert none["status"] == "not run" and "no pack sizes at /x/.gpu-rehearsal/sizes.json" in none["why"][0]
+    """The pack's size verdict, as the ray part quotes it when Ray does not import."""
+    missing = {"ray_imports": False, "import_error": "No module named 'ray'"}
+    none = ray_without_ray({**missing, "pack": "/x/.gpu-rehearsal", "pack_sizes": None})
+    assert none[0] == "not run" and "no pack sizes at /x/.gpu-rehearsal/sizes.json" in none[1][0]
     left = rp.account({"rehearsal": 25 * MIB, "ray": 40 * MIB, "tracked": 4 * MIB}, "auto")
-    out = rp.ray_not_there("No module named 'ray'", left, "p")
-    assert out["status"] == "not run" and "Ray left out" in out["why"][0] and "ray 40.0 MiB" in out["why"][0]
-    assert out["pack_sizes"]["ray"] == 40 * MIB
+    status, why = ray_without_ray({**missing, "pack_sizes": left})
+    assert status == "not run" and "Ray left out" in why[0] and "ray 40.0 MiB" in why[0]
     carried = rp.account({"rehearsal": 25 * MIB, "ray": 24 * MIB, "tracked": 4 * MIB})
-    broken = rp.ray_not_there("No module named 'jsonschema'", carried, "p")
-    assert broken["status"] == "failed" and "carried Ray" in broken["error"] and "jsonschema" in broken["error"]
+    status, why = ray_without_ray({**missing, "import_error": "No module named 'jsonschema'", "pack_sizes": carried})
+    assert status == "failed" and "carried Ray" in why[0] and "jsonschema" in why[0]
 
 
 def test_read_sizes(tmp_path):
@@ -134,13 +136,56 @@ def test_a_stripped_ray_tree_is_checked(tmp_path):
     assert any("_raylet*.so is missing" in p for p in problems) and any("dashboard is missing" in p for p in problems)
 
 
-def test_the_folders_left_out_and_the_one_list_the_script_uses():
-    assert set(rp.RAY_DROPPED) == {"jars", "dashboard/client", "rllib", "data", "serve", "train", "tune", "llm"}
-    kept = (*rp.RAY_EXECUTABLES, "_private", "dashboard", "dashboard/modules", "autoscaler", "runtime_env", "util")
-    assert not [k for k in kept for d in rp.RAY_DROPPED if k == d or k.startswith(d + "/")]
+# what the ray part needs of Ray in its own process: the package, the modules `ray.init` starts a
+# local cluster with, the Ray engine's driver and worker sides, and the part itself
+RAY_PART_IMPORTS = ("ray", "ray._private.worker", "ray._private.node", "ray._private.services",
+                    "ray._private.parameter", "ray.runtime_env", "ray.util", "ray.autoscaler",
+                    "seakr_repro.runs.engine", "seakr_repro.runs.ray_worker", "seakr_repro.rehearsal.parts.ray")
+
+
+def _stripped_ray(installed: Path, root: Path) -> Path:
+    """A Ray tree as the pack leaves it: the installed package, less RAY_DROPPED (links to the rest)."""
+    def mirror(src: Path, dst: Path, rel: str) -> None:
+        dst.mkdir(parents=True)
+        for entry in src.iterdir():
+            sub = f"{rel}/{entry.name}".lstrip("/")
+            if sub in rp.RAY_DROPPED:
+                continue
+            if any(d.startswith(sub + "/") for d in rp.RAY_DROPPED):      # a folder partly dropped
+                mirror(entry, dst / entry.name, sub)
+            else:
+                (dst / entry.name).symlink_to(entry)
+    mirror(installed, root / "ray", "")
+    return root
+
+
+def test_the_stripped_ray_tree_still_imports_what_the_ray_part_uses(tmp_path):
+    """Ray without the folders the pack leaves out: `import ray`, what ray.init starts a cluster
+    with, the Ray engine and the ray part all import from it, none of them needs a dropped folder
+    (any import of one fails there), and every folder the list names is one the wheel has."""
+    ray = pytest.importorskip("ray")
+    installed = Path(ray.__file__).parent
+    assert [d for d in rp.RAY_DROPPED if not (installed / d).is_dir()] == []       # real folders of the wheel
+    site = _stripped_ray(installed, tmp_path / "site")
+    assert rp.check_ray_tree(site) == []
+    code = ("import importlib, json, sys\n"
+            f"for m in {RAY_PART_IMPORTS!r}: importlib.import_module(m)\n"
+            "print(json.dumps([sys.modules['ray'].__file__, sorted(m for m in sys.modules if m.startswith('ray.'))]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO_ROOT)]),
+                               "RAY_USAGE_STATS_ENABLED": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ray_file, loaded = json.loads(proc.stdout.splitlines()[-1])
+    assert ray_file.startswith(str(site))                                   # the stripped tree, not the installed one
+    dropped = [m for m in loaded for d in rp.RAY_DROPPED if m == f"ray.{d.replace('/', '.')}"
+               or m.startswith(f"ray.{d.replace('/', '.')}.")]
+    assert dropped == [] and "ray._private.node" in loaded
+
+
+def test_the_script_uses_the_one_list_and_strips_what_it_keeps():
     script = (REPO_ROOT / "scripts" / "gpu_rehearsal_pack.sh").read_text()
-    assert "rehearsal_pack ray-drops" in script and "rehearsal_pack check-ray" in script
-    assert "rllib" not in script                       # no second list in the script
+    assert "rehearsal.pack ray-drops" in script and "rehearsal.pack check-ray" in script
+    assert not [d for d in rp.RAY_DROPPED if f"/{d}" in script]          # no second list in the script
     for exe in rp.RAY_EXECUTABLES:                     # stripped, not deleted
         assert f"/ray/ray/{exe}" in script.replace('"$TMP"', "")
 
@@ -172,55 +217,50 @@ sys.meta_path.insert(0, _Block())
 '''
 
 
+def _ray_part(tmp_path: Path, blocked: list[str], pack: Path, timeout: float) -> dict:
+    """The ray part through the driver, with a sitecustomize that makes `blocked` unimportable in
+    every Python started with this environment (the driver, the part, the raylet's workers)."""
+    (tmp_path / "site").mkdir()
+    blocker = BLOCKER.format(blocked=blocked, log=str(tmp_path / "blocker.log"))
+    (tmp_path / "site" / "sitecustomize.py").write_text(blocker)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO_ROOT)]),
+           "REHEARSAL_PACK": str(pack)}
+    env.pop("SEAKR_OVERRIDES", None)
+    proc = subprocess.run([sys.executable, "-m", "seakr_repro.rehearsal", "--out", str(tmp_path / "out"), "--work",
+                           str(tmp_path / "work"), "--device", "cpu", "--parts", "ray", "--passages", "300",
+                           "--budget", "900", "--part-seconds", "ray=850"],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return json.loads((tmp_path / "out" / "report.json").read_text())["parts"]["ray"]
+
+
 @pytest.mark.slow
 def test_the_ray_part_gives_the_local_rows_without_the_folders_left_out(tmp_path):
-    """The part as the rehearsal's child runs it (no time limit: this 2-core machine is slow to
-    start a cluster), with a sitecustomize that blocks the dropped folders in the driver, the
-    raylet's workers and agents."""
+    """The part with the dropped folders blocked in the driver, the raylet's workers and agents
+    (no time limit to speak of: this 2-core machine is slow to start a cluster)."""
     blocked = sorted(f"ray.{d}" for d in rp.RAY_DROPPED if "/" not in d and d != "jars")
-    log = tmp_path / "blocker.log"
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(BLOCKER.format(blocked=blocked, log=str(log)))
-    work = tmp_path / "work"
-    work.mkdir()
     pack = tmp_path / "pack"
     pack.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO_ROOT)]),
-           "SEAKR_RAW_DIR": str(work / "raw"), "SEAKR_CACHE_DIR": str(work / "cache"),
-           "SEAKR_RESULTS_DIR": str(work / "results"), "SEAKR_OVERRIDES": "", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "REHEARSAL_PACK": str(pack)}
-    proc = subprocess.run([sys.executable, "-m", "seakr_repro.tools.gpu_rehearsal", "--child", "ray",
-                           "--out", str(tmp_path / "out"), "--work", str(work), "--device", "cpu", "--shape", "tiny",
-                           "--passages", "300"], env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads((work / "part-ray.json").read_text())
+    r = _ray_part(tmp_path, blocked, pack, timeout=900)
     assert r["status"] == "ok", json.dumps(r, indent=1)[:3000]
     assert r["same_rows_as_local"] and r["differing_fields"] == {} and r["ray_rows"] == r["local_rows"] == 1
     assert r["llm_calls"] > 0 and r["tokens"] > 0                      # computed on the worker, not cached
     assert r["worker_resources"] == {"num_gpus": 0, "num_cpus": 2.0} and r["worker"]["gpus"] == []
-    loaded = {line.split()[0] for line in log.read_text().splitlines() if line.endswith("loaded")}
+    log = (tmp_path / "blocker.log").read_text()
+    loaded = {line.split()[0] for line in log.splitlines() if line.endswith("loaded")}
     assert str(r["worker"]["pid"]) in loaded and len(loaded) >= 3      # the driver, the worker, Ray's agents
+    assert " blocked " not in log                                      # nothing tried a dropped folder
 
 
 def test_the_ray_part_without_ray_is_not_run_with_the_sizes(tmp_path):
     """No Ray importable (a meta path hook refuses it) and a pack whose sizes.json left Ray out."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(
-        BLOCKER.format(blocked=["ray"], log=str(tmp_path / "blocker.log")))
     pack = tmp_path / "pack"
     pack.mkdir()
     left = rp.account({"rehearsal": 25 * MIB, "ray": 40 * MIB, "tracked": 4 * MIB}, "auto")
     (pack / "sizes.json").write_text(json.dumps(left))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO_ROOT)]),
-           "REHEARSAL_PACK": str(pack)}
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "seakr_repro.tools.gpu_rehearsal", "--child", "ray",
-                           "--out", str(tmp_path / "out"), "--work", str(work), "--device", "cpu"],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads((work / "part-ray.json").read_text())
-    assert r["status"] == "not run" and "Ray left out" in r["why"][0] and r["pack_sizes"]["ray"] == 40 * MIB, r
+    r = _ray_part(tmp_path, ["ray"], pack, timeout=300)
+    assert r["status"] == "not run" and "Ray left out" in r["why"][0] and r["pack_sizes"]["sizes"]["ray"] == 40 * MIB, r
+    assert r["ray_imports"] is False and "left out of the pack" in r["import_error"]
 
 
 def test_the_script_unpacks_ray_from_the_pack_and_a_carried_ray_that_breaks_fails(tmp_path):
@@ -255,5 +295,20 @@ def test_the_script_unpacks_ray_from_the_pack_and_a_carried_ray_that_breaks_fail
     log = (out / "log.txt").read_text()
     assert f"unpacked {pack}/ray.tar.xz" in log and "2 packages from" in log, log
     r = json.loads((out / "report.json").read_text())["parts"]["ray"]
-    assert r["status"] == "failed" and "the packed ray is broken" in r["error"], r
-    assert r["pack_sizes"]["ray"] == 24 * MIB
+    assert r["status"] == "failed" and "the packed ray is broken" in r["why"][0], r
+    assert r["pack_sizes"]["sizes"]["ray"] == 24 * MIB
+
+
+def test_what_the_rehearsal_imports_is_on_the_image_or_in_the_pack_or_said_to_be_absent():
+    """Each package the env part checks is on the lent machine's image (assumptions.IMAGE_PACKAGES),
+    in one of the pack's lists, or one the rehearsal knows is absent there (assumptions.NOT_THERE)."""
+    from seakr_repro.rehearsal import assumptions
+    from seakr_repro.rehearsal.parts.env import DISTRIBUTIONS, PACKAGES
+
+    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()                   # noqa: E731
+    packed = {norm(m) for f in ("gpu_rehearsal_packages.txt", "gpu_rehearsal_ray.txt")
+              for m in re.findall(r"^([A-Za-z0-9_.-]+)==", (REPO_ROOT / "scripts" / f).read_text(), re.M)}
+    there = {norm(n) for n in (*assumptions.IMAGE_PACKAGES, *assumptions.NOT_THERE)} | packed
+    wanted = {norm(req or DISTRIBUTIONS.get(mod, mod)) for mod, req in PACKAGES.items()}
+    assert wanted - there == set()
+    assert not {norm(n) for n in assumptions.IMAGE_PACKAGES} & packed       # nothing packed that is there

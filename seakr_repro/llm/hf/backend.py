@@ -162,15 +162,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
         Logits of the last position only: the LM head over a whole prompt costs as much as
         several layers and its other rows are never used."""
         self.oom.note_rows(int(ids.shape[0]))
-        return self._forward(ids, cache, position_ids)
-
-    # The model call alone, and the widest pass's rows: the names tools/gpu_rehearsal.py's
-    # out-of-memory part still wraps and sets; wrap `forward` instead (these go with that part).
-    def _forward(self, ids: torch.Tensor, cache=None, position_ids=None):
         return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                           position_ids=position_ids)
-
-    _widest = property(lambda self: self.oom.widest, lambda self, n: setattr(self.oom, "widest", n))
 
     def prefill(self, prompt_ids: Sequence[int]):
         """(KV cache, next-token logits) of a prompt, reusing kept chunk boundaries (the cache is

@@ -1,40 +1,51 @@
-"""What the GPU rehearsal carries to a lent GPU machine, and whether it fits one call.
+"""What the GPU rehearsal carries to a lent GPU machine, whether it fits one call, and which commit
+it describes.
 
-scripts/gpu_rehearsal_pack.sh packs two archives into .gpu-rehearsal/: site.tar.xz (the packages
-the rehearsal needs that the machine lacks) and ray.tar.xz (Ray, stripped to what a local
-`ray.init` and the Ray engine need, with the dependencies of Ray the machine lacks). A device
-call carries 64 MiB in all: the checkout's files (tracked, and untracked ones git does not
-ignore) plus the carried paths. This module holds the one list of the Ray folders left out, the
-check of a stripped Ray tree, and the size accounting, and writes .gpu-rehearsal/sizes.json,
-which the rehearsal's ray part quotes when Ray is not there.
+scripts/gpu_rehearsal_pack.sh packs into .gpu-rehearsal/ (git-ignored, named in the call's
+`carry`): site.tar.xz (the packages the rehearsal needs that the machine lacks) and ray.tar.xz
+(Ray, stripped to what a local `ray.init` and the Ray engine need, with the dependencies of Ray
+the machine lacks). A call carries `assumptions.CARRIED_MIB` in all: the checkout's files
+(tracked, and untracked ones git does not ignore) plus the carried paths. This module holds the
+one list of the Ray folders left out, the check of a stripped Ray tree, the size accounting
+(PACK/sizes.json, which the ray part quotes when Ray is not there), and the commit the pack was
+made at (PACK/commit.json: the commit and every tracked file's git blob id, so a checkout that
+travelled without `.git` still names its commit, and the files that differ from it).
 
-    python -m seakr_repro.tools.rehearsal_pack ray-drops           # the folders to delete
-    python -m seakr_repro.tools.rehearsal_pack check-ray SITE      # a stripped tree still runs
-    python -m seakr_repro.tools.rehearsal_pack account PACK --tree BYTES --untracked BYTES --ray MODE
+    python -m seakr_repro.rehearsal.pack ray-drops           # the folders to delete
+    python -m seakr_repro.rehearsal.pack check-ray SITE      # a stripped tree still runs
+    python -m seakr_repro.rehearsal.pack account PACK --tree BYTES --untracked BYTES --ray MODE
+    python -m seakr_repro.rehearsal.pack commit PACK         # (again after a new commit: seconds)
+    python -m seakr_repro.rehearsal.pack python              # the machine's Python (the wheels')
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-LIMIT = 64 * 2**20          # what one device call carries: the checkout's files and the carried paths
+from ..core.io import write_json
+from ..core.paths import REPO_ROOT
+from . import assumptions as lent
+
 MIB = 2**20
+LIMIT = lent.CARRIED_MIB * MIB          # what one device call carries: the checkout's files and the carried paths
 
 # Folders of the ray package that a local ray.init, its workers and runs/engine.py never import
 # or run: Java workers' jars, the dashboard's web client (the dashboard is off; its agent stays),
-# and the libraries on top of Ray Core. Measured for 2.60.0 (cp312, manylinux): the wheel is
-# 79,321,593 bytes; without these folders and with the binaries stripped, ray.tar.xz is ~24.6 MB.
+# and the libraries on top of Ray Core (docs/measurements.md gives the sizes with and without them).
 RAY_DROPPED = ("jars", "dashboard/client", "rllib", "data", "serve", "train", "tune", "llm")
 # What must be there and executable after the stripping (ray.init starts these processes).
 RAY_EXECUTABLES = ("core/src/ray/raylet/raylet", "core/src/ray/gcs/gcs_server")
-# The archives of a pack, by component: what is carried (the manifests and python-version are
-# counted with the rehearsal's packages).
-REHEARSAL_FILES = ("site.tar.xz", "manifest.txt", "python-version")
+# The archives of a pack, by component: what is carried (the manifests, python-version and
+# commit.json are counted with the rehearsal's packages).
+REHEARSAL_FILES = ("site.tar.xz", "manifest.txt", "python-version", "commit.json")
 RAY_FILES = ("ray.tar.xz", "ray-manifest.txt")
 RAY_MODES = ("1", "auto")
+COMMIT_FILE = "commit.json"
 
 
 def check_ray_tree(site: Path) -> list[str]:
@@ -90,25 +101,44 @@ def account(sizes: dict[str, int], ray_mode: str = "1", limit: int = LIMIT) -> d
     return doc
 
 
-def ray_not_there(error: str, pack_sizes: dict | None, pack: str) -> dict:
-    """The ray part's verdict when `import ray` fails with `error` (`why` a list, as every verdict's):
-    "not run" when the sizes say Ray could not travel (or no pack was carried: Ray was never
-    offered), "failed" when the pack carried it (the packing is broken: Ray should have imported)."""
-    if pack_sizes is None:
-        return {"status": "not run",
-                "why": [f"ray does not import here ({error}) and no pack sizes at {pack}/sizes.json: "
-                        "no pack was carried (scripts/gpu_rehearsal_pack.sh makes one with Ray)"]}
-    if not pack_sizes.get("ray_carried"):
-        return {"status": "not run", "why": [f"ray does not import here ({error}); {pack_sizes.get('why')}"],
-                "pack_sizes": pack_sizes.get("sizes")}
-    return {"status": "failed", "error": f"the pack carried Ray ({pack_sizes.get('why')}) but it does "
-                                         f"not import: {error}", "pack_sizes": pack_sizes.get("sizes")}
-
-
 def read_sizes(pack: str | Path | None) -> dict | None:
     """The pack's sizes.json (what `account` decided), or None where no pack or no such file."""
     path = Path(pack) / "sizes.json" if pack else None
     return json.loads(path.read_text()) if path is not None and path.is_file() else None
+
+
+# ------------------------------------------------------------------ the commit it describes
+def blob_id(path: Path) -> str:
+    """git's blob id of a file's bytes (a link: of its target), as `git ls-tree` lists it."""
+    data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def write_commit(pack: Path, root: Path = REPO_ROOT) -> dict:
+    """PACK/commit.json: the checkout's HEAD and the blob id of every file of that commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+    files = {}
+    for line in git("ls-tree", "-r", "HEAD").splitlines():
+        meta, _, path = line.partition("\t")
+        mode, kind, blob = meta.split()
+        if kind == "blob":
+            files[path] = blob
+    doc = {"commit": git("rev-parse", "HEAD").strip(), "files": files}
+    write_json(Path(pack) / COMMIT_FILE, doc, indent=None)
+    return doc
+
+
+def tree_commit(pack: str | Path | None, root: Path = REPO_ROOT) -> dict | None:
+    """{commit, changed: [files of that commit whose content here differs or is missing (the
+    first 20)], changed_count} from the pack's commit.json; None where there is none."""
+    path = Path(pack) / COMMIT_FILE if pack else None
+    if path is None or not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    changed = [f for f, blob in sorted(doc["files"].items())
+               if not ((root / f).exists() or (root / f).is_symlink()) or blob_id(root / f) != blob]
+    return {"commit": doc["commit"], "changed": changed[:20], "changed_count": len(changed)}
 
 
 def _files_size(pack: Path, names) -> int | None:
@@ -117,21 +147,30 @@ def _files_size(pack: Path, names) -> int | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m seakr_repro.tools.rehearsal_pack",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m seakr_repro.rehearsal.pack", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("ray-drops", help="the ray/ folders the pack deletes, one a line")
     c = sub.add_parser("check-ray", help="check a stripped Ray under SITE")
     c.add_argument("site", type=Path)
-    a = sub.add_parser("account", help="sizes of PACK and the checkout against one call's 64 MiB; "
+    a = sub.add_parser("account", help=f"sizes of PACK and the checkout against one call's {lent.CARRIED_MIB} MiB; "
                                        "writes PACK/sizes.json")
     a.add_argument("pack", type=Path)
     a.add_argument("--tree", type=int, required=True, help="bytes of the tracked files")
     a.add_argument("--untracked", type=int, default=0, help="bytes of untracked files git does not ignore")
     a.add_argument("--ray", default="1", choices=RAY_MODES)
+    m = sub.add_parser("commit", help="write PACK/commit.json: HEAD and its files' blob ids")
+    m.add_argument("pack", type=Path)
+    sub.add_parser("python", help="the lent machine's Python version (the wheels are made for it)")
     args = p.parse_args(argv)
     if args.cmd == "ray-drops":
         print("\n".join(RAY_DROPPED))
+        return 0
+    if args.cmd == "python":
+        print(lent.PYTHON)
+        return 0
+    if args.cmd == "commit":
+        doc = write_commit(args.pack)
+        print(f"[pack] {args.pack / COMMIT_FILE}: commit {doc['commit']}, {len(doc['files'])} files")
         return 0
     if args.cmd == "check-ray":
         problems = check_ray_tree(args.site)
@@ -145,15 +184,14 @@ def main(argv=None) -> int:
         print(f"[pack] {line}")
     if not doc["ok"]:
         print(f"[pack] TOO LARGE for one call: {doc['why']}. Fix: drop more of Ray "
-              "(seakr_repro/tools/rehearsal_pack.py, RAY_DROPPED), or RAY=auto to carry the rest without "
+              "(seakr_repro/rehearsal/pack.py, RAY_DROPPED), or RAY=auto to carry the rest without "
               "Ray (the ray part then reports not run with these sizes)", file=sys.stderr)
         return 1
     if sizes["ray"] is not None and not doc["ray_carried"]:
         for name in RAY_FILES:
             (args.pack / name).unlink(missing_ok=True)
         print(f"[pack] {doc['why']} (RAY=auto)", file=sys.stderr)
-    (args.pack / "sizes.json").write_text(json.dumps({k: v for k, v in doc.items() if k != "lines"},
-                                                     indent=1) + "\n")
+    write_json(args.pack / "sizes.json", {k: v for k, v in doc.items() if k != "lines"}, indent=1)
     print(f"[pack] {doc['why']}")
     return 0
 

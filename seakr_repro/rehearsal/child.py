@@ -1,0 +1,134 @@
+"""One part in a process of its own: what the driver spawns (`--child PART`).
+
+The process caps torch at the call's card (card_memory.apply_cap), samples the card in the
+background through the part (its own children included: they report their torch memory to the
+part's folder and take the same cap, from the environment set here), runs the part, waits for the
+card to settle, and writes its result file, `part-<name>.json`, in the call's folder. A part that
+measures as it goes leaves what it has so far in `part-<name>.partial.json` (`PartRun.partial`):
+the driver folds it into the report while the part runs, and keeps it when the part raises,
+times out or is killed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.io import write_json
+from . import card_memory
+from .fixtures import is_cuda
+from .plan import Estimate, estimate
+
+
+def partial_path(work: Path, part: str) -> Path:
+    return Path(work) / f"part-{part}.partial.json"
+
+
+def result_path(work: Path, part: str) -> Path:
+    return Path(work) / f"part-{part}.json"
+
+
+def read_partial(work: Path, part: str) -> dict | None:
+    path = partial_path(work, part)
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class PartRun:
+    """What a part's `run(ctx)` gets: the call's options (`opt`), the call's folder, its own time
+    limit, the card's sampler (`watch`) and the cap it runs under (`card`)."""
+    name: str
+    opt: argparse.Namespace
+    work: Path
+    limit: float
+    watch: card_memory.CardSampler
+    card: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def device(self) -> str:
+        return self.opt.device
+
+    @property
+    def shape(self) -> str:
+        return self.opt.shape
+
+    @property
+    def paper_shape(self) -> bool:
+        """LLaMA-2-7B's shape (on the GPU); else the tiny one (on a CPU)."""
+        return self.opt.shape == "llama-2-7b"
+
+    @property
+    def estimate(self) -> Estimate:
+        return estimate(self.name, self.shape)
+
+    @property
+    def partial_path(self) -> Path:
+        return partial_path(self.work, self.name)
+
+    def used(self) -> float:
+        return time.monotonic() - self.started
+
+    def partial(self, got: dict) -> None:
+        """What the part measured so far: the report keeps it if the part does not finish."""
+        write_json(self.partial_path, json.loads(json.dumps(got, default=str)), indent=1)
+
+
+def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
+    """Run `ctx.name`'s part in this process: its result, with `outcome` (returned or raised),
+    the card's record, seconds and the host's peak memory."""
+    from .parts import PARTS
+
+    t0 = time.perf_counter()
+    try:
+        if torch_in_process and is_cuda(ctx.device):
+            ctx.card = card_memory.apply_cap(ctx.opt.memory_cap_gib)
+        else:
+            ctx.card = {"cap_gib": ctx.opt.memory_cap_gib, "applied": False,
+                        "why": "--device cpu" if not is_cuda(ctx.device) else
+                        "the part's work runs in child processes, each capped by card_memory.join_part"}
+        ctx.watch.start()
+        ctx.watch.sample("start")
+        got = {"outcome": "returned", **PARTS[ctx.name].run(ctx)}
+    except Exception as e:              # noqa: BLE001  (the report names what broke)
+        got = {"outcome": "raised", "error": f"{type(e).__name__}: {e}"[:2000],
+               "traceback": traceback.format_exc()[-4000:]}
+        partial = read_partial(ctx.work, ctx.name)
+        if partial is not None:
+            got["partial"] = partial
+        print(got["traceback"], file=sys.stderr, flush=True)
+    try:
+        ctx.watch.settle()
+    except Exception as e:              # noqa: BLE001  (a broken CUDA state: say so, keep the result)
+        got["card_error"] = f"{type(e).__name__}: {e}"[:300]
+    got["card"] = {"cap": ctx.card, **ctx.watch.report()}
+    got["seconds"] = round(time.perf_counter() - t0, 1)
+    got["host_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    return got
+
+
+def child_main(part: str, options: Path, limit: float, started: float | None = None) -> int:
+    """The process of one part: read the call's options, run the part, write its result file."""
+    from .parts import PARTS
+
+    opt = argparse.Namespace(**json.loads(Path(options).read_text()))
+    work = Path(opt.work)
+    folder = work / "torch-reserved" / part
+    # the part's children (pytest, a Ray worker) report here and take this cap: card_memory.join_part
+    os.environ[card_memory.TORCH_DIR_ENV] = str(folder)
+    os.environ[card_memory.CAP_ENV] = "" if opt.memory_cap_gib is None else str(opt.memory_cap_gib)
+    read = card_memory.read_card if is_cuda(opt.device) else (lambda: None)
+    ctx = PartRun(part, opt, work, limit, card_memory.CardSampler(read, folder=folder),
+                  started=time.monotonic() if started is None else started)
+    got = run_part(ctx, PARTS[part].torch_in_process)
+    write_json(result_path(work, part), json.loads(json.dumps(got, default=str)), indent=1)
+    return 0

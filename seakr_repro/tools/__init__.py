@@ -1,1 +1,0 @@
-"""Commands beside the pipeline: benchmarks, the GPU and scale checks, preflight and status."""
