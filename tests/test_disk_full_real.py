@@ -133,8 +133,9 @@ def test_results_disk_fills_after_the_first_question(tmp_path, cache):
         assert "The rest of the profile smoke's run needs up to " in said and "run files 321.0 KiB" in said
         assert f"The largest things this package keeps there: {results / 'smoke'}/" in said
         assert "someone-elses-job" not in said
-        assert f"Fix: move {results} to a disk with room and set SEAKR_RESULTS_DIR to its new place (the " \
-               f"file system at {small} holds 400.0 KiB in all); then resume with: " in said
+        assert f"Fix: free space on {small} to go on for now; but the profile's run needs more than the " \
+               f"400.0 KiB that file system holds in all, so move {results} to a disk with room and set " \
+               "SEAKR_RESULTS_DIR to its new place; then resume with: " in said
         resume = said.split("then resume with: ", 1)[1].rstrip(".")
         assert resume.endswith(" ".join(RUN) + " --quiet") and f"SEAKR_RESULTS_DIR={results}" in resume
         kept = _lines(run_file)                            # whole questions only

@@ -320,8 +320,9 @@ def _paragraph(written: Path | None, code: int, run: Run) -> str:
             else f"free at least {human_bytes(need)} on {mount}" if need else f"free space on {mount}")
     root = _root_of(path)
     move = f"move {root[0]} to a disk with room and set {root[1]} to its new place" if root else ""
-    if move and need > usage.total:      # more than the whole file system holds: freeing cannot do
-        free = f"{move} (the file system at {mount} holds {human_bytes(usage.total)} in all)"
+    if move and need > usage.total:      # more than the whole file system holds: freeing only delays
+        free = (f"free space on {mount} to go on for now; but the profile's run needs more than the "
+                f"{human_bytes(usage.total)} that file system holds in all, so {move}")
     elif move:
         free += f", or {move}"
     if Path(os.path.realpath(path)).is_relative_to(os.path.realpath(paths.CACHE_DIR / "llm")):

@@ -30,7 +30,6 @@ import dataclasses
 import errno
 import hashlib
 import json
-import sys
 import textwrap
 import threading
 import zipfile
@@ -252,7 +251,8 @@ class CachedBackend:
             with self._store_lock:
                 first, self.storing = self.storing, False
             if first:
-                print(_unstored_warning(self.cache.root, err), file=sys.stderr, flush=True)
+                from ..core.progress import say
+                say(_unstored_warning(self.cache.root, err))
 
     def _count(self, value, hit: bool) -> None:
         gens = value.samples if isinstance(value, SampleSet) else [value]
