@@ -356,11 +356,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# commands that write the profile's results: a stop of theirs on a full disk is recorded for `status`
+WRITES_RESULTS = ("run", "prepare", "index", "render")
+
+
+def _said_to_disk_full(args, argv):
+    """What a disk-full paragraph says of this command: its profile, preflight's estimate of what
+    it still has to write, and the command line that resumes it (this one, as typed)."""
+    from .core import disk_full
+    from .core.resume import from_here, python_command
+    from .runs.disk_needs import needs_by_place
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    run = disk_full.Run(args.profile, from_here(python_command(["-m", "seakr_repro", *words])),
+                        lambda: needs_by_place(_config(args)))
+    return disk_full.running(run, reserve=args.command in WRITES_RESULTS)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        status = args.func(args)
+        with _said_to_disk_full(args, argv):
+            status = args.func(args)
     except UserError as err:
         report_and_exit(err)
     except KeyboardInterrupt:

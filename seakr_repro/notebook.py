@@ -237,10 +237,20 @@ def parameters(namespace: dict, notebook: str) -> None:
     params = effective_parameters(path, cell, chosen, command_line_parameters())
     for p in params:
         namespace[p.name] = p.value
+    _tell_disk_full(namespace.get("PROFILE"), notebook)
     _display_markdown(parameters_markdown(params))
     for p in params:
         if p.note:
             print(p.note)
+
+
+def _tell_disk_full(profile: str | None, notebook: str) -> None:
+    """What a disk-full paragraph in this kernel says of the run: the profile and, when `reproduce`
+    started the kernel, its estimate of what is still to write and the command that resumes it."""
+    from .core import disk_full
+
+    if profile:
+        disk_full.set_run(disk_full.from_environment(profile, notebook))
 
 
 # ------------------------------------------------------------------ inline figures and text

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -32,9 +31,11 @@ from typing import Any, Iterable
 from .core.config import OVERRIDES_ENV, Config, env_overrides, load_config
 from .core.device import compute
 from .core.errors import UserError
-from .core.io import read_json, write_json
+from .core import disk_full
+from .core.io import atomic_open, read_json, write_json
 from .core.which_clone import check_one_root
 from .core.paths import NOTEBOOKS_DIR, kernel_environment, results_dir
+from .core.resume import PATH_ENV, from_here, python_command  # noqa: F401 - PATH_ENV: a public name here too
 
 KERNEL = "python3"
 
@@ -162,7 +163,9 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
 
     `timeout`: seconds per cell (None: no limit). With `progress` the kernel's output is echoed
     to `stdout`/`stderr` (default: this process's). An error, a timeout or a dead kernel keeps the
-    executed notebook as <name>.failed.ipynb and raises a UserError."""
+    executed notebook as <name>.failed.ipynb and raises a UserError. A full disk, in the kernel or
+    here (papermill saving the notebook), raises a DiskFullError: the one paragraph, as the
+    notebook shows it."""
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -173,8 +176,11 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     # (kernel_environment: this package and root, never another clone's through the environment)
     kernel_env = {**KERNEL_ENV, **kernel_environment(), PROFILE_ENV: profile,
                   NOTEBOOK_ENV: str(Path(notebook).resolve()), PARAMETERS_ENV: json.dumps(parameters or {})}
+    # what a disk-full paragraph in the kernel says: the command that resumes, the estimate
+    kernel_env.update(disk_full.kernel_environment(disk_full.current()))
     out_dir = out_dir or results_dir(profile) / "notebooks"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with disk_full.writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / notebook.name
     failed = out_dir / notebook.name.replace(".ipynb", ".failed.ipynb")
     tmp = out_dir / f".{notebook.stem}.running.ipynb"   # papermill wants the .ipynb suffix
@@ -182,22 +188,39 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
               for stream, default in ((stdout, sys.stdout), (stderr, sys.stderr))] if progress else [None, None]
     fix_failed = "open the failed notebook to see the cell and its output, fix the cause, then run the step again"
 
-    def keep_failed(what: str, fix: str) -> UserError:
+    def keep() -> None:
         if tmp.is_file():
             os.replace(tmp, failed)
+
+    def keep_failed(what: str, fix: str) -> UserError:
+        keep()
         return UserError(what, path=failed if failed.is_file() else notebook, fix=fix)
+
+    def full_disk(e) -> disk_full.DiskFullError | None:
+        """The kernel's disk-full paragraph as it showed it; or, for an OSError of a full disk no
+        writer translated, the paragraph told here (its file from the error's text, if named)."""
+        if e.ename == disk_full.DiskFullError.__name__:
+            return disk_full.DiskFullError.told(e.evalue)
+        said = re.match(r"\[Errno (\d+)\][^:]*(?:: '(.+)')?$", e.evalue or "")
+        if e.ename in ("OSError", "IOError") and said and int(said[1]) in disk_full.FULL_ERRNOS:
+            return disk_full.DiskFullError(said[2], int(said[1]))
+        return None
 
     # papermill logs "Timeout waiting for execute reply" and the like; our paragraph says it once
     quiet = logging.NullHandler()
     logging.getLogger("papermill").addHandler(quiet)
     try:
-        with _environ(kernel_env):
+        with _environ(kernel_env), disk_full.writing(tmp):      # papermill saves the notebook as it runs
             pm.execute_notebook(str(notebook), str(tmp), kernel_name=KERNEL,
                                 cwd=str(notebook.parent), progress_bar=False,
                                 execution_timeout=timeout or None, log_output=False,
                                 stdout_file=echoes[0], stderr_file=echoes[1],
                                 extra_arguments=KERNEL_ARGS)
     except pm.PapermillExecutionError as e:
+        full = full_disk(e)
+        if full is not None:
+            keep()
+            raise full from None
         raise keep_failed(f"notebook {notebook.name} failed in cell {e.exec_count}: {e.ename}: "
                           f"{e.evalue}", fix_failed) from None
     except CellTimeoutError:
@@ -230,11 +253,6 @@ def _overrides_env(overrides: dict[str, Any]):
     return _environ({OVERRIDES_ENV: json.dumps(overrides)} if overrides else {})
 
 
-# the environment variables that change what a run reads or writes: a resume command repeats them
-PATH_ENV = ("SEAKR_RESULTS_DIR", "SEAKR_CACHE_DIR", "SEAKR_RAW_DIR", "SEAKR_FIGURES_DIR",
-            "SEAKR_TABLES_DIR", "SEAKR_MODEL_PATH", OVERRIDES_ENV)
-
-
 LAST_RUN = "last-reproduce.json"    # results/<profile>/: the last run's --set and --param
 
 
@@ -251,11 +269,7 @@ def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
     """The shell command that runs (and after a stop resumes) this `reproduce`, from the
     repository root: the same profile, --set, --param, --only, --cell-timeout, --no-preflight,
     --quiet and SEAKR_* paths."""
-    exe = Path(sys.executable)
-    with contextlib.suppress(ValueError):
-        exe = exe.relative_to(Path.cwd())      # .venv/bin/python, as the Makefile runs it
-    args = [f"{k}={v}" for k in PATH_ENV if (v := os.environ.get(k))]
-    args += [str(exe), "-m", "seakr_repro", "reproduce", "--profile", profile]
+    args = ["-m", "seakr_repro", "reproduce", "--profile", profile]
     for key, value in (overrides or {}).items():
         args += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     for nb, values in (parameters or {}).items():
@@ -266,7 +280,7 @@ def reproduce_command(profile: str, overrides: dict[str, Any] | None = None,
     if cell_timeout is not None:
         args += ["--cell-timeout", f"{cell_timeout:g}"]
     args += [] if preflight else ["--no-preflight"]
-    return shlex.join(args + ([] if progress else ["--quiet"]))
+    return python_command(args + ([] if progress else ["--quiet"]))
 
 
 def _selected(steps: list[Path], only: Iterable[str] | None) -> set[str]:
@@ -443,7 +457,11 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
 
     if progress:        # every path below (results, data/cache, tables, figures) derives from it
         print(f"[reproduce] repository root: {root}", flush=True)
-    with hold(results_dir(profile) / LOCK_NAME, command):
+    from .runs.disk_needs import needs_by_place
+
+    # what a disk-full paragraph says of this run: the command that resumes it, the estimate
+    run = disk_full.Run(profile, from_here(command), lambda: needs_by_place(cfg))
+    with hold(results_dir(profile) / LOCK_NAME, command), disk_full.running(run, reserve=True):
         return _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, overrides,
                           cell_timeout, preflight)
 
@@ -464,9 +482,8 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
         # what this run was asked for beyond the profile: `status` plans with it (stale or up to date)
         write_json(results_dir(profile) / LAST_RUN, {"overrides": overrides or {}, "parameters": parameters or {}})
         # the Lab's notebooks (PROFILE = None) run with the profile reproduce last ran
-        last = last_profile_file(results_dir(profile).parent)
-        last.parent.mkdir(parents=True, exist_ok=True)
-        last.write_text(profile + "\n", encoding="utf-8")
+        with atomic_open(last_profile_file(results_dir(profile).parent)) as fh:
+            fh.write(profile + "\n")
 
     def execute(nb: Path, planned) -> float:
         if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
@@ -478,6 +495,7 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
             print(f"[reproduce] {nb.stem}: running (profile {profile}): {'; '.join(planned.reasons)}",
                   flush=True)
         t0 = time.perf_counter()
+        disk_full.current().step = nb.stem          # a stop on a full disk names the step
         with _overrides_env({**env_overrides(), **(overrides or {})}):
             run_notebook(nb, profile, (parameters or {}).get(nb.stem, {}), timeout=cell_timeout,
                          progress=progress)

@@ -45,6 +45,14 @@ PROVENANCE = ".provenance.json"
 
 PACKAGE = "seakr_repro"
 IGNORED_SETTINGS = ("description", "profile", "notebooks", "reproduce")   # not inputs of results
+# ... and single settings of a section that is one: what a run does on a full disk
+IGNORED_KEYS = {"cache": ("must_keep",)}
+
+
+def _section(name: str, value: Any) -> Any:
+    """A section of settings as it enters a stamp: without its IGNORED_KEYS."""
+    ignored = IGNORED_KEYS.get(name, ())
+    return {k: v for k, v in value.items() if k not in ignored} if isinstance(value, dict) else value
 
 
 def _sha(data: bytes) -> str:
@@ -166,7 +174,7 @@ def step_inputs(notebook: Path, settings: Mapping[str, Any], parameters: Mapping
     sections = [k for k in settings if k not in IGNORED_SETTINGS and (step.settings is None or k in step.settings)]
     return {"code": _sha("\n\0".join(sources).encode()),
             "parameters": json.loads(json.dumps(dict(parameters), default=str)),
-            "settings": {k: _json_sha(settings[k]) for k in sorted(sections)},
+            "settings": {k: _json_sha(_section(k, settings[k])) for k in sorted(sections)},
             "modules": _file_digests(imported_modules(sources)),
             "shipped": {f"data/{f}": _shipped_digest(f) for f in step.shipped},
             "inputs": dict(inputs)}

@@ -241,19 +241,11 @@ def check_self_rag_inputs(cfg: Config, report: Report) -> None:
 
 
 def disk_need_bytes(cfg: Config) -> int:
-    """Bytes the run still needs to write (`disk_needs.estimate_needs`; parts already built are not
+    """Bytes the run still needs to write (`disk_needs.needs_left`; parts already built are not
     counted again)."""
-    from ..runs.disk_needs import estimate_needs
-    from ..runs.inputs import corpus_path
-    from ..retrieval.index import index_dir_for, read_meta
+    from ..runs.disk_needs import needs_left
 
-    needs = estimate_needs(cfg)
-    if corpus_path(cfg).is_file():
-        needs.pop("corpus_jsonl")
-    with contextlib.suppress(UserError):
-        read_meta(index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"], cfg["retrieval.scheme"]))
-        needs.pop("index")
-    return int(sum(needs.values()))
+    return int(sum(needs_left(cfg).values()))
 
 
 def check_disk(cfg: Config, report: Report) -> None:

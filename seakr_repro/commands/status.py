@@ -3,6 +3,8 @@
 Two tables from what is on disk, read-only and while the run goes on:
 - the run: whether a `reproduce` of the profile is alive (its lock, `core.runlock`: held, or a
   fresh heartbeat from another host), and if it stopped mid-step, when and the command that resumes it;
+  a `run` or `reproduce` that stopped on a full disk, where and the command that resumes it
+  (`core.disk_full`'s record);
 - steps: each numbered notebook, done (its stamp under results/<p>/stamps/), running (papermill's
   temporary notebook is there and the run is alive), stopped (the temporary notebook is there but
   the run is gone: a crash, kill -9, a reboot), failed (<name>.failed.ipynb) or not run;
@@ -243,6 +245,10 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
         parts.append(f"reproduce: {stopped}")
     else:
         parts.append("reproduce: not running")
+    from ..core.disk_full import last_stop, stop_line
+    stop = last_stop(_results(cfg))       # a run or reproduce that stopped on a full disk
+    if stop and not (run and run["alive"]):
+        parts.append(stop_line(stop))
     parts += ["", "steps:", steps.to_markdown(index=False), ""]
     if runs.empty:
         parts.append("runs: none yet")

@@ -1,5 +1,7 @@
-"""Safe file I/O: atomic writes (nothing half-written survives a crash) and JSON/JSONL readers
-whose errors name the file and the line."""
+"""Safe file I/O: atomic writes (nothing half-written survives a crash), appended lines that land
+whole or not at all, and JSON/JSONL readers whose errors name the file and the line. A write that
+finds the disk full raises `core.disk_full.DiskFullError` (one paragraph: the disk, what is free,
+what to free, the command that resumes)."""
 from __future__ import annotations
 
 import contextlib
@@ -7,25 +9,28 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+from .disk_full import writing
 from .errors import DataMissingError, UserError
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, suffix: str = ""):
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds
+    (a full disk: a DiskFullError naming `path`, the temporary file removed, `path` as it was)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            yield Path(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 @contextlib.contextmanager
@@ -37,6 +42,37 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def appending(path: str | Path) -> Iterator[Callable[[str], None]]:
+    """Yield `write(text)`, which appends `text` (whole lines) to `path` and syncs it to disk. A
+    write lands whole or not at all: when the disk fills (or the process is interrupted) in the
+    middle of one, the bytes it got onto the disk are cut off again before the DiskFullError
+    (naming `path`) is raised, so the file keeps only whole lines. (A kill -9 mid-write can still
+    leave a torn last line: the readers of these files drop it on resume.)"""
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(text: str) -> None:
+        data = memoryview(text.encode("utf-8"))
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            with writing(path):
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+
+    try:
+        yield write
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:

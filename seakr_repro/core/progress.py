@@ -44,6 +44,14 @@ def tqdm(*args, **kwargs):
     return bar(*args, **kwargs)
 
 
+def say(text: str, file=None) -> None:
+    """Print `text` (to stderr by default) on lines of its own above any text progress bar running
+    (tqdm.write), not after the bar's partial line."""
+    from tqdm.std import tqdm as text_bar
+
+    text_bar.write(text, file=file or sys.stderr)
+
+
 def text_bars_for_libraries() -> None:
     """Make tqdm.auto (what transformers, bm25s and others use) give text bars, with no
     TqdmWarning, where `tqdm` above would: in a kernel reproduce started, or without ipywidgets.

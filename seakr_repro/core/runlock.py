@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from .disk_full import writing
 from .errors import UserError
 
 LOCK_NAME = "reproduce.lock"
@@ -132,9 +133,10 @@ def hold(path: str | Path, command: str, notice=None):
                   f"({describe(previous)})", file=notice or sys.stderr, flush=True)
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "cwd": os.getcwd(), "command": command}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-        os.fsync(fd)
+        with writing(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         raise

@@ -16,14 +16,21 @@ for a sample call, its k forced-EOS vectors in one of two compact forms (`cache.
   rounding measured in docs/disk-and-memory.md).
 
 `CachedBackend` also counts calls, hits, misses and tokens: the runner reports them per question.
+
+The cache is derived data: when its disk fills, `CachedBackend` says so once (where the cache lives,
+its size, the free space) and goes on without storing new calls (hits are still read), unless
+`cache.must_keep` asks for a cache that must be kept: then the run stops with the disk-full
+paragraph (`core.disk_full`).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import dataclasses
+import errno
 import hashlib
 import json
+import textwrap
 import threading
 import zipfile
 import zlib
@@ -34,6 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core import io, paths
+from ..core.disk_full import DiskFullError
 from . import defaults
 from .base import Generation, SampleSet, generate_many, per_prompt
 from .base import generate_and_sample_many as base_generate_and_sample_many
@@ -180,10 +188,12 @@ def _generate_params(max_new_tokens: int, stop: Sequence[str], want_stats: bool,
 
 
 class CachedBackend:
-    """Wrap any backend with the same protocol; `enabled=False` passes every call through."""
+    """Wrap any backend with the same protocol; `enabled=False` passes every call through.
+    `must_keep` (cache.must_keep): a call the full disk will not take stops the run, instead of
+    the run going on without storing new calls."""
 
     def __init__(self, backend, root: str | Path | None = None, enabled: bool = True,
-                 vectors: str = "gram"):
+                 vectors: str = "gram", must_keep: bool = False):
         self.backend = backend
         self.name = backend.name
         self.n_layers = backend.n_layers
@@ -193,6 +203,9 @@ class CachedBackend:
         self.cache = LLMCache(Path(root) if root else paths.CACHE_DIR / "llm" / backend.name,
                               vectors=vectors)
         self.enabled = enabled
+        self.must_keep = must_keep
+        self.storing = True          # False once the disk was full: new calls are not stored
+        self._store_lock = threading.Lock()
         self.reset_stats()
 
     scoped_counts = True   # the runner may count per question with `counting()`
@@ -225,6 +238,22 @@ class CachedBackend:
         return getattr(self.__dict__["backend"], attr)
 
     # --------------------------------------------------------------------------------
+    def _store(self, key: str, value) -> None:
+        """Store a computed call; on a full disk, say so once and store no more (or, with
+        must_keep, stop with the disk-full paragraph)."""
+        if not (self.enabled and self.storing):
+            return
+        try:
+            self.cache.put(key, value)
+        except DiskFullError as err:
+            if self.must_keep:
+                raise
+            with self._store_lock:
+                first, self.storing = self.storing, False
+            if first:
+                from ..core.progress import say
+                say(_unstored_warning(self.cache.root, err))
+
     def _count(self, value, hit: bool) -> None:
         gens = value.samples if isinstance(value, SampleSet) else [value]
         self._add(calls=1, hits=int(hit), misses=int(not hit),
@@ -237,8 +266,7 @@ class CachedBackend:
         hit = value is not None
         if not hit:
             value = compute()
-            if self.enabled:
-                self.cache.put(key, value)
+            self._store(key, value)
         self._count(value, hit)
         return value
 
@@ -251,8 +279,7 @@ class CachedBackend:
         if todo:
             for i, v in zip(todo, compute_many([prompts[i] for i in todo])):
                 values[i] = v
-                if self.enabled:
-                    self.cache.put(keys[i], v)
+                self._store(keys[i], v)
         missed = set(todo)
         for i, v in enumerate(values):
             self._count(v, hit=i not in missed)
@@ -311,8 +338,8 @@ class CachedBackend:
         for i, pair in enumerate(got):
             for half, value in enumerate(pair):
                 hit = (i, half) not in computed
-                if not hit and self.enabled:
-                    self.cache.put(keys[i][half], value)
+                if not hit:
+                    self._store(keys[i][half], value)
                 self._count(value, hit)
         return [(g, s) for g, s in got]
 
@@ -342,8 +369,7 @@ class CachedBackend:
         hit = rows is not None
         if not hit:
             rows = [list(map(float, r)) for r in self.backend.attention_rows(ids, pos)]
-            if self.enabled:
-                self.cache.put(key, rows)
+            self._store(key, rows)
         self._add(calls=1, hits=int(hit), misses=int(not hit), prompt_tokens=len(ids))
         return rows
 
@@ -359,3 +385,22 @@ class CachedBackend:
             p["layer"] = middle_layer(self.n_layers)
         p["cache_vectors"] = self.cache.vectors      # the two forms are kept apart
         return p
+
+
+def _unstored_warning(root: Path, err: DiskFullError) -> str:
+    """The one warning of a call cache the full disk will not take, as one wrapped paragraph."""
+    from ..core.disk import free_bytes, human_bytes
+    from ..core.disk_full import mount_of, tree_bytes
+
+    size, complete = tree_bytes(root)
+    why = "your disk quota there is used up" if err.code == errno.EDQUOT else "the disk holding it is full"
+    text = (f"warning: the LLM call cache cannot store new calls: {why}. "
+            f"It lives in {paths.repo_relative(root)} ({'at least ' if not complete else ''}"
+            f"{human_bytes(size)}), on the file system mounted at {mount_of(root)} "
+            f"({human_bytes(free_bytes(root))} free). This run goes on without storing its new calls "
+            "(hits are still read): the cache is derived data, so nothing the run needs is lost, but a "
+            "later run computes those calls again. To store them, free space there or point "
+            "SEAKR_CACHE_DIR at a disk with room; to stop instead when this happens, set "
+            "cache.must_keep: true.")
+    return textwrap.fill(text, width=100, subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)

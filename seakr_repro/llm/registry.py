@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.device import resolve_device
+from ..core.disk_full import writing
 from ..core.errors import DataMissingError, UserError
 from ..core import paths
 from .model_info import resolve_dtype
@@ -107,8 +108,9 @@ def _converted_dir(spec: ModelSpec, gguf_of: Callable[[ModelSpec], Path]) -> Pat
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=out.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        with writing(out):                # a full disk: the one paragraph, the partial copy removed
+            model.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
         try:
             os.replace(tmp, out)          # a crash before this line leaves no half-model at `out`
         except OSError:                   # another process finished first: use its copy
@@ -255,4 +257,4 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     if not use_cache:
         return backend
     from .cache import CachedBackend
-    return CachedBackend(backend, vectors=get("cache.vectors", "gram"))
+    return CachedBackend(backend, vectors=get("cache.vectors", "gram"), must_keep=get("cache.must_keep", False))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..core.disk_full import writing
 from ..core.errors import DataMissingError, UserError
 from ..core.io import read_json, require_file, write_json
 from ..core.paths import CACHE_DIR
@@ -219,13 +220,15 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
         raise UserError("the corpus is empty, so there is nothing to index", path=corpus_path,
                         fix="rebuild the corpus (`python -m seakr_repro corpus`) or point to another file")
 
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.building-", dir=index_dir.parent))
+    with writing(index_dir):
+        index_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.building-", dir=index_dir.parent))
     try:
         start = time.perf_counter()
         data_dir = tmp / BACKENDS[backend].subdir
-        doc_count, counters = BACKENDS[backend].impl().build(
-            corpus_path, data_dir, scheme=scheme, k1=k1, b=b, threads=threads, progress=progress)
+        with writing(index_dir):      # a full disk: the one paragraph; the partial index is removed below
+            doc_count, counters = BACKENDS[backend].impl().build(
+                corpus_path, data_dir, scheme=scheme, k1=k1, b=b, threads=threads, progress=progress)
         seconds = time.perf_counter() - start
         if doc_count != stats["corpus_lines"]:
             raise UserError(f"the {backend} index holds {doc_count} documents but the corpus has "

@@ -21,6 +21,7 @@ Lucene query parser), so `AC/DC? (band) [x]` cannot raise a syntax error.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
+from ..core.disk_full import DiskFullError
 from ..core.errors import UserError
 from .base import Hit
 from .java import anserini_jar, ensure_java, java_binary, java_env, quiet_jvm_options
@@ -59,6 +61,8 @@ def _link_corpus(corpus_path: Path, input_dir: Path) -> None:
             shutil.copyfile(corpus_path, target)
 
 
+# what Java's IOException says when the disk (or the user's quota) is full, as the C library words it
+JAVA_FULL = {errno.ENOSPC: os.strerror(errno.ENOSPC), errno.EDQUOT: os.strerror(errno.EDQUOT)}
 ES_FIELDS = ("title", "text")   # the official index's title and body ("txt") fields
 ES_TIE_BREAKER = 0.5
 
@@ -101,6 +105,9 @@ def build_lucene_index(corpus_path: str | Path, out_dir: str | Path, threads: in
                 if progress and ((started and " INFO " in line) or " ERROR " in line):
                     print("[anserini]", line.split(" - ", 1)[-1], file=sys.stderr, flush=True)
         if proc.returncode != 0:
+            full = [code for code, said in JAVA_FULL.items() if any(said in line for line in tail)]
+            if full:                # Java's IOException of a full disk: the package's one paragraph
+                raise DiskFullError(out_dir, full[0])
             raise UserError(f"Anserini's indexer exited with status {proc.returncode}; its last "
                             f"output: {' | '.join(list(tail)[-8:])}", path=corpus_path,
                             fix="check that every corpus line is a JSON object with id and contents "

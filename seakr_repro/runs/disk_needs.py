@@ -104,6 +104,41 @@ def estimate_needs(cfg) -> dict[str, int]:
             "run_files": int(run)}
 
 
+PARTS = {"corpus_jsonl": "corpus JSONL", "index": "BM25 index", "call_cache": "LLM call cache",
+         "step02_vectors": "step 02's vectors", "run_files": "run files"}     # as a sentence names them
+
+
+def needs_left(cfg) -> dict[str, int]:
+    """Bytes per component the profile still needs to write: `estimate_needs` less the parts
+    already built (a corpus JSONL or an index on disk is not counted again). Preflight's estimate,
+    and what the disk-full paragraph says the rest of the run needs."""
+    from ..retrieval.index import index_dir_for, read_meta
+    from ..core.errors import UserError
+    from .inputs import corpus_path
+
+    needs = estimate_needs(cfg)
+    if corpus_path(cfg).is_file():
+        needs.pop("corpus_jsonl")
+    with contextlib.suppress(UserError):
+        read_meta(index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"], cfg["retrieval.scheme"]))
+        needs.pop("index")
+    return needs
+
+
+def needs_by_place(cfg) -> list[tuple[str, int, Path]]:
+    """`needs_left` as (what, bytes, the folder it is written to), for the disk-full paragraph,
+    which counts the parts that go to the disk that filled."""
+    from ..core import paths
+    from ..retrieval.index import index_dir_for
+    from .inputs import corpus_path
+
+    results = paths.RESULTS_ROOT / cfg.profile
+    where = {"corpus_jsonl": corpus_path(cfg).parent,
+             "index": index_dir_for(cfg["corpus.name"], cfg["retrieval.backend"], cfg["retrieval.scheme"]),
+             "call_cache": paths.CACHE_DIR / "llm", "step02_vectors": results, "run_files": results / "runs"}
+    return [(PARTS[part], n, where[part]) for part, n in needs_left(cfg).items()]
+
+
 def require_for_runs(cfg) -> None:
     """Before a grid of method runs: room for the profile's call cache and run files (the whole
     profile's estimate, so a run that starts is a run that can finish)."""

@@ -3,7 +3,9 @@
 The output file is keyed by method and config hash: results/<profile>/runs/<dataset>/<method>-<hash>.jsonl.
 A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
 most the question in flight; on resume, finished ids are skipped and a torn last line (a kill in the
-middle of a write) is cut off. Nothing is duplicated and nothing finished is recomputed.
+middle of a write) is cut off. Nothing is duplicated and nothing finished is recomputed. A disk that
+fills mid-line gets the line cut off again at once (`core.io.appending`) and the run stops with the
+disk-full paragraph (`core.disk_full`); the same command resumes once there is room.
 A question that fails for a reason of its own (`QuestionError`) is a finished line too, with
 `failed` (the reason) and an empty answer, scored as unanswered: the tables count it
 (`summarise`'s `failed`), and the run goes on.
@@ -13,7 +15,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, is_dataclass
@@ -85,8 +86,9 @@ def read_results(path: str | Path, repair: bool = False) -> list[dict]:
             raise UserError("a results line is not valid JSON", path=path, line=lineno,
                             fix="delete that line (its question will be run again on resume)") from None
     if rows and not torn and not lines[-1].endswith(b"\n") and repair:
-        with open(path, "ab") as fh:          # a complete last object without its newline
-            fh.write(b"\n")
+        from ..core.io import appending
+        with appending(path) as write:        # a complete last object without its newline
+            write("\n")
     return rows
 
 
@@ -203,12 +205,12 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
 
     bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
                desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
+    from ..core.io import appending
+
     try:
-        with open(out_path, "a", encoding="utf-8") as fh:
+        with appending(out_path) as append:      # a line lands whole, or not at all (a full disk)
             def write(row):
-                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+                append(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                 done_rows.append(row)
                 bar.update(1)
 

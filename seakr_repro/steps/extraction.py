@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.config import Config
 from ..core.errors import UserError
-from ..core.io import iter_jsonl
+from ..core.io import appending, iter_jsonl
 from ..core.paths import results_dir
 from ..llm.hooks import HOOKS
 from ..uncertainty.thresholds import u_layer, u_params
@@ -198,14 +198,13 @@ def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = 
         finished = fleet.map([(r.id, ("call", extract_on_worker, backend.model, r, n_shot)) for r in todo])
     else:
         finished = ((r.id, extract_question(backend, r, cfg, n_shot)) for r in todo)
-    with open(rows_path, "a", encoding="utf-8") as fh, \
+    with appending(rows_path) as append, \
             tqdm(total=len(todo), desc="closed-book samples + EOS vectors", unit="q",
                  disable=not progress, mininterval=2.0) as bar:
         for qid, (row, arrays) in finished:      # this process alone writes, as they finish
             write_vectors(out, qid, arrays)
             if qid not in done:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-                fh.flush()
+                append(json.dumps(row, ensure_ascii=False) + "\n")
             bar.update(1)
     return out
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import UserError
-from ..core.io import iter_jsonl
+from ..core.io import appending, iter_jsonl
 
 
 def load_pairs(dataset: str, n: int | None, seed: int, searcher) -> tuple[list[tuple], str | None]:
@@ -132,12 +132,11 @@ def run_mechanisms(pairs: Sequence[tuple], searcher, backend, cfg, out_dir: str 
                                         list(ks))) for r, g in todo])
     else:
         finished = ((r.id, trial(r, g, searcher, backend, cfg, n_candidates, n_shot, ks)) for r, g in todo)
-    with open(path, "a", encoding="utf-8") as fh, \
+    with appending(path) as append, \
             tqdm(total=len(todo), desc="mechanisms: closed-book, gold and BM25 passages", unit="q",
                  disable=not progress, mininterval=2.0) as bar:
         for _, row in finished:                 # this process alone writes, as they finish
-            fh.write(json.dumps(row, ensure_ascii=False, default=float) + "\n")
-            fh.flush()
+            append(json.dumps(row, ensure_ascii=False, default=float) + "\n")
             bar.update(1)
     wanted = {r.id for r, _ in pairs}
     rows = [row for _, row in iter_jsonl(path) if row["id"] in wanted]

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ...core.disk_full import writing
 from ...core.errors import DataMissingError, UserError
 from ...evaluation import exact_match, normalize_answer
 from .prompts import ANSWER_STOP, RAG_REQUIRED, clean_answer, confident_qa_prompt, direct_qa_prompt
@@ -213,8 +214,9 @@ def _save_atomically(peft_model, out: Path, manifest: dict) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     try:
-        peft_model.save_pretrained(tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        with writing(out):                    # a full disk: the one paragraph, the partial copy removed
+            peft_model.save_pretrained(tmp)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if out.exists():                      # a directory cannot be renamed onto a full one
             os.replace(out, old)
         os.replace(tmp, out)
