@@ -356,8 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# commands that write the profile's results: a stop of theirs on a full disk is recorded for `status`
-WRITES_RESULTS = ("run", "prepare", "index", "render")
+# commands that write the profile's results folder: a stop of theirs on a full disk is recorded
+# there for `status` (render writes tables/ and figures/ only: on a fresh clone it must not create
+# results/<profile>)
+WRITES_RESULTS = ("run", "prepare", "index")
 
 
 def _said_to_disk_full(args, argv):
@@ -368,8 +370,10 @@ def _said_to_disk_full(args, argv):
     from .runs.disk_needs import needs_by_place
 
     words = list(sys.argv[1:] if argv is None else argv)
-    run = disk_full.Run(args.profile, from_here(python_command(["-m", "seakr_repro", *words])),
-                        lambda: needs_by_place(_config(args)))
+    resume = from_here(python_command(["-m", "seakr_repro", *words]))
+    if getattr(args, "profile", None) is None:      # bench, nbstrip: no profile, no estimate
+        return disk_full.running(disk_full.Run(resume=resume))
+    run = disk_full.Run(args.profile, resume, lambda: needs_by_place(_config(args)))
     return disk_full.running(run, reserve=args.command in WRITES_RESULTS)
 
 

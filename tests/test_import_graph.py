@@ -212,3 +212,85 @@ def test_moved_run_modules_keep_their_old_names():
 
     assert old_grid is grid and open_backend is engine.open_backend
     assert grid.__spec__.name == "seakr_repro.runs.grid"
+
+
+# ------------------------------------------------------------------------------ private names
+# A room is a folder (or top-level module) of the package: core, llm, runs, commands, benchmarks,
+# rehearsal, doubles, ... A room that needs another's internals asks for a public name, so a
+# leading underscore keeps meaning "only this room relies on it".
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    return ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+
+
+def _own_private_attributes() -> dict[str, set[str]]:
+    """room -> the private attribute and method names its classes define (`def _x`, `self._x =`,
+    a class body's `_x =`)."""
+    out: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        found = out.setdefault(_room(name), set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(item.name):
+                        found.add(item.name)
+                    elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                        targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                        found |= {t.id for t in targets if isinstance(t, ast.Name) and _private(t.id)}
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _private(node.attr)
+                  and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                found.add(node.attr)
+    return out
+
+
+def private_names_across_rooms() -> list[str]:
+    """Each use of another room's private name: imported by name, read off an imported module, or
+    read off an object (not self or cls) where only another room defines that attribute."""
+    defined = _own_private_attributes()
+    uses = []
+    for name, path in MODULES.items():
+        room = _room(name)
+        tree = ast.parse(path.read_text(), str(path))
+        bound: dict[str, str] = {}                # local name -> package module it stands for
+        for node in _every_import(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in MODULES and a.asname:
+                        bound[a.asname] = a.name
+                continue
+            source = _resolve(name, path, node)
+            for a in node.names:
+                full = f"{source}.{a.name}"
+                if full in MODULES:
+                    bound[a.asname or a.name] = full
+                elif source in MODULES and _room(source) != room and _private(a.name):
+                    uses.append(f"{name} imports {source}.{a.name}")
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                if _room(bound[value.id]) != room:
+                    uses.append(f"{name} reads {bound[value.id]}.{node.attr}")
+            elif not (isinstance(value, ast.Name) and value.id in ("self", "cls")):
+                others = [r for r, names in defined.items() if r != room and node.attr in names]
+                if others and node.attr not in defined.get(room, set()):
+                    uses.append(f"{name} uses {node.attr} (private to {', '.join(sorted(others))})")
+    return sorted(set(uses))
+
+
+def test_no_room_uses_another_rooms_private_names():
+    uses = private_names_across_rooms()
+    assert not uses, "private names used across rooms (give them a public name): " + "; ".join(uses)

@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
 
 def _parent(args) -> dict:
     """Each backend in its own process: an idle vLLM engine's threads would slow the transformers
-    backend down (measured: 63 s vs 36 s per question on 2 cores) and skew the ratio."""
+    backend down and skew the ratio (docs/speed.md, "Every benchmark and its record")."""
     import json
     import subprocess
     import sys

@@ -5,7 +5,7 @@ The step is a decode-like loop (30 matmuls of 10 x 576 by 576 x 1,536, SmolLM2's
 rows). Each measurement runs in a fresh process, because OpenMP reads its wait policy once at
 start-up; the busy processes are plain Python loops, one core's worth of work each. Settings and
 competitor counts alternate within each repeat, so a machine that speeds up or slows down during
-the run affects both settings alike. Two figures decide a setting (issue 32): its quiet speed
+the run affects both settings alike. Two figures decide a setting: its quiet speed
 against torch's own (to keep: 97% or more) and the share of its quiet speed it keeps beside two
 busy processes (to keep: 45% or more; four busy threads on two cores make 50% a fair share). Both
 are medians over repeats, each repeat a quiet and a busy measurement back to back, because this
@@ -72,7 +72,7 @@ def steps_per_second(seconds: float) -> float:
 
 
 OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
-TARGET_ALONE, TARGET_BUSY = 0.97, 0.45       # issue 32's floors
+TARGET_ALONE, TARGET_BUSY = 0.97, 0.45       # the two floors a setting must meet (docstring)
 SETTINGS = ("unset", "auto", "passive", "spin:10000", "threads:1")
 
 

@@ -40,14 +40,17 @@ def baseline(backend, prompt: str, *, k, max_new_tokens, stop, temperature, top_
                              num_return_sequences=k, temperature=temperature, top_k=top_k,
                              top_p=top_p, max_new_tokens=max_new_tokens, stop_strings=list(stop),
                              tokenizer=backend.tokenizer, pad_token_id=eos)
+    def plain(row):          # the text of the ids alone, as the backend's stop search sees it
+        return backend.tokenizer.decode(row, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     completions = []
     for row in out[:, len(ids):].tolist():
         row = row[: row.index(eos)] if eos in row else row
-        text = backend._decode(row)
+        text = plain(row)
         hits = [text.find(s) for s in stop if s in text]
         if hits:
             text = text[: min(hits)]
-            while row and not text.startswith(backend._decode(row)):
+            while row and not text.startswith(plain(row)):
                 row = row[:-1]
         completions.append(row)
     width = len(ids) + max(len(c) for c in completions) + 1

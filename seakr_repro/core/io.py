@@ -77,7 +77,7 @@ def appending(path: str | Path) -> Iterator[Callable[[str], None]]:
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     with atomic_open(path) as fh:
-        json.dump(obj, fh, indent=indent, ensure_ascii=False, default=_json_default)
+        json.dump(obj, fh, indent=indent, ensure_ascii=False, default=json_default)
         fh.write("\n")
     return Path(path)
 
@@ -86,12 +86,12 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
     n = 0
     with atomic_open(path) as fh:
         for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+            fh.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
             n += 1
     return n
 
 
-def _json_default(obj):
+def json_default(obj):
     # numpy scalars and arrays, Paths and sets appear in results; make them JSON-friendly.
     if hasattr(obj, "tolist"):
         return obj.tolist()

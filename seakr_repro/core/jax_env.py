@@ -2,8 +2,8 @@
 
 bm25s (the pure-Python BM25 backend) imports JAX when it is installed and runs `jax.lax.top_k` at
 import (bm25s/selection.py). JAX, at its first use on a CUDA machine, takes 75% of the card
-(XLA_PYTHON_CLIENT_PREALLOCATE defaults to true): issue 38 measured 61,367 MiB of an 80 GB H100 in
-use before any model was built, and four of six methods then ran out of memory. On the 24 GB card
+(XLA_PYTHON_CLIENT_PREALLOCATE defaults to true), before any model is built, and the models then
+run out of memory (docs/measurements.md, "GPU rehearsal", has the first GPU run). On the 24 GB card
 of the paper profile that would leave about 6 GB, less than LLaMA-2-7B's weights. The package's
 only use of JAX is that top-k over a few thousand scores, which the CPU does as well.
 

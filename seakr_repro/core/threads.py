@@ -2,9 +2,9 @@
 
 OpenMP's default wait policy lets torch's intra-op threads spin while they wait for work; beside
 other busy processes the spinning threads take turns with the threads that have work, and a
-decode step slows far more than a fair share of the cores would explain (issue 28 measured 15x
-beside five busy processes, where a fair share loses 3.5x). `OMP_WAIT_POLICY=PASSIVE` makes
-waiting threads sleep, at a price alone (0.76x in issue 32's benchmark, docs/speed.md), so the
+decode step slows far more than a fair share of the cores would explain (docs/speed.md, "A fair
+share of a busy machine", has the measurements). `OMP_WAIT_POLICY=PASSIVE` makes waiting threads
+sleep, at a price when the process runs alone, so the
 package sets it only when other tasks are running as the process starts. A thread count that
 follows the cores this process may really use (CPU affinity and the cgroup's CPU quota, not the
 machine's core count) keeps torch from starting more threads than it will be scheduled on.
@@ -25,8 +25,8 @@ from pathlib import Path
 
 # How a waiting OpenMP thread waits, decided when the process starts (`wait_setting`): sleeping
 # (PASSIVE) when other tasks are running on the machine, torch's own spinning on a quiet one. No
-# fixed setting met both of issue 32's floors in `make bench` (docs/speed.md): spinning is fastest
-# alone, sleeping keeps a fair share beside busy processes.
+# fixed setting met both floors of `bench contention` (docs/speed.md): spinning is fastest alone,
+# sleeping keeps a fair share beside busy processes.
 BUSY_SETTING = {"OMP_WAIT_POLICY": "PASSIVE"}
 LOADAVG = Path("/proc/loadavg")
 # The variables this package set in a parent process (a child decides again, as for its own start)

@@ -141,7 +141,7 @@ class LLMCache:
         else:
             meta = {"type": "generation", "value": dataclasses.asdict(value)}
         blob = zlib.compress(json.dumps(meta, ensure_ascii=False, separators=(",", ":"),
-                                        default=io._json_default).encode("utf-8"), 6)
+                                        default=io.json_default).encode("utf-8"), 6)
         arrays["meta"] = np.frombuffer(blob, dtype=np.uint8)
         # through a file handle: np.savez would append ".npz" to the temporary name
         with io.atomic_open(self.path(key), "wb") as fh:

