@@ -295,6 +295,48 @@ def test_a_worker_killed_mid_question_loses_nothing_and_writes_nothing_twice(clu
     assert not (tmp_path / "workers.json").exists()           # gone when the fleet closes
 
 
+def full_disk_loader(target, cfg, name):
+    """A backend whose every call meets a full disk while writing `target`."""
+    import errno
+
+    from seakr_repro.core.disk_full import writing
+
+    def respond(prompt, stop):
+        with writing(target):
+            raise OSError(errno.ENOSPC, "No space left on device", target)
+    return FakeBackend(respond, name=name)
+
+
+def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded(cluster, tmp_path, monkeypatch):
+    """The paragraph comes from the worker, where the disk filled, with what the driver's command
+    said (its resume command and estimate); the driver records the stop for `status`."""
+    from seakr_repro.core import disk_full, paths
+    from seakr_repro.runs.runner import run_method
+
+    monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path / "results")
+    cfg = load_config("smoke", {"runner.engine": "ray"})
+    resume = "python -m seakr_repro run --profile smoke --method cot --dataset bundled-2wiki"
+    run = disk_full.Run("smoke", resume, lambda: [("run files", 5 * 2 ** 20, tmp_path)])
+    target = tmp_path / "cache" / "calls.sqlite"
+    records = [QuestionRecord("q0", "Who wrote q0?", ["Ann"])]
+    with pytest.raises(disk_full.DiskFullError) as caught:
+        with disk_full.running(run, reserve=True):
+            fleet = _fleet(cfg, 1, tmp_path, loader=functools.partial(full_disk_loader, str(target)),
+                           searcher=FakeSearcher([]))
+            try:
+                backend = fleet.backend()
+                method = backend.method("cot", "bundled-2wiki", {"n_shot": 1})
+                run_method(method, records, tmp_path / "run.jsonl", backend=backend, progress=False)
+            finally:
+                fleet.close()
+    text = caught.value.paragraph()
+    assert f"writing {target}" in text and "No space left on device" in text
+    assert f"then resume with: {resume}." in text
+    assert "The rest of the profile smoke's run needs up to 5.0 MiB more there" in text
+    stop = disk_full.last_stop(tmp_path / "results" / "smoke")
+    assert stop is not None and stop["resume"] == resume and stop["paragraph"] == text
+
+
 # ----------------------------------------------------------------------------- cost and status
 
 def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic(capsys):

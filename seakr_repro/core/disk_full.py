@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import shutil
@@ -173,6 +174,15 @@ def kernel_environment(run: Run) -> dict[str, str]:
     return env
 
 
+def portable(run: Run) -> Run:
+    """`run` as another process can take it (a Ray worker: `runs.fleet` hands it over), its
+    estimate taken now, as `kernel_environment` takes it."""
+    needs = None
+    with contextlib.suppress(Exception):     # the estimate is a help; the worker runs without it
+        needs = run.needs() if run.needs is not None else None
+    return Run(run.profile, run.resume, functools.partial(list, needs) if needs else None, run.step)
+
+
 def from_environment(profile: str, step: str) -> Run:
     """What a notebook kernel runs: the profile and step; from `reproduce` (`kernel_environment`)
     the command that resumes it and its estimate (in the Lab: neither)."""
@@ -232,11 +242,19 @@ class DiskFullError(UserError):
         """The error another process (a notebook kernel) showed, in its words."""
         return cls(text=text)
 
+    @classmethod
+    def _crossed(cls, text: str, path: str | None, code: int, recorded: bool) -> "DiskFullError":
+        """The error as it left another process (a Ray worker): its words and file; recorded here
+        (this process's run) unless it was recorded there."""
+        err = cls(path, code, text)
+        err.recorded = recorded
+        return err
+
     def __str__(self) -> str:
         return self.paragraph()
 
     def __reduce__(self):            # crosses processes (Ray, papermill) as its paragraph
-        return (DiskFullError.told, (self.paragraph(),))
+        return (DiskFullError._crossed, (self.paragraph(), self.path, self.code, self.recorded))
 
     def paragraph(self) -> str:
         if self._text is None:

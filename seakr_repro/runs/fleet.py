@@ -26,6 +26,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from ..core import disk_full
 from ..core.errors import UserError
 from .fleet_backend import FleetBackend
 from .ray_cluster import connect
@@ -72,7 +73,8 @@ class Fleet:
         from .ray_worker import Worker
         self._cls = ray.remote(Worker).options(
             max_restarts=0, max_concurrency=max(1, per_worker), **self.resources)
-        self._args = (cfg, loader, searcher)
+        # the workers' disk-full paragraph names this run's resume command and estimate
+        self._args = (cfg, loader, searcher, disk_full.portable(disk_full.current()))
         # status_path None: results/<profile>/workers.json; False: none (preflight's survey)
         self._status_path = (None if status_path is False else
                              Path(status_path) if status_path else default_status_path(cfg))

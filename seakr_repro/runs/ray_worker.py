@@ -19,9 +19,13 @@ class Worker:
     use and kept, and each method built once. `loader(cfg, name)` builds a backend (default
     `llm.load_backend`); `searcher` is one to use instead of opening the profile's index."""
 
-    def __init__(self, cfg, loader: Callable | None = None, searcher=None):
+    def __init__(self, cfg, loader: Callable | None = None, searcher=None, run=None):
+        """`run`: what the driver runs (`core.disk_full.Run`), for a full disk's paragraph."""
         import threading
 
+        if run is not None:
+            from ..core import disk_full
+            disk_full.set_run(run)
         self.cfg, self._loader, self._searcher = cfg, loader, searcher
         self._key, self._backend, self._methods = None, None, {}
         self.loads = 0
