@@ -1,5 +1,5 @@
-"""A crash in the middle of a notebook, as a user meets it, on two runs: a shrunken smoke profile,
-and the paper profile at test size (`paper-tiny` on the stand-ins of tests/paper_shaped.py: the
+"""A crash in the middle of a notebook, as a user meets it, on two runs: a shrunken smoke profile
+(slow tier), and the paper profile at test size (`paper-tiny` on the stand-ins of tests/paper_shaped.py: the
 faithful methods over the es_best_fields index, Self-RAG on its own checkpoint).
 
 `reproduce` runs in its own process group; once notebook 04 has finished a question, the run and
@@ -90,7 +90,10 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("case", [_smoke, _paper_tiny], ids=["smoke", "paper-tiny"])
+# the smoke case checks the same stop and resume on the default profile's paths: in the slow tier,
+# so that `make test` stays under 30 minutes on a clean clone (docs/tests.md)
+@pytest.mark.parametrize("case", [pytest.param(_smoke, marks=pytest.mark.slow), _paper_tiny],
+                         ids=["smoke", "paper-tiny"])
 def test_kill_9_mid_notebook_then_status_refusal_and_resume(tmp_path, case):
     case = case(tmp_path)
     profile, env = case["profile"], case["env"]
