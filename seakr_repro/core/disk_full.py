@@ -164,23 +164,23 @@ def set_run(run: Run) -> None:
     _RUN = run
 
 
-def kernel_environment(run: Run) -> dict[str, str]:
-    """The environment that tells a notebook kernel `run`'s resume command and estimate (taken
-    now: what is still to write changes when a step has built the corpus or the index)."""
-    env = {RESUME_ENV: run.resume} if run.resume else {}
-    with contextlib.suppress(Exception):     # the estimate is a help; the notebook runs without it
-        if run.needs is not None:
-            env[NEEDS_ENV] = json.dumps([[what, n, str(where)] for what, n, where in run.needs()])
-    return env
-
-
 def portable(run: Run) -> Run:
     """`run` as another process can take it (a Ray worker: `runs.fleet` hands it over), its
-    estimate taken now, as `kernel_environment` takes it."""
+    estimate taken now: what is still to write changes when a step has built the corpus or the index."""
     needs = None
-    with contextlib.suppress(Exception):     # the estimate is a help; the worker runs without it
+    with contextlib.suppress(Exception):     # the estimate is a help; the other process runs without it
         needs = run.needs() if run.needs is not None else None
     return Run(run.profile, run.resume, functools.partial(list, needs) if needs else None, run.step)
+
+
+def kernel_environment(run: Run) -> dict[str, str]:
+    """The environment that tells a notebook kernel `run`'s resume command and estimate (taken now,
+    `portable`)."""
+    run = portable(run)
+    env = {RESUME_ENV: run.resume} if run.resume else {}
+    if run.needs is not None:
+        env[NEEDS_ENV] = json.dumps([[what, n, str(where)] for what, n, where in run.needs()])
+    return env
 
 
 def from_environment(profile: str, step: str) -> Run:
