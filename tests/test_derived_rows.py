@@ -1,0 +1,83 @@
+"""Rows derived from another run's file (`runs.derived`) equal the rows running them writes, in
+everything but the work (calls served without the model, no seconds)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fakes import FakeSearcher
+from seakr_repro.data.registry import load_dataset
+from seakr_repro.llm.cache import CachedBackend
+from seakr_repro.llm.synthetic import SyntheticBackend, synthetic_passages
+from seakr_repro.methods import build_method
+from seakr_repro.retrieval.base import Hit
+from seakr_repro.runs.derived import derive, source
+from seakr_repro.runs.runner import config_hash, read_results, run_method
+
+SETTINGS = dict(k=4, sample_max_tokens=12, max_new_tokens=20, n_shot=2, max_reasoning_steps=3, max_docs=2)
+WORK = ("llm_cache_hits", "computed_prompt_tokens", "computed_tokens", "seconds", "oom_seconds", "derived_from")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("derived")
+    backend = CachedBackend(SyntheticBackend("syn", n_layers=4, hidden_size=16), root / "cache")
+    docs = [Hit(p["id"], 1.0, p["text"], p.get("title", "")) for p in synthetic_passages(30)]
+    searcher = FakeSearcher(docs, results=lambda q: docs[hash(q) % 20:][:3])
+    records = load_dataset("bundled-2wiki", n=8, seed=3)
+    return root, backend, searcher, records
+
+
+def _run(setup, label, **over):
+    root, backend, searcher, records = setup
+    method = build_method("seakr", backend, searcher, "bundled-2wiki", **{**SETTINGS, **over})
+    path = root / "runs" / f"{label}-{config_hash(method.config)}.jsonl"
+    return method, path
+
+
+def _without_work(rows):
+    return {r["id"]: {k: v for k, v in r.items() if k not in WORK} for r in rows}
+
+
+def _alike(a, b) -> bool:
+    """Equal, floats to rounding: a row computed from the call cache reads its U from vectors
+    that stand in for the model's with the same Gram matrix (`llm.cache`), the source's from the
+    model's own, so they agree to about 1e-8."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_alike(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_alike(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("label,over", [("rationales-only", {"reasoning": "rationales"}),
+                                        ("knowledge-only", {"reasoning": "knowledge"}),
+                                        ("fixed", {"mode": "fixed", "forced_eos": "append"})])
+def test_a_derived_row_is_the_row_its_run_writes(setup, tmp_path, label, over):
+    root, backend, searcher, records = setup
+    seakr, seakr_path = _run(setup, "seakr")
+    run_method(seakr, records, seakr_path, backend=backend, progress=False)
+    method, path = _run(setup, label, **over)
+    assert source(method, path) is not None
+    assert derive(method, path, records) == len(records)
+    derived = read_results(path)
+    computed_path = tmp_path / path.name          # the same run, computed
+    computed = run_method(method, records, computed_path, backend=backend, progress=False)
+    assert _alike(_without_work(derived), _without_work(computed))
+    assert [r["answer"] for r in derived] == [r["answer"] for r in computed]     # answers: exactly
+    assert all(r["llm_cache_hits"] == r["llm_calls"] > 0 and r["derived_from"]["file"] == seakr_path.name
+               for r in derived)
+    # nothing left to run: run_method finds every question answered
+    assert len(run_method(method, records, path, backend=backend, progress=False)) == len(records)
+    if label != "fixed":      # the path chosen differs from SeaKR's own choice somewhere
+        seakr_rows = {r["id"]: r for r in read_results(seakr_path)}
+        assert any(r["answer"] != seakr_rows[r["id"]]["answer"] or r["extra"]["choice"] !=
+                   seakr_rows[r["id"]]["extra"]["choice"] for r in derived)
+
+
+def test_a_row_without_a_source_is_left_to_run(setup):
+    method, path = _run(setup, "estimator-energy", estimator="energy", delta=-20.0)
+    assert source(method, path) is None and derive(method, path, setup[3]) == 0
