@@ -183,10 +183,11 @@ def test_a_cpu_record_prices_each_step_by_its_calls_or_shares_its_seconds():
                                      "00-prepare-data": {"seconds": 7.0, "computed_calls": float("nan")}}}
     units = _units(rows=[{"unique": 20.0}, {"run": "cot", "method": "cot", "unique": 5.0}])
     got = cost.price(load_config("smoke"), units, counted)
-    assert list(got["seconds"]) == [7.0, 40.0, 10.0]        # 00 as recorded; 2 s per computed call
+    # 00 as recorded; 2 s per computed call
+    assert list(got["hours: CPU: r"] * 3600) == pytest.approx([7.0, 40.0, 10.0])
     seconds_only = {"run": "r", "steps": {"04-complex-qa": {"seconds": 100.0, "computed_calls": float("nan")}}}
-    got = cost.price(load_config("smoke"), units, seconds_only)
-    assert got["seconds"].sum() == pytest.approx(100.0) and got["seconds"].iloc[0] == pytest.approx(80.0)
+    got = cost.price(load_config("smoke"), units, seconds_only)["hours: CPU: r"] * 3600
+    assert got.sum() == pytest.approx(100.0) and got.iloc[0] == pytest.approx(80.0)
 
 
 def test_table_7_prices_the_methods_it_timed_per_call_and_a_card_the_rest():
@@ -195,16 +196,18 @@ def test_table_7_prices_the_methods_it_timed_per_call_and_a_card_the_rest():
     units = _units(rows=[{}, timed, {"run": "cot", "method": "cot"}])
     cards = {"Card A": {"per_call": {("seakr", "2wiki"): 3.0}, "rows": []}}
     got = cost.price(load_config("paper"), units, None, cards, table7)
-    # Table 7: 5 s per question over 10 calls per question (09's) = 0.5 s per call
-    assert list(got["pace"]) == ["Table 7", "Table 7", "GPU: Card A"]
-    assert list(got["seconds"]) == pytest.approx([20 * 0.5, 20 * 0.5, 20 * 3.0])
+    # Table 7: 5 s per question over 10 calls per question (09's) = 0.5 s per call; the card: every call
+    assert list(got["pace"]) == ["Table 7, GPU: Card A", "Table 7, GPU: Card A", "GPU: Card A"]
+    assert list(got["hours: Table 7"].fillna(-1) * 3600) == pytest.approx([20 * 0.5, 20 * 0.5, -3600])
+    assert list(got["hours: GPU: Card A"] * 3600) == pytest.approx([20 * 3.0] * 3)
     assert cost.price(load_config("paper"), units, None, {}, table7)["pace"].iloc[2] == "no pace"
-    assert math.isnan(cost.notebooks(cost.price(load_config("paper"), units, None, {}, table7))
-                      .set_index("step").loc["04-complex-qa", "hours"])     # a row without a pace
+    nb = cost.notebooks(got).set_index("step")          # each pace summed apart, with what it prices
+    assert nb.loc["04-complex-qa", "question-runs at Table 7"] == 10 < nb.loc["04-complex-qa", "question_runs"]
+    assert nb.loc["04-complex-qa", "question-runs at GPU: Card A"] == 20
 
 
 def test_beside_puts_a_runs_recorded_calls_and_seconds_next_to_the_prediction():
-    predicted = pd.DataFrame([{"step": "04-complex-qa", "calls": 100.0, "unique": 50.0, "hours": 0.1}])
+    predicted = pd.DataFrame([{"step": "04-complex-qa", "calls": 100.0, "unique": 50.0, "hours: CPU: r": 0.1}])
     actual = pd.DataFrame([{"step": "04-complex-qa", "questions": 2, "llm_calls": 90, "llm_cache_hits": 45}])
     row = cost.beside(predicted, actual, {"04-complex-qa": 400.0, "00-prepare-data": 5.0}).set_index("step")
     assert row.loc["04-complex-qa", "calls actual/predicted"] == pytest.approx(0.9)
@@ -310,14 +313,17 @@ def test_cost_json_gives_the_same_figures_per_notebook_and_in_all(canned, capsys
     assert got["total"]["calls_saved_by_sharing"] == pytest.approx(got["total"]["calls"] - got["total"]["unique"])
     units = pd.DataFrame(got["units"])
     assert {"step", "table", "run", "method", "dataset", "question_runs", "calls", "unique", "prompt_tokens",
-            "generated_tokens", "hours", "pace"} <= set(units.columns)
-    assert "self_rag" not in set(nb["step"]) and got["total"]["hours"] > 0
+            "generated_tokens", "pace"} <= set(units.columns)
+    assert any(c.startswith("hours: CPU: ") for c in units.columns)
+    (pace,) = got["total"]["hours"]
+    assert pace.startswith("CPU: ") and got["total"]["hours"][pace]["hours"] > 0
+    assert all(u["pace"] == "skipped here" for u in got["units"] if u["method"] == "self_rag")
 
 
 def test_cost_divides_its_hours_over_ray_workers_and_says_it_is_arithmetic(canned, capsys):
     main(["cost", "--profile", "smoke", "--workers", "4"])
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("[cost] in all"))
-    total = float(line.split(" hours at the paces below")[0].rsplit(" ", 1)[1])
+    total = float(line.split(" hours (")[0].rsplit(" ", 1)[1])
     spread = float(line.split("over 4 Ray workers ")[1].split(" hours")[0])
     assert spread == pytest.approx(total / 4, abs=0.01) and "ARITHMETIC" in line.split("Ray workers")[1]
 

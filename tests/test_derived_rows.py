@@ -81,3 +81,43 @@ def test_a_derived_row_is_the_row_its_run_writes(setup, tmp_path, label, over):
 def test_a_row_without_a_source_is_left_to_run(setup):
     method, path = _run(setup, "estimator-energy", estimator="energy", delta=-20.0)
     assert source(method, path) is None and derive(method, path, setup[3]) == 0
+
+
+@pytest.mark.slow
+def test_on_the_default_profile_derived_rows_equal_computed_ones(tmp_path):
+    """The default profile's SeaKR on 3 questions of each multi-hop set (`run`, the run grid):
+    Table 3's rationales-only, knowledge-only and fixed rows derived from its file, then computed
+    in a results folder without it (the same call cache: its calls hit); the answers are the same.
+    A few minutes on a CPU (SmolLM2-135M)."""
+    import os
+    import subprocess
+    import sys
+
+    from seakr_repro.core.paths import CACHE_DIR, REPO_ROOT
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for part in ("models", "gguf", "corpus", "indexes"):
+        if (CACHE_DIR / part).is_dir():
+            (cache / part).symlink_to((CACHE_DIR / part).resolve())
+    rows = {"rationales-only": "reasoning=rationales", "knowledge-only": "reasoning=knowledge",
+            "fixed": "mode=fixed"}
+
+    def run(results: str, label: str, setting: str | None, dataset: str):
+        env = {**os.environ, "SEAKR_RESULTS_DIR": str(tmp_path / results), "SEAKR_CACHE_DIR": str(cache)}
+        args = [sys.executable, "-m", "seakr_repro", "run", "--profile", "default", "--method", "seakr",
+                "--dataset", dataset, "-n", "3", "--label", label, "--quiet"]
+        got = subprocess.run(args + (["--method-set", setting] if setting else []), cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True, timeout=3600)
+        assert got.returncode == 0, got.stderr[-2000:]
+        (path,) = (tmp_path / results / "default" / "runs" / dataset).glob(f"{label}-*.jsonl")
+        return read_results(path)
+
+    for dataset in ("bundled-2wiki", "bundled-hotpotqa"):
+        run("derived", "seakr", None, dataset)
+        for label, setting in rows.items():
+            derived = run("derived", label, setting, dataset)
+            computed = run(f"computed-{label}", label, setting, dataset)
+            assert all(r.get("derived_from") for r in derived) and not any(r.get("derived_from") for r in computed)
+            assert [r["answer"] for r in derived] == [r["answer"] for r in computed]
+            assert _alike(_without_work(derived), _without_work(computed))

@@ -117,7 +117,10 @@ def priced(cfg: Config, got: dict) -> tuple[pd.DataFrame, dict]:
     cpu = paces.cpu_paces(cfg.profile) if on_cpu else None
     cards = {} if on_cpu else paces.measured_paces("paper-tiny" if cfg.profile == "paper-tiny" else "paper")
     table7 = paces.paper_pace() if paces.pace_applies(cfg) and not on_cpu else None
-    out = cost.price(cfg, units, cpu, cards, table7)
+    # a skipped row costs nothing here (a recorded run skipped it too: its seconds are the others')
+    run = cost.price(cfg, units[units["skipped here"] == ""], cpu, cards, table7)
+    skipped = units[units["skipped here"] != ""].assign(pace="skipped here")
+    out = pd.concat([run, skipped], ignore_index=True).sort_values("step", kind="stable", ignore_index=True)
     out["skipped here"] = out["skipped here"].fillna("")
     return out, {"cpu": cpu, "cards": cards, "table7": table7}
 
@@ -132,31 +135,47 @@ def _hours(h) -> str:
     return f"{h:,.2f}" if h < 10 else f"{h:,.1f}"
 
 
+def _priced_hours(nb: pd.DataFrame, col: str) -> list[str]:
+    """A notebook's hours at one pace, with the question-runs it prices where that is not all."""
+    from ..runs.cost import HOURS
+
+    at = nb["question-runs at " + col[len(HOURS):]]
+    return [_hours(h) + (f" ({a:,.0f} of {q:,.0f} q-runs)" if h == h and a < q else "")
+            for h, a, q in zip(nb[col], at, nb["question_runs"])]
+
+
 def summary_table(units: pd.DataFrame) -> pd.DataFrame:
-    from ..runs.cost import notebooks
+    from ..runs.cost import notebooks, pace_columns
 
     run = units[units["skipped here"] == ""]
     nb = notebooks(run)
-    return pd.DataFrame({"notebook": nb["step"], "question-runs": nb["question_runs"].map(_int),
-                         "calls": [f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)
-                                   for c, e in zip(nb["calls"], nb["calls_se"])],
-                         "unique": [f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)
-                                    for c, e in zip(nb["unique"], nb["unique_se"])],
-                         "prompt tokens": nb["prompt_tokens"].map(_int),
-                         "generated tokens": nb["generated_tokens"].map(_int),
-                         "hours": nb["hours"].map(_hours), "pace": nb["pace"]})
+    out = pd.DataFrame({"notebook": nb["step"], "question-runs": nb["question_runs"].map(_int),
+                        "calls": [f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)
+                                  for c, e in zip(nb["calls"], nb["calls_se"])],
+                        "unique": [f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)
+                                   for c, e in zip(nb["unique"], nb["unique_se"])],
+                        "prompt tokens": nb["prompt_tokens"].map(_int),
+                        "generated tokens": nb["generated_tokens"].map(_int)})
+    for col in pace_columns(run):
+        out[col] = _priced_hours(nb, col)
+    if not pace_columns(run):
+        out["hours"] = "no pace"
+    return out
 
 
 def as_json(cfg: Config, got: dict, units: pd.DataFrame, used: dict) -> dict:
-    """The same figures as the text, as JSON: per notebook and in all."""
-    from ..runs.cost import notebooks
+    """The same figures as the text, as JSON: per notebook and in all (each pace's hours apart,
+    with the question-runs it prices)."""
+    from ..runs.cost import HOURS, notebooks, pace_columns
 
     run = units[units["skipped here"] == ""]
     nb = notebooks(run)
     total = {k: float(run[k].sum()) for k in ["question_runs", "calls", "unique", "prompt_tokens",
                                                 "generated_tokens"]}
-    total["hours"] = float(nb["hours"].sum()) if nb["hours"].notna().all() else None
     total["calls_saved_by_sharing"] = total["calls"] - total["unique"]
+    total["hours"] = {col[len(HOURS):]: {"hours": float(run[col].sum()),
+                                         "question_runs": float(run["question_runs"].where(run[col].notna(), 0).sum())}
+                      for col in pace_columns(run)}
     return {"profile": cfg.profile, "covers": COVERS, "leaves_out": leaves_out(units),
             "made": got.get("made"), "commit": got.get("commit"), "sample": got.get("sample"),
             "replay": got.get("replay"), "replay_cache": got.get("replay_cache"),
@@ -197,7 +216,7 @@ def pace_notes(used: dict) -> list[str]:
             commits = ", ".join(sorted({str(r["commit"]) for r in got["rows"]}))
             notes.append(f"GPU: {card}: {', '.join(f'{m} {d} {s:.2f} s/call' for (m, d), s in got['per_call'].items())}"
                          f" (commit {commits}, transformers backend, random weights: an upper bound; "
-                         f"data/measured/gpu_pace.csv): every other computed call")
+                         f"data/measured/gpu_pace.csv): every computed call, whatever its method")
     return notes or ["none: no CPU run of this profile is recorded and no GPU pace applies"]
 
 
@@ -218,21 +237,26 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
              f"steps on the synthetic model behind the real call cache; {sample}; {src}). Left out: "
              + "; ".join(j["leaves_out"]) + ".", ""]
     if runs:
+        from ..runs.cost import pace_columns
         cols = ["step", "table", "run", "method", "dataset", "question_runs", "calls", "unique", "prompt_tokens",
-                "generated_tokens", "hours", "pace", "skipped here"]
-        parts += [units[cols].round(2).to_markdown(index=False), ""]
+                "generated_tokens", *pace_columns(units), "pace", "skipped here"]
+        parts += [units[cols].round(3).to_markdown(index=False), ""]
     parts.append(summary_table(units).to_markdown(index=False))
-    hours = t["hours"]
     line = (f"\n[cost] in all: {t['question_runs']:,.0f} question-runs, {t['calls']:,.0f} model calls, "
             f"{t['unique']:,.0f} unique (the call cache serves the other {t['calls_saved_by_sharing']:,.0f}: "
             f"work two rows or steps share, counted once), {t['prompt_tokens']:,.0f} prompt tokens pre-filled, "
-            f"{t['generated_tokens']:,.0f} tokens generated; ")
-    line += (f"{hours:,.2f} hours at the paces below" if hours is not None else
-             "hours: not every row has a pace (\"no pace\" above)")
-    if workers and hours is not None:
-        from ..runs.cost import spread
-        line += (f"; over {workers} Ray workers {spread(hours, workers):,.2f} hours of wall time, ARITHMETIC "
-                 "(each worker assumed to keep the pace; questions divided evenly)")
+            f"{t['generated_tokens']:,.0f} tokens generated; hours, each pace apart: ")
+    at = []
+    for name, got_h in t["hours"].items():
+        of = "" if got_h["question_runs"] >= t["question_runs"] else \
+            f" for {got_h['question_runs']:,.0f} of the {t['question_runs']:,.0f} question-runs"
+        text = f"{name}: {got_h['hours']:,.2f} hours ({got_h['hours'] * 60:,.0f} minutes){of}"
+        if workers:
+            from ..runs.cost import spread
+            text += (f", over {workers} Ray workers {spread(got_h['hours'], workers):,.2f} hours of wall time "
+                     "(ARITHMETIC: each worker assumed to keep the pace, the questions divided evenly)")
+        at.append(text)
+    line += "; ".join(at) if at else "no pace applies (\"no pace\" above)"
     parts.append(line)
     parts += ["[cost] pace: " + p for p in j["paces"]]
     parts.append("[cost] what the dry run cannot know: the synthetic model decides where the real one would "

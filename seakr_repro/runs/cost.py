@@ -178,55 +178,61 @@ def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
     return out
 
 
+HOURS = "hours: "               # a priced unit's column of each pace: "hours: <pace>"
+
+
 def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict | None = None,
           table7: dict | None = None) -> pd.DataFrame:
-    """`units` with seconds and the pace each is priced at (`pace`; "no pace" where none applies):
-    the CPU record `cpu` (`paces.cpu_paces`, the profile on a CPU: `_cpu_seconds`; the steps
-    without calls at their recorded seconds), else Table 7 (`table7`, on the paper's model: the
-    timed methods, SeaKR's rows at SeaKR's), else the first card of `cards`
-    (`paces.measured_paces`) that counts its calls (every computed call at its mean seconds per
-    call)."""
+    """`units` with their hours at each pace that applies, one column each ("hours: <pace>", NaN
+    where that pace does not price the unit), and `pace`: the paces that price it, or "no pace".
+    The paces: the CPU record `cpu` (`paces.cpu_paces`, the profile on a CPU: `_cpu_seconds`;
+    the steps without calls at their recorded seconds, rows of their own); Table 7 (`table7`, on
+    the paper's model: the methods it timed, SeaKR's rows at SeaKR's, per call); each card of
+    `cards` (`paces.measured_paces`) that counts its calls (every computed call at its mean
+    seconds per call). Each pace is summed apart (`notebooks`): they are not one machine's."""
     out = units.copy()
-    at_cpu = _cpu_seconds(out, cpu) if cpu is not None else pd.Series(float("nan"), index=out.index)
+    seconds: dict[str, pd.Series] = {}
+    if cpu is not None:
+        seconds[f"CPU: {cpu['run']}"] = _cpu_seconds(out, cpu)
     t7 = _table7_per_call(units, table7) if table7 else {}
-    card = next(((name, got) for name, got in (cards or {}).items() if got.get("per_call")), None)
-    seconds, paces = [], []
-    for i, method, dataset, unique in zip(out.index, out["method"], out["dataset"], out["unique"]):
-        key = (method, dataset) if (method, dataset) in t7 else (method, "*")
-        if at_cpu[i] == at_cpu[i]:
-            seconds.append(at_cpu[i])
-            paces.append(f"CPU: {cpu['run']}")
-        elif key in t7:
-            seconds.append(unique * t7[key])
-            paces.append("Table 7")
-        elif card is not None:
-            seconds.append(unique * statistics.mean(card[1]["per_call"].values()))
-            paces.append(f"GPU: {card[0]}")
-        else:
-            seconds.append(float("nan"))
-            paces.append("no pace")
-    out["seconds"], out["pace"] = seconds, paces
+    if t7:
+        seconds["Table 7"] = pd.Series([u * t7.get((m, d), t7.get((m, "*"), float("nan"))) for m, d, u in
+                                        zip(out["method"], out["dataset"], out["unique"])], index=out.index)
+    for name, got in (cards or {}).items():
+        if got.get("per_call"):
+            seconds[f"GPU: {name}"] = out["unique"] * statistics.mean(got["per_call"].values())
+    for name, secs in seconds.items():
+        out[HOURS + name] = secs / 3600
+    out["pace"] = [", ".join(n for n, secs in seconds.items() if secs[i] == secs[i]) or "no pace"
+                   for i in out.index]
     if cpu is not None:         # the steps without model calls: their recorded time
         fixed = [{"step": s, "table": "", "run": "(no model calls)", "method": "", "dataset": "",
-                  "question_runs": 0, "seconds": rec["seconds"], "pace": f"CPU: {cpu['run']}",
+                  "question_runs": 0, HOURS + f"CPU: {cpu['run']}": rec["seconds"] / 3600,
+                  "pace": f"CPU: {cpu['run']}",
                   **dict.fromkeys(WORK + ["planned", "dry_questions", "calls_se", "unique_se"], 0.0)}
                  for s, rec in cpu["steps"].items() if s not in set(out["step"])]
         out = pd.concat([out, pd.DataFrame(fixed)], ignore_index=True).sort_values("step", kind="stable",
                                                                                  ignore_index=True)
-    out["hours"] = out["seconds"] / 3600
     return out
 
 
+def pace_columns(priced: pd.DataFrame) -> list[str]:
+    """The "hours: <pace>" columns of `price`'s units."""
+    return [c for c in priced.columns if c.startswith(HOURS)]
+
+
 def notebooks(priced: pd.DataFrame) -> pd.DataFrame:
-    """Per notebook: question-runs, `WORK`, the standard errors (summed in quadrature), hours
-    (NaN where a unit with calls has no pace: the sum would understate it) and the paces used."""
+    """Per notebook: question-runs, `WORK`, the standard errors (summed in quadrature), and for each
+    pace its hours and the question-runs it prices ("question-runs at <pace>": fewer than the
+    notebook's where the pace does not price every unit with calls)."""
     g = priced.groupby("step", sort=True)
     out = g[["question_runs"] + WORK].sum()
     for col in ("calls_se", "unique_se"):
         out[col] = g[col].apply(lambda s: math.sqrt((s ** 2).sum()))
-    unpriced = priced["seconds"].isna() & (priced["unique"] > 0)
-    out["hours"] = g["hours"].sum(min_count=1).where(~unpriced.groupby(priced["step"]).any())
-    out["pace"] = g["pace"].apply(lambda s: ", ".join(sorted(set(s))))
+    for col in pace_columns(priced):
+        out[col] = g[col].sum(min_count=1)
+        out["question-runs at " + col[len(HOURS):]] = priced["question_runs"].where(priced[col].notna(), 0) \
+            .groupby(priced["step"]).sum()
     return out.reset_index()
 
 
@@ -242,12 +248,14 @@ def totals(runs: pd.DataFrame) -> tuple[int, int, float]:
 def beside(predicted: pd.DataFrame, actual: pd.DataFrame, seconds: dict[str, float]) -> pd.DataFrame:
     """Per notebook, the prediction (`notebooks(price(...))`) beside what a run's files record
     (`recorded_work`, summed per step) and its stamps' seconds: calls made and unique, predicted
-    and actual, and the actual over the predicted. A step the run has not finished has no time."""
+    and actual, and the actual over the predicted. Seconds predicted at the prediction's first
+    pace (the CPU record, on a CPU); a step the run has not finished has no time."""
     act = actual.groupby("step").agg(questions=("questions", "sum"), calls=("llm_calls", "sum"),
                                      hits=("llm_cache_hits", "sum"))
     act["unique"] = act["calls"] - act["hits"]
     steps = sorted(set(predicted["step"]) | set(act.index) | set(seconds))
     pred = predicted.set_index("step")
+    hours = pace_columns(predicted)
     rows = []
     for step in steps:
         p = pred.loc[step] if step in pred.index else None
@@ -257,7 +265,7 @@ def beside(predicted: pd.DataFrame, actual: pd.DataFrame, seconds: dict[str, flo
                "calls actual": a["calls"] if a is not None else 0.0,
                "unique predicted": p["unique"] if p is not None else 0.0,
                "unique actual": a["unique"] if a is not None else 0.0,
-               "seconds predicted": p["hours"] * 3600 if p is not None else float("nan"),
+               "seconds predicted": p[hours[0]] * 3600 if p is not None and hours else float("nan"),
                "seconds actual": seconds.get(step, float("nan"))}
         for what in ("calls", "unique", "seconds"):
             pr, ac = row[f"{what} predicted"], row[f"{what} actual"]
