@@ -341,3 +341,30 @@ def test_status_shows_the_prediction_beside_the_run(canned, tmp_path, monkeypatc
     assert "predicted" in text and "| 04-complex-qa" in text and "33" in text
     monkeypatch.setattr(command, "latest_prediction", lambda profile: None)
     assert "cost --profile smoke" in status.predicted_beside_actual(load_config("smoke"))
+
+
+def test_record_pace_keeps_a_finished_runs_seconds_and_computed_calls(tmp_path, monkeypatch):
+    """`cost --record-pace` appends one row per finished step; a step whose files count no calls
+    stops it (a pace needs both)."""
+    from seakr_repro.commands import cost as command
+
+    res = tmp_path / "smoke"
+    (res / "stamps").mkdir(parents=True)
+    for step, secs in (("00-prepare-data", 6.0), ("04-complex-qa", 40.0)):
+        (res / "stamps" / f"{step}.json").write_text(json.dumps({"seconds": secs}))
+    _write(res / "data" / "bundled-2wiki.jsonl", [{"id": "q0"}])
+    _write(res / "runs" / "bundled-2wiki" / "cot-abc.jsonl",
+           [{"id": "q0", "llm_calls": 3, "llm_cache_hits": 1, "prompt_tokens": 9, "tokens": 2,
+             "computed_prompt_tokens": 6, "computed_tokens": 2}])
+    pace_file = tmp_path / "cpu_pace.csv"
+    pace_file.write_text(",".join(paces.CPU_COLUMNS) + "\n")
+    monkeypatch.setattr(command, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(paces, "CPU_PACE", pace_file)
+    command.record_pace(load_config("smoke"), "a test", "a test machine")
+    rec = paces.cpu_paces("smoke")
+    assert rec["steps"] == {"00-prepare-data": {"seconds": 6.0, "computed_calls": 0.0},
+                            "04-complex-qa": {"seconds": 40.0, "computed_calls": 2.0}}
+    assert rec["machine"] == "a test machine" and rec["calls_from"] == "counted in the run's files"
+    _write(res / "11-mechanisms" / "trials.jsonl", [{"id": "t1"}])          # a trial without its count
+    with pytest.raises(UserError, match="do not count the calls of 11-mechanisms"):
+        command.record_pace(load_config("smoke"), "a test", "a test machine")

@@ -2,6 +2,7 @@
 everything but the work (calls served without the model, no seconds)."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -83,12 +84,48 @@ def test_a_row_without_a_source_is_left_to_run(setup):
     assert source(method, path) is None and derive(method, path, setup[3]) == 0
 
 
+# One process on the default profile: the run grid writes SeaKR's rows and derives Table 3's
+# reasoning and fixed rows from them; each of those is then computed by run_method into a file of
+# its own (its calls all hit the cache SeaKR filled). Prints both as JSON.
+_DEFAULT_BOTH_WAYS = """
+import json, sys
+from pathlib import Path
+from seakr_repro.artifacts import ABLATIONS, RunSpec
+from seakr_repro.core.config import load_config
+from seakr_repro.runs.engine import method_on, open_pool
+from seakr_repro.runs.grid import deltas_for, method_settings, row_overrides, run_grid, select_questions
+from seakr_repro.runs.inputs import open_profile_searcher
+from seakr_repro.runs.runner import read_results, run_method
+from seakr_repro.steps.prepare import ensure_index, prepare_datasets
+
+cfg, out, labels = load_config("default"), Path(sys.argv[1]), sys.argv[2].split(",")
+prepare_datasets(cfg)
+ensure_index(cfg, progress=False)
+pool, searcher = open_pool(cfg), open_profile_searcher(cfg)
+specs = [RunSpec(label, "seakr", ABLATIONS[label]) for label in ["seakr"] + labels]
+got = {}
+for dataset in ("bundled-2wiki", "bundled-hotpotqa"):
+    results, _ = run_grid(cfg, pool, searcher, specs, [dataset], 3, progress=False)
+    records = select_questions(cfg, dataset, 3)
+    for spec in specs[1:]:
+        run_file = results.loc[results.method == spec.label, "run_file"].iloc[0]
+        derived = read_results(out.parent / "results" / "default" / run_file)
+        settings = {**method_settings(cfg, "seakr", deltas_for(cfg)), **row_overrides(cfg, spec.overrides)}
+        method = method_on(pool.get(), "seakr", searcher, dataset, settings)
+        computed = run_method(method, records, out / f"{dataset}-{spec.label}.jsonl", backend=pool.get(),
+                              progress=False)
+        got[f"{dataset}/{spec.label}"] = {"derived": derived, "computed": computed}
+pool.close()
+print(json.dumps(got))
+"""
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_on_the_default_profile_derived_rows_equal_computed_ones(tmp_path):
-    """The default profile's SeaKR on 3 questions of each multi-hop set (`run`, the run grid):
-    Table 3's rationales-only, knowledge-only and fixed rows derived from its file, then computed
-    in a results folder without it (the same call cache: its calls hit); the answers are the same.
-    A few minutes on a CPU (SmolLM2-135M)."""
+    """The default profile's SeaKR on 3 questions of each multi-hop set: Table 3's
+    rationales-only, knowledge-only and fixed rows derived from its file, and computed (their
+    calls hit the cache SeaKR filled): the same answers. Minutes on a CPU (SmolLM2-135M)."""
     import os
     import subprocess
     import sys
@@ -100,24 +137,16 @@ def test_on_the_default_profile_derived_rows_equal_computed_ones(tmp_path):
     for part in ("models", "gguf", "corpus", "indexes"):
         if (CACHE_DIR / part).is_dir():
             (cache / part).symlink_to((CACHE_DIR / part).resolve())
-    rows = {"rationales-only": "reasoning=rationales", "knowledge-only": "reasoning=knowledge",
-            "fixed": "mode=fixed"}
-
-    def run(results: str, label: str, setting: str | None, dataset: str):
-        env = {**os.environ, "SEAKR_RESULTS_DIR": str(tmp_path / results), "SEAKR_CACHE_DIR": str(cache)}
-        args = [sys.executable, "-m", "seakr_repro", "run", "--profile", "default", "--method", "seakr",
-                "--dataset", dataset, "-n", "3", "--label", label, "--quiet"]
-        got = subprocess.run(args + (["--method-set", setting] if setting else []), cwd=REPO_ROOT, env=env,
-                             capture_output=True, text=True, timeout=3600)
-        assert got.returncode == 0, got.stderr[-2000:]
-        (path,) = (tmp_path / results / "default" / "runs" / dataset).glob(f"{label}-*.jsonl")
-        return read_results(path)
-
-    for dataset in ("bundled-2wiki", "bundled-hotpotqa"):
-        run("derived", "seakr", None, dataset)
-        for label, setting in rows.items():
-            derived = run("derived", label, setting, dataset)
-            computed = run(f"computed-{label}", label, setting, dataset)
-            assert all(r.get("derived_from") for r in derived) and not any(r.get("derived_from") for r in computed)
-            assert [r["answer"] for r in derived] == [r["answer"] for r in computed]
-            assert _alike(_without_work(derived), _without_work(computed))
+    env = {**os.environ, "SEAKR_RESULTS_DIR": str(tmp_path / "results"), "SEAKR_CACHE_DIR": str(cache)}
+    (tmp_path / "computed").mkdir()
+    got = subprocess.run([sys.executable, "-c", _DEFAULT_BOTH_WAYS, str(tmp_path / "computed"),
+                          "rationales-only,knowledge-only,fixed"], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=3500)
+    assert got.returncode == 0, got.stderr[-3000:]
+    both = json.loads(got.stdout.strip().splitlines()[-1])
+    assert len(both) == 6
+    for name, rows in both.items():
+        derived, computed = rows["derived"], rows["computed"]
+        assert all(r.get("derived_from") for r in derived), name
+        assert [r["answer"] for r in derived] == [r["answer"] for r in computed], name
+        assert _alike(_without_work(derived), _without_work(computed)), name

@@ -198,6 +198,11 @@ def leaves_out(units: pd.DataFrame) -> list[str]:
     skipped = sorted({f"{r} ({why.split(' (fix')[0]})" for r, why in zip(units["run"], units["skipped here"]) if why})
     if skipped:
         out.append("rows this machine will skip, for a model it lacks: " + "; ".join(skipped))
+    unknown = units[(units["skipped here"] == "") & units["calls"].isna()]
+    if not unknown.empty:
+        out.append(f"{unknown['question_runs'].sum():,.0f} question-runs the dry run could not answer, so their "
+                   "calls are not counted: " + ", ".join(sorted(set(unknown["run"]))) + " (a row its steps "
+                   "skipped: e.g. SKR's learned variants where the synthetic model left no usable label)")
     return out
 
 
