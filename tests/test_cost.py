@@ -368,3 +368,12 @@ def test_record_pace_keeps_a_finished_runs_seconds_and_computed_calls(tmp_path, 
     _write(res / "11-mechanisms" / "trials.jsonl", [{"id": "t1"}])          # a trial without its count
     with pytest.raises(UserError, match="do not count the calls of 11-mechanisms"):
         command.record_pace(load_config("smoke"), "a test", "a test machine")
+
+
+def test_the_first_line_names_the_rows_the_dry_run_could_not_answer():
+    from seakr_repro.commands.cost import leaves_out
+
+    units = _units(rows=[{}, {"run": "skr-knn", "method": "skr-knn", "calls": float("nan"), "question_runs": 7}])
+    units["skipped here"] = ""
+    (line,) = [x for x in leaves_out(units) if "could not answer" in x]
+    assert line.startswith("7 question-runs") and "skr-knn" in line and "seakr" not in line
