@@ -372,9 +372,9 @@ def _said_to_disk_full(args, argv):
     words = list(sys.argv[1:] if argv is None else argv)
     resume = from_here(python_command(["-m", "seakr_repro", *words]))
     if getattr(args, "profile", None) is None:      # bench, nbstrip: no profile, no estimate
-        return disk_full.running(disk_full.Run(resume=resume))
+        return disk_full.recording_stop_of(disk_full.Run(resume=resume))
     run = disk_full.Run(args.profile, resume, lambda: needs_by_place(_config(args)))
-    return disk_full.running(run, reserve=args.command in WRITES_RESULTS)
+    return disk_full.recording_stop_of(run, reserve=args.command in WRITES_RESULTS)
 
 
 def main(argv=None) -> int:

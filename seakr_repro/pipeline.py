@@ -177,7 +177,7 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     kernel_env = {**KERNEL_ENV, **kernel_environment(), PROFILE_ENV: profile,
                   NOTEBOOK_ENV: str(Path(notebook).resolve()), PARAMETERS_ENV: json.dumps(parameters or {})}
     # what a disk-full paragraph in the kernel says: the command that resumes, the estimate
-    kernel_env.update(disk_full.kernel_environment(disk_full.current()))
+    kernel_env.update(disk_full.current().kernel_environment())
     out_dir = out_dir or results_dir(profile) / "notebooks"
     with disk_full.writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,7 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
         """The kernel's disk-full paragraph as it showed it; or, for an OSError of a full disk no
         writer translated, the paragraph told here (its file from the error's text, if named)."""
         if e.ename == disk_full.DiskFullError.__name__:
-            return disk_full.DiskFullError.told(e.evalue)
+            return disk_full.DiskFullError(paragraph=e.evalue)
         said = re.match(r"\[Errno (\d+)\][^:]*(?:: '(.+)')?$", e.evalue or "")
         if e.ename in ("OSError", "IOError") and said and int(said[1]) in disk_full.FULL_ERRNOS:
             return disk_full.DiskFullError(said[2], int(said[1]))
@@ -461,7 +461,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
 
     # what a disk-full paragraph says of this run: the command that resumes it, the estimate
     run = disk_full.Run(profile, from_here(command), lambda: needs_by_place(cfg))
-    with hold(results_dir(profile) / LOCK_NAME, command), disk_full.running(run, reserve=True):
+    with hold(results_dir(profile) / LOCK_NAME, command), disk_full.recording_stop_of(run, reserve=True):
         return _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, overrides,
                           cell_timeout, preflight)
 

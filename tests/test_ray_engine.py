@@ -310,7 +310,7 @@ def full_disk_loader(target, cfg, name):
 def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded(cluster, tmp_path, monkeypatch):
     """The paragraph comes from the worker, where the disk filled, with what the driver's command
     said (its resume command and estimate); the driver records the stop for `status`."""
-    from seakr_repro.core import disk_full, paths
+    from seakr_repro.core import disk_full, paths, stop_record
     from seakr_repro.runs.runner import run_method
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path / "results")
@@ -320,7 +320,7 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
     target = tmp_path / "cache" / "calls.sqlite"
     records = [QuestionRecord("q0", "Who wrote q0?", ["Ann"])]
     with pytest.raises(disk_full.DiskFullError) as caught:
-        with disk_full.running(run, reserve=True):
+        with disk_full.recording_stop_of(run, reserve=True):
             fleet = _fleet(cfg, 1, tmp_path, loader=functools.partial(full_disk_loader, str(target)),
                            searcher=FakeSearcher([]))
             try:
@@ -333,7 +333,7 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
     assert f"writing {target}" in text and "No space left on device" in text
     assert f"then resume with: {resume}." in text
     assert "The rest of the profile smoke's run needs up to 5.0 MiB more there" in text
-    stop = disk_full.last_stop(tmp_path / "results" / "smoke")
+    stop = stop_record.last_stop(tmp_path / "results" / "smoke")
     assert stop is not None and stop["resume"] == resume and stop["paragraph"] == text
 
 

@@ -26,6 +26,13 @@ TABLES_DIR = Path(os.environ.get("SEAKR_TABLES_DIR", REPO_ROOT / "tables"))
 RESULTS_ROOT = Path(os.environ.get("SEAKR_RESULTS_DIR", REPO_ROOT / "results"))
 
 
+def written_folders() -> list[tuple[Path, str]]:
+    """The folders this package writes, each with the variable that moves it (as they stand when
+    asked: tests move them)."""
+    return [(RESULTS_ROOT, "SEAKR_RESULTS_DIR"), (CACHE_DIR, "SEAKR_CACHE_DIR"),
+            (FIGURES_DIR, "SEAKR_FIGURES_DIR"), (TABLES_DIR, "SEAKR_TABLES_DIR"), (RAW_DIR, "SEAKR_RAW_DIR")]
+
+
 def setting_path(value: str | os.PathLike) -> Path:
     """A path named by a setting (corpus.tsv_path, prompts.official_repo, ...): absolute as given;
     relative to the repository root, except that `data/raw/...` follows RAW_DIR, so that

@@ -74,7 +74,7 @@ class Fleet:
         self._cls = ray.remote(Worker).options(
             max_restarts=0, max_concurrency=max(1, per_worker), **self.resources)
         # the workers' disk-full paragraph names this run's resume command and estimate
-        self._args = (cfg, loader, searcher, disk_full.portable(disk_full.current()))
+        self._args = (cfg, loader, searcher, disk_full.current().for_another_process())
         # status_path None: results/<profile>/workers.json; False: none (preflight's survey)
         self._status_path = (None if status_path is False else
                              Path(status_path) if status_path else default_status_path(cfg))
