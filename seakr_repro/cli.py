@@ -131,7 +131,7 @@ def cmd_reproduce(args):
 
 
 def cmd_preflight(args):
-    from .commands.preflight import check, run_checks
+    from .runs.preflight import check, run_checks
 
     cfg = _config(args)
     report = run_checks(cfg, strict=args.strict)

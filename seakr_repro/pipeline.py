@@ -487,7 +487,7 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
 
     def execute(nb: Path, planned) -> float:
         if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
-            from .commands.preflight import check
+            from .runs.preflight import check
             check(cfg, announce=progress)
             pending["preflight"] = False
         record()

@@ -80,7 +80,7 @@ def test_the_papers_pace_is_applied_to_its_own_model_only(capsys):
 
 
 def test_preflight_reports_the_work_ahead():
-    from seakr_repro.commands.preflight import Report, note_work
+    from seakr_repro.runs.preflight import Report, note_work
 
     for profile, hours in (("paper", True), ("default", False)):
         report = Report()

@@ -383,7 +383,7 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
 
 def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     from seakr_repro.retrieval import index as index_mod
-    from seakr_repro.commands.preflight import Report, check_cluster
+    from seakr_repro.runs.preflight import Report, check_cluster
 
     cfg = load_config("smoke", {"runner.engine": "ray", "runner.ray_address": "auto"})
     # the workers' data/cache/ is empty (the fixture); the driver's index is where the test says

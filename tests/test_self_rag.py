@@ -311,7 +311,7 @@ def test_read_logprobs_matches_a_forward_pass(tmp_path):
 
 
 def test_preflight_reads_the_input_files(tmp_path):
-    from seakr_repro.commands.preflight import Report, check_self_rag_inputs
+    from seakr_repro.runs.preflight import Report, check_self_rag_inputs
 
     broken = bad_input(tmp_path, lambda rows: rows[1].pop("ctxs"))
     cfg = load_config("smoke", {"datasets.complex": ["bundled-2wiki", "bundled-hotpotqa"], "datasets.simple": [],

@@ -1,5 +1,5 @@
 """How much GPU memory a model needs, by one estimate, and the dtype the faithful baselines load in
-on a card too small for theirs. Preflight (commands/preflight.py) checks a profile with it before a
+on a card too small for theirs. Preflight (runs/preflight.py) checks a profile with it before a
 run; the run grid (runs/grid.py) decides with it when it loads a model: the same numbers, so what
 preflight promised is what the run does."""
 from __future__ import annotations
