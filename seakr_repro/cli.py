@@ -115,9 +115,9 @@ def cmd_reproduce(args):
         step, name, value = parse_param(text)
         parameters.setdefault(step, {})[name] = value
     if args.dry_run:
-        from .core.which_clone import check_one_root
+        from .core.which_clone import checked_repo_root
         from .pipeline import dry_run_report, plan
-        print(f"repository root: {check_one_root()}")
+        print(f"repository root: {checked_repo_root()}")
         print(dry_run_report(plan(args.profile, only=args.only, force=args.force,
                                   parameters=parameters, overrides=overrides)))
         return

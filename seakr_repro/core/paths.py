@@ -5,7 +5,7 @@ One root: the repository holding the package that runs (SEAKR_REPO_ROOT moves it
 hands its notebook kernels that same package and root (`kernel_environment`), so a second clone
 sharing one environment (its editable install pointing at the other clone) never receives half
 of a run, and refuses to start from inside another clone than the one its package is from
-(`core.which_clone.check_one_root`)."""
+(`core.which_clone.checked_repo_root`)."""
 from __future__ import annotations
 
 import os
