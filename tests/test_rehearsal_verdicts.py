@@ -91,22 +91,69 @@ def test_gpu_tests_count_a_collection_error_and_need_a_pass_on_the_gpu():
     assert judge("gpu_tests", skipped, {**EXPECT, "device": "cpu"})["status"] == "ok"
 
 
+PAPER_DECODE = {"named": "graph", "calls": {"graph": 41}, "graph_captures": 41, "graph_replays": 3977}
+
+
 def test_seakr_paper_is_judged_set_by_set_and_every_part_fails_on_memory_outside_torch():
     q = {"seconds": [80.0], "failed": 0}
-    ok = _ran(questions={"2wiki": q, "hotpotqa": q}, not_reached={})
+    ok = _ran(questions={"2wiki": q, "hotpotqa": q}, not_reached={}, decode=PAPER_DECODE)
     got = judge("seakr_paper", ok, EXPECT)
     assert got["status"] == "ok" and got["set_status"] == {"2wiki": "ok", "hotpotqa": "ok"}
-    short = _ran(questions={"2wiki": q}, not_reached={"hotpotqa": {"why": "a hotpotqa question needs about 109 s"}})
+    short = _ran(questions={"2wiki": q}, not_reached={"hotpotqa": {"why": "a hotpotqa question needs about 109 s"}},
+                 decode=PAPER_DECODE)
     got = judge("seakr_paper", short, EXPECT)
     assert got["status"] == "skipped" and got["set_status"] == {"2wiki": "ok", "hotpotqa": "skipped"}
     assert "109 s" in got["why"][0]
-    failed = _ran(questions={"2wiki": q, "hotpotqa": {"seconds": [90.0], "failed": 1}}, not_reached={})
+    failed = _ran(questions={"2wiki": q, "hotpotqa": {"seconds": [90.0], "failed": 1}}, not_reached={},
+                  decode=PAPER_DECODE)
     assert judge("seakr_paper", failed, EXPECT)["set_status"]["hotpotqa"] == "failed"
-    none = _ran(questions={"2wiki": q}, not_reached={})                 # hotpotqa neither ran nor was skipped
+    none = _ran(questions={"2wiki": q}, not_reached={}, decode=PAPER_DECODE)   # hotpotqa neither ran nor was skipped
     assert judge("seakr_paper", none, EXPECT)["status"] == "failed"
     jax = {**ok, "card": {**CARD, "outside_torch_gib": {"worst": 59.9, "worst_at": "after seakr", "end": 59.9}}}
     got = judge("seakr_paper", jax, EXPECT)
     assert got["status"] == "failed" and "59.9 GiB of the card in use outside torch" in got["why"][0]
+
+
+def test_seakr_paper_fails_when_its_decode_calls_ran_elsewhere_than_the_path_it_names():
+    q = {"seconds": [80.0], "failed": 0}
+    expect = {**EXPECT, "paper_decode": "graph"}
+
+    def why(decode):
+        got = judge("seakr_paper", _ran(questions={"2wiki": q, "hotpotqa": q}, not_reached={},
+                                        **({"decode": decode} if decode is not None else {})), expect)
+        return got["status"], " ".join(got.get("why", []))
+    assert why(PAPER_DECODE) == ("ok", "")
+    assert why(None) == ("failed", "no record of the decode path that ran (decode)")
+    # named graph, ran the default path: the fault this rule exists for
+    default = {"named": "one_sync", "calls": {"one_sync": 41}, "graph_captures": 0, "graph_replays": 0}
+    status, text = why(default)
+    assert status == "failed" and "asked for decode path 'graph'" in text
+    status, text = why({**PAPER_DECODE, "calls": {"graph": 40, "one_sync": 1}})
+    assert status == "failed" and "other paths" in text
+    status, text = why({**PAPER_DECODE, "graph_captures": 0, "graph_replays": 0})
+    assert status == "failed" and "did not run as a graph" in text
+    status, text = why({**PAPER_DECODE, "calls": {}})
+    assert status == "failed" and "no decode call ran" in text
+
+
+def test_env_fails_a_torch_or_transformers_the_package_has_not_been_tested_with():
+    from seakr_repro.rehearsal.tested_with import tested_versions
+
+    def env(**installed):
+        pins = {"torch": "2.13.0", "transformers": "5.23.0"}
+        versions = {**pins, **installed}
+        differ = {m: {"installed": v, "pinned": pins[m]} for m, v in installed.items() if v.split("+")[0] != pins[m]}
+        return judge("env", _ran(versions=versions, differ_from_pins=differ, package_modules_not_importing={},
+                                 cuda_available=True), EXPECT)
+    assert env()["status"] == "ok"
+    assert env(torch="2.13.0+cu130")["status"] == "ok"                  # the pin, with its local label
+    got = env(torch="2.11.0+cu130")                                    # the image of fa729e8
+    assert got["status"] == "failed" and "torch 2.11.0+cu130 differs from its pin 2.13.0" in got["why"][0]
+    assert "data/measured/tested_versions.csv" in got["why"][0]
+    assert "2.11.0" not in tested_versions()["torch"]
+    assert env(transformers="9.0.0")["status"] == "failed"
+    for v in tested_versions()["transformers"]:                         # every recorded version passes
+        assert env(transformers=v.replace("*", "0"))["status"] == "ok", v
 
 
 def test_unfinished_and_skipped_parts():
@@ -123,12 +170,31 @@ def test_unfinished_and_skipped_parts():
     assert summary({"parts": {"ray": s, "methods": k}})["exit_status"] == 1
 
 
+GRAPH_ROW = {"ms_per_step": 9.8, "captures_per_call": [1, 1], "replays_per_call": [48, 48], "capture_s": 0.4}
+BENCH_OK = dict(ok=True, paths={"one_sync": {"ms_per_step": 60.0}, "graph": GRAPH_ROW},
+                checks={"one_sync": {"ok": True}, "graph": {"ok": True}})
+
+
 def test_decode_bench_is_ok_only_when_every_path_matches_the_reference():
-    good = _ran(checks={"one_sync": {"ok": True}, "fused": {"ok": True}})
-    assert judge("decode_bench", good, EXPECT)["status"] == "ok"
-    got = judge("decode_bench", _ran(checks={"one_sync": {"ok": True}, "fused": {"ok": False}}), EXPECT)
-    assert got["status"] == "failed" and "['fused']" in got["why"][0]
-    assert judge("decode_bench", _ran(checks={}), EXPECT)["status"] == "failed"
+    assert judge("decode_bench", _ran(**BENCH_OK), EXPECT)["status"] == "ok"
+    got = judge("decode_bench", _ran(**{**BENCH_OK, "ok": False,
+                                        "checks": {"one_sync": {"ok": True}, "graph": {"ok": False}}}), EXPECT)
+    assert got["status"] == "failed" and "['graph']" in got["why"][0]
+    assert judge("decode_bench", _ran(**{**BENCH_OK, "checks": {}}), EXPECT)["status"] == "failed"
+
+
+def test_decode_bench_fails_a_raised_timing_its_own_verdict_and_a_graph_path_that_never_captured():
+    raised = {**BENCH_OK, "ok": False, "paths": {**BENCH_OK["paths"], "one_sync": {"error": "OutOfMemoryError: x"}}}
+    got = judge("decode_bench", _ran(**raised), EXPECT)
+    assert got["status"] == "failed" and any("timed run raised" in w and "OutOfMemoryError" in w for w in got["why"])
+    own = judge("decode_bench", _ran(**{**BENCH_OK, "ok": False}), EXPECT)
+    assert own["status"] == "failed" and own["why"] == ["the benchmark's own verdict is ok = False"]
+    eager = {**GRAPH_ROW, "captures_per_call": [0, 0], "replays_per_call": [0, 0]}
+    never = judge("decode_bench", _ran(**{**BENCH_OK, "paths": {**BENCH_OK["paths"], "graph": eager}}), EXPECT)
+    assert never["status"] == "failed" and "did not run as a graph" in never["why"][0]
+    missing = {**BENCH_OK, "paths": {"one_sync": {"ms_per_step": 60.0}}, "checks": {"one_sync": {"ok": True}}}
+    assert judge("decode_bench", _ran(**missing), EXPECT)["why"] == ["the graph path was not timed"]
+    assert judge("decode_bench", _ran(**missing), {**EXPECT, "device": "cpu"})["status"] == "ok"
 
 
 # ------------------------------------------------------------------ several calls, one report

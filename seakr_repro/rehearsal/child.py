@@ -83,13 +83,27 @@ class PartRun:
         write_json(self.partial_path, json.loads(json.dumps(got, default=str)), indent=1)
 
 
+def simulate_the_card(device: str) -> dict[str, str]:
+    """Where no CUDA exists, what this process runs in place of the card's own, and why (the
+    part's result says so under `simulated`): the graph decode path as the static step."""
+    if is_cuda(device):
+        return {}
+    from ..doubles.simulated_graph import WHY, simulate_graph
+
+    simulate_graph()
+    return {"graph": WHY}
+
+
 def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
     """Run `ctx.name`'s part in this process: its result, with `outcome` (returned or raised),
     the card's record, seconds and the host's peak memory."""
     from .parts import PARTS
 
     t0 = time.perf_counter()
+    simulated = {}
     try:
+        if torch_in_process:
+            simulated = simulate_the_card(ctx.device)
         if torch_in_process and is_cuda(ctx.device):
             ctx.card = card_memory.apply_cap(ctx.opt.memory_cap_gib)
         else:
@@ -111,6 +125,8 @@ def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
     except Exception as e:              # noqa: BLE001  (a broken CUDA state: say so, keep the result)
         got["card_error"] = f"{type(e).__name__}: {e}"[:300]
     got["card"] = {"cap": ctx.card, **ctx.watch.report()}
+    if simulated:
+        got["simulated"] = simulated
     got["seconds"] = round(time.perf_counter() - t0, 1)
     got["host_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     return got

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from ..core.io import write_json
 from ..core.paths import REPO_ROOT
+from ..llm.hf.decode.names import DECODE_SETTINGS
 from . import assumptions as lent
 from .card_memory import MEMORY_CAP_GIB
 from .child import partial_path, read_partial, result_path
@@ -105,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper-questions", type=int, default=3, help="seakr_paper: the most questions per set")
     p.add_argument("--paper-sets", type=_names, default=list(PAPER_SETS),
                    help="seakr_paper: the sets (of 2wiki, hotpotqa)")
+    p.add_argument("--paper-decode", default="graph", choices=DECODE_SETTINGS,
+                   help="seakr_paper: the decode path (model.decode; default graph, simulated as the static "
+                        "step where no CUDA exists: doubles/simulated_graph.py)")
     p.add_argument("--soft-seconds", type=float, default=None,
                    help="seakr_paper: no new question after this (default: while one fits in the part's limit)")
     p.add_argument("--passages", type=int, default=2000, help="synthetic corpus size")
@@ -238,7 +242,7 @@ def expectations(opt: dict) -> dict:
     from .parts.methods import rehearsal_methods
 
     return {"device": opt["device"], "methods": rehearsal_methods(argparse.Namespace(**opt)),
-            "paper_sets": opt["paper_sets"], "gpu_check_rows": "20,10,5"}
+            "paper_sets": opt["paper_sets"], "paper_decode": opt.get("paper_decode"), "gpu_check_rows": "20,10,5"}
 
 
 def save(out: Path, report: dict) -> None:
@@ -311,7 +315,8 @@ def main(argv=None) -> int:
     opt = {"device": a.device, "shape": shape, "memory_cap_gib": a.memory_cap_gib, "work": str(work),
            "questions": a.questions, "sets": a.sets or None, "methods": a.methods,
            "methods_tables": a.methods_tables, "methods_profile": a.methods_profile,
-           "paper_questions": a.paper_questions, "paper_sets": a.paper_sets, "soft_seconds": a.soft_seconds,
+           "paper_questions": a.paper_questions, "paper_sets": a.paper_sets, "paper_decode": a.paper_decode,
+           "soft_seconds": a.soft_seconds,
            "passages": a.passages, "gpu_tests": a.gpu_tests}
     opt_file = work / "options.json"
     write_json(opt_file, opt, indent=1)
