@@ -78,14 +78,16 @@ def run(ctx) -> dict:
     def fits() -> tuple[bool, float]:
         need = question_room(slowest or ctx.estimate.per_question)
         soft = opt.soft_seconds is None or ctx.used() < opt.soft_seconds
-        return soft and ctx.used() + need <= ctx.limit, need
+        # the call's slack (plan.SLACK_FRACTION) is left to what runs over, not spent on more questions
+        return soft and ctx.used() + need <= ctx.limit - getattr(opt, "reserve_s", 0.0), need
 
     for n in range(1, opt.paper_questions + 1):
         for d in sets:
             ok, need = fits()
             if not ok:
                 if n == 1:
-                    out["not_reached"][d] = skip_record("seakr_paper", ctx.shape, need, ctx.limit - ctx.used(),
+                    left = ctx.limit - getattr(opt, "reserve_s", 0.0) - ctx.used()
+                    out["not_reached"][d] = skip_record("seakr_paper", ctx.shape, need, left,
                                                         f"a {d} question")
                 continue
             t0 = time.monotonic()
