@@ -13,6 +13,9 @@ each rule is testable with crafted results (tests/test_rehearsal_verdicts.py). S
   `next_call` runs it;
 - timeout, crashed, killed: never finished (killed: the whole call ended while it ran); what the
   part had measured by then is kept under `partial`.
+env fails a torch or transformers that differs from its pin with no row in the record of tested
+versions (tested_with.py); decode_bench fails a raised timing, its own `ok` false and a graph
+path that never captured; seakr_paper fails decode calls on another path than it names.
 Every part also fails when more than OUTSIDE_TORCH_LIMIT_GIB of the card was in use beyond the
 torch reserved memory of the part's processes, held for two samples in a row (card_memory.py).
 
