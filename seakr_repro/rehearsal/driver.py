@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the parts, in this order (default: the plan's first call for the shape, of "
                         f"{','.join(ONE_CALL)}: plan.calls; also: {','.join(sorted(set(PARTS) - set(ONE_CALL)))})")
     p.add_argument("--budget", type=float, default=None,
-                   help=f"seconds for all parts together (default: their estimates and {SLACK_FRACTION:.0%} of "
+                   help=f"seconds for all parts together (default: their estimates and {SLACK_FRACTION:.0%}% of "
                         "slack: plan.make_call)")
     p.add_argument("--part-seconds", type=_part_seconds, default={},
                    help="a part's own limit, e.g. methods=300 (default: twice its estimate and a minute)")
