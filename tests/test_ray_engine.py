@@ -367,12 +367,12 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
            "workers": [{"worker": 0, "host": "n1", "pid": 11, "gpus": ["0"], "answered": 5,
                         "in_flight": ["q7"], "restarts": 0},
                        {"worker": 1, "host": "n2", "pid": 12, "gpus": ["1"], "answered": 4,
-                        "in_flight": [], "restarts": 1}]}
+                        "in_flight": [], "restarts": 1, "state": "gone: its node died"}]}
     assert workers_status.workers_report(tmp_path) is None                  # no Ray run: nothing to say
     (tmp_path / "workers.json").write_text(json.dumps(doc))
     text = workers_status.workers_report(tmp_path)
     assert "Ray workers (2, cluster local" in text and "not running" not in text
-    assert "| q7 " in text and "n2" in text
+    assert "| q7 " in text and "n2" in text and "| gone: its node died |" in text
     doc["driver_pid"] = gone.pid
     (tmp_path / "workers.json").write_text(json.dumps(doc))
     assert "its driver is not running" in workers_status.workers_report(tmp_path)

@@ -3,14 +3,16 @@ synthetic backend, each model call held a moment by tests/slowed_run.py so that 
 flight), then a node taken away.
 
 - The node the driver runs on (its runtime-env agent killed: the raylet fate-shares with it, as in
-  the issue's report; or, in the slow tier, the raylet itself): one paragraph within 90 s of the
-  kill, exit status 2, whole rows kept, `status` names the stop, and the command the paragraph
-  gives resumes to the rows of an uninterrupted run.
+  the issue's report; in the slow tier also the raylet itself, and the head's GCS server): one
+  paragraph within 90 s of the kill naming what died in Ray's words, exit status 2, whole rows
+  kept, `status` names the stop, and the command the paragraph gives resumes to the rows of an
+  uninterrupted run.
 - A two-node cluster (`ray.cluster_utils.Cluster`, slow tier: two nodes take a while to start)
   losing its worker node to SIGKILL, as a host that is gone: the run goes on with
   the other worker, says once that the cluster shrank (within 90 s of the removal) and ends with
   every question once, the rows of an uninterrupted run.
 """
+import itertools
 import json
 import os
 import signal
@@ -44,6 +46,13 @@ def _rows(results: Path) -> dict:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == len({r["id"] for r in rows}), "a question written twice"
     return {r["id"]: {k: v for k, v in r.items() if k != "seconds"} for r in rows}
+
+
+def _error_paragraph(stderr: str) -> str:
+    """The paragraph the command line printed ("error: " and its indented lines), on one line."""
+    first, *rest = stderr.split("\nerror: ", 1)[1].splitlines()
+    body = [first, *itertools.takewhile(lambda line: line.startswith("  "), rest)]
+    return " ".join(" ".join(body).split())
 
 
 def _count(results: Path) -> int:
@@ -119,33 +128,45 @@ def _runtime_env_agent(driver_pid: int) -> psutil.Process:
     return next(p for p in _raylet(driver_pid).children() if "RuntimeEnv" in " ".join(p.cmdline()))
 
 
-@pytest.mark.parametrize("victim", [
+def _gcs_server(driver_pid: int) -> psutil.Process:
+    """The GCS server of that cluster: its head."""
+    return next(p for p in psutil.Process(driver_pid).children() if p.name() == "gcs_server")
+
+
+DRIVERS_NODE = "the Ray node this run's driver runs on"
+
+
+@pytest.mark.parametrize("victim, said, in_rays_words", [
     # the issue's report: the raylet exits with its agent and tells Ray why
-    "runtime-env agent",
+    (_runtime_env_agent, DRIVERS_NODE, "(Ray: runtime_env_agent failed and raylet fate-shares with it)"),
     # the raylet itself (out of memory, a crash): Ray finds it by its missed health checks
-    pytest.param("raylet", marks=pytest.mark.slow)])
+    pytest.param(_raylet, DRIVERS_NODE, "(Ray: health check failed due to missing too many heartbeats)",
+                 marks=pytest.mark.slow),
+    # the head's GCS: the whole cluster
+    pytest.param(_gcs_server, "the head of the Ray cluster does not answer", "(Connection refused)",
+                 marks=pytest.mark.slow)],
+    ids=["runtime-env agent", "raylet", "gcs"])
 def test_the_drivers_node_dying_ends_in_a_paragraph_and_the_resume_gives_the_uninterrupted_rows(
-        tmp_path, uninterrupted, monkeypatch, victim):
+        tmp_path, uninterrupted, monkeypatch, victim, said, in_rays_words):
     results = tmp_path / "results"
     run = Watched(RUN + RAY, _env(results))
     try:
         run.wait_for(lambda: _count(results) >= 1, timeout=300)
-        doomed = _runtime_env_agent(run.proc.pid) if victim == "runtime-env agent" else _raylet(run.proc.pid)
-        os.kill(doomed.pid, signal.SIGKILL)
+        os.kill(victim(run.proc.pid).pid, signal.SIGKILL)
         killed = time.monotonic()
         rc = run.finish(timeout=MESSAGE_SECONDS + 60)
     finally:
         run.stop()
-    said = run.first("error: The Ray run stopped")
-    assert said is not None, run.stderr()
-    assert said - killed <= MESSAGE_SECONDS
+    told = run.first("error: The Ray run stopped")
+    assert told is not None, run.stderr()
+    assert told - killed <= MESSAGE_SECONDS
     assert rc == 2
-    paragraph = " ".join(run.stderr().split("error: ", 1)[1].split())
+    paragraph = _error_paragraph(run.stderr())
     kept = _rows(results)
     assert 1 <= len(kept) < N
     assert f"Questions kept: {len(kept)} of {N}" in paragraph
     assert f"the other {N - len(kept)} run on resume" in paragraph
-    assert "the Ray node this run's driver runs on" in paragraph and "died (Ray: " in paragraph
+    assert paragraph.startswith(f"The Ray run stopped: {said}") and in_rays_words in paragraph
     assert {qid: uninterrupted[qid] for qid in kept} == kept          # the rows kept are whole and right
 
     from seakr_repro.commands import status
@@ -153,7 +174,7 @@ def test_the_drivers_node_dying_ends_in_a_paragraph_and_the_resume_gives_the_uni
 
     monkeypatch.setattr(status, "_results", lambda cfg: results / "smoke")
     resume = paragraph.split("then resume with: ", 1)[1].rstrip(".")
-    assert f"; resume with: {resume}" in status.report(load_config("smoke")).split("stopped: the Ray node", 1)[1]
+    assert f"; resume with: {resume}" in status.report(load_config("smoke")).split(f"stopped: {said}", 1)[1]
 
     # the command as printed, in a shell, without this test's environment for the folders
     subprocess.run(["bash", "-c", resume], cwd=tmp_path, env=_env(tmp_path / "elsewhere"), check=True,

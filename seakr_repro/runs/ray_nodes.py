@@ -132,8 +132,9 @@ class ClusterLost(UserError):
                 "run the same command or notebook again: finished questions are not redone")
         return repo_relative_text(
             f"The Ray run stopped: {self.what}. {kept}. Fix: bring the node back or start the "
-            "cluster again (`ray status` lists the nodes; /tmp/ray/session_latest/logs/raylet.out on "
-            f"a node that died says why, e.g. out of memory), or set runner.ray_address: local; then {then}.")
+            "cluster again (`ray status` lists the nodes; on a node that died, raylet.out, or "
+            "gcs_server.out on the head, under /tmp/ray/session_latest/logs/ says why, e.g. out of "
+            f"memory), or set runner.ray_address: local; then {then}.")
 
     def record_stop(self) -> None:
         """results/<profile>/last-stop.json for `status`; nothing where no profile is known or it
