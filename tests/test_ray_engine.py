@@ -132,6 +132,26 @@ def test_a_bad_address_is_one_clear_error_at_once():
         ray_cluster._reachable("headnode")
 
 
+def test_while_ray_joins_its_node_a_stop_is_already_recorded_and_cleared_once_joined(tmp_path, monkeypatch):
+    """A raylet dying inside `ray.init` ends the process in Ray: `status` must already say so."""
+    from seakr_repro.core import disk_full, paths
+
+    monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    during = []
+    monkeypatch.setattr(ray, "init", lambda **kw: during.append(disk_full.last_stop(tmp_path / "smoke")))
+    cfg = load_config("smoke", {"runner.engine": "ray"})
+    with disk_full.running(disk_full.Run("smoke", "the resume command"), reserve=True):
+        assert ray_cluster.connect(cfg)
+    assert during[0]["stopped"] == ("Ray ended the driver while it joined the Ray node this run started (its "
+                                    "node failed as it started; Ray's own last line says why)")
+    assert during[0]["resume"] == "the resume command"
+    assert disk_full.last_stop(tmp_path / "smoke") is None            # joined: nothing stopped
+    with disk_full.running(disk_full.Run("other", "x")):               # a command that writes no results
+        assert ray_cluster.connect(cfg)
+    assert len(during) == 2 and not (tmp_path / "other").exists()
+
+
 def test_a_cuda_profile_on_a_cluster_without_gpus_is_one_clear_error(cluster, tmp_path):
     cfg = load_config("paper", {"runner.engine": "ray"})           # model.device: cuda
     with pytest.raises(UserError, match="model.device is cuda but the Ray cluster has no GPU"):
