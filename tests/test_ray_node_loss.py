@@ -136,20 +136,21 @@ def _gcs_server(driver_pid: int) -> psutil.Process:
 DRIVERS_NODE = "the Ray node this run's driver runs on"
 
 
-@pytest.mark.parametrize("victim, said, in_rays_words", [
+@pytest.mark.parametrize("victim, said, in_rays_words, hold", [
     # the report: the raylet exits with its agent and tells Ray why
-    (_runtime_env_agent, DRIVERS_NODE, "(Ray: runtime_env_agent failed and raylet fate-shares with it)"),
+    (_runtime_env_agent, DRIVERS_NODE, "(Ray: runtime_env_agent failed and raylet fate-shares with it)", "0.3"),
     # the raylet itself (out of memory, a crash): Ray finds it by its missed health checks
-    pytest.param(_raylet, DRIVERS_NODE, "(Ray: health check failed due to missing too many heartbeats)",
+    pytest.param(_raylet, DRIVERS_NODE, "(Ray: health check failed due to missing too many heartbeats)", "0.3",
                  marks=pytest.mark.slow),
-    # the head's GCS: the whole cluster
-    pytest.param(_gcs_server, "the head of the Ray cluster does not answer", "(Connection refused)",
+    # the head's GCS, and so the cluster: the workers still answer (nothing new is placed), so the
+    # calls are held longer than the 20 s the head may stay silent
+    pytest.param(_gcs_server, "the head of the Ray cluster does not answer", "(Connection refused, for ", "1.0",
                  marks=pytest.mark.slow)],
     ids=["runtime-env agent", "raylet", "gcs"])
 def test_the_drivers_node_dying_ends_in_a_paragraph_and_the_resume_gives_the_uninterrupted_rows(
-        tmp_path, uninterrupted, monkeypatch, victim, said, in_rays_words):
+        tmp_path, uninterrupted, monkeypatch, victim, said, in_rays_words, hold):
     results = tmp_path / "results"
-    run = Watched(RUN + RAY, _env(results))
+    run = Watched(RUN + RAY, _env(results, SEAKR_TEST_CALL_SECONDS=hold))
     try:
         run.wait_for(lambda: _count(results) >= 1, timeout=300)
         os.kill(victim(run.proc.pid).pid, signal.SIGKILL)

@@ -22,8 +22,10 @@ from pathlib import Path
 from ..core.errors import UserError
 
 POLL_SECONDS = 5.0          # how often a waiting driver asks Ray which nodes are alive
-REFUSALS = 2                # refused connections in a row before the head is taken for gone
-CONNECT_SECONDS = 2.0       # a connection to the head that takes longer counts as refused
+# a head silent this long is gone: well within the minute after which Ray ends a driver whose
+# head is gone, and long enough that a blip of the network stops nothing
+HEAD_SILENT_SECONDS = 20.0
+CONNECT_SECONDS = 2.0       # a connection to the head that takes longer counts as no answer
 
 
 def node_name(node: dict) -> str:
@@ -59,7 +61,7 @@ class NodeWatch:
         self.head = context.gcs_address
         self.poll = poll
         self._next = 0.0
-        self._refused = 0
+        self._silent_since: float | None = None
         # nodes dead before this run started stay listed a while: they are not this run's losses
         self.dead: dict[str, dict] = {n["NodeID"]: n for n in ray.nodes() if not n.get("Alive")}
 
@@ -69,7 +71,8 @@ class NodeWatch:
         if not now and time.monotonic() < self._next:
             return []
         self._next = time.monotonic() + self.poll
-        self._head_answers()
+        if not self._head_answers():
+            return []                # ray.nodes() would wait on a head that does not answer
         import ray
 
         found = [n for n in ray.nodes() if not n.get("Alive") and n["NodeID"] not in self.dead]
@@ -80,20 +83,21 @@ class NodeWatch:
                                   f"(Ray: {death_words(node)})")
         return found
 
-    def _head_answers(self) -> None:
-        """A head that refuses REFUSALS connections in a row is gone (`ray.nodes()` would wait on
-        it until Ray ends this process)."""
+    def _head_answers(self) -> bool:
+        """Whether the head answers at its address; one silent for HEAD_SILENT_SECONDS is gone."""
         host, _, port = str(self.head).rpartition(":")
         try:
-            socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
-            self._refused = 0
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
         except OSError as err:
-            self._refused += 1
-            if self._refused < REFUSALS:
-                time.sleep(0.5)
-                return self._head_answers()
+            now = time.monotonic()
+            self._silent_since = self._silent_since or now
+            if now - self._silent_since < HEAD_SILENT_SECONDS:
+                return False
             raise ClusterLost(f"the head of the Ray cluster does not answer at {self.head} "
-                              f"({err.strerror or err}): its GCS, and so the cluster, is gone") from None
+                              f"({err.strerror or err}, for {now - self._silent_since:.0f} s): its GCS, "
+                              "and so the cluster, is gone") from None
+        self._silent_since = None
+        return True
 
 
 class ClusterLost(UserError):
