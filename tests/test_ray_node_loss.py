@@ -166,7 +166,7 @@ def test_the_drivers_node_dying_ends_in_a_paragraph_and_the_resume_gives_the_uni
     kept = _rows(results)
     assert 1 <= len(kept) < N
     assert f"Questions kept: {len(kept)} of {N}" in paragraph
-    assert f"the other {N - len(kept)} run on resume" in paragraph
+    assert f"left for the resume: {N - len(kept)}." in paragraph
     assert paragraph.startswith(f"The Ray run stopped: {said}") and in_rays_words in paragraph
     assert {qid: uninterrupted[qid] for qid in kept} == kept          # the rows kept are whole and right
 

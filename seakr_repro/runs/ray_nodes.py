@@ -130,8 +130,7 @@ class ClusterLost(UserError):
             kept = "Every question finished before is kept in its run file"
         else:
             kept = (f"Questions kept: {self.kept} of {self.total}" + (f", in {self.file}" if self.file else "")
-                    + " (each finished one whole, once); the other "
-                    f"{self.total - self.kept} run on resume")
+                    + f" (each finished one whole, once); left for the resume: {self.total - self.kept}")
         then = (f"resume with: {self.run.resume}" if self.run.resume else
                 "run the same command or notebook again: finished questions are not redone")
         return repo_relative_text(
