@@ -62,13 +62,13 @@ def last_stop(results: str | Path) -> dict | None:
 
 
 def stop_line(record: dict) -> str:
-    """'stopped: disk full at <time> [in step <NN>] writing <path> on <mount> (<free> free then);
-    resume with: <command>'."""
+    """'stopped: <what> at <time> [in step <NN>] [writing <path> on <mount> (<free> free then)];
+    resume with: <command>' (<what>: "disk full", or what else stopped the run)."""
     step = f" in step {record['step']}" if record.get("step") else ""
     where = f" writing {record['path']}" if record.get("path") else ""
     if record.get("mount"):
         free = record.get("free")
         where += f" on {record['mount']}" + (f" ({human_bytes(free)} free then)" if free is not None else "")
     resume = record.get("resume") or "the command (or notebook) that stopped, again"
-    return paths.repo_relative_text(f"stopped: disk full at {record.get('at', '?')}{step}{where}; "
+    return paths.repo_relative_text(f"stopped: {record['stopped']} at {record.get('at', '?')}{step}{where}; "
                                     f"resume with: {resume}")
