@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm check smoke bench scale-check gpu-rehearsal gpu-rehearsal-pack figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm check smoke bench scale-check gpu-rehearsal gpu-rehearsal-pack gpu-rehearsal-cold-start figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -84,8 +84,11 @@ scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shape
 	$(PY) -m seakr_repro bench scale-check $(SCALE_CHECK_ARGS)
 
 REHEARSAL_OUT ?= results/gpu-rehearsal
-gpu-rehearsal:  ## the GPU rehearsal, ONE device call of ~10 GPU minutes: run "bash scripts/gpu_rehearsal.sh $OUT", carry .gpu-rehearsal, timeout_s 540 (docs/measurements.md); DEVICE=cpu runs it here
+gpu-rehearsal:  ## the GPU rehearsal's first device call: run "bash scripts/gpu_rehearsal.sh $OUT", carry .gpu-rehearsal, timeout_s 396, then its report's next_call (docs/measurements.md; python -m seakr_repro.rehearsal.plan); DEVICE=cpu runs every part here
 	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_rehearsal.sh $(REHEARSAL_OUT)
+
+gpu-rehearsal-cold-start: $(STAMP)  ## here, with the machine idle: time the parts' process start, imports and bytecode compile from a pack without bytecode into data/measured/rehearsal_cold_start.json (plan.py reads it; then python -m seakr_repro.rehearsal.plan)
+	$(PY) -m seakr_repro.rehearsal.cold_start
 
 gpu-rehearsal-pack: $(STAMP)  ## here, on CPU, before the GPU call: pack what a GPU machine lacks (Ray among them) and the commit into .gpu-rehearsal/; RAY=auto leaves Ray out if it does not fit
 	PY="$(PY)" PIP="$(PY) -m pip" bash scripts/gpu_rehearsal_pack.sh

@@ -36,6 +36,8 @@ mib() { echo "$(($1 / 1024 / 1024)) MiB ($1 bytes)"; }
 
 # unpack REQUIREMENTS into TMP/NAME: wheels for the GPU machine, installed into one folder, the
 # compiled code stripped, what nothing runs (C sources, stubs, bytecode, console scripts) left out;
+# bytecode is made for one Python version and this Python is not the machine's, so the call
+# compiles it for the machine's own at its start (scripts/gpu_rehearsal.sh, counted in plan.py);
 # prints the manifest (NAME==VERSION a line), its progress goes to stderr
 site() {
     local reqs=$1 name=$2

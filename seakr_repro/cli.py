@@ -115,9 +115,9 @@ def cmd_reproduce(args):
         step, name, value = parse_param(text)
         parameters.setdefault(step, {})[name] = value
     if args.dry_run:
-        from .core.which_clone import check_one_root
+        from .core.which_clone import checked_repo_root
         from .pipeline import dry_run_report, plan
-        print(f"repository root: {check_one_root()}")
+        print(f"repository root: {checked_repo_root()}")
         print(dry_run_report(plan(args.profile, only=args.only, force=args.force,
                                   parameters=parameters, overrides=overrides)))
         return
@@ -131,7 +131,7 @@ def cmd_reproduce(args):
 
 
 def cmd_preflight(args):
-    from .commands.preflight import check, run_checks
+    from .runs.preflight import check, run_checks
 
     cfg = _config(args)
     report = run_checks(cfg, strict=args.strict)
@@ -375,9 +375,9 @@ def _said_to_disk_full(args, argv):
     words = list(sys.argv[1:] if argv is None else argv)
     resume = from_here(python_command(["-m", "seakr_repro", *words]))
     if getattr(args, "profile", None) is None:      # bench, nbstrip: no profile, no estimate
-        return disk_full.running(disk_full.Run(resume=resume))
+        return disk_full.recording_stop_of(disk_full.Run(resume=resume))
     run = disk_full.Run(args.profile, resume, lambda: needs_by_place(_config(args)))
-    return disk_full.running(run, reserve=args.command in WRITES_RESULTS)
+    return disk_full.recording_stop_of(run, reserve=args.command in WRITES_RESULTS)
 
 
 def main(argv=None) -> int:

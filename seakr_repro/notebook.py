@@ -250,7 +250,7 @@ def _tell_disk_full(profile: str | None, notebook: str) -> None:
     from .core import disk_full
 
     if profile:
-        disk_full.set_run(disk_full.from_environment(profile, notebook))
+        disk_full.set_run(disk_full.Run.from_environment(profile, notebook))
 
 
 # ------------------------------------------------------------------ inline figures and text

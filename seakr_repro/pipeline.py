@@ -33,7 +33,7 @@ from .core.device import compute
 from .core.errors import UserError
 from .core import disk_full
 from .core.io import atomic_open, read_json, write_json
-from .core.which_clone import check_one_root
+from .core.which_clone import checked_repo_root
 from .core.paths import NOTEBOOKS_DIR, kernel_environment, results_dir
 from .core.resume import PATH_ENV, from_here, python_command  # noqa: F401 - PATH_ENV: a public name here too
 
@@ -177,7 +177,7 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
     kernel_env = {**KERNEL_ENV, **kernel_environment(), PROFILE_ENV: profile,
                   NOTEBOOK_ENV: str(Path(notebook).resolve()), PARAMETERS_ENV: json.dumps(parameters or {})}
     # what a disk-full paragraph in the kernel says: the command that resumes, the estimate
-    kernel_env.update(disk_full.kernel_environment(disk_full.current()))
+    kernel_env.update(disk_full.current().kernel_environment())
     out_dir = out_dir or results_dir(profile) / "notebooks"
     with disk_full.writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,7 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
         """The kernel's disk-full paragraph as it showed it; or, for an OSError of a full disk no
         writer translated, the paragraph told here (its file from the error's text, if named)."""
         if e.ename == disk_full.DiskFullError.__name__:
-            return disk_full.DiskFullError.told(e.evalue)
+            return disk_full.DiskFullError(paragraph=e.evalue)
         said = re.match(r"\[Errno (\d+)\][^:]*(?:: '(.+)')?$", e.evalue or "")
         if e.ename in ("OSError", "IOError") and said and int(said[1]) in disk_full.FULL_ERRNOS:
             return disk_full.DiskFullError(said[2], int(said[1]))
@@ -379,8 +379,8 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
         now = graph.outputs_now(step, roots, files_of(nb.stem)) if step.outputs is not None else None
         why = graph.reasons(recorded, inputs) + (graph.output_reasons(recorded, now) if now else [])
         if recorded and "code" in recorded and recorded.get("graph") != graph.GRAPH_VERSION:
-            # a stamp from before content hashes recorded the stamps of the steps it read: one of
-            # them run since (or in this run) is the old rule's reason, still valid for it
+            # a stamp of an earlier GRAPH_VERSION recorded the stamps of the steps it read, not their
+            # content: one of them run since (or in this run) is its reason to run
             ran = [r for r, d in (recorded.get("inputs") or {}).items() if d != stamps.get(r)]
             if ran:
                 why.append("a step it reads ran again since its stamp (from before content hashes): "
@@ -415,9 +415,9 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
             stamps[nb.stem] = graph.digest(inputs)
         elif planned.action == "up-to-date" and execute is not None and recorded \
                 and recorded.get("graph") != graph.GRAPH_VERSION and now is not None:
-            # a stamp from before content hashes: what the step read and wrote, recorded now
-            # (it is up to date by every input it did record), so the next change is judged by content
-            # (its old digest kept: the old stamps of steps that read it recorded that one)
+            # a stamp of an earlier GRAPH_VERSION: what the step read and wrote, recorded now (it is
+            # up to date by every input it did record), so the next change is judged by content
+            # (its digest kept: the stamps of steps that read it recorded that one)
             _stamp(res, nb.stem, inputs, now, {k: recorded[k] for k in ("seconds", "finished", "digest")
                                                if k in recorded})
     if execute is not None:
@@ -446,7 +446,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
     `cell_timeout` (seconds) overrides reproduce.cell_timeout; it does not enter the stamps.
     With `preflight`, everything the profile needs is checked before the first step that runs
     (`preflight.check`): all missing pieces in one error, before anything long starts."""
-    root = check_one_root()
+    root = checked_repo_root()
     cfg: Config = load_config(profile, overrides)
     command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress,
                                 parameters)
@@ -461,7 +461,7 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
 
     # what a disk-full paragraph says of this run: the command that resumes it, the estimate
     run = disk_full.Run(profile, from_here(command), lambda: needs_by_place(cfg))
-    with hold(results_dir(profile) / LOCK_NAME, command), disk_full.running(run, reserve=True):
+    with hold(results_dir(profile) / LOCK_NAME, command), disk_full.recording_stop_of(run, reserve=True):
         return _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, overrides,
                           cell_timeout, preflight)
 
@@ -487,7 +487,7 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
 
     def execute(nb: Path, planned) -> float:
         if pending["preflight"]:     # once, before the first step that runs (none: nothing to check)
-            from .commands.preflight import check
+            from .runs.preflight import check
             check(cfg, announce=progress)
             pending["preflight"] = False
         record()

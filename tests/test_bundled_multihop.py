@@ -127,9 +127,10 @@ def test_2wiki_format_and_counts(twowiki):
 
 
 def test_2wiki_comparisons_answer_one_of_the_two(twowiki):
-    for q in twowiki:
-        if q["type"] == "comparison":
-            assert normalize(q["answer"]) in normalize(q["question"]), q["_id"]
+    comparisons = [q for q in twowiki if q["type"] == "comparison"]
+    assert comparisons
+    for q in comparisons:
+        assert normalize(q["answer"]) in normalize(q["question"]), q["_id"]
 
 
 def test_2wiki_aliases_file(twowiki, twowiki_aliases):
@@ -171,9 +172,10 @@ def test_hotpot_format_and_counts(hotpot):
 
 
 def test_hotpot_comparisons_answer_one_of_the_two(hotpot):
-    for q in hotpot:
-        if q["type"] == "comparison":
-            assert normalize(q["answer"]) in normalize(q["question"]), q["_id"]
+    comparisons = [q for q in hotpot if q["type"] == "comparison"]
+    assert comparisons
+    for q in comparisons:
+        assert normalize(q["answer"]) in normalize(q["question"]), q["_id"]
 
 
 def test_hotpot_grounded_in_corpus(hotpot, corpus):

@@ -157,12 +157,17 @@ def test_base_yaml_states_the_code_constants():
     assert base["seed"] == defaults.SEED and u["delta"] == OFFICIAL_DELTA
 
 
-def test_runner_engine_takes_its_choices_from_the_engines_module(monkeypatch):
-    """The schema has no copy of the engines' names: it asks runs.engine_choice, which opens them."""
-    from seakr_repro.runs import engine_choice
+def test_runner_engine_is_one_the_engine_module_opens():
+    """One list of engines (core.setting_choices): each one the schema accepts, runs.engine_choice
+    opens; an unknown one is refused by the schema, naming them."""
+    from seakr_repro.core.setting_choices import ENGINES
+    from seakr_repro.runs.engine_choice import engine_of
 
+    for name in ENGINES:
+        assert engine_of(load_config("smoke", {"runner.engine": name})) == name
     with pytest.raises(UserError) as err:
         load_config("smoke", {"runner.engine": "dask"})
     assert "runner.engine" in err.value.paragraph() and "'local' or 'ray'" in err.value.paragraph()
-    monkeypatch.setattr(engine_choice, "ENGINES", (*engine_choice.ENGINES, "dask"))
-    assert load_config("smoke", {"runner.engine": "dask"})["runner.engine"] == "dask"
+    with pytest.raises(UserError) as err:             # a config the schema did not check
+        engine_of({"runner.engine": "dask"})
+    assert "use local (this process) or ray (Ray workers, one model each)" in err.value.paragraph()

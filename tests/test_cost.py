@@ -75,7 +75,7 @@ def test_a_step_adds_only_the_questions_an_earlier_step_did_not_ask_of_a_shared_
 
 
 def test_the_preflight_line_keeps_the_papers_arithmetic():
-    from seakr_repro.commands.preflight import Report, note_work
+    from seakr_repro.runs.preflight import Report, note_work
 
     for profile, hours in (("paper", True), ("default", False)):
         report = Report()

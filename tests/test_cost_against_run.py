@@ -18,7 +18,7 @@ import pytest
 
 from seakr_repro.core.paths import CACHE_DIR, REPO_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""The transformers backend's jobs apart: decode paths as strategies behind one interface (named in a
-module without torch, which the settings schema reads), the out-of-memory retry as one mechanism,
+"""The transformers backend's jobs apart: decode paths as strategies behind one interface (their names
+in core, which the settings schema reads), the out-of-memory retry as one mechanism,
 the prefix cache as its own class. Fast: a tiny random LLaMA, or no model at all."""
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from seakr_repro.llm.hf.oom import OutOfMemoryRetry
 def test_every_decode_path_name_has_its_strategy():
     assert tuple(paths.STRATEGIES) == DECODE_PATHS
     assert all(paths.strategy(n).name == n for n in DECODE_PATHS)
-    assert DECODE_SETTINGS == ("auto",) + DECODE_PATHS and resolve("auto") == "one_sync"
+    # a setting is a path or auto, which names one of them (the documented default)
+    assert set(DECODE_SETTINGS) == {"auto", *DECODE_PATHS} and resolve("auto") == "one_sync"
+    assert all(resolve(n) == n for n in DECODE_PATHS)
 
 
 def test_the_names_module_imports_no_torch():
@@ -30,17 +32,16 @@ def test_the_names_module_imports_no_torch():
     assert got.stdout.strip() == ",".join(DECODE_PATHS)
 
 
-def test_the_settings_schema_takes_the_decode_paths_from_the_names_module(monkeypatch):
-    from seakr_repro.llm.hf.decode import names
+def test_the_settings_schema_accepts_every_decode_path_and_no_other():
+    from seakr_repro.core import setting_choices
 
     for name in DECODE_SETTINGS:
         assert load_config("smoke", {"model.decode": name})["model.decode"] == name
     with pytest.raises(UserError) as err:
         load_config("smoke", {"model.decode": "graphs"})
     assert "model.decode" in err.value.paragraph() and "'one_sync'" in err.value.paragraph()
-    # one definition: a name added there is a valid setting here
-    monkeypatch.setattr(names, "DECODE_SETTINGS", DECODE_SETTINGS + ("newpath",))
-    assert load_config("smoke", {"model.decode": "newpath"})["model.decode"] == "newpath"
+    # one definition, in core, which the schema and the backend both read
+    assert DECODE_SETTINGS is setting_choices.DECODE_SETTINGS and DECODE_PATHS is setting_choices.DECODE_PATHS
 
 
 @pytest.fixture(scope="module")

@@ -234,3 +234,71 @@ def test_static_buffers_fit_the_24_gib_plan_at_the_paper_shape(pair):
     lay = cache.layers[0].keys
     assert made.nbytes() == static_path.suffix_bytes(len(cache.layers), 7, lay.shape[1], 11,
                                                      lay.shape[3], lay.element_size())
+
+
+# --- the static suffix cache against what transformers' model code may ask of a cache -------------
+def _suffix_cache_and_dynamic_reference(pair, rows=3, n=6):
+    """A tiny LLaMA under transformers' own sdpa attention (which builds its mask from the cache's
+    answers): the same tokens decoded one at a time from an empty cache, once over a
+    StaticSuffixCache, once over transformers' DynamicCache. Positions come from the cache too
+    (no position_ids), so each pass asks the cache its sequence length, mask sizes and layers."""
+    from transformers import DynamicCache
+
+    default, _ = pair
+    model = default.model
+    torch.manual_seed(1)
+    ids = torch.randint(5, len(default.tokenizer), (rows, n))
+    like, _ = default.prefill(default._encode(PROMPTS[0]))
+    static = static_path.StaticSuffixCache(like, rows=rows, slots=n)
+    dynamic = DynamicCache()
+    got, want = [], []
+    before = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        with torch.no_grad():
+            for j in range(n):
+                got.append(model(input_ids=ids[:, j:j + 1], past_key_values=static, use_cache=True).logits)
+                static.step.add_(1)              # what StaticStep.run does after each pass
+                want.append(model(input_ids=ids[:, j:j + 1], past_key_values=dynamic, use_cache=True).logits)
+    finally:
+        model.set_attn_implementation(before)
+    return static, torch.cat(got, 1), torch.cat(want, 1)
+
+
+def test_the_static_suffix_cache_answers_the_model_code_as_a_transformers_cache(pair):
+    """transformers' mask code asks a cache its query offset and mask sizes, the model its sequence
+    length for positions, a hybrid model its layers' kinds: answered as a cache of the same tokens
+    would be, so a LLaMA decodes over it exactly as over DynamicCache."""
+    static, got, want = _suffix_cache_and_dynamic_reference(pair)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    n_layers = pair[0].n_layers
+    assert len(static) == n_layers and static.is_sliding == [False] * n_layers
+    assert int(static.get_seq_length()) == 6 and static.get_mask_sizes(1, 0) == (6, 0)
+    assert static.get_max_length() == 6
+
+
+def test_the_static_suffix_cache_never_synchronises_when_asked_its_length(pair):
+    from transformers.masking_utils import create_causal_mask
+
+    import copy
+
+    static = _suffix_cache_and_dynamic_reference(pair, n=2)[0]
+    cfg = copy.deepcopy(pair[0].model.config)
+    cfg._attn_implementation = "sdpa"          # an attention whose mask transformers builds from the cache
+    with NoHostSync():
+        length = static.get_seq_length()
+        create_causal_mask(config=cfg, inputs_embeds=torch.zeros(3, 1, cfg.hidden_size), attention_mask=None,
+                           past_key_values=static, position_ids=torch.zeros(3, 1, dtype=torch.long))
+    assert isinstance(length, torch.Tensor)
+
+
+@pytest.mark.parametrize("call", ["crop", "reorder_cache", "batch_select_indices", "batch_repeat_interleave",
+                                  "offload"])
+def test_what_fixed_buffers_cannot_do_is_refused_by_name(pair, call):
+    default, _ = pair
+    like, _ = default.prefill(default._encode(PROMPTS[0]))
+    static = static_path.StaticSuffixCache(like, rows=2, slots=4)
+    args = {"crop": (1,), "reorder_cache": (torch.tensor([1, 0]),), "batch_select_indices": (torch.tensor([0]),),
+            "batch_repeat_interleave": (2,), "offload": (0,)}[call]
+    with pytest.raises(NotImplementedError, match="static suffix cache"):
+        getattr(static, call)(*args)

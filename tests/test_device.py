@@ -132,7 +132,7 @@ def test_gpu_calls_are_cached_apart_from_the_cpus(tmp_path):
 
 
 def test_preflight_checks_the_gpu_that_auto_picks(gpu, monkeypatch):
-    from seakr_repro.commands import preflight
+    from seakr_repro.runs import preflight
 
     GiB = 1024 ** 3
     monkeypatch.setattr(gpu.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=GiB // 4))

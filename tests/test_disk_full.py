@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from full_disk import FullDisk
-from seakr_repro.core import disk_full, paths
+from seakr_repro.core import disk as fs
+from seakr_repro.core import disk_full, paths, stop_record
 from seakr_repro.core.disk_full import DiskFullError
 from seakr_repro.runs.runner import read_results, run_method
 from test_runner import RECORDS, EchoMethod, scorer
@@ -60,12 +61,12 @@ def test_a_run_file_keeps_whole_questions_and_the_same_command_resumes(roots):
     run = disk_full.Run("smoke", "cd /repo && python -m seakr_repro run --profile smoke -n 6",
                         lambda: [("run files", 321 * 1024, out.parent), ("LLM call cache", 5 << 20, Path("/"))])
     # room for two questions and half of the third
-    with pytest.raises(DiskFullError) as err, disk_full.running(run, reserve=True), \
+    with pytest.raises(DiskFullError) as err, disk_full.recording_stop_of(run, reserve=True), \
             FullDisk(paths.RESULTS_ROOT, 2 * line + line // 2 + 64) as disk:
         run_method(EchoMethod(), RECORDS[:6], out, scorer=scorer, progress=False)
     assert disk.torn >= 1                            # the third line went half onto the disk
     text = _said(err.value.paragraph())
-    mount = disk_full.mount_of(out)
+    mount = fs.mount_of(out)
     assert text.startswith(f"The disk is full: writing {out} failed (No space left on device) on the "
                            f"file system mounted at {mount}, which has ")
     # preflight's estimate, the part of it that goes to this disk (the call cache's place is elsewhere
@@ -78,9 +79,9 @@ def test_a_run_file_keeps_whole_questions_and_the_same_command_resumes(roots):
     # nothing finished lost, nothing torn left: two whole questions
     assert [r["id"] for r in _only_whole_lines(out)] == ["q00", "q01"]
     # status's record of the stop, written into the space reserved when the command started
-    stop = disk_full.last_stop(paths.RESULTS_ROOT / "smoke")
+    stop = stop_record.last_stop(paths.RESULTS_ROOT / "smoke")
     assert stop["path"] == str(out) and stop["resume"] == run.resume
-    line_shown = disk_full.stop_line(stop)
+    line_shown = stop_record.stop_line(stop)
     assert line_shown.startswith("stopped: disk full at ") and f"writing {out} on {mount}" in line_shown
     assert line_shown.endswith("resume with: " + run.resume)
 
@@ -216,10 +217,10 @@ def test_a_full_call_cache_says_so_once_and_the_run_goes_on(roots, capsys):
     warned = capsys.readouterr().err
     assert warned.count("warning:") == 1
     said = _said(warned)
-    size = disk_full.tree_bytes(root)[0]
+    size = fs.tree_bytes(root)[0]
     assert said.startswith("warning: the LLM call cache cannot store new calls: the disk holding it is full.")
-    assert f"It lives in {root} (" in said and f"on the file system mounted at {disk_full.mount_of(root)}" in said
-    assert disk_full.human_bytes(size) in said
+    assert f"It lives in {root} (" in said and f"on the file system mounted at {fs.mount_of(root)}" in said
+    assert fs.human_bytes(size) in said
     assert "point SEAKR_CACHE_DIR at a disk with room" in said and "set cache.must_keep: true" in said
 
 
@@ -298,22 +299,58 @@ def test_the_lock_and_the_records(roots):
         io.write_json(res / "stamps" / "00.json", {"a": 2, "b": "x" * 100})
     assert json.loads((res / "stamps" / "00.json").read_text()) == {"a": 1}
     # the stop record needs no room: it is written into the space reserved at the start
-    disk_full.reserve_stop_record("smoke")
+    stop_record.reserve("smoke")
     run = disk_full.Run("smoke", "python -m seakr_repro run ...")
     with FullDisk(res, 0) as disk, pytest.raises(DiskFullError):
-        with disk_full.running(run):
+        with disk_full.recording_stop_of(run):
             io.write_json(res / "x.json", {"a": 1})
-    assert disk.refused == 1 and disk_full.last_stop(res)["resume"] == "python -m seakr_repro run ..."
-    disk_full.reserve_stop_record("smoke")                    # the next command starts: cleared
-    assert disk_full.last_stop(res) is None
+    assert disk.refused == 1 and stop_record.last_stop(res)["resume"] == "python -m seakr_repro run ..."
+    stop_record.reserve("smoke")                    # the next command starts: cleared
+    assert stop_record.last_stop(res) is None
 
 
 def test_an_enospc_no_writer_translated_still_ends_in_the_paragraph(roots):
     """A library's own write inside a command (say a download into the cache)."""
     with pytest.raises(DiskFullError) as err:
-        with disk_full.running(disk_full.Run("smoke")):
+        with disk_full.recording_stop_of(disk_full.Run("smoke")):
             raise OSError(errno.ENOSPC, "No space left on device", str(paths.CACHE_DIR / "models" / "m.bin"))
     assert f"writing {paths.CACHE_DIR / 'models' / 'm.bin'} failed" in _said(str(err.value))
+
+
+def test_an_error_crossing_processes_is_its_paragraph_and_is_recorded_once(roots):
+    """A Ray worker's error reaches its driver as the worker's paragraph; the driver records the
+    stop unless the worker did (a notebook kernel records its own)."""
+    import pickle
+
+    worker = disk_full.Run("smoke", "python -m seakr_repro run ...", [("run files", 5 << 20, paths.RESULTS_ROOT)])
+    disk_full.set_run(worker.for_another_process())
+    try:
+        sent = pickle.dumps(DiskFullError(paths.RESULTS_ROOT / "smoke" / "x.jsonl"))
+    finally:
+        disk_full.set_run(disk_full.Run())
+    stop_record.reserve("smoke")
+    with pytest.raises(DiskFullError) as err, disk_full.recording_stop_of(disk_full.Run("smoke", "the driver's")):
+        raise pickle.loads(sent)
+    assert "run files 5.0 MiB" in str(err.value) and "resume with: python -m seakr_repro run ...." in str(err.value)
+    assert err.value.path == str(paths.RESULTS_ROOT / "smoke" / "x.jsonl")
+    assert stop_record.last_stop(paths.RESULTS_ROOT / "smoke")["resume"] == "the driver's"
+    stop_record.reserve("smoke")
+    shown = DiskFullError(paragraph="The disk is full: ...")           # a kernel's, recorded there
+    with pytest.raises(DiskFullError), disk_full.recording_stop_of(disk_full.Run("smoke", "the driver's")):
+        raise shown
+    assert stop_record.last_stop(paths.RESULTS_ROOT / "smoke") is None and str(shown) == "The disk is full: ..."
+
+
+def test_an_estimate_that_fails_leaves_the_paragraph_without_it(roots):
+    def broken():
+        raise ValueError("the profile's sets cannot be read")
+
+    with pytest.raises(DiskFullError) as err, disk_full.recording_stop_of(disk_full.Run("smoke", "again", broken)):
+        with disk_full.writing(paths.RESULTS_ROOT / "smoke" / "x.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    text = _said(str(err.value))
+    assert text.startswith(f"The disk is full: writing {paths.RESULTS_ROOT / 'smoke' / 'x.json'} failed")
+    assert "needs up to" not in text and text.endswith("then resume with: again.")
 
 
 # ------------------------------------------------------------------ the command line and status
@@ -336,7 +373,7 @@ def test_the_command_line_exits_2_with_the_paragraph_and_status_says_how_to_resu
 
     env = {**os.environ, "SEAKR_RESULTS_DIR": str(tmp_path / "results"), "PYTHONPATH": str(paths.PACKAGE_ROOT)}
     argv = ["prepare", "--profile", "smoke", "--dataset", "bundled-2wiki", "--quiet"]
-    code = CHILD.format(tests=str(TESTS), root=str(tmp_path / "results"), room=disk_full.STOP_BYTES + 300,
+    code = CHILD.format(tests=str(TESTS), root=str(tmp_path / "results"), room=stop_record.BYTES + 300,
                         argv=argv)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300, cwd=paths.REPO_ROOT)
@@ -414,13 +451,13 @@ def test_under_reproduce_the_notebook_and_the_terminal_say_the_same_paragraph(tm
         report_and_exit(err.value, shown)
     assert exit_.value.code == 2 and _said(shown.getvalue()) == "error: " + said
     # status: stopped in that step, and the command that resumes
-    stop = disk_full.last_stop(results / "smoke")
+    stop = stop_record.last_stop(results / "smoke")
     assert stop["step"] == "00-fill" and stop["resume"] == f"cd {os.getcwd()} && {resume}"
     marker.unlink()                                                   # space freed
     assert [r.status for r in pipeline.reproduce("smoke", notebooks_dir=nbdir, progress=False,
                                                  preflight=False)] == ["ran"]
     assert json.loads((results / "smoke" / "00-fill" / "out.json").read_text()) == {"x": "y" * 1000}
-    assert disk_full.last_stop(results / "smoke") is None
+    assert stop_record.last_stop(results / "smoke") is None
 
 
 def test_papermill_saving_the_notebook_on_a_full_disk(tmp_path, monkeypatch):
@@ -444,10 +481,10 @@ def test_a_disk_too_big_to_count_in_time_is_said_to_hold_at_least_that(roots, mo
         (paths.CACHE_DIR / "llm" / "m" / f"{i:02d}.npz").write_bytes(b"x" * 5000)
         (paths.CACHE_DIR / "llm" / "m" / f"{i:02d}").mkdir()
         (paths.CACHE_DIR / "llm" / "m" / f"{i:02d}" / "x.npz").write_bytes(b"x" * 5000)
-    monkeypatch.setattr(disk_full, "LOOK_SECONDS", 0.0)
+    monkeypatch.setattr(fs, "LOOK_SECONDS", 0.0)
     text = _said(DiskFullError(paths.CACHE_DIR / "llm" / "m" / "00" / "y.npz").paragraph())
     assert "The largest things this package keeps there (counted for 0 s: at least these sizes): " \
            f"{paths.CACHE_DIR / 'llm' / 'm'} (" in text
-    monkeypatch.setattr(disk_full, "LOOK_SECONDS", 10.0)
-    size, complete = disk_full.tree_bytes(paths.CACHE_DIR / "llm" / "m")
+    monkeypatch.setattr(fs, "LOOK_SECONDS", 10.0)
+    size, complete = fs.tree_bytes(paths.CACHE_DIR / "llm" / "m")
     assert complete and size >= 60 * 5000

@@ -1,11 +1,18 @@
-"""The README and docs/ stay true: links resolve, named make targets exist, fenced commands parse,
-named settings exist in params/base.yaml, and the README's claims table matches the ledger."""
+"""The README and docs/ stay true: links resolve, named make targets exist, every quoted command
+runs (`make -n`, the command line's parser and `--help`), named settings exist in
+params/base.yaml, and the README's claims table matches the ledger."""
 import argparse
 import contextlib
+import functools
 import importlib.util
 import io
+import os
 import re
+import runpy
 import shlex
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -119,6 +126,33 @@ def fenced_commands(text):
     return out
 
 
+def _without_assignments(argv):
+    """argv less its leading VAR=value words, and those as an environment."""
+    env = {}
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):
+        name, _, value = argv[0].partition("=")
+        env[name], argv = value, argv[1:]
+    return argv, env
+
+
+def quoted_commands(text):
+    """argv of every command a page quotes: each line of its shell blocks, and each code span in
+    its prose that is a `make ...` or `python -m ...` command."""
+    spans = []
+    for span in code_spans(text):
+        with contextlib.suppress(ValueError):
+            argv = shlex.split(span)
+            words = _without_assignments(argv)[0]
+            if words and (words[0] == "make" or (Path(words[0]).name.startswith("python") and words[1:2] == ["-m"])):
+                spans.append(argv)
+    return fenced_commands(text) + spans
+
+
+# a word that stands for what the reader fills in: `bench NAME`, `seakr_repro ...`, `tools.<module>`
+PLACEHOLDER = re.compile(r"\.\.\.|NAME|.*<\w+>.*")
+
+
+@functools.lru_cache(maxsize=None)
 def strict_parser():
     """The command line's parser, refusing abbreviated options: the docs spell each one out."""
     parser = build_parser()
@@ -140,38 +174,86 @@ def check_bench_args(name, args):
         parser.parse_args(args)
 
 
-def command_problem(argv, targets):
+def _exit_code(run) -> int | None:
+    """How `run()` exits (None: it returned), its output swallowed."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            run()
+    except SystemExit as exc:
+        return exc.code or 0
+    return None
+
+
+def _cli_problem(args):
+    """`python -m seakr_repro ARGS`: parsed as written, and `--help` of the command it names (up
+    to a placeholder: `bench NAME` asks `bench --help`; no ARGS, the whole command line's)."""
+    cut = next((i for i, a in enumerate(args) if PLACEHOLDER.fullmatch(a)), None)
+    if cut is None and args:
+        def parse():
+            parsed = strict_parser().parse_args(args)
+            if parsed.command == "bench":
+                check_bench_args(parsed.name, parsed.args)
+        if _exit_code(parse) not in (None, 0):
+            return f"seakr_repro does not accept {shlex.join(args)!r}"
+    words = [a for a in args[:cut] if not a.startswith("-")][:2 if args[:1] == ["bench"] else 1]
+    if _exit_code(lambda: cli_main([*words, "--help"])) != 0:
+        return f"python -m seakr_repro {shlex.join(words)} --help does not exit 0"
+    return None
+
+
+def _module_problem(module):
+    """`python -m MODULE`: it exists; one of the package's must run as a program (a package with
+    its __main__, or a module with a __main__ guard) and end well given `--help`."""
+    cut = module.split("<")[0].rstrip(".")         # `seakr_repro.tools.<module>`: its package
+    try:
+        spec = importlib.util.find_spec(cut)
+    except ImportError:
+        spec = None
+    if spec is None:
+        return f"no module {cut}"
+    if cut != module or not module.startswith("seakr_repro."):
+        return None
+    if spec.submodule_search_locations:
+        if importlib.util.find_spec(module + ".__main__") is None:
+            return f"{module} is a package without __main__"
+    elif 'if __name__ == "__main__"' not in Path(spec.origin).read_text(encoding="utf-8"):
+        return f"{module} does not run as a program (no __main__ guard)"
+    argv = sys.argv
+    try:
+        sys.argv = [module, "--help"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)       # already imported: run again
+            code = _exit_code(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
+    finally:
+        sys.argv = argv
+    return None if code in (None, 0) else f"python -m {module} --help exits {code}"
+
+
+def _make_problem(argv, env):
+    """`make ...`: `make -n` (what it would run, nothing run) succeeds, and each command line of
+    the package it would run is itself a command that runs."""
+    done = subprocess.run(["make", "-n", *argv[1:]], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode:
+        return f"make -n {shlex.join(argv[1:])} fails: {done.stderr.strip()[-300:]}"
+    for line in done.stdout.splitlines():
+        if re.match(r"^\S*python\S* -m seakr_repro( [^;&|<>$`]*)?$", line):
+            if problem := command_problem(shlex.split(line)):
+                return f"make {shlex.join(argv[1:])} runs {line!r}: {problem}"
+    return None
+
+
+def command_problem(argv):
     """Why a documented command would not run as written, or None."""
-    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):   # leading VAR=value assignments
-        argv = argv[1:]
+    argv, env = _without_assignments(argv)
     if not argv:
         return "only variable assignments"
     if argv[0] == "make":
-        target = make_target(argv)
-        return None if target is None or target in targets else f"no make target {target!r}"
+        return _make_problem(argv, env)
     if Path(argv[0]).name.startswith("python") and argv[1:2] == ["-m"] and len(argv) > 2:
         module, args = argv[2], argv[3:]
-        if module == "seakr_repro":
-            try:
-                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    parsed = strict_parser().parse_args(args)
-                    if parsed.command == "bench":
-                        check_bench_args(parsed.name, parsed.args)
-            except SystemExit as exc:
-                return None if exc.code == 0 else f"seakr_repro does not accept {shlex.join(args)!r}"
-            return None
-        return None if importlib.util.find_spec(module) else f"no module {module}"
+        return _cli_problem(args) if module == "seakr_repro" else _module_problem(module)
     return f"not a make or python -m command: {shlex.join(argv)}"
-
-
-def subcommand_help_problem(sub):
-    """`python -m seakr_repro SUB --help` must exit 0."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            cli_main([sub, "--help"])
-    except SystemExit as exc:
-        return None if exc.code == 0 else f"{sub} --help exited {exc.code}"
-    return f"{sub} --help did not exit"
 
 
 # ---------------------------------------------------------------- settings
@@ -244,20 +326,18 @@ def test_make_targets_named_exist(page):
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_fenced_commands_parse(page):
-    targets = makefile_targets((ROOT / "Makefile").read_text())
-    commands = fenced_commands(page.read_text())
-    assert [p for p in (command_problem(a, targets) for a in commands) if p] == []
+def test_quoted_commands_run(page):
+    """Each `make ...` and `python -m ...` a page quotes (in a shell block or a code span) runs as
+    written: `make -n`, the command line's parser, `--help`."""
+    commands = sorted({shlex.join(argv) for argv in quoted_commands(page.read_text(encoding="utf-8"))})
+    assert [p for p in (command_problem(shlex.split(c)) for c in commands) if p] == []
 
 
-def test_every_documented_subcommand_has_help():
-    subs = set()
-    for page in PAGES:
-        for argv in fenced_commands(page.read_text()):
-            if argv[1:3] == ["-m", "seakr_repro"] and len(argv) > 3 and not argv[3].startswith("-"):
-                subs.add(argv[3])
-    assert {"preflight", "status"} <= subs
-    assert [p for p in map(subcommand_help_problem, sorted(subs)) if p] == []
+def test_the_quoted_commands_are_found():
+    """Known commands of the pages, from shell blocks and from prose."""
+    quoted = {shlex.join(a) for page in PAGES for a in quoted_commands(page.read_text(encoding="utf-8"))}
+    assert {"make reproduce PROFILE=paper", "python -m seakr_repro preflight --profile paper",
+            "python -m seakr_repro bench decode", "make setup-vllm"} <= quoted
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -291,28 +371,36 @@ def test_unknown_make_target_is_reported():
     named = named_make_targets("run `make reproduce PROFILE=paper` or `make PROFILE=x figures`")
     assert named == {"reproduce", "figures"}
     assert named_make_targets("a `make` target, or `python -m x`") == set()
-    assert command_problem(["make", "reproduce", "PROFILE=paper"], targets) is None
-    assert command_problem(["make", "reproduc"], targets) == "no make target 'reproduc'"
+    assert command_problem(["make", "reproduce", "PROFILE=paper"]) is None
+    assert command_problem(["make", "reproduc"]).startswith("make -n reproduc fails: ")
 
 
 def test_bad_commands_are_reported():
     text = "```bash\nmake test   # the tests\n.venv/bin/python -m seakr_repro search \"a b\" \\\n    -k 3\n```\n"
     assert fenced_commands(text) == [["make", "test"],
                                      [".venv/bin/python", "-m", "seakr_repro", "search", "a b", "-k", "3"]]
-    targets = {"test"}
-    assert command_problem(fenced_commands(text)[1], targets) is None
-    assert command_problem(["python", "-m", "seakr_repro", "no-such-command"], targets)
-    assert command_problem(["python", "-m", "seakr_repro", "status", "--no-such-flag"], targets)
-    assert command_problem(["python", "-m", "seakr_repro", "status", "--profil", "paper"], targets)
-    assert command_problem(["python", "-m", "seakr_repro.no_such_module"], targets)
-    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--dtypes", "a,b"], targets) is None
-    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--no-such-flag"], targets)
-    assert command_problem(["python", "-m", "seakr_repro", "bench", "no-such-benchmark"], targets)
-    assert command_problem(["rm", "-rf", "results"], targets)
-    assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "status"], targets) is None
-    assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "statu"], targets)
-    assert subcommand_help_problem("status") is None
-    assert subcommand_help_problem("no-such-command")
+    prose_text = "run `python -m seakr_repro status`, `make test` or `SEAKR_X=1 make lab`; not `seakr_repro`"
+    assert quoted_commands(prose_text) == [["python", "-m", "seakr_repro", "status"], ["make", "test"],
+                                          ["SEAKR_X=1", "make", "lab"]]
+    assert command_problem(fenced_commands(text)[1]) is None
+    assert command_problem(["python", "-m", "seakr_repro", "no-such-command"])
+    assert command_problem(["python", "-m", "seakr_repro", "status", "--no-such-flag"])
+    assert command_problem(["python", "-m", "seakr_repro", "status", "--profil", "paper"])
+    assert command_problem(["python", "-m", "seakr_repro.no_such_module"])
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--dtypes", "a,b"]) is None
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--no-such-flag"])
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "no-such-benchmark"])
+    assert command_problem(["rm", "-rf", "results"])
+    assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "status"]) is None
+    assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "statu"])
+    # placeholders: the command before them takes --help
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "NAME"]) is None
+    assert command_problem(["python", "-m", "seakr_repro", "..."]) is None
+    # a module of the package that exists but does not run as a program, and one that is gone
+    assert command_problem(["python", "-m", "seakr_repro.benchmarks.decode", "--device", "cpu"]) == \
+        "seakr_repro.benchmarks.decode does not run as a program (no __main__ guard)"
+    assert command_problem(["python", "-m", "seakr_repro.tools.<module>"]) == "no module seakr_repro.tools"
+    assert command_problem(["python", "-m", "seakr_repro.rehearsal.pack", "commit", "x"]) is None
 
 
 def test_unknown_settings_are_reported():

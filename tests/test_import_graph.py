@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -51,28 +52,31 @@ def _every_import(tree: ast.Module):
     yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
-def import_graph(deferred: bool = False) -> dict[str, set[str]]:
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` in `module` (its file `path`) names, relative dots resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    return ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+
+
+def import_graph(deferred: bool = False, modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
     """module -> the package modules it imports at module level (with `deferred`, also inside
     functions); relative imports resolved, `from pkg import name` points at pkg.name when that is
     a module, else at pkg."""
     graph: dict[str, set[str]] = {}
     walk = _every_import if deferred else _top_level_imports
-    for name, path in MODULES.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for name, path in modules.items():
         edges = set()
         for node in walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
-                if node.level:
-                    base = package.split(".")
-                    base = base[:len(base) - node.level + 1]
-                    mod = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
-                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod
+                mod = _resolve(name, path, node)
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod
                            for a in node.names]
-            edges |= {t for t in targets if t in MODULES and t != name}
+            edges |= {t for t in targets if t in modules and t != name}
         graph[name] = edges
     return graph
 
@@ -135,26 +139,48 @@ def test_every_module_imports(name):
     importlib.import_module(name)
 
 
-# The layers, lowest first: a module imports only from its own layer or below, even inside a
-# function, so the folders read as the pipeline: the library, then the runs that answer questions
-# at scale, the notebook steps over them, the user's commands, the benchmarks, the step graph and the
-# command line over the steps.
-LAYERS = {"core": 0, "data": 1, "prompts": 1, "evaluation": 1, "retrieval": 1, "llm": 1,
-          "uncertainty": 2, "doubles": 3, "methods": 3, "reporting": 3, "artifacts": 3, "runs": 4,
-          "steps": 5, "notebook": 5, "commands": 6, "benchmarks": 6, "rehearsal": 6, "pipeline": 6,
-          "step_graph": 6, "cli": 7, "__main__": 8}
-# core.config checks a profile's data-set names against the data registry when it loads,
-# runner.engine against the engines runs.engine_choice defines and model.decode against the decode
-# paths llm.hf.decode.names defines (modules that import nothing heavy, so the schema and the code
-# that acts on a setting cannot disagree); each import waits until a value is checked
-UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry"),
-                  ("seakr_repro.core.config", "seakr_repro.runs.engine_choice"),
-                  ("seakr_repro.core.config", "seakr_repro.llm.hf.decode.names")}
+# The floors, lowest first: a module imports only from its own floor or below, even inside a
+# function, so the folders read as the pipeline. They are written once, in docs/layout.md's table
+# "The floors" (a row: | floor | `room/`, `module.py` | ...); the test reads them there.
+LAYOUT = ROOT.parent / "docs" / "layout.md"
 
 
-def _layer(module: str) -> int:
+def floors_of(text: str) -> dict[str, int]:
+    """room -> floor, from the floors table of a layout document's text."""
+    table = text.split("## The floors", 1)[1]
+    floors = {}
+    for number, rooms in re.findall(r"^\| (\d+) \| ([^|]+) \|", table, re.M):
+        floors |= {room: int(number) for room in re.findall(r"`(\w+)(?:/|\.py)`", rooms)}
+    return floors
+
+
+LAYERS = floors_of(LAYOUT.read_text(encoding="utf-8"))
+# core.config checks a profile's data-set names against the data registry when a value is checked
+# (the registry imports core: the import waits until then)
+UPWARD_ALLOWED = {("seakr_repro.core.config", "seakr_repro.data.registry")}
+
+
+def _layer(module: str, layers: dict[str, int] = LAYERS) -> int:
     parts = module.split(".")
-    return LAYERS[parts[1]] if len(parts) > 1 else 0     # the package root holds only __version__
+    return layers[parts[1]] if len(parts) > 1 else 0     # the package root holds only __version__
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, int] = LAYERS,
+                   allowed: set = frozenset()) -> list[tuple[str, str]]:
+    """Each import in `graph` that runs up a floor, less the `allowed` pairs."""
+    return sorted((m, t) for m, targets in graph.items() for t in targets
+                  if _layer(t, layers) > _layer(m, layers) and (m, t) not in allowed)
+
+
+def test_the_floors_are_read_from_the_layout_document():
+    """Known rows of the table, and the diagram above it saying the same floors."""
+    assert LAYERS["core"] == 0 and LAYERS["llm"] == 1 and LAYERS["runs"] == 4
+    assert LAYERS["cli"] < LAYERS["__main__"] and max(LAYERS.values()) == LAYERS["__main__"]
+    diagram = LAYOUT.read_text(encoding="utf-8").split("## The floors", 1)[0]
+    for line in diagram.splitlines():
+        if said := re.search(r"\(floor (\d+)", line):
+            rooms = re.findall(r"(\w+)(?:/|\.py)", line.split("(floor")[0])
+            assert rooms and all(LAYERS[r] == int(said[1]) for r in rooms), line
 
 
 def test_every_top_level_name_has_a_layer():
@@ -162,9 +188,19 @@ def test_every_top_level_name_has_a_layer():
 
 
 def test_no_import_runs_up_a_layer():
-    upward = sorted((m, t) for m, targets in import_graph(deferred=True).items() for t in targets
-                    if _layer(t) > _layer(m) and (m, t) not in UPWARD_ALLOWED)
+    upward = upward_imports(import_graph(deferred=True), allowed=UPWARD_ALLOWED)
     assert not upward, "imports that run up a layer: " + "; ".join(f"{m} -> {t}" for m, t in upward)
+
+
+def test_an_upward_import_is_found():
+    """A planted fault: core importing the runs inside a function, and a step importing a command."""
+    graph = import_graph(deferred=True)
+    graph["seakr_repro.core.io"] = graph["seakr_repro.core.io"] | {"seakr_repro.runs.runner"}
+    graph["seakr_repro.steps.tables"] = graph["seakr_repro.steps.tables"] | {"seakr_repro.commands.status"}
+    assert upward_imports(graph, allowed=UPWARD_ALLOWED) == [
+        ("seakr_repro.core.io", "seakr_repro.runs.runner"), ("seakr_repro.steps.tables", "seakr_repro.commands.status")]
+    # and an allowed one is not
+    assert upward_imports({"seakr_repro.core.config": {"seakr_repro.data.registry"}}, allowed=UPWARD_ALLOWED) == []
 
 
 def _notebook_imports() -> set[str]:
@@ -227,19 +263,11 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    if not node.level:
-        return node.module or ""
-    base = package.split(".")
-    return ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
-
-
-def _own_private_attributes() -> dict[str, set[str]]:
+def _own_private_attributes(modules: dict[str, Path]) -> dict[str, set[str]]:
     """room -> the private attribute and method names its classes define (`def _x`, `self._x =`,
     a class body's `_x =`)."""
     out: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
+    for name, path in modules.items():
         found = out.setdefault(_room(name), set())
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef):
@@ -255,27 +283,27 @@ def _own_private_attributes() -> dict[str, set[str]]:
     return out
 
 
-def private_names_across_rooms() -> list[str]:
+def private_names_across_rooms(modules: dict[str, Path] = MODULES) -> list[str]:
     """Each use of another room's private name: imported by name, read off an imported module, or
     read off an object (not self or cls) where only another room defines that attribute."""
-    defined = _own_private_attributes()
+    defined = _own_private_attributes(modules)
     uses = []
-    for name, path in MODULES.items():
+    for name, path in modules.items():
         room = _room(name)
         tree = ast.parse(path.read_text(), str(path))
         bound: dict[str, str] = {}                # local name -> package module it stands for
         for node in _every_import(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    if a.name in MODULES and a.asname:
+                    if a.name in modules and a.asname:
                         bound[a.asname] = a.name
                 continue
             source = _resolve(name, path, node)
             for a in node.names:
                 full = f"{source}.{a.name}"
-                if full in MODULES:
+                if full in modules:
                     bound[a.asname or a.name] = full
-                elif source in MODULES and _room(source) != room and _private(a.name):
+                elif source in modules and _room(source) != room and _private(a.name):
                     uses.append(f"{name} imports {source}.{a.name}")
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Attribute) and _private(node.attr)):
@@ -294,3 +322,30 @@ def private_names_across_rooms() -> list[str]:
 def test_no_room_uses_another_rooms_private_names():
     uses = private_names_across_rooms()
     assert not uses, "private names used across rooms (give them a public name): " + "; ".join(uses)
+
+
+PLANTED = {
+    "core/__init__.py": "",
+    "core/store.py": "_CACHE = {}\n\nclass Store:\n    def __init__(self):\n        self._rows = []\n",
+    "core/other.py": "from . import store\nfrom .store import _CACHE\n\ndef f(s):\n    return store._CACHE, s._rows\n",
+    "runs/__init__.py": "",
+    "runs/user.py": "from ..core import store\nfrom ..core.store import _CACHE\n\n"
+                    "def f(s):\n    return store._CACHE, s._rows, s.__dict__\n",
+}
+
+
+def test_a_private_name_used_across_rooms_is_found(tmp_path):
+    """A planted fault: runs/ importing, reading off a module and off an object what only core/
+    defines as private (core/ itself may)."""
+    modules = {}
+    for rel, text in PLANTED.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+        parts = Path(rel).with_suffix("").parts
+        modules[".".join(("seakr_repro",) + (parts[:-1] if parts[-1] == "__init__" else parts))] = tmp_path / rel
+    assert private_names_across_rooms(modules) == [
+        "seakr_repro.runs.user imports seakr_repro.core.store._CACHE",
+        "seakr_repro.runs.user reads seakr_repro.core.store._CACHE",
+        "seakr_repro.runs.user uses _rows (private to core)"]
+    # relative imports resolve the same way for the graph
+    assert import_graph(modules=modules)["seakr_repro.runs.user"] == {"seakr_repro.core.store"}

@@ -21,7 +21,7 @@ from seakr_repro.data.registry import top10_questions
 from seakr_repro.runs import grid, runner
 from seakr_repro.steps import prepare
 from seakr_repro.steps.render import failure_note
-from seakr_repro.commands import preflight
+from seakr_repro.runs import preflight
 
 FIX = Path(__file__).parent / "fixtures"
 QA = ("who sings does he love me with reba\t['Linda Davis']\n"

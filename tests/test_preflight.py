@@ -5,7 +5,7 @@ import pytest
 
 from seakr_repro.runs import inputs
 from seakr_repro.core import paths
-from seakr_repro.commands import preflight
+from seakr_repro.runs import preflight
 from seakr_repro.steps import prepare
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError

@@ -132,6 +132,26 @@ def test_a_bad_address_is_one_clear_error_at_once():
         ray_cluster._reachable("headnode")
 
 
+def test_while_ray_joins_its_node_a_stop_is_already_recorded_and_cleared_once_joined(tmp_path, monkeypatch):
+    """A raylet dying inside `ray.init` ends the process in Ray: `status` must already say so."""
+    from seakr_repro.core import disk_full, paths, stop_record
+
+    monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    during = []
+    monkeypatch.setattr(ray, "init", lambda **kw: during.append(stop_record.last_stop(tmp_path / "smoke")))
+    cfg = load_config("smoke", {"runner.engine": "ray"})
+    with disk_full.recording_stop_of(disk_full.Run("smoke", "the resume command"), reserve=True):
+        assert ray_cluster.connect(cfg)
+    assert during[0]["stopped"] == ("Ray ended the driver while it joined the Ray node this run started (its "
+                                    "node failed as it started; Ray's own last line says why)")
+    assert during[0]["resume"] == "the resume command"
+    assert stop_record.last_stop(tmp_path / "smoke") is None            # joined: nothing stopped
+    with disk_full.recording_stop_of(disk_full.Run("other", "x")):               # a command that writes no results
+        assert ray_cluster.connect(cfg)
+    assert len(during) == 2 and not (tmp_path / "other").exists()
+
+
 def test_a_cuda_profile_on_a_cluster_without_gpus_is_one_clear_error(cluster, tmp_path):
     cfg = load_config("paper", {"runner.engine": "ray"})           # model.device: cuda
     with pytest.raises(UserError, match="model.device is cuda but the Ray cluster has no GPU"):
@@ -310,7 +330,7 @@ def full_disk_loader(target, cfg, name):
 def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded(cluster, tmp_path, monkeypatch):
     """The paragraph comes from the worker, where the disk filled, with what the driver's command
     said (its resume command and estimate); the driver records the stop for `status`."""
-    from seakr_repro.core import disk_full, paths
+    from seakr_repro.core import disk_full, paths, stop_record
     from seakr_repro.runs.runner import run_method
 
     monkeypatch.setattr(paths, "RESULTS_ROOT", tmp_path / "results")
@@ -320,7 +340,7 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
     target = tmp_path / "cache" / "calls.sqlite"
     records = [QuestionRecord("q0", "Who wrote q0?", ["Ann"])]
     with pytest.raises(disk_full.DiskFullError) as caught:
-        with disk_full.running(run, reserve=True):
+        with disk_full.recording_stop_of(run, reserve=True):
             fleet = _fleet(cfg, 1, tmp_path, loader=functools.partial(full_disk_loader, str(target)),
                            searcher=FakeSearcher([]))
             try:
@@ -333,7 +353,7 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
     assert f"writing {target}" in text and "No space left on device" in text
     assert f"then resume with: {resume}." in text
     assert "The rest of the profile smoke's run needs up to 5.0 MiB more there" in text
-    stop = disk_full.last_stop(tmp_path / "results" / "smoke")
+    stop = stop_record.last_stop(tmp_path / "results" / "smoke")
     assert stop is not None and stop["resume"] == resume and stop["paragraph"] == text
 
 
@@ -359,12 +379,12 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
            "workers": [{"worker": 0, "host": "n1", "pid": 11, "gpus": ["0"], "answered": 5,
                         "in_flight": ["q7"], "restarts": 0},
                        {"worker": 1, "host": "n2", "pid": 12, "gpus": ["1"], "answered": 4,
-                        "in_flight": [], "restarts": 1}]}
+                        "in_flight": [], "restarts": 1, "state": "gone: its node died"}]}
     assert workers_status.workers_report(tmp_path) is None                  # no Ray run: nothing to say
     (tmp_path / "workers.json").write_text(json.dumps(doc))
     text = workers_status.workers_report(tmp_path)
     assert "Ray workers (2, cluster local" in text and "not running" not in text
-    assert "| q7 " in text and "n2" in text
+    assert "| q7 " in text and "n2" in text and "| gone: its node died |" in text
     doc["driver_pid"] = gone.pid
     (tmp_path / "workers.json").write_text(json.dumps(doc))
     assert "its driver is not running" in workers_status.workers_report(tmp_path)
@@ -375,7 +395,7 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
 
 def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     from seakr_repro.retrieval import index as index_mod
-    from seakr_repro.commands.preflight import Report, check_cluster
+    from seakr_repro.runs.preflight import Report, check_cluster
 
     cfg = load_config("smoke", {"runner.engine": "ray", "runner.ray_address": "auto"})
     # the workers' data/cache/ is empty (the fixture); the driver's index is where the test says

@@ -239,7 +239,7 @@ def test_notebook_10_reads_skr_results_files_and_settings(tmp_path):
 
 
 def test_preflight_checks_skr_results_files(tmp_path):
-    from seakr_repro.commands.preflight import Report, check_skr_results
+    from seakr_repro.runs.preflight import Report, check_skr_results
 
     assert check_results_dir(FIXTURE) == 8
     cfg = load_config("default", {"skr.train_results.bundled-hotpotqa": str(FIXTURE),

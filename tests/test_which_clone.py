@@ -67,7 +67,7 @@ def test_two_clones_sharing_one_environment_never_split_a_run(tmp_path):
 def test_which_clone_a_path_lies_in_and_the_check_naming_both(tmp_path, monkeypatch):
     from seakr_repro.core.errors import UserError
     from seakr_repro.core.paths import REPO_ROOT
-    from seakr_repro.core.which_clone import check_one_root, checkout_of
+    from seakr_repro.core.which_clone import checked_repo_root, checkout_of
 
     other = tmp_path / "other"
     (other / "seakr_repro").mkdir(parents=True)
@@ -76,9 +76,9 @@ def test_which_clone_a_path_lies_in_and_the_check_naming_both(tmp_path, monkeypa
     assert checkout_of(other / "notebooks" / "deep") == other.resolve()
     assert checkout_of(tmp_path) is None                      # no clone around it
     monkeypatch.delenv("SEAKR_REPO_ROOT", raising=False)
-    assert check_one_root(REPO_ROOT) == REPO_ROOT             # this clone's own root
-    assert check_one_root(tmp_path) == REPO_ROOT              # outside any clone: as chosen
+    assert checked_repo_root(REPO_ROOT) == REPO_ROOT          # this clone's own root
+    assert checked_repo_root(tmp_path) == REPO_ROOT           # outside any clone: as chosen
     with pytest.raises(UserError, match=f"runs in the clone {other.resolve()}"):
-        check_one_root(other / "notebooks")
+        checked_repo_root(other / "notebooks")
     monkeypatch.setenv("SEAKR_REPO_ROOT", str(REPO_ROOT))     # the root chosen on purpose
-    assert check_one_root(other) == REPO_ROOT
+    assert checked_repo_root(other) == REPO_ROOT

@@ -10,7 +10,11 @@
   busy machine's load falls on all alike): one SeaKR U-evaluation's decode, `--rows` rows sampled
   over one `--prompt-tokens` prompt for `--new-tokens` tokens, as ms per decode step, tokens per
   second and "x floor" (the step over the floor); the prompt's pre-fill in ms; on CUDA the peak
-  of allocated memory;
+  of allocated memory. The graph path captures once per part of each call (a call is its shape:
+  its rows, prompt and slots) and replays every later step: its step is timed over the replays
+  alone, and each call's captures, replays, capture seconds and warm-up step are reported apart
+  (`ms_per_step_with_capture`: what a call pays in all); where no CUDA exists the graph path runs
+  only as a stand-in (`doubles.simulated_graph`), said under `simulated`;
 - then the checks (the rule: every model the checks build fits beside the timed one under the
   24 GiB cap of a 7B run, so no float32 copy of the whole timed model is made):
   1. at `--dtype` and the full shape, on the timed model: each path against the first one (`python`
@@ -96,9 +100,16 @@ def _prompt(tok, n: int) -> tuple[str, list[int]]:
 
 
 def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
-                device: str) -> tuple[float, float, list[list[int]]]:
-    """(pre-fill seconds, decode seconds, each row's tokens) of `rows` samples of `ids`,
-    top-k 50, top-p 0.9 (SeaKR's), the statistics SeaKR asks for included."""
+                device: str) -> tuple[float, float, list[list[int]], dict | None]:
+    """(pre-fill seconds, decode seconds, each row's tokens, the graph path's split or None) of
+    `rows` samples of `ids`, top-k 50, top-p 0.9 (SeaKR's), the statistics SeaKR asks for included.
+
+    The split, where the call captured graphs (`graph.LOG`): its captures and replays, the capture's
+    host seconds, the warm-up (from the decode's start to the first capture: the first draw, the
+    eager first step and the second draw; each draw reads back, so the host's clock follows the
+    card) and the replayed steps' seconds (the rest: every later step, one replay of each part and
+    one draw)."""
+    from ..llm.hf.decode import graph
     from ..llm.hf.decode.base import Lane, Prefix
 
     backend.reset_prefix_cache()
@@ -106,12 +117,19 @@ def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
     t0 = time.perf_counter()
     cache, logits = backend.prefill(ids)
     _sync(device)
+    mark = graph.LOG.mark()
     t1 = time.perf_counter()
     lane = Lane(0, rows, backend.picker(seed, 1.0, 50, 0.9), new_tokens, (), True)
     (got,) = backend.decode_lanes([Prefix(cache, len(ids), logits)], [lane])
     _sync(device)
     t2 = time.perf_counter()
-    return t1 - t0, t2 - t1, [r.ids for r in got]
+    cap = graph.LOG.since(mark)
+    split = None
+    if cap["captures"]:
+        warm = cap["first_capture_at"] - t1
+        split = {"captures": cap["captures"], "replays": cap["replays"], "capture_s": cap["capture_seconds"],
+                 "warm_up_s": warm, "replayed_s": (t2 - t1) - warm - cap["capture_seconds"]}
+    return t1 - t0, t2 - t1, [r.ids for r in got], split
 
 
 def fewer_layers_float32(model, n_layers: int):
@@ -212,11 +230,12 @@ def _write(report: dict, out: Path | None) -> None:
 
 def _time_paths(backends: dict, a, ids: list[int], report: dict) -> None:
     """Each path's timing (alternating repeats) into report["paths"]; a path that fails records
-    its error and leaves the rotation."""
+    its error and leaves the rotation. The graph path's step is timed over its replays alone: its
+    capture (one per part of each call) and warm-up step are reported apart."""
     import torch
 
     cuda = a.device.startswith("cuda")
-    times = {p: {"prefill": [], "decode": [], "peak": []} for p in backends}
+    times = {p: {"prefill": [], "decode": [], "peak": [], "split": []} for p in backends}
     tokens, failed = {}, {}
     for p, b in backends.items():          # one untimed short run each first (kernel selection, allocator)
         try:
@@ -231,12 +250,13 @@ def _time_paths(backends: dict, a, ids: list[int], report: dict) -> None:
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             try:
-                pre, dec, tokens[p] = time_decode(backends[p], ids, a.rows, a.new_tokens, a.seed, a.device)
+                pre, dec, tokens[p], split = time_decode(backends[p], ids, a.rows, a.new_tokens, a.seed, a.device)
             except Exception as e:          # noqa: BLE001
                 failed[p] = _error(e)
                 continue
             times[p]["prefill"].append(pre)
             times[p]["decode"].append(dec)
+            times[p]["split"].append(split)
             times[p]["peak"].append(torch.cuda.max_memory_allocated() / 2**30 if cuda else None)
     floor = report["floor"]["weights_and_prefix_kv_ms"]
     first = next((p for p in backends if p in tokens), None)
@@ -245,17 +265,51 @@ def _time_paths(backends: dict, a, ids: list[int], report: dict) -> None:
             report["paths"][p] = {"error": failed[p]}
             continue
         steps = max(len(t) for t in tokens[p])
-        ms = 1000 * statistics.median(times[p]["decode"]) / steps
-        report["paths"][p] = {
-            "ms_per_step": ms, "tokens_per_s": a.rows * 1000 / ms, "steps": steps,
-            "prefill_ms": 1000 * statistics.median(times[p]["prefill"]),
-            "decode_seconds": times[p]["decode"], "floor_ms": floor, "x_floor": ms / floor,
-            "peak_allocated_gib": max(times[p]["peak"]) if cuda else None,
-            f"same_tokens_as_{first}_at_{a.dtype}": tokens[p] == tokens[first]}
+        whole_ms = 1000 * statistics.median(times[p]["decode"]) / steps
+        row = {"ms_per_step": whole_ms, "steps": steps,
+               "prefill_ms": 1000 * statistics.median(times[p]["prefill"]),
+               "decode_seconds": times[p]["decode"], "floor_ms": floor,
+               "peak_allocated_gib": max(times[p]["peak"]) if cuda else None,
+               f"same_tokens_as_{first}_at_{a.dtype}": tokens[p] == tokens[first]}
+        splits = times[p]["split"]
+        if p == "graph" or any(splits):
+            row.update(_graph_row(splits, whole_ms))
+        if strategy_note(p):
+            row["simulated"] = strategy_note(p)
+        row.update(step_rates(a.rows, row["ms_per_step"], floor))
+        report["paths"][p] = row
     for p in backends:
         if p in tokens:
             report["paths"][p][f"speedup_vs_{first}"] = (report["paths"][first]["ms_per_step"]
                                                          / report["paths"][p]["ms_per_step"])
+
+
+def step_rates(rows: int, ms_per_step: float, floor_ms: float) -> dict[str, float]:
+    """Tokens per second (every row draws one token a step) and the step over the floor."""
+    return {"tokens_per_s": rows * 1000 / ms_per_step, "x_floor": ms_per_step / floor_ms}
+
+
+def strategy_note(path: str) -> str | None:
+    """Why the path ran as a stand-in (doubles.simulated_graph), or None where it ran as itself."""
+    from ..llm.hf.decode.paths import strategy
+
+    return strategy(path).simulated
+
+
+def _graph_row(splits: list[dict | None], whole_ms: float) -> dict:
+    """The graph path's timed calls: each call's captures and replays, its capture's and warm-up's
+    seconds apart, and the step as the replayed steps' median ms (a call that captured nothing
+    keeps the whole call's ms per step and says captures 0)."""
+    done = [s for s in splits if s]
+    per_step = [1000 * s["replayed_s"] / (s["replays"] / s["captures"]) for s in done if s["replays"]]
+    if not per_step:
+        return {"captures_per_call": [s["captures"] if s else 0 for s in splits],
+                "replays_per_call": [s["replays"] if s else 0 for s in splits], "ms_per_step_with_capture": whole_ms}
+    return {"ms_per_step": statistics.median(per_step), "ms_per_step_with_capture": whole_ms,
+            "captures_per_call": [s["captures"] if s else 0 for s in splits],
+            "replays_per_call": [s["replays"] if s else 0 for s in splits],
+            "capture_s": statistics.median(s["capture_s"] for s in done),
+            "warm_up_ms": 1000 * statistics.median(s["warm_up_s"] for s in done)}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -91,12 +91,11 @@ def _skipped_here(cfg: Config, units: pd.DataFrame) -> dict[int, str]:
     checkpoint, a Table 4 backbone) is not here, when the profile's own model is (else the whole
     profile is a projection and every row is priced)."""
     from ..artifacts import SELF_RAG_MODEL
-    from .preflight import _model_dir_problem
+    from ..runs.preflight import missing_models
 
-    if _model_dir_problem(cfg["model.name"], cfg, own=True):
+    problems = missing_models(cfg)
+    if cfg["model.name"] in problems:
         return {}
-    models = set(cfg.get("backbones.models", []) or []) | {SELF_RAG_MODEL}
-    problems = {m: _model_dir_problem(m, cfg, own=False) for m in models if m != cfg["model.name"]}
     out = {}
     for i, method, run in zip(units.index, units["method"], units["run"]):
         model = SELF_RAG_MODEL if method == "self_rag" else run.split(":", 1)[-1]   # a backbone's row

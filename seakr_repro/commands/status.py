@@ -262,7 +262,7 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
         parts.append(f"reproduce: {stopped}")
     else:
         parts.append("reproduce: not running")
-    from ..core.disk_full import last_stop, stop_line
+    from ..core.stop_record import last_stop, stop_line
     stop = last_stop(_results(cfg))       # a run or reproduce that stopped on a full disk
     if stop and not (run and run["alive"]):
         parts.append(stop_line(stop))

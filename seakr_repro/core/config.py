@@ -22,12 +22,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import yaml
 
 from .errors import UserError
 from .paths import NOTEBOOKS_DIR, PARAMS_DIR
+from .setting_choices import DECODE_SETTINGS, ENGINES
 
 # Keys a profile file may hold besides base.yaml's: set by the loader, or naming the parent profile.
 META_KEYS = ("extends", "profile")
@@ -36,29 +37,13 @@ META_KEYS = ("extends", "profile")
 GPU_SECTION = "gpu"
 
 
-def _engines() -> tuple:
-    # runs.engine_choice defines the engines it can open; core sits below the runs, so this import
-    # runs upward and waits until a value is checked (engine_choice imports only core.errors)
-    from ..runs.engine_choice import ENGINES
-    return ENGINES
-
-
-def _decode_paths() -> tuple:
-    # the transformers backend's decode paths, from the module that names them (which imports
-    # nothing); imported when a profile is checked, not when core loads: core may not import
-    # upward, and the llm package's own modules import core
-    from ..llm.hf.decode.names import DECODE_SETTINGS
-    return DECODE_SETTINGS
-
-
 # Types of the settings whose base.yaml value cannot tell (null, or an int or a word). An entry is
-# a tuple of a type, None (null allowed) or a literal string (that exact word allowed); or a
-# function giving that tuple, where the module that acts on the setting defines its choices.
-DECLARED_TYPES: dict[str, tuple | Callable[[], tuple]] = {
+# a tuple of a type, None (null allowed) or a literal string (that exact word allowed).
+DECLARED_TYPES: dict[str, tuple] = {
     "model.path": (str, None),
     "model.max_batch_rows": (int, None),
     "model.max_batch_contexts": (int, None),
-    "model.decode": _decode_paths,
+    "model.decode": DECODE_SETTINGS,
     "model.vllm.tensor_parallel_size": (int, "auto"),
     "model.vllm.max_model_len": (int, None),
     "model.vllm.max_num_seqs": (int, None),
@@ -75,7 +60,7 @@ DECLARED_TYPES: dict[str, tuple | Callable[[], tuple]] = {
     "analysis.n_questions": (int, None),
     "seakr.simple_qa_passages_path": (str, None),
     "reproduce.cell_timeout": (int, float, None),
-    "runner.engine": _engines,
+    "runner.engine": tuple(ENGINES),
     "skr.ties": ("discard", "known"),
     "skr.label_answer": ("official", "package"),
     "skr.knn_rule": ("official", "paper", "majority"),
@@ -142,8 +127,7 @@ def _fits(value, kind) -> bool:
 
 def _kinds_of(dotted: str, base_value) -> tuple:
     if dotted in DECLARED_TYPES:
-        kinds = DECLARED_TYPES[dotted]
-        return kinds() if callable(kinds) else kinds
+        return DECLARED_TYPES[dotted]
     if base_value is None:               # a null in base.yaml with no declared type: any value
         return ()
     return (type(base_value),)

@@ -5,7 +5,7 @@ One root: the repository holding the package that runs (SEAKR_REPO_ROOT moves it
 hands its notebook kernels that same package and root (`kernel_environment`), so a second clone
 sharing one environment (its editable install pointing at the other clone) never receives half
 of a run, and refuses to start from inside another clone than the one its package is from
-(`core.which_clone.check_one_root`)."""
+(`core.which_clone.checked_repo_root`)."""
 from __future__ import annotations
 
 import os
@@ -24,6 +24,13 @@ NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = Path(os.environ.get("SEAKR_FIGURES_DIR", REPO_ROOT / "figures"))
 TABLES_DIR = Path(os.environ.get("SEAKR_TABLES_DIR", REPO_ROOT / "tables"))
 RESULTS_ROOT = Path(os.environ.get("SEAKR_RESULTS_DIR", REPO_ROOT / "results"))
+
+
+def written_folders() -> list[tuple[Path, str]]:
+    """The folders this package writes, each with the variable that moves it (as they stand when
+    asked: tests move them)."""
+    return [(RESULTS_ROOT, "SEAKR_RESULTS_DIR"), (CACHE_DIR, "SEAKR_CACHE_DIR"),
+            (FIGURES_DIR, "SEAKR_FIGURES_DIR"), (TABLES_DIR, "SEAKR_TABLES_DIR"), (RAW_DIR, "SEAKR_RAW_DIR")]
 
 
 def setting_path(value: str | os.PathLike) -> Path:

@@ -35,7 +35,7 @@ def versions() -> dict[str, str]:
 
 
 # What a run writes into the checkout itself: rewriting them is the run, not a change to the code
-# that made it (every committed table used to say dirty: true)
+# that made it, so they never make a checkout dirty
 RUN_OUTPUTS = ("tables", "figures")
 
 

@@ -1,5 +1,5 @@
 """Which clone of the repository a path lies in (`checkout_of`), and the check that a command runs
-in the clone its package is from (`check_one_root`): started inside another clone, every path
+in the clone its package is from (`checked_repo_root`): started inside another clone, every path
 would be the other clone's (core/paths.py). Not in paths.py because it raises a UserError, whose
 paragraphs name paths relative to the root (errors imports paths)."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ def checkout_of(path: str | Path) -> Path | None:
     return None
 
 
-def check_one_root(cwd: str | Path | None = None) -> Path:
+def checked_repo_root(cwd: str | Path | None = None) -> Path:
     """The repository root, after checking that the command runs in it: started inside another
     clone, the package (and so every path) would be the other clone's, which is an error naming
     both. Outside any clone, or with SEAKR_REPO_ROOT set, the root is as chosen."""

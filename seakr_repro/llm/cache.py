@@ -325,6 +325,8 @@ class CachedBackend:
             self.cache.put(key, value)
         except DiskFullError as err:
             if self.must_keep:
+                err.fix_note = ("the LLM call cache is derived data: with cache.must_keep: false a run "
+                                "goes on without it")
                 raise
             with self._store_lock:
                 first, self.storing = self.storing, False
@@ -494,8 +496,7 @@ class CachedBackend:
 
 def _unstored_warning(root: Path, err: DiskFullError) -> str:
     """The one warning of a call cache the full disk will not take, as one wrapped paragraph."""
-    from ..core.disk import free_bytes, human_bytes
-    from ..core.disk_full import mount_of, tree_bytes
+    from ..core.disk import free_bytes, human_bytes, mount_of, tree_bytes
 
     size, complete = tree_bytes(root)
     why = "your disk quota there is used up" if err.code == errno.EDQUOT else "the disk holding it is full"

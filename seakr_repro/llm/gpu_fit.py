@@ -1,5 +1,5 @@
 """How much GPU memory a model needs, by one estimate, and the dtype the faithful baselines load in
-on a card too small for theirs. Preflight (commands/preflight.py) checks a profile with it before a
+on a card too small for theirs. Preflight (runs/preflight.py) checks a profile with it before a
 run; the run grid (runs/grid.py) decides with it when it loads a model: the same numbers, so what
 preflight promised is what the run does."""
 from __future__ import annotations
@@ -9,10 +9,9 @@ from ..core.disk import human_bytes
 from ..core.errors import UserError
 
 # GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
-# 5.9 GB beside LLaMA-2-7B's 13.5 GB of 16-bit weights is the measured 19.4 GB peak (allocated)
-# of a 1,500-token prompt decoded 5 rows at a time on the old path (prompt copied per row). With
-# shared-prefix decoding (params/paper.yaml: k = 20 in one batch) docs/speed.md's arithmetic gives
-# about 17 GiB (18.3 GB) in all, so the reserve errs on the safe side; no GPU has measured it yet.
+# DECODING_BYTES is a measured peak beside LLaMA-2-7B's 16-bit weights with the prompt's keys and
+# values copied into every row, more than shared-prefix decoding needs by docs/speed.md's
+# arithmetic ("24 GB cards"), so the reserve errs on the safe side.
 PARAMETERS = {"llama-2-7b": 6.74e9, "llama-2-7b-chat": 6.74e9, "selfrag-llama2-7b": 6.74e9,
               "llama-3-8b": 8.03e9, "llama-3-8b-instruct": 8.03e9,
               "smollm2-135m-instruct": 0.135e9, "gemma-3-270m": 0.27e9}

@@ -114,7 +114,7 @@ class SelfRAG(Method):
         cfg = super().config
         files = cfg.pop("input_files")
         if cfg["passages"] == "index":
-            del cfg["passages"]     # as before the setting existed: the index's runs keep their key
+            del cfg["passages"]     # the default adds nothing to the key: runs from the index keep theirs
         else:                       # only this data set's file changes this run's output
             cfg["input_file"] = str(files[self.dataset_name])
         return cfg

@@ -11,6 +11,9 @@ times out or is killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -19,6 +22,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..core.io import write_json
 from . import card_memory
@@ -83,13 +87,58 @@ class PartRun:
         write_json(self.partial_path, json.loads(json.dumps(got, default=str)), indent=1)
 
 
-def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
+def simulate_the_card(device: str) -> dict[str, str]:
+    """Where no CUDA exists, what this process runs in place of the card's own, and why (the
+    part's result says so under `simulated`): the graph decode path as the static step."""
+    if is_cuda(device) or importlib.util.find_spec("torch") is None:    # no torch: the part says so itself
+        return {}
+    from ..doubles.simulated_graph import WHY, simulate_graph
+
+    simulate_graph()
+    return {"graph": WHY}
+
+
+@contextlib.contextmanager
+def timed_builds(seconds: list[float]) -> Iterator[None]:
+    """Every random-weight model built in this process (doubles.random_llama, which the parts, the
+    decode benchmark and the fixtures look up when they build) adds its seconds to `seconds`."""
+    from ..doubles import random_llama as module
+
+    real = module.random_llama
+
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - t)
+    module.random_llama = timed
+    try:
+        yield
+    finally:
+        module.random_llama = real
+
+
+def run_part(ctx: PartRun, torch_in_process: bool = True, imports: tuple[str, ...] = ()) -> dict:
     """Run `ctx.name`'s part in this process: its result, with `outcome` (returned or raised),
-    the card's record, seconds and the host's peak memory."""
+    the card's record, seconds, the host's peak memory and `phases`: the process's start (from the
+    driver's spawn to here), the part's imports (`imports`, before its work), its model builds and
+    the rest, its work."""
     from .parts import PARTS
 
+    phases = {"start_s": round(time.monotonic() - ctx.started, 2)}
     t0 = time.perf_counter()
+    simulated = {}
+    builds: list[float] = []
     try:
+        for name in imports:
+            try:
+                importlib.import_module(name)
+            except Exception:           # noqa: BLE001  (timed only: the part meets the error itself, as it would)
+                phases.setdefault("not_imported", []).append(name)
+        phases["import_s"] = round(time.perf_counter() - t0, 2)
+        if torch_in_process:
+            simulated = simulate_the_card(ctx.device)
         if torch_in_process and is_cuda(ctx.device):
             ctx.card = card_memory.apply_cap(ctx.opt.memory_cap_gib)
         else:
@@ -98,7 +147,8 @@ def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
                         "the part's work runs in child processes, each capped by card_memory.join_part"}
         ctx.watch.start()
         ctx.watch.sample("start")
-        got = {"outcome": "returned", **PARTS[ctx.name].run(ctx)}
+        with timed_builds(builds):
+            got = {"outcome": "returned", **PARTS[ctx.name].run(ctx)}
     except Exception as e:              # noqa: BLE001  (the report names what broke)
         got = {"outcome": "raised", "error": f"{type(e).__name__}: {e}"[:2000],
                "traceback": traceback.format_exc()[-4000:]}
@@ -111,7 +161,12 @@ def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
     except Exception as e:              # noqa: BLE001  (a broken CUDA state: say so, keep the result)
         got["card_error"] = f"{type(e).__name__}: {e}"[:300]
     got["card"] = {"cap": ctx.card, **ctx.watch.report()}
+    if simulated:
+        got["simulated"] = simulated
     got["seconds"] = round(time.perf_counter() - t0, 1)
+    phases["build_s"] = round(sum(builds), 2)
+    phases["work_s"] = round(time.perf_counter() - t0 - phases["import_s"] - phases["build_s"], 2)
+    got["phases"] = phases
     got["host_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     return got
 
@@ -129,6 +184,6 @@ def child_main(part: str, options: Path, limit: float, started: float | None = N
     read = card_memory.read_card if is_cuda(opt.device) else (lambda: None)
     ctx = PartRun(part, opt, work, limit, card_memory.CardSampler(read, folder=folder),
                   started=time.monotonic() if started is None else started)
-    got = run_part(ctx, PARTS[part].torch_in_process)
+    got = run_part(ctx, PARTS[part].torch_in_process, PARTS[part].imports)
     write_json(result_path(work, part), json.loads(json.dumps(got, default=str)), indent=1)
     return 0

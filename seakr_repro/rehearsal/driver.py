@@ -1,7 +1,7 @@
 """The GPU rehearsal's driver: everything a lent GPU can prove about this package, in one call.
 
 `bash scripts/gpu_rehearsal.sh OUT` (`make gpu-rehearsal`) runs `python -m seakr_repro.rehearsal
---out OUT`: the parts of plan.ONE_CALL in that order, each in a process of its own
+--out OUT`: the parts of the plan's first call (plan.calls) in order, each in a process of its own
 (child.py) under a time limit, so a part that crashes, runs out of memory or of time is recorded
 and the next one runs. The report, OUT/report.json, is rewritten (atomically) the moment a part
 ends, and while a part runs whenever it leaves a partial result, so a call killed from outside
@@ -10,11 +10,13 @@ OUT/log.txt; nothing else is written under OUT (assumptions.FILES_BACK files com
 work goes to a FRESH folder per call (`--work`'s parent, /tmp by default), so a second call on a
 warm machine resumes nothing of the first.
 
-Time: the call has `--budget` seconds (plan.BUDGET_SECONDS by default, the plan's arithmetic is
-in plan.py). A part whose estimate (plan.ESTIMATES) does not fit in what is left is skipped and
-says so with its estimate; one that starts runs under min(its limit, what is left). seakr_paper,
-last, runs questions while they fit. What the call could not reach is the report's `next_call`:
-the exact REHEARSAL_ARGS of a second call, its budget and timeout_s.
+Time: the call has `--budget` seconds (by default its parts' estimates and plan.SLACK_FRACTION
+of slack, the plan's arithmetic is in plan.py); that slack is left to parts that run over. A
+part whose estimate (plan.estimates) does not fit in what is left before the slack is skipped
+and says so with its estimate; one that starts runs under min(its limit, what is left).
+seakr_paper, last, runs questions while they fit before the slack. What the call could not
+reach, and the plan's second call after its first, is the report's `next_call`: the exact
+REHEARSAL_ARGS of a second call, its budget and timeout_s.
 
 Verdicts (verdicts.py, the one place a status is set): ok, failed, not run (cannot run on that
 machine, with why), skipped (for time, with the estimate), timeout, crashed, killed. The report's
@@ -44,10 +46,12 @@ from pathlib import Path
 
 from ..core.io import write_json
 from ..core.paths import REPO_ROOT
+from ..llm.hf.decode.names import DECODE_SETTINGS
 from . import assumptions as lent
 from .card_memory import MEMORY_CAP_GIB
 from .child import partial_path, read_partial, result_path
-from .plan import BUDGET_SECONDS, ONE_CALL, PAPER_SETS, PARTS, estimate, next_call, part_limit, skip_record
+from .plan import (ONE_CALL, PAPER_SETS, PARTS, SLACK_FRACTION, calls, estimate, make_call, next_call, part_limit,
+                   skip_record)
 from .verdicts import judge, merge, summary
 
 POLL_S = 2.0                 # how often the driver looks for a running part's partial result
@@ -85,11 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--shape", default=None, choices=("llama-2-7b", "tiny"),
                    help="default: llama-2-7b on cuda, tiny on cpu")
-    p.add_argument("--parts", type=_names, default=list(ONE_CALL),
-                   help=f"the parts, in this order (default: the one call, {','.join(ONE_CALL)}; also: "
-                        f"{','.join(sorted(set(PARTS) - set(ONE_CALL)))})")
-    p.add_argument("--budget", type=float, default=BUDGET_SECONDS,
-                   help=f"seconds for all parts together (default {BUDGET_SECONDS}: plan.py)")
+    p.add_argument("--parts", type=_names, default=None,
+                   help=f"the parts, in this order (default: the plan's first call for the shape, of "
+                        f"{','.join(ONE_CALL)}: plan.calls; also: {','.join(sorted(set(PARTS) - set(ONE_CALL)))})")
+    p.add_argument("--budget", type=float, default=None,
+                   help=f"seconds for all parts together (default: their estimates and {SLACK_FRACTION:.0%}% of "
+                        "slack: plan.make_call)")
     p.add_argument("--part-seconds", type=_part_seconds, default={},
                    help="a part's own limit, e.g. methods=300 (default: twice its estimate and a minute)")
     p.add_argument("--memory-cap-gib", type=_cap, default=MEMORY_CAP_GIB,
@@ -105,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper-questions", type=int, default=3, help="seakr_paper: the most questions per set")
     p.add_argument("--paper-sets", type=_names, default=list(PAPER_SETS),
                    help="seakr_paper: the sets (of 2wiki, hotpotqa)")
+    p.add_argument("--paper-decode", default="graph", choices=DECODE_SETTINGS,
+                   help="seakr_paper: the decode path (model.decode; default graph, simulated as the static "
+                        "step where no CUDA exists: doubles/simulated_graph.py)")
     p.add_argument("--soft-seconds", type=float, default=None,
                    help="seakr_paper: no new question after this (default: while one fits in the part's limit)")
     p.add_argument("--passages", type=int, default=2000, help="synthetic corpus size")
@@ -238,7 +246,7 @@ def expectations(opt: dict) -> dict:
     from .parts.methods import rehearsal_methods
 
     return {"device": opt["device"], "methods": rehearsal_methods(argparse.Namespace(**opt)),
-            "paper_sets": opt["paper_sets"], "gpu_check_rows": "20,10,5"}
+            "paper_sets": opt["paper_sets"], "paper_decode": opt.get("paper_decode"), "gpu_check_rows": "20,10,5"}
 
 
 def save(out: Path, report: dict) -> None:
@@ -300,18 +308,24 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     if a.merge:
         return _merge(p, a)
+    shape = a.shape or ("llama-2-7b" if a.device == "cuda" else "tiny")
+    if a.parts is None:
+        a.parts = list(calls(shape)[0].parts)
     unknown = sorted(set(a.parts) - set(PARTS))
     if unknown:
         p.error(f"--parts: unknown {unknown}; choose from {', '.join(PARTS)}")
     if set(a.paper_sets) - set(PAPER_SETS):
         p.error(f"--paper-sets: {sorted(set(a.paper_sets) - set(PAPER_SETS))} were not timed by the paper "
                 f"(Table 7: {', '.join(PAPER_SETS)})")
-    shape = a.shape or ("llama-2-7b" if a.device == "cuda" else "tiny")
+    if a.budget is None:
+        a.budget = make_call(a.parts, shape, a.paper_sets).budget
+    reserve = SLACK_FRACTION * a.budget       # left to parts that run over: no part or question starts in it
     work = call_folder(a.work)
     opt = {"device": a.device, "shape": shape, "memory_cap_gib": a.memory_cap_gib, "work": str(work),
            "questions": a.questions, "sets": a.sets or None, "methods": a.methods,
            "methods_tables": a.methods_tables, "methods_profile": a.methods_profile,
-           "paper_questions": a.paper_questions, "paper_sets": a.paper_sets, "soft_seconds": a.soft_seconds,
+           "paper_questions": a.paper_questions, "paper_sets": a.paper_sets, "paper_decode": a.paper_decode,
+           "soft_seconds": a.soft_seconds, "reserve_s": reserve,
            "passages": a.passages, "gpu_tests": a.gpu_tests}
     opt_file = work / "options.json"
     write_json(opt_file, opt, indent=1)
@@ -319,7 +333,8 @@ def main(argv=None) -> int:
     report = {"what": "GPU rehearsal (python -m seakr_repro.rehearsal)", "device": a.device, "shape": shape,
               **call_commit(), "memory_cap_gib": a.memory_cap_gib, "paper_sets": a.paper_sets,
               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "budget_s": a.budget, "work": str(work),
-              "plan": {"parts": a.parts, "estimates_s": {k: vars(estimate(k, shape)) for k in a.parts},
+              "plan": {"parts": a.parts, "estimates_s": {k: estimate(k, shape).split() for k in a.parts},
+                       "reserve_s": round(reserve),
                        "limits_s": {k: v for k, v in limits.items() if v != float("inf")}},
               "argv": sys.argv[1:] if argv is None else list(argv), "parts": {}}
     expect = expectations(opt)
@@ -336,8 +351,8 @@ def main(argv=None) -> int:
     for part in a.parts:
         left = deadline - time.monotonic()
         need = estimate(part, shape).least(1)
-        if left < need:
-            record(part, {"outcome": "skipped", "skipped": skip_record(part, shape, need, left)})
+        if left - reserve < need:
+            record(part, {"outcome": "skipped", "skipped": skip_record(part, shape, need, left - reserve)})
         else:
             limit = min(limits[part], left)
             print(f"[rehearsal] {part} (estimate {need:.0f} s, at most {limit:.0f} s) ...", flush=True)

@@ -75,7 +75,9 @@ class RandomLlamaLoader:
                             max_batch_rows=cfg.get("model.max_batch_rows", None),
                             prefix_cache_tokens=cfg.get("model.prefix_cache_tokens", 16384),
                             shared_prefix=cfg.get("model.shared_prefix", True),
-                            max_batch_contexts=cfg.get("model.max_batch_contexts", None))
+                            max_batch_contexts=cfg.get("model.max_batch_contexts", None),
+                            decode=cfg.get("model.decode", "auto"))
+        self.builds[-1]["decode"] = backend.decode_path
         # what save_pretrained writes for a model without one of its own: greedy decoding
         backend.generation_config = model.generation_config.to_diff_dict()
         if not cfg.get("cache.enabled", True):

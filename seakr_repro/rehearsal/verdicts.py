@@ -13,6 +13,9 @@ each rule is testable with crafted results (tests/test_rehearsal_verdicts.py). S
   `next_call` runs it;
 - timeout, crashed, killed: never finished (killed: the whole call ended while it ran); what the
   part had measured by then is kept under `partial`.
+env fails a torch or transformers that differs from its pin with no row in the record of tested
+versions (tested_with.py); decode_bench fails a raised timing, its own `ok` false and a graph
+path that never captured; seakr_paper fails decode calls on another path than it names.
 Every part also fails when more than OUTSIDE_TORCH_LIMIT_GIB of the card was in use beyond the
 torch reserved memory of the part's processes, held for two samples in a row (card_memory.py).
 
@@ -22,7 +25,9 @@ merged report.
 """
 from __future__ import annotations
 
+from ..llm.hf.decode.names import resolve
 from .plan import PARTS, next_call
+from .tested_with import RECORD, untested
 
 OUTSIDE_TORCH_LIMIT_GIB = 1.0
 # gpu_check: forced-EOS vectors against a full forward pass, largest relative error allowed. 16-bit:
@@ -43,6 +48,12 @@ def _env(got: dict, expect: dict) -> list[str]:
         why.append(f"package modules do not import: {sorted(got['package_modules_not_importing'])}")
     if expect.get("device") == "cuda" and not got.get("cuda_available"):
         why.append("torch sees no CUDA GPU")
+    differ = got.get("differ_from_pins") or {}
+    drift = untested({m: (got.get("versions") or {}).get(m) for m in differ},
+                     {m: d.get("pinned") for m, d in differ.items()})
+    why += [f"{m} {d['installed']} differs from its pin {d['pinned']} and the package has not been tested with it "
+            f"(tested: {', '.join(d['tested']) or 'none'}; {RECORD.relative_to(RECORD.parents[2])})"
+            for m, d in drift.items()]
     return why
 
 
@@ -117,8 +128,32 @@ def paper_set_status(got: dict, expect: dict) -> dict[str, tuple[str, str | None
     return out
 
 
+def decode_ran(got: dict, expect: dict) -> list[str]:
+    """seakr_paper's decode calls ran on the path it names (the one asked, where the call says),
+    on no other, and the graph path with a capture and replays."""
+    rec = got.get("decode")
+    if rec is None:
+        return ["no record of the decode path that ran (decode)"]
+    named, calls = rec.get("named"), rec.get("calls") or {}
+    asked = expect.get("paper_decode")
+    why = []
+    if asked and named != resolve(asked):
+        why.append(f"asked for decode path {asked!r}, the profile ran with {named!r}")
+    if not calls.get(named):
+        why.append(f"no decode call ran on the path named, {named!r} (calls per path: {calls})")
+    others = {p: n for p, n in calls.items() if p != named}
+    if others:
+        why.append(f"decode calls ran on other paths than {named!r}: {others}")
+    if named == "graph" and not (rec.get("graph_captures") and rec.get("graph_replays")):
+        why.append(f"the graph path captured {rec.get('graph_captures')} graph(s) and replayed "
+                   f"{rec.get('graph_replays')} step(s): it did not run as a graph")
+    return why
+
+
 def _seakr_paper(got: dict, expect: dict) -> list[str]:
-    return [w for s, w in paper_set_status(got, expect).values() if s == "failed"]
+    why = [w for s, w in paper_set_status(got, expect).values() if s == "failed"]
+    ran = any((q or {}).get("seconds") for q in (got.get("questions") or {}).values())
+    return why + (decode_ran(got, expect) if ran else [])
 
 
 def _oom(got: dict, expect: dict) -> list[str]:
@@ -159,11 +194,35 @@ def _ray(got: dict, expect: dict) -> list[str]:
     return why
 
 
+def graph_timed(paths: dict) -> list[str]:
+    """The graph path's timed calls each captured (once per part) and replayed."""
+    row = paths.get("graph")
+    if row is None:
+        return ["the graph path was not timed"]
+    if "error" in row:
+        return []                   # said with the paths whose timed run raised
+    caps, reps = row.get("captures_per_call") or [], row.get("replays_per_call") or []
+    if not caps or not all(caps) or not all(reps):
+        return [f"the graph path did not run as a graph: captures per timed call {caps}, replays {reps}"]
+    return []
+
+
 def _decode_bench(got: dict, expect: dict) -> list[str]:
-    bad = sorted(p for p, c in (got.get("checks") or {}).items() if not c.get("ok"))
-    if not got.get("checks"):
-        return ["no decode path was checked against the reference path"]
-    return [f"decode paths whose outputs differ from the reference path: {bad}"] if bad else []
+    why = []
+    checks, paths = got.get("checks") or {}, got.get("paths") or {}
+    if not checks:
+        why.append("no decode path was checked against the reference path")
+    bad = sorted(p for p, c in checks.items() if not c.get("ok"))
+    if bad:
+        why.append(f"decode paths whose outputs differ from the reference path, or whose check raised: {bad}")
+    raised = {p: r["error"] for p, r in paths.items() if "error" in r}
+    if raised:
+        why.append(f"decode paths whose timed run raised: {raised}")
+    if got.get("ok") is not True:
+        why.append(f"the benchmark's own verdict is ok = {got.get('ok')!r}")
+    if "graph" in paths or expect.get("device") == "cuda":
+        why += graph_timed(paths)
+    return why
 
 
 RULES = {"env": _env, "gpu_tests": _gpu_tests, "gpu_check": _gpu_check, "methods": _methods,

@@ -126,8 +126,8 @@ def _raw_hit(doc_id: str, score: float, raw: str | None) -> Hit:
 
 
 def _stored_hit(doc_id: str, score: float, document) -> Hit:
-    """A Hit from a Lucene document: its stored `contents`, or the raw JSON of an index built
-    with -storeRaw (before the text was stored once)."""
+    """A Hit from a Lucene document: the raw JSON an index built with -storeRaw holds, else its
+    stored `contents` (what `build_lucene_index` stores)."""
     raw = document.get("raw")
     if raw is None:
         raw = json.dumps({"contents": document.get("contents") or ""})

@@ -1,11 +1,10 @@
 """Which engine answers a profile's questions (`runner.engine`): this process (`local`) or Ray
-workers, one model each (`ray`). The settings schema (`core.config`) takes the engines' names from
-here, so this module imports nothing at module level but the package's errors."""
+workers, one model each (`ray`). The engines' names are `core.setting_choices.ENGINES`, which the
+settings schema checks a profile against."""
 from __future__ import annotations
 
 from ..core.errors import UserError
-
-ENGINES = ("local", "ray")
+from ..core.setting_choices import ENGINES
 
 
 def engine_of(cfg) -> str:
@@ -13,7 +12,7 @@ def engine_of(cfg) -> str:
     name = cfg.get("runner.engine", "local") or "local"
     if name not in ENGINES:
         raise UserError(f"unknown runner.engine {name!r}", setting="runner.engine",
-                        fix="use local (this process) or ray (Ray workers, one model each)")
+                        fix="use " + " or ".join(f"{n} ({what})" for n, what in ENGINES.items()))
     return name
 
 

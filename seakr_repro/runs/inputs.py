@@ -1,12 +1,13 @@
 """What the runs read that steps 00 and 01 made: the profile's data sets as prepared, the corpus
 file and the profile's searcher. Step 00/01 (`steps.prepare`) writes them; every run reads them
-through here, so the run layer never reaches up into a notebook step."""
+through here, so the run layer never reaches up into a notebook step. Also the top-10 passages
+file a simple-QA set's questions come from (`top10_file`: step 00 reads it, preflight checks it)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..core.config import Config
-from ..core.paths import CACHE_DIR, results_dir
+from ..core.paths import CACHE_DIR, results_dir, setting_path
 
 
 def with_text_field(cfg: Config) -> bool:
@@ -21,6 +22,20 @@ def corpus_path(cfg: Config) -> Path:
 
 def profile_datasets(cfg: Config) -> list[str]:
     return list(cfg["datasets.complex"]) + list(cfg["datasets.simple"])
+
+
+def top10_file(cfg: Config, name: str) -> Path | None:
+    """The top-10 passages file whose questions a simple-QA set evaluates (main_simpleqa.py takes
+    its questions from that file), or None where the profile does not read one
+    (seakr.simple_qa_passages: bm25, or a set without official passages and no path given)."""
+    from ..data.registry import DATASETS, TOP_PASSAGES, top_passages_path
+
+    if cfg.get("seakr.simple_qa_passages") != "official" or DATASETS[name].kind != "simple":
+        return None
+    given = cfg.get("seakr.simple_qa_passages_path")
+    if given:
+        return setting_path(given)
+    return top_passages_path(name) if name in TOP_PASSAGES else None
 
 
 def prepared_path(cfg: Config, name: str) -> Path:

@@ -216,7 +216,7 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
                 # the workers answer; this process alone writes, in the order they finish
                 bar.set_postfix_str(f"{fleet.size} Ray workers", refresh=False)
                 for _, row in fleet.map([(r.id, method.task(r, scorer, concurrency)) for r in todo],
-                                        per_worker=concurrency):
+                                        per_worker=concurrency, done=len(done_rows), file=out_path):
                     write(row)
             elif concurrency == 1:
                 for record in todo:

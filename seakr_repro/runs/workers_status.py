@@ -18,11 +18,14 @@ def default_status_path(cfg) -> Path:
     return RESULTS_ROOT / cfg.profile / STATUS_FILE
 
 
-def worker_entry(slot: int, info: dict, answered: int, in_flight, restarts: int) -> dict:
+def worker_entry(slot: int, info: dict, answered: int, in_flight, restarts: int,
+                 gone: str | None = None) -> dict:
     """One worker's line: where it runs (`info`, what the worker said of itself; empty while it
-    starts), the questions it answered, those it holds now, how often its slot was restarted."""
+    starts), the questions it answered, those it holds now, how often its slot was restarted, and
+    why it is gone (its node died and the cluster had no room for another), if it is."""
     return {"worker": slot, "host": info.get("host"), "pid": info.get("pid"), "gpus": info.get("gpus"),
-            "answered": answered, "in_flight": sorted(in_flight), "restarts": restarts}
+            "answered": answered, "in_flight": sorted(in_flight), "restarts": restarts,
+            "state": f"gone: {gone}" if gone else "running" if info else "starting"}
 
 
 def write_status(path: Path, address: str, resources_each: dict, workers: list[dict]) -> None:
@@ -51,7 +54,8 @@ def read_status(results: Path) -> dict | None:
 
 def workers_report(results: Path) -> str | None:
     """`status`'s lines on the Ray workers of a run (None when no Ray run is on): each worker's
-    host, GPUs, questions answered, in flight and restarts; a driver gone is said."""
+    host, GPUs, questions answered, in flight, restarts and state (running, starting, gone with its
+    node); a driver gone is said."""
     doc = read_status(results)
     if not doc:
         return None
@@ -67,7 +71,8 @@ def workers_report(results: Path) -> str | None:
             pass
     table = pd.DataFrame([{"worker": w["worker"], "host": w.get("host"), "pid": w.get("pid"),
                            "gpus": ",".join(w.get("gpus") or []) or "-", "answered": w["answered"],
-                           "in flight": ", ".join(w["in_flight"]) or "-", "restarts": w["restarts"]}
+                           "in flight": ", ".join(w["in_flight"]) or "-", "restarts": w["restarts"],
+                           "state": w.get("state", "-")}
                           for w in doc.get("workers", [])])
     head = (f"Ray workers ({len(table)}, cluster {doc.get('address')}, driver pid {doc.get('driver_pid')} "
             f"on {doc.get('driver_host')}, updated {doc.get('updated')}){alive}:")

@@ -15,6 +15,7 @@ from ..runs.inputs import (  # noqa: F401
     open_profile_searcher,
     prepared_path,
     profile_datasets,
+    top10_file,
     with_text_field,
 )
 
@@ -41,20 +42,6 @@ def ensure_corpus(cfg: Config, progress: bool = True, rebuild: bool = False) -> 
         raise UserError(f"unknown corpus '{name}'", setting="corpus.name",
                         fix="use wiki-excerpt or dpr-wiki")
     return out
-
-
-def top10_file(cfg: Config, name: str) -> Path | None:
-    """The top-10 passages file whose questions a simple-QA set evaluates (main_simpleqa.py takes
-    its questions from that file), or None where the profile does not read one
-    (seakr.simple_qa_passages: bm25, or a set without official passages and no path given)."""
-    from ..data.registry import DATASETS, TOP_PASSAGES, top_passages_path
-
-    if cfg.get("seakr.simple_qa_passages") != "official" or DATASETS[name].kind != "simple":
-        return None
-    given = cfg.get("seakr.simple_qa_passages_path")
-    if given:
-        return setting_path(given)
-    return top_passages_path(name) if name in TOP_PASSAGES else None
 
 
 def missing_inputs(cfg: Config | None, names) -> list[str]:

@@ -4,8 +4,11 @@ copy bandwidth), with each path checked against the reference path: the decode b
 than its own defaults so it fits the one call; at the tiny shape on a CPU a short run of the same
 code. The benchmark writes its timings to `--out` before it runs its checks, and `--out` is this
 part's partial file: when a check raises (an out-of-memory error, say) or the part runs out of
-time, the report keeps every path's timings. ok (verdicts._decode_bench): every path's tokens
-and vectors agree with the reference path (the benchmark's `checks`).
+time, the report keeps every path's timings. The graph path's step is timed over its replays,
+its captures apart (where no CUDA exists it runs as the static step: doubles/simulated_graph.py).
+ok (verdicts._decode_bench): every path's tokens and vectors agree with the reference path (the
+benchmark's `checks`), no path's timed run raised, the benchmark's own `ok` is true, and the
+graph path (on cuda, or wherever it ran) captured and replayed in every timed call.
 """
 from __future__ import annotations
 

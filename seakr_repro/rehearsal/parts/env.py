@@ -2,8 +2,9 @@
 
 Python, platform, GPU, the versions of torch, transformers and every package the rehearsal uses
 against requirements.txt's pins, and which modules of the package import. ok
-(verdicts._env): torch and transformers import, every module of the package imports, and on
-cuda torch sees the GPU.
+(verdicts._env): torch and transformers import, every module of the package imports, on cuda
+torch sees the GPU, and a torch or transformers that differs from its pin is one the package has
+been tested with (rehearsal/tested_with.py: data/measured/tested_versions.csv).
 """
 from __future__ import annotations
 

@@ -12,8 +12,12 @@ and the seconds they cost. Random weights run every sample to max_tokens, so the
 upper bound, given per question and per 1,000 generated tokens (which compares across runs that
 stop early and runs that do not), against the paper's Table 7 (4 x GeForce 3090 with vLLM).
 Then `cost`'s question-runs of the paper profile priced at that pace (SeaKR's rows only).
-ok (verdicts._seakr_paper): on each set at least one question finished and none failed; a set
-not reached for time is `skipped` (the report's next_call runs it).
+The decode path is `--paper-decode` (graph by default: the one whose pace a GPU has to show; where
+no CUDA exists the child process runs it as the static step, doubles/simulated_graph.py), and
+`decode` says what ran: the decode calls per path and the graph path's captures and replays.
+ok (verdicts._seakr_paper): on each set at least one question finished and none failed, and the
+decode calls ran on the path named (graph: with a capture); a set not reached for time is
+`skipped` (the report's next_call runs it).
 """
 from __future__ import annotations
 
@@ -26,9 +30,16 @@ from ..plan import question_room, skip_record
 TABLE7 = {"2wiki": 4.94, "hotpotqa": 7.30}      # SeaKR's seconds per question, paper Table 7
 
 
+def seconds_per_1k(seconds: list[float], generated: list[int]) -> float:
+    """The questions' seconds per 1,000 tokens they generated (all questions pooled)."""
+    return round(1000 * sum(seconds) / max(sum(generated), 1), 3)
+
+
 def run(ctx) -> dict:
     from ...artifacts import spec_for
     from ...core.config import load_config
+    from ...llm.hf.decode import graph, paths
+    from ...llm.hf.decode.names import resolve
     from ...runs import grid
     from ...runs.cost import with_hours
     from ...runs.disk_needs import estimate_needs
@@ -36,7 +47,8 @@ def run(ctx) -> dict:
 
     opt = ctx.opt
     sets = list(opt.paper_sets)
-    cfg, searcher = profile_inputs("paper", {**model_overrides(ctx.device), "datasets.complex": sets,
+    cfg, searcher = profile_inputs("paper", {**model_overrides(ctx.device), "model.decode": opt.paper_decode,
+                                             "datasets.complex": sets,
                                              "datasets.simple": [], "analysis.datasets": sets},
                                    opt.paper_questions, opt.passages)
     loader = RandomLlamaLoader(ctx.shape, ctx.device, tokenizer_dir(ctx.work))
@@ -54,18 +66,28 @@ def run(ctx) -> dict:
                  "model_builds": loader.builds}
     reset_peak(ctx.device)
     slowest = 0.0
+    calls_before, captures_before = paths.calls(), graph.LOG.mark()
+
+    def decode_record() -> dict:
+        ran = {p: n - calls_before[p] for p, n in paths.calls().items() if n > calls_before[p]}
+        named = resolve(cfg["model.decode"])
+        cap = graph.LOG.since(captures_before)
+        return {"named": named, "calls": ran, "graph_captures": cap["captures"], "graph_replays": cap["replays"],
+                **({"simulated": paths.strategy(named).simulated} if paths.strategy(named).simulated else {})}
 
     def fits() -> tuple[bool, float]:
         need = question_room(slowest or ctx.estimate.per_question)
         soft = opt.soft_seconds is None or ctx.used() < opt.soft_seconds
-        return soft and ctx.used() + need <= ctx.limit, need
+        # the call's slack (plan.SLACK_FRACTION) is left to what runs over, not spent on more questions
+        return soft and ctx.used() + need <= ctx.limit - getattr(opt, "reserve_s", 0.0), need
 
     for n in range(1, opt.paper_questions + 1):
         for d in sets:
             ok, need = fits()
             if not ok:
                 if n == 1:
-                    out["not_reached"][d] = skip_record("seakr_paper", ctx.shape, need, ctx.limit - ctx.used(),
+                    left = ctx.limit - getattr(opt, "reserve_s", 0.0) - ctx.used()
+                    out["not_reached"][d] = skip_record("seakr_paper", ctx.shape, need, left,
                                                         f"a {d} question")
                 continue
             t0 = time.monotonic()
@@ -84,6 +106,7 @@ def run(ctx) -> dict:
             per["oom_seconds"].append(q.get("oom_seconds", 0.0))
             per["failed"] += bool(q.get("failed"))
             out["peak_gib"] = peak_gib(ctx.device)
+            out["decode"] = decode_record()
             ctx.watch.sample(f"after {d} question {n}")
             ctx.partial(out)
             print(f"[rehearsal] seakr_paper: {d} question {n}: {q['seconds']} s, {q['llm_calls']} calls, "
@@ -93,12 +116,13 @@ def run(ctx) -> dict:
     done = {d: q for d, q in out["questions"].items() if q["seconds"]}
     pace = {("seakr", d): sum(q["seconds"]) / len(q["seconds"]) for d, q in done.items()}
     out["seconds_per_q"] = {d: round(v, 2) for (_, d), v in pace.items()}
-    out["seconds_per_1k_generated_tokens"] = {
-        d: round(1000 * sum(q["seconds"]) / max(sum(q["generated_tokens"]), 1), 3) for d, q in done.items()}
+    out["seconds_per_1k_generated_tokens"] = {d: seconds_per_1k(q["seconds"], q["generated_tokens"])
+                                              for d, q in done.items()}
     out["vs_table7"] = {d: round(v / TABLE7[d], 2) for (_, d), v in pace.items()}
     out["oom_retries"] = sum(sum(q["oom_retries"]) for q in out["questions"].values())
     out["oom_seconds"] = round(sum(sum(q["oom_seconds"]) for q in out["questions"].values()), 2)
     out["peak_gib"] = peak_gib(ctx.device)
+    out["decode"] = decode_record()
     # cost: the paper profile's SeaKR question-runs at this pace (others: the mean of the sets timed)
     runs = question_runs(load_config("paper"))
     seakr_rows = runs[runs.method == "seakr"]

@@ -182,6 +182,8 @@ class DecodePath:
     name = ""
     fused_attention = False        # decode steps' attention as fused kernels (shared_prefix)
     device_types: tuple[str, ...] | None = None      # the device types it runs on (None: any)
+    simulated: str | None = None   # where a stand-in runs in its place (doubles.simulated_graph): why
+    calls = 0                      # decode calls this process ran on the path (a report's proof it ran)
 
     def runs_on(self, device) -> bool:
         return self.device_types is None or torch.device(device).type in self.device_types
@@ -206,6 +208,7 @@ class DecodePath:
         if not batch.live:
             return batch.grouped
         self.check(backend.device)
+        self.calls += 1
         logits = batch.first_logits()
         passes = self.passes(backend, batch)
         with self.attention(backend):

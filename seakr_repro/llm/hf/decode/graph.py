@@ -6,8 +6,13 @@ call (`static.StaticRows`): the first step runs eagerly on a side stream (torch'
 lazy set-up, such as cuBLAS workspaces, happens outside any capture), the second is captured (a
 capture records the step without running it, so it is then replayed) and every later step is a
 replay over the same buffers. One capture per call: a call's prompts are new to it, and the graph
-reads their keys and values where they lie. The parts of a call share one memory pool (their
-graphs replay one after another, never at once).
+reads their keys and values where they lie (a call is its shape: its rows, prompts and slots).
+The parts of a call share one memory pool (their graphs replay one after another, never at once).
+
+`LOG` counts the process's captures and replays and the seconds the captures took on the host
+(torch's capture synchronises the card, collects garbage and empties the allocator's cache before
+it records), so a benchmark times the replayed steps apart from the capture, and a report can
+show that a run named `graph` captured and replayed at all.
 
 On a device other than CUDA the path is refused (a UserError naming `model.decode`), never run
 eagerly in its place: `static` is that. An out-of-memory error while capturing reaches the backend's
@@ -15,9 +20,43 @@ out-of-memory retry as one, which then runs more, smaller parts.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import torch
 
 from .static import Static, StaticStep
+
+
+@dataclass
+class CaptureLog:
+    """The process's graph captures and replays, and the host seconds the captures took.
+    `first_capture_at`: the host clock (time.perf_counter) at the start of the first capture
+    since the last `mark()`."""
+    captures: int = 0
+    replays: int = 0
+    capture_seconds: float = 0.0
+    first_capture_at: float | None = None
+
+    def captured(self, started: float, ended: float) -> None:
+        self.captures += 1
+        self.capture_seconds += ended - started
+        if self.first_capture_at is None:
+            self.first_capture_at = started
+
+    def mark(self) -> dict:
+        """The counts now (to difference later with `since`); forgets `first_capture_at`."""
+        self.first_capture_at = None
+        return {"captures": self.captures, "replays": self.replays, "capture_seconds": self.capture_seconds}
+
+    def since(self, mark: dict) -> dict:
+        """Captures, replays and capture seconds since `mark`, and the first capture's start."""
+        return {"captures": self.captures - mark["captures"], "replays": self.replays - mark["replays"],
+                "capture_seconds": self.capture_seconds - mark["capture_seconds"],
+                "first_capture_at": self.first_capture_at}
+
+
+LOG = CaptureLog()
 
 
 class GraphStep(StaticStep):
@@ -32,13 +71,14 @@ class GraphStep(StaticStep):
         return torch.cuda.graph_pool_handle()
 
     def run(self) -> torch.Tensor:
-        if self.graph is not None:
-            self.graph.replay()
-            return self.out
-        if not self.warm:
-            return self._warm_up()
-        self._capture()
+        if self.graph is None:
+            if not self.warm:
+                return self._warm_up()
+            started = time.perf_counter()
+            self._capture()
+            LOG.captured(started, time.perf_counter())
         self.graph.replay()
+        LOG.replays += 1
         return self.out
 
     def _warm_up(self) -> torch.Tensor:

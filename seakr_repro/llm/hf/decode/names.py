@@ -1,7 +1,7 @@
 """The names of the transformers backend's decode paths (the setting `model.decode`).
 
-Imports nothing (no torch): `core.config` takes the setting's choices from here. Each name's
-strategy is in `paths`, one module per path:
+Imports nothing but the names themselves (no torch): they are `core.setting_choices.DECODE_PATHS`,
+where the settings schema checks them. Each name's strategy is in `paths`, one module per path:
   python    the loop as first written: several host read-backs per step, new input tensors built
             from Python lists, attention as matrix and element-wise operations;
   one_sync  one host read-back per step (tokens, log-probs, statistics in one transfer); the next
@@ -18,9 +18,9 @@ are chosen explicitly until a GPU has measured them (docs/speed.md, "GPU pace").
 """
 from __future__ import annotations
 
-DECODE_PATHS = ("python", "one_sync", "fused", "static", "graph")
+from ....core.setting_choices import DECODE_PATHS, DECODE_SETTINGS  # noqa: F401 - read from here too
+
 AUTO = "one_sync"                           # what `auto` resolves to, on every device
-DECODE_SETTINGS = ("auto",) + DECODE_PATHS
 
 
 def resolve(setting: str) -> str:

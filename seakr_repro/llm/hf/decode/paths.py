@@ -18,3 +18,8 @@ REFERENCE = Reference()
 def strategy(name: str) -> DecodePath:
     """The strategy of a decode path named in DECODE_PATHS."""
     return STRATEGIES[name]
+
+
+def calls() -> dict[str, int]:
+    """Decode calls this process has run on each path, by name (a report's proof of which ran)."""
+    return {name: s.calls for name, s in STRATEGIES.items()}

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .. import shared_prefix as sp
 from .base import Batch, Drawn, Passes
@@ -47,26 +48,94 @@ def slots_for(max_new_tokens: int) -> int:
     return max(1, max_new_tokens - 1)
 
 
-class StaticSuffixCache:
+class StaticSuffixLayer(CacheLayerMixin):
+    """One layer's rows' generated keys and values, rows x kv heads x slots x head dim, allocated
+    up front and written in place at the call's step index (shared by every layer)."""
+
+    is_compileable = True           # fixed addresses, written in place (as transformers' StaticLayer)
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, step: torch.Tensor, is_sliding: bool):
+        super().__init__()
+        self.keys, self.values, self.step = keys, values, step
+        self.is_sliding = bool(is_sliding)
+        self.dtype, self.device = keys.dtype, keys.device
+        self.max_cache_len = keys.shape[2]
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        """Nothing to do: the buffers were allocated with the layer."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *_args, **_kwargs):
+        if key_states.shape[2] != 1:
+            raise ValueError(f"a static suffix cache takes one token per pass, got {key_states.shape[2]}")
+        self.keys.index_copy_(2, self.step, key_states)
+        self.values.index_copy_(2, self.step, value_states)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> torch.Tensor:
+        """Tokens written so far: the step index itself, a tensor on the device (as transformers'
+        StaticLayer answers), so asking never synchronises with the host."""
+        return self.step[0]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(keys the attention sees, their offset): every slot; the ones after the step are masked."""
+        return self.max_cache_len, 0
+
+    def get_max_length(self) -> int:
+        return self.max_cache_len
+
+    def get_max_cache_shape(self) -> int:     # the name older transformers releases ask for
+        return self.max_cache_len
+
+    def reset(self) -> None:
+        self.keys.zero_()
+        self.values.zero_()
+        self.step.zero_()
+
+    def _fixed(self, what: str):
+        raise NotImplementedError(f"a static suffix cache keeps its buffers' addresses for the whole call "
+                                  f"(a captured CUDA graph reads them there): it cannot {what}")
+
+    def offload(self):
+        self._fixed("be offloaded")
+
+    def prefetch(self):
+        self._fixed("be offloaded")
+
+    def reorder_cache(self, beam_idx) -> None:
+        self._fixed("reorder its rows (finished rows stay in the batch as padding)")
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._fixed("be cropped")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._fixed("repeat its rows")
+
+    def batch_select_indices(self, indices) -> None:
+        self._fixed("drop rows (finished rows stay in the batch as padding)")
+
+
+class StaticSuffixCache(Cache):
     """Each row's generated keys and values per layer, rows x kv heads x slots x head dim, written
-    in place at `step` (a 1-element index on the device): what transformers' attention layers call
-    `update` on. Every slot starts at zero, so a masked slot adds exactly nothing."""
+    in place at `step` (a 1-element index on the device). A transformers `Cache` of
+    `StaticSuffixLayer`s, so whatever the model code asks of its cache (`update`, the sequence
+    length, the mask sizes, the layers' kinds) has an answer, and what cannot be done to fixed
+    buffers (offloading, cropping, reordering, dropping rows) is refused by name. Every slot starts
+    at zero, so a masked slot adds exactly nothing."""
 
     def __init__(self, like, rows: int, slots: int):
         """`like`: a prompt's cache (transformers' layers), for the layers' kv heads, head dim,
-        dtype and device."""
-        self.keys, self.values = [], []
+        dtype, device and kind (sliding window or not)."""
+        self.step = torch.zeros(1, dtype=torch.long, device=like.layers[0].keys.device)
+        layers = []
         for lay in like.layers:
             _, kv_heads, _, head_dim = lay.keys.shape
-            for out in (self.keys, self.values):
-                out.append(lay.keys.new_zeros(rows, kv_heads, slots, head_dim))
-        self.step = torch.zeros(1, dtype=torch.long, device=like.layers[0].keys.device)
-
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *_args, **_kwargs):
-        k, v = self.keys[layer_idx], self.values[layer_idx]
-        k.index_copy_(2, self.step, key)
-        v.index_copy_(2, self.step, value)
-        return k, v
+            layers.append(StaticSuffixLayer(lay.keys.new_zeros(rows, kv_heads, slots, head_dim),
+                                            lay.keys.new_zeros(rows, kv_heads, slots, head_dim), self.step,
+                                            getattr(lay, "is_sliding", False)))
+        super().__init__(layers=layers)
+        self.keys = [lay.keys for lay in layers]
+        self.values = [lay.values for lay in layers]
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)

@@ -88,6 +88,14 @@ def profile_models(cfg: Config) -> tuple[str, list[str]]:
     return own, [m for m in dict.fromkeys(others) if m != own]
 
 
+def missing_models(cfg: Config) -> dict[str, str]:
+    """{model: why its weights cannot be found} of the profile's own model and the others its
+    notebooks load (`profile_models`), without loading anything: `cost` leaves their rows out."""
+    own, others = profile_models(cfg)
+    found = {name: _model_dir_problem(name, cfg, own=name == own) for name in [own, *others]}
+    return {name: problem for name, problem in found.items() if problem}
+
+
 def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
     own, others = profile_models(cfg)
     problem = _model_dir_problem(own, cfg, own=True)
@@ -105,7 +113,7 @@ def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
 
 def check_corpus(cfg: Config, report: Report) -> None:
     from ..core.paths import setting_path
-    from ..runs.inputs import corpus_path
+    from .inputs import corpus_path
 
     name = cfg["corpus.name"]
     if corpus_path(cfg).is_file():
@@ -145,7 +153,7 @@ def check_corpus(cfg: Config, report: Report) -> None:
 
 def check_datasets(cfg: Config, report: Report) -> None:
     from ..data.registry import dataset_available, describe_missing
-    from ..runs.inputs import profile_datasets
+    from .inputs import profile_datasets
 
     for name in profile_datasets(cfg):
         try:
@@ -157,7 +165,7 @@ def check_datasets(cfg: Config, report: Report) -> None:
             report.ok.append(f"data set {name}")
         else:
             report.problems.append(f"data set {name}: {describe_missing(name)}")
-    from ..steps.prepare import top10_file
+    from .inputs import top10_file
 
     for name in profile_datasets(cfg):         # simple QA's questions and passages (official)
         top = top10_file(cfg, name)
@@ -220,7 +228,7 @@ def check_self_rag_inputs(cfg: Config, report: Report) -> None:
     """With `self_rag.passages: input`, each data set of Tables 1/2 needs a Self-RAG input file
     (`self_rag.input_files`), read as the method will read it: every question with its ctxs."""
     from ..retrieval.passages import InputPassages
-    from ..runs.inputs import profile_datasets
+    from .inputs import profile_datasets
 
     if cfg.get("self_rag.passages") != "input":
         return
@@ -243,7 +251,7 @@ def check_self_rag_inputs(cfg: Config, report: Report) -> None:
 def disk_need_bytes(cfg: Config) -> int:
     """Bytes the run still needs to write (`disk_needs.needs_left`; parts already built are not
     counted again)."""
-    from ..runs.disk_needs import needs_left
+    from .disk_needs import needs_left
 
     return int(sum(needs_left(cfg).values()))
 
@@ -274,7 +282,7 @@ def baselines_other_dtype(cfg: Config) -> str | None:
 
 def check_gpu(cfg: Config, report: Report) -> None:
     from ..core.device import resolve_device
-    from ..runs.engine_choice import uses_ray
+    from .engine_choice import uses_ray
 
     setting = cfg["model.device"]
     if setting == "cpu":
@@ -321,9 +329,9 @@ def check_cluster(cfg: Config, report: Report) -> None:
     """runner.engine: ray: the workers the cluster gives (`fleet.survey`), each worker's GPU
     memory against the model, and the BM25 index seen by every worker."""
     from ..retrieval.index import META_NAME, index_dir_for
-    from ..runs.engine_choice import uses_ray
-    from ..runs.fleet import survey
-    from ..runs.worker_plan import resources_in_words
+    from .engine_choice import uses_ray
+    from .fleet import survey
+    from .worker_plan import resources_in_words
 
     if not uses_ray(cfg):
         return
@@ -362,7 +370,7 @@ def check_cluster(cfg: Config, report: Report) -> None:
 def note_work(cfg: Config, report: Report) -> None:
     """How much the paper tables amount to (`runs.cost`): question-runs, and hours at the paper's
     Table 7 pace for the methods it timed. Information, never a problem."""
-    from ..runs.cost import pace_applies, question_runs, totals, with_hours
+    from .cost import pace_applies, question_runs, totals, with_hours
 
     try:
         paced = pace_applies(cfg)   # the paper's pace is for its model only

@@ -1,0 +1,13 @@
+"""The words two settings may take, defined in core so that the settings schema (`core.config`)
+checks them without importing the modules that act on them, which sit above core:
+
+- `runner.engine`: which engine answers a profile's questions (`runs.engine_choice` opens it);
+- `model.decode`: the transformers backend's decode path (`llm.hf.decode`, one module per path;
+  `auto` is the one `llm.hf.decode.names.AUTO` says)."""
+from __future__ import annotations
+
+# runner.engine: each engine, and what it is (an unknown one is answered with these)
+ENGINES = {"local": "this process", "ray": "Ray workers, one model each"}
+
+DECODE_PATHS = ("python", "one_sync", "fused", "static", "graph")
+DECODE_SETTINGS = ("auto",) + DECODE_PATHS
