@@ -174,43 +174,33 @@ def cmd_bench(args) -> int:
 
 
 def cmd_cost(args):
-    from .core.paths import repo_relative
-    from .runs.cost import (MEASURED_PACE, measured_paces, pace_applies, question_runs, spread, summary, totals,
-                            with_hours)
+    import json
+    from pathlib import Path
+
+    from .commands import cost
+    from .core.config import parse_override
+    from .core.paths import CACHE_DIR, repo_relative
 
     cfg = _config(args)
-    paced = pace_applies(cfg)        # the paper's seconds are for its model only
-    runs = with_hours(question_runs(cfg)) if paced else question_runs(cfg)
-    if args.runs:
-        print(runs.round(2).to_markdown(index=False))
-        print()
-    print(summary(runs).to_markdown(index=False))
-    n, timed, hours = totals(runs)
-    line = f"\n[cost] profile {args.profile}: {n:,} question-runs in Tables 1-4 and 7"
-    if paced:
-        line += (f"; {timed:,} of them (FLARE, DRAGIN, SeaKR and its rows) take {hours:,.1f} hours at the "
-                 "paper's Table 7 pace (4x GeForce 3090, vLLM; ARITHMETIC, not measured here); the paper "
-                 "timed no other method. Upper bounds: a run with another's settings and questions reuses "
-                 "its run file (Table 3's seakr row reads Table 1's)")
-        if args.workers:
-            line += (f". Over {args.workers} Ray workers (runner.engine: ray, one GPU each): "
-                     f"{spread(hours, args.workers):,.1f} hours of wall time = {hours:,.1f} / {args.workers}, "
-                     "ARITHMETIC (each worker assumed to keep the paper's pace, which was one run on 4 GPUs; "
-                     "questions divided evenly), not measured")
-        for card, got in measured_paces().items():
-            n_card, timed_card, h_card = totals(with_hours(question_runs(cfg), got["pace"]))
-            paces = ", ".join(f"{m} {d} {s:g} s/question" for (m, d), s in got["pace"].items())
-            commits = ", ".join(sorted({str(r["commit"]) for r in got["rows"]}))
-            line += (f"\n[cost] at the GPU pace this package measured on {card} ({paces}; commit "
-                     f"{commits}, transformers backend, random weights: an upper bound; "
-                     f"{repo_relative(MEASURED_PACE)}): {timed_card:,} of the question-runs take "
-                     f"{h_card:,.1f} hours on that card, ARITHMETIC")
-    else:
-        line += (f"; no hours: the paper's Table 7 timed its own model, not {cfg['model.name']} "
-                 f"(`status` gives a run's own pace once it has started)")
-        if args.workers:
-            line += f", so none to divide over {args.workers} workers"
-    print(line)
+    if args.record_pace:
+        path = cost.record_pace(cfg, args.record_pace, args.machine)
+        print(f"[cost] recorded the run of profile {cfg.profile} in {repo_relative(path)}")
+        return
+    overrides = dict(parse_override(s) for s in (args.set or []))
+    replay = None if args.no_replay else Path(args.replay_cache or CACHE_DIR)
+    got = cost.predict(cfg, overrides, sample=args.sample, replay=replay, refresh=args.refresh,
+                       verbose=args.verbose)
+    units, used = cost.priced(cfg, got)
+    beside = cost.beside_run(cfg, units)
+    if args.json:
+        out = cost.as_json(cfg, got, units, used)
+        if beside is not None:
+            out["beside_run"] = json.loads(beside.to_json(orient="records"))
+        print(json.dumps(out, indent=1, default=str))
+        return
+    print(cost.report(cfg, got, units, used, runs=args.runs, workers=args.workers))
+    if beside is not None:
+        print("\n" + cost.beside_text(cfg, got, beside))
 
 
 def cmd_run(args):
@@ -322,11 +312,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default: the profile's)")
     p.add_argument("--out", default=None, help="also write ledger.csv and auroc.csv (and .md) here")
 
-    p = add("cost", cmd_cost, "question-runs per paper table and their hours at the paper's Table 7 "
-            "pace (arithmetic, before a run)")
-    p.add_argument("--runs", action="store_true", help="also list every run (method x data set)")
+    p = add("cost", cmd_cost, "what make reproduce costs, every step with model calls: question-runs, "
+            "calls made and unique, tokens, hours at a pace (a dry run; beside a run's own files once "
+            "there)")
+    p.add_argument("--runs", action="store_true", help="also list every unit (table, method x data set)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="also divide the hours over N Ray workers (arithmetic)")
+    p.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="dry-run at most N questions per data set and step, scaled up (default: all)")
+    p.add_argument("--replay-cache", default=None, metavar="DIR",
+                   help="replay the real model's calls from this cache folder (default: SEAKR_CACHE_DIR)")
+    p.add_argument("--no-replay", action="store_true", help="every call from the synthetic model")
+    p.add_argument("--refresh", action="store_true", help="run the dry run again, not its kept result")
+    p.add_argument("--verbose", action="store_true", help="show the dry run's steps as they run")
+    p.add_argument("--record-pace", default=None, metavar="NOTE",
+                   help="record the profile's finished run (seconds, computed calls per step) in "
+                        "data/measured/cpu_pace.csv, with this note; no prediction")
+    p.add_argument("--machine", default="this machine", help="the machine --record-pace names")
 
     p = add("run", cmd_run, "run one method on one data set (resumable), print EM/F1 and costs")
     p.add_argument("--method", required=True,

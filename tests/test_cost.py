@@ -1,15 +1,24 @@
-"""Question-runs per paper table and their hours at the paper's Table 7 pace (runs/cost.py)."""
+"""What a profile costs (runs/cost.py, runs/paces.py, commands/cost.py, commands/recorded_work.py):
+its question-runs, the units of work a run's files record per step, their sizes at the profile's
+scale, their paces, and the prediction beside a run. The dry run itself, and the smoke prediction
+against a real smoke run, are in tests/test_cost_against_run.py (slow)."""
+import json
 import math
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from seakr_repro.artifacts import ABLATIONS, REASONING_ABLATIONS, methods
 from seakr_repro.cli import main
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
-from seakr_repro.runs import cost, plan
+from seakr_repro.runs import cost, paces, plan
+
+CANNED = Path(__file__).parent / "fixtures" / "cost" / "smoke_dry_run.json"
 
 
+# ------------------------------------------------------------------------------ the plan's counts
 def test_default_profile_counts_follow_the_declarations():
     cfg = load_config("default")
     runs = cost.question_runs(cfg)
@@ -27,6 +36,15 @@ def test_default_profile_counts_follow_the_declarations():
     assert set(t7["questions"]) == {cfg["notebooks"]["09-efficiency"]["N_QUESTIONS"]}
 
 
+def test_as_run_the_plan_adds_notebook_10_and_keeps_notebook_09s_methods():
+    smoke = load_config("smoke")
+    runs = cost.question_runs(smoke, as_run=True)
+    assert set(runs.loc[runs["table"] == "table7", "run"]) == {"cot", "seakr"}     # smoke's METHODS
+    seed = runs[runs["table"] == "seed"]
+    assert set(seed["notebook"]) == {"10-seed-methods"} and set(seed["questions"]) == {1}
+    assert {"seakr", "taikc-kbae", "skr-knn"} <= set(seed["run"])
+
+
 def test_paper_profiles_use_table_6_sizes_and_their_samples():
     paper = cost.question_runs(load_config("paper"))
     sizes = dict(zip(paper.loc[paper["table"] == "table1", "dataset"],
@@ -39,24 +57,6 @@ def test_paper_profiles_use_table_6_sizes_and_their_samples():
     assert sizes == {"2wiki": 1000, "hotpotqa": 1000, "iirc": 954}     # IIRC's dev set is smaller
 
 
-def test_hours_use_the_papers_pace_and_only_where_it_timed_the_method():
-    cfg = load_config("paper")
-    runs = cost.with_hours(cost.question_runs(cfg))
-    t1 = runs[runs["table"] == "table1"].set_index(["run", "dataset"])
-    assert t1.loc[("seakr", "2wiki"), "seconds_per_question"] == 4.94
-    assert t1.loc[("dragin", "hotpotqa"), "seconds_per_question"] == 19.25
-    # a set the paper did not time: the mean of its two
-    assert math.isclose(t1.loc[("flare", "iirc"), "seconds_per_question"], (8.44 + 13.25) / 2)
-    assert math.isclose(t1.loc[("seakr", "2wiki"), "hours"], 12_576 * 4.94 / 3600)
-    assert math.isnan(t1.loc[("cot", "2wiki"), "hours"])
-    backbones = runs[runs["table"] == "table4"]          # SeaKR with another model: SeaKR's pace
-    assert backbones["seconds_per_question"].notna().all()
-    table = cost.summary(runs).set_index("table")
-    paced = runs[runs["hours"].notna()]
-    assert table.loc["table1", "with_paper_pace"] == paced.loc[paced["table"] == "table1", "questions"].sum()
-    assert table.loc["table1", "question_runs"] > table.loc["table1", "with_paper_pace"]
-
-
 def test_notebook_parameter_profile_entry_wins_over_the_notebook():
     cfg = load_config("default")
     assert plan.notebook_parameter(cfg, "09-efficiency", "N_QUESTIONS") == 2     # params/default.yaml
@@ -64,22 +64,17 @@ def test_notebook_parameter_profile_entry_wins_over_the_notebook():
     assert plan.notebook_parameter(load_config("smoke"), "04-complex-qa", "N_QUESTIONS") == 1
 
 
-def test_cost_command_prints_the_table(capsys):
-    main(["cost", "--profile", "paper"])
-    out = capsys.readouterr().out
-    assert "| 04-complex-qa" in out and "question-runs in Tables 1-4 and 7" in out
-    assert "ARITHMETIC" in out
+def test_a_step_adds_only_the_questions_an_earlier_step_did_not_ask_of_a_shared_run_file():
+    """Steps 04, 06 and 10 share SeaKR's run files: on the paper profile 04 answers every question
+    and 06's 500 are among them; Table 7 times its own questions in its own folder."""
+    cfg = load_config("paper")
+    units = pd.DataFrame([{"step": s, "run": "seakr", "dataset": "2wiki", "questions": 3} for s in
+                          ("04-complex-qa", "06-ablations", "09-efficiency", "10-seed-methods")])
+    got = dict(zip(units["step"], cost.planned_questions(cfg, units, {})))
+    assert got == {"04-complex-qa": 12_576, "06-ablations": 0, "09-efficiency": 100, "10-seed-methods": 0}
 
 
-def test_the_papers_pace_is_applied_to_its_own_model_only(capsys):
-    assert cost.pace_applies(load_config("paper")) and not cost.pace_applies(load_config("default"))
-    main(["cost", "--profile", "default"])
-    out = capsys.readouterr().out
-    assert "hours" not in out.split("[cost]")[0]            # no hours column
-    assert "no hours: the paper's Table 7 timed its own model, not smollm2-135m-instruct" in out
-
-
-def test_preflight_reports_the_work_ahead():
+def test_the_preflight_line_keeps_the_papers_arithmetic():
     from seakr_repro.runs.preflight import Report, note_work
 
     for profile, hours in (("paper", True), ("default", False)):
@@ -90,65 +85,295 @@ def test_preflight_reports_the_work_ahead():
         assert not report.problems
 
 
+# ------------------------------------------------------------------------------ a run's recorded work
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_shared_run_files_rows_belong_to_the_first_step_that_asked_for_them(tmp_path):
+    """In smoke, 04 asks one question of bundled-2wiki and 06 one (seeded: maybe another); SeaKR's
+    file holds both, and each row counts once, for the first step whose questions include it."""
+    from seakr_repro.commands.recorded_work import recorded_work
+    from seakr_repro.data.records import sample
+
+    cfg = load_config("smoke")
+    ids = [f"q{i}" for i in range(3)]
+    _write(tmp_path / "data" / "bundled-2wiki.jsonl", [{"id": i} for i in ids])
+    seed = cfg["datasets.sample_seed"]
+    first, analysed = sample(ids, 1, seed)[0], sample(ids, 1, seed)[0]   # 04's N_QUESTIONS 1, 06's 1
+    other = next(i for i in ids if i != first)
+    row = dict(llm_calls=5, llm_cache_hits=1, prompt_tokens=50, tokens=9, computed_prompt_tokens=40,
+               computed_tokens=7)
+    _write(tmp_path / "runs" / "bundled-2wiki" / "seakr-abc.jsonl",
+           [{"id": first, **row}, {"id": other, **row}])       # `other`: asked by no step
+    work = recorded_work(cfg, tmp_path).set_index(["step", "run", "dataset"])
+    assert work.loc[("04-complex-qa", "seakr", "bundled-2wiki"), "questions"] == 1
+    assert work.loc[("04-complex-qa", "seakr", "bundled-2wiki"), "llm_calls"] == 5
+    assert work.loc[("06-ablations", "seakr", "bundled-2wiki"), "questions"] == (analysed != first)
+    assert work["questions"].sum() == 1
+
+
+def test_steps_02_10_and_11_count_their_calls_in_their_own_files(tmp_path):
+    from seakr_repro.commands.recorded_work import calibration_sizes, recorded_work
+    from seakr_repro.steps.extraction import calibration_records
+
+    cfg = load_config("smoke")
+    calls = dict(llm_calls=3, llm_cache_hits=0, prompt_tokens=30, tokens=6, computed_prompt_tokens=30,
+                 computed_tokens=6)
+    ids = [r.id for r in calibration_records(3, 2, seed=cfg["seed"])]
+    _write(tmp_path / "02-extract-hidden-states" / "questions.jsonl",
+           [{"id": i, "calls": calls} for i in ids] + [{"id": "not-asked", "calls": calls}])
+    (tmp_path / "10-seed-methods").mkdir()
+    (tmp_path / "10-seed-methods" / "training_calls.json").write_text(json.dumps(
+        [{"work": "skr-labels", "dataset": "bundled-2wiki", "questions": 4, **calls}]))
+    _write(tmp_path / "11-mechanisms" / "trials.jsonl", [{"id": "t1", "calls": calls}, {"id": "t2"}])
+    work = recorded_work(cfg, tmp_path).set_index(["step", "run", "dataset"])
+    assert work.loc[("02-extract-hidden-states", "extraction", "calibration"), "llm_calls"] == 3 * len(ids)
+    assert calibration_sizes(cfg)["extraction"] == len(ids) == 5
+    assert work.loc[("10-seed-methods", "skr-labels", "bundled-2wiki"), "questions"] == 4
+    trials = work.loc[("11-mechanisms", "trials", "bundled-single")]
+    assert trials["questions"] == 2 and math.isnan(trials["llm_calls"])      # t2 counted nothing
+
+
+# ------------------------------------------------------------------------------ scaling and pricing
+def _canned():
+    return json.loads(CANNED.read_text())
+
+
+def test_a_whole_dry_run_is_taken_as_it_counted_and_a_sample_is_scaled_with_its_error():
+    cfg = load_config("smoke")
+    work = pd.DataFrame(_canned()["work"])
+    whole = cost.scale(cfg, work)
+    assert whole["calls"].sum() == work["llm_calls"].sum() and (whole["calls_se"] == 0).all()
+    # the same work read as a sample of a profile 10 times the size: 10 times the calls, with an error
+    unit = work[(work["step"] == "04-complex-qa") & (work["run"] == "seakr")].iloc[[0]]
+    unit = pd.concat([unit, unit.assign(llm_calls=unit["llm_calls"] * 2, questions=2,
+                                        calls_sq=unit["calls_sq"] * 2 + unit["llm_calls"] ** 2 * 3)])
+    unit = unit.iloc[[1]].assign(calls_sq=unit["llm_calls"].iloc[0] ** 2 * 5)    # two questions, 1x and 2x
+    big = load_config("smoke", {"datasets.n_questions": None, "notebooks.04-complex-qa.N_QUESTIONS": 20})
+    got = cost.scale(big, unit, {}).iloc[0]
+    per = unit["llm_calls"].iloc[0] / 2
+    assert got["planned"] == 20 and got["calls"] == pytest.approx(per * 20) and got["calls_se"] > 0
+
+
+def test_look_alike_units_stand_for_each_set_the_profile_plans_them_on():
+    cfg = load_config("paper")
+    work = pd.DataFrame([
+        {"step": "04-complex-qa", "run": "seakr", "dataset": "bundled-2wiki", "questions": 2},
+        {"step": "11-mechanisms", "run": "trials", "dataset": "bundled-single", "questions": 2},
+        {"step": "10-seed-methods", "run": "skr-labels", "dataset": "bundled-single", "questions": 2}])
+    stand = {"2wiki": "bundled-2wiki", "iirc": "bundled-2wiki", "nq": "bundled-single",
+             "triviaqa": "bundled-single", "nq-dev-gold": "bundled-single"}
+    got = set(zip(*[cost.answered_for(cfg, work, stand)[c] for c in ("step", "run", "dataset")]))
+    assert got == {("04-complex-qa", "seakr", "2wiki"), ("04-complex-qa", "seakr", "iirc"),
+                   ("11-mechanisms", "trials", "nq-dev-gold"),           # 11 answers its own set only
+                   ("10-seed-methods", "skr-labels", "nq"), ("10-seed-methods", "skr-labels", "triviaqa")}
+
+
+def _units(**cols):
+    base = {"step": "04-complex-qa", "table": "table1", "run": "seakr", "method": "seakr", "dataset": "2wiki",
+            "question_runs": 10, "calls": 40.0, "unique": 20.0, "prompt_tokens": 0.0, "generated_tokens": 0.0,
+            "planned": 10.0, "dry_questions": 10.0, "calls_se": 0.0, "unique_se": 0.0}
+    return pd.DataFrame([{**base, **c} for c in cols.get("rows", [{}])])
+
+
+def test_a_cpu_record_prices_each_step_by_its_calls_or_shares_its_seconds():
+    counted = {"run": "r", "steps": {"04-complex-qa": {"seconds": 100.0, "computed_calls": 50.0},
+                                     "00-prepare-data": {"seconds": 7.0, "computed_calls": float("nan")}}}
+    units = _units(rows=[{"unique": 20.0}, {"run": "cot", "method": "cot", "unique": 5.0}])
+    got = cost.price(load_config("smoke"), units, counted)
+    # 00 as recorded; 2 s per computed call
+    assert list(got["hours: CPU: r"] * 3600) == pytest.approx([7.0, 40.0, 10.0])
+    seconds_only = {"run": "r", "steps": {"04-complex-qa": {"seconds": 100.0, "computed_calls": float("nan")}}}
+    got = cost.price(load_config("smoke"), units, seconds_only)["hours: CPU: r"] * 3600
+    assert got.sum() == pytest.approx(100.0) and got.iloc[0] == pytest.approx(80.0)
+
+
+def test_table_7_prices_the_methods_it_timed_per_call_and_a_card_the_rest():
+    table7 = {("seakr", "2wiki"): 5.0, ("seakr", "hotpotqa"): 7.0}
+    timed = {"step": "09-efficiency", "table": "table7", "calls": 20.0, "unique": 20.0, "planned": 2.0}
+    units = _units(rows=[{}, timed, {"run": "cot", "method": "cot"}])
+    cards = {"Card A": {"per_call": {("seakr", "2wiki"): 3.0}, "rows": []}}
+    got = cost.price(load_config("paper"), units, None, cards, table7)
+    # Table 7: 5 s per question over 10 calls per question (09's) = 0.5 s per call; the card: every call
+    assert list(got["pace"]) == ["Table 7, GPU: Card A", "Table 7, GPU: Card A", "GPU: Card A"]
+    assert list(got["hours: Table 7"].fillna(-1) * 3600) == pytest.approx([20 * 0.5, 20 * 0.5, -3600])
+    assert list(got["hours: GPU: Card A"] * 3600) == pytest.approx([20 * 3.0] * 3)
+    assert cost.price(load_config("paper"), units, None, {}, table7)["pace"].iloc[2] == "no pace"
+    nb = cost.notebooks(got).set_index("step")          # each pace summed apart, with what it prices
+    assert nb.loc["04-complex-qa", "question-runs at Table 7"] == 10 < nb.loc["04-complex-qa", "question_runs"]
+    assert nb.loc["04-complex-qa", "question-runs at GPU: Card A"] == 20
+
+
+def test_beside_puts_a_runs_recorded_calls_and_seconds_next_to_the_prediction():
+    predicted = pd.DataFrame([{"step": "04-complex-qa", "calls": 100.0, "unique": 50.0, "hours: CPU: r": 0.1}])
+    actual = pd.DataFrame([{"step": "04-complex-qa", "questions": 2, "llm_calls": 90, "llm_cache_hits": 45}])
+    row = cost.beside(predicted, actual, {"04-complex-qa": 400.0, "00-prepare-data": 5.0}).set_index("step")
+    assert row.loc["04-complex-qa", "calls actual/predicted"] == pytest.approx(0.9)
+    assert row.loc["04-complex-qa", "unique actual/predicted"] == pytest.approx(0.9)
+    assert row.loc["04-complex-qa", "seconds actual/predicted"] == pytest.approx(400 / 360)
+    assert row.loc["00-prepare-data", "seconds actual"] == 5.0
+
+
+# ------------------------------------------------------------------------------ the measured paces
 def _pace_file(path, *rows):
     """A measured-pace file of `rows`: (card, commit date, commit, settings, method, data set,
-    seconds per question), the other columns filled in."""
-    lines = [",".join(cost.MEASURED_COLUMNS)]
-    lines += [f"{card},{date},{commit},2.11,float16,random,a test row,{settings},{method},{dataset},{s},made up"
-              for card, date, commit, settings, method, dataset, s in rows]
+    seconds per question[, calls per question]), the other columns filled in."""
+    lines = [",".join(paces.MEASURED_COLUMNS + (paces.CALLS_COLUMN,))]
+    lines += [f"{r[0]},{r[1]},{r[2]},2.11,float16,random,a test row,{r[3]},{r[4]},{r[5]},{r[6]},made up,"
+              f"{r[7] if len(r) > 7 else ''}" for r in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 @pytest.fixture
 def pace_path(tmp_path, monkeypatch):
-    """The measured-pace file `measured_paces` and the `cost` command read, in tmp_path (the
-    committed one grows with every GPU run)."""
+    """The measured-pace file `measured_paces` reads, in tmp_path (the committed one grows with
+    every GPU run)."""
     path = tmp_path / "gpu_pace.csv"
-    monkeypatch.setattr(cost, "MEASURED_PACE", path)
+    monkeypatch.setattr(paces, "MEASURED_PACE", path)
     return path
 
 
 def test_each_cards_newest_row_per_method_and_set_gives_its_pace(pace_path):
     _pace_file(pace_path,
-               ("Card A", "2026-02-01", "bbbbbbb", "paper", "seakr", "2wiki", 30.0),    # newer, above the older
+               ("Card A", "2026-02-01", "bbbbbbb", "paper", "seakr", "2wiki", 30.0, 10),   # newer, above
                ("Card A", "2026-01-01", "aaaaaaa", "paper", "seakr", "2wiki", 50.0),
                ("Card A", "2026-01-01", "aaaaaaa", "paper", "cot", "2wiki", 2.0),
                ("Card A", "2026-01-01", "ccccccc", "paper", "cot", "2wiki", 3.0),       # same date: the later line
                ("Card A", "2026-03-01", "ddddddd", "paper-tiny", "seakr", "2wiki", 9.0),  # other settings
                ("Card B", "2026-01-01", "eeeeeee", "paper", "seakr", "2wiki", 70.0))
-    got = cost.measured_paces()
+    got = paces.measured_paces()
     assert got["Card A"]["pace"] == {("seakr", "2wiki"): 30.0, ("cot", "2wiki"): 3.0}
+    assert got["Card A"]["per_call"] == {("seakr", "2wiki"): 3.0}       # 30 s over 10 calls
     assert sorted(r["commit"] for r in got["Card A"]["rows"]) == ["bbbbbbb", "ccccccc"]
-    assert got["Card B"]["pace"] == {("seakr", "2wiki"): 70.0}
-    tiny = cost.measured_paces("paper-tiny")
+    assert got["Card B"]["pace"] == {("seakr", "2wiki"): 70.0} and got["Card B"]["per_call"] == {}
+    tiny = paces.measured_paces("paper-tiny")
     assert list(tiny) == ["Card A"] and tiny["Card A"]["pace"] == {("seakr", "2wiki"): 9.0}
-    assert [r["commit"] for r in tiny["Card A"]["rows"]] == ["ddddddd"]
 
 
-def test_cost_prices_the_profile_at_each_measured_card_beside_table_7(pace_path, capsys):
-    # one measured set for SeaKR: every SeaKR row (all sets, ablations, backbones) takes its pace
-    _pace_file(pace_path, ("Card A", "2026-01-01", "aaaaaaa", "paper", "seakr", "2wiki", 36.0))
-    main(["cost", "--profile", "paper"])
-    out = capsys.readouterr().out
-    runs = cost.question_runs(load_config("paper"))
-    n_seakr = int(runs.loc[runs["method"] == "seakr", "questions"].sum())
-    assert ("measured on Card A (seakr 2wiki 36 s/question; commit aaaaaaa" in out
-            and f"{n_seakr:,} of the question-runs take {n_seakr / 100:,.1f} hours on that card" in out)
-    assert "Table 7 pace" in out                    # beside the paper's pace, not instead of it
-
-
-def test_the_measured_pace_file_missing_or_without_its_columns_is_one_clear_error(pace_path, tmp_path):
+def test_a_pace_file_missing_or_without_its_columns_is_one_clear_error(pace_path, tmp_path):
     with pytest.raises(DataMissingError, match="measured GPU pace file is missing"):
-        cost.measured_paces()
+        paces.measured_paces()
     (tmp_path / "bad.csv").write_text("card,method\nx,seakr\n")
     with pytest.raises(UserError, match="columns .* are missing"):
-        cost.measured_paces(path=tmp_path / "bad.csv")
+        paces.measured_paces(path=tmp_path / "bad.csv")
+    with pytest.raises(UserError, match="columns .* are missing"):
+        paces.cpu_paces("smoke", path=tmp_path / "bad.csv")
 
 
-def test_the_committed_measured_pace_file_reads():
-    """data/measured/gpu_pace.csv has the columns and positive paces (its numbers are not checked:
-    every GPU run may add rows)."""
-    for settings in ("paper", "paper-tiny"):
-        for got in cost.measured_paces(settings).values():
-            assert got["pace"] and all(s > 0 for s in got["pace"].values())
+def test_the_committed_pace_files_give_every_row_they_hold():
+    """Every (card, method, data set) of data/measured/gpu_pace.csv at a settings gives a positive
+    pace (a reader that lost rows, or one returning nothing, fails here), and the CPU file gives
+    every step of each profile it records."""
+    committed = pd.read_csv(paces.MEASURED_PACE)
+    for settings, rows in committed.groupby("settings"):
+        got = paces.measured_paces(settings)
+        held = {(c, m, d) for c, m, d in zip(rows["card"], rows["method"], rows["dataset"])}
+        assert held == {(c, m, d) for c in got for (m, d) in got[c]["pace"]}
+        assert all(s > 0 for c in got.values() for s in c["pace"].values())
+    cpu = pd.read_csv(paces.CPU_PACE)
+    for profile in set(cpu["profile"]):
+        rec = paces.cpu_paces(profile)
+        last = cpu[cpu["profile"] == profile]
+        assert set(rec["steps"]) == set(last.loc[last["run"] == last["run"].iloc[-1], "step"])
+        assert all(s["seconds"] > 0 for s in rec["steps"].values())
+
+
+# ------------------------------------------------------------------------------ the command
+@pytest.fixture
+def canned(monkeypatch):
+    """`cost` on a canned smoke dry run (the real one: tests/test_cost_against_run.py)."""
+    from seakr_repro.commands import cost as command
+
+    got = _canned()
+    monkeypatch.setattr(command, "predict", lambda cfg, overrides, **kw: got)
+    return got
+
+
+def test_cost_prints_every_step_with_calls_what_it_covers_and_what_it_leaves_out(canned, capsys):
+    main(["cost", "--profile", "smoke"])
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert "every step with model calls (02-11)" in first and "Left out:" in first and "synthetic" in first
+    assert "self_rag (selfrag-llama2-7b" in first             # no checkpoint here: skipped, said so
+    for step in ("02-extract-hidden-states", "06-ablations", "10-seed-methods", "11-mechanisms"):
+        assert f"| {step}" in out
+    assert "00-prepare-data" in out                            # timed at the recorded CPU run
+    assert "the call cache serves the other" in out and "[cost] pace: CPU: smoke 643b4a0" in out
+
+
+def test_cost_json_gives_the_same_figures_per_notebook_and_in_all(canned, capsys):
+    main(["cost", "--profile", "smoke", "--json"])
+    got = json.loads(capsys.readouterr().out)
+    nb = pd.DataFrame(got["notebooks"])
+    assert got["total"]["calls"] == pytest.approx(nb["calls"].sum())
+    assert got["total"]["unique"] == pytest.approx(nb["unique"].sum())
+    assert got["total"]["calls_saved_by_sharing"] == pytest.approx(got["total"]["calls"] - got["total"]["unique"])
+    units = pd.DataFrame(got["units"])
+    assert {"step", "table", "run", "method", "dataset", "question_runs", "calls", "unique", "prompt_tokens",
+            "generated_tokens", "pace"} <= set(units.columns)
+    assert any(c.startswith("hours: CPU: ") for c in units.columns)
+    (pace,) = got["total"]["hours"]
+    assert pace.startswith("CPU: ") and got["total"]["hours"][pace]["hours"] > 0
+    assert all(u["pace"] == "skipped here" for u in got["units"] if u["method"] == "self_rag")
+
+
+def test_cost_divides_its_hours_over_ray_workers_and_says_it_is_arithmetic(canned, capsys):
+    main(["cost", "--profile", "smoke", "--workers", "4"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("[cost] in all"))
+    total = float(line.split(" hours (")[0].rsplit(" ", 1)[1])
+    spread = float(line.split("over 4 Ray workers ")[1].split(" hours")[0])
+    assert spread == pytest.approx(total / 4, abs=0.01) and "ARITHMETIC" in line.split("Ray workers")[1]
+
+
+def test_status_shows_the_prediction_beside_the_run(canned, tmp_path, monkeypatch):
+    from seakr_repro.commands import cost as command
+    from seakr_repro.commands import status
+
+    monkeypatch.setattr(command, "latest_prediction", lambda profile: canned)
+    res = tmp_path / "smoke"
+    (res / "stamps").mkdir(parents=True)
+    (res / "stamps" / "04-complex-qa.json").write_text(json.dumps({"seconds": 33.0}))
+    monkeypatch.setattr(command, "RESULTS_ROOT", tmp_path)
+    text = status.predicted_beside_actual(load_config("smoke"))
+    assert "predicted" in text and "| 04-complex-qa" in text and "33" in text
+    monkeypatch.setattr(command, "latest_prediction", lambda profile: None)
+    assert "cost --profile smoke" in status.predicted_beside_actual(load_config("smoke"))
+
+
+def test_record_pace_keeps_a_finished_runs_seconds_and_computed_calls(tmp_path, monkeypatch):
+    """`cost --record-pace` appends one row per finished step; a step whose files count no calls
+    stops it (a pace needs both)."""
+    from seakr_repro.commands import cost as command
+
+    res = tmp_path / "smoke"
+    (res / "stamps").mkdir(parents=True)
+    for step, secs in (("00-prepare-data", 6.0), ("04-complex-qa", 40.0)):
+        (res / "stamps" / f"{step}.json").write_text(json.dumps({"seconds": secs}))
+    _write(res / "data" / "bundled-2wiki.jsonl", [{"id": "q0"}])
+    _write(res / "runs" / "bundled-2wiki" / "cot-abc.jsonl",
+           [{"id": "q0", "llm_calls": 3, "llm_cache_hits": 1, "prompt_tokens": 9, "tokens": 2,
+             "computed_prompt_tokens": 6, "computed_tokens": 2}])
+    pace_file = tmp_path / "cpu_pace.csv"
+    pace_file.write_text(",".join(paces.CPU_COLUMNS) + "\n")
+    monkeypatch.setattr(command, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(paces, "CPU_PACE", pace_file)
+    command.record_pace(load_config("smoke"), "a test", "a test machine")
+    rec = paces.cpu_paces("smoke")
+    assert rec["steps"] == {"00-prepare-data": {"seconds": 6.0, "computed_calls": 0.0},
+                            "04-complex-qa": {"seconds": 40.0, "computed_calls": 2.0}}
+    assert rec["machine"] == "a test machine" and rec["calls_from"] == "counted in the run's files"
+    _write(res / "11-mechanisms" / "trials.jsonl", [{"id": "t1"}])          # a trial without its count
+    with pytest.raises(UserError, match="do not count the calls of 11-mechanisms"):
+        command.record_pace(load_config("smoke"), "a test", "a test machine")
+
+
+def test_the_first_line_names_the_rows_the_dry_run_could_not_answer():
+    from seakr_repro.commands.cost import leaves_out
+
+    units = _units(rows=[{}, {"run": "skr-knn", "method": "skr-knn", "calls": float("nan"), "question_runs": 7}])
+    units["skipped here"] = ""
+    (line,) = [x for x in leaves_out(units) if "could not answer" in x]
+    assert line.startswith("7 question-runs") and "skr-knn" in line and "seakr" not in line

@@ -47,7 +47,8 @@ def test_hits_return_the_stored_values_and_skip_the_backend(tmp_path):
     # defaults are filled in: an explicit default parameter hits the same entry
     cb.sample("p", k=3, max_new_tokens=5, seed=9, top_p=0.9, layer=1)
     assert inner.n == 2 and cb.stats() == {"llm_calls": 4, "cache_hits": 2, "cache_misses": 2,
-                                           "prompt_tokens": 28, "generated_tokens": 10}
+                                           "prompt_tokens": 28, "generated_tokens": 10,
+                                           "computed_prompt_tokens": 14, "computed_generated_tokens": 5}
 
 
 def test_every_parameter_and_the_weights_change_the_key(tmp_path):

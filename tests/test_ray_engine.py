@@ -359,21 +359,13 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
 
 # ----------------------------------------------------------------------------- cost and status
 
-def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic(capsys):
-    from seakr_repro.cli import main
+def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic():
+    """`cost --workers` prints the division (tests/test_cost.py)."""
     from seakr_repro.runs import cost
 
     assert cost.spread(550.0, 8) == 68.75
     with pytest.raises(UserError):
         cost.spread(10.0, 0)
-    main(["cost", "--profile", "paper-sample", "--workers", "8"])
-    line = capsys.readouterr().out.split("[cost]")[1]
-    runs = cost.with_hours(cost.question_runs(load_config("paper-sample")))
-    hours = cost.totals(runs)[2]
-    assert "Over 8 Ray workers" in line and f"{hours / 8:,.1f} hours of wall time" in line
-    assert "ARITHMETIC" in line.split("Over 8")[1]
-    main(["cost", "--profile", "default", "--workers", "4"])
-    assert "none to divide over 4 workers" in capsys.readouterr().out
 
 
 def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, monkeypatch):

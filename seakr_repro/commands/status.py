@@ -8,6 +8,9 @@ Two tables from what is on disk, read-only and while the run goes on:
 - steps: each numbered notebook, done (its stamp under results/<p>/stamps/), running (papermill's
   temporary notebook is there and the run is alive), stopped (the temporary notebook is there but
   the run is gone: a crash, kill -9, a reboot), failed (<name>.failed.ipynb) or not run;
+- predicted beside actual: per notebook, the model calls (made and unique) and the seconds `cost`
+  last predicted for the profile, beside what the run's files and stamps record
+  (`commands.cost.beside_run`);
 - runs: every run the profile plans (`runs.plan.planned_runs`: a table row on a data set; its
   file results/<p>/runs/<dataset>/<label>-<hash>.jsonl), a run with no file as 0 of its total
   (missing), then every other run file (an older configuration of a row: not the file its
@@ -231,6 +234,20 @@ def disk_status(cfg: Config, cache: bool = False) -> str:
     return ", ".join(parts)
 
 
+def predicted_beside_actual(cfg: Config) -> str:
+    """Per notebook, what `cost` last predicted for the profile beside what the run's files
+    record (calls made and unique, seconds); how to get a prediction when there is none."""
+    from .cost import beside_run, beside_text, latest_prediction, priced
+
+    got = latest_prediction(cfg.profile)
+    if got is None:
+        return (f"predicted beside actual: no prediction yet (`python -m seakr_repro cost --profile "
+                f"{cfg.profile}` makes one, a dry run of the profile; this report then shows it here)")
+    units, _ = priced(cfg, got)
+    table = beside_run(cfg, units)
+    return beside_text(cfg, got, table) if table is not None else "predicted beside actual: the run has no files yet"
+
+
 def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR) -> str:
     """The whole status report as text (Markdown tables)."""
     t0 = time.perf_counter()
@@ -260,6 +277,7 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
                   "not run yet or deleted, `reproduce` runs it, skipped = its step skipped the row "
                   "and says why in <step>/skipped.json):",
                   runs.to_markdown(index=False)]
+    parts += ["", predicted_beside_actual(cfg)]
     from ..runs.workers_status import workers_report
     workers = workers_report(_results(cfg))      # runner.engine: ray: the driver's workers.json
     if workers:

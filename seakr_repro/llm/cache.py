@@ -15,7 +15,17 @@ for a sample call, its k forced-EOS vectors in one of two compact forms (`cache.
 - "float16": the k x d vectors themselves in float16 (half today's float32; U moves by the
   rounding measured in docs/disk-and-memory.md).
 
-`CachedBackend` also counts calls, hits, misses and tokens: the runner reports them per question.
+Statistics (`want_stats`: each generated token's entropy and logsumexp) are not part of the key
+(entries stored while they were, under `want_stats` false or true, are still found: `legacy_keys`):
+a model computes them beside its tokens from the same logits, so asking for them changes nothing
+else. An entry that holds them serves both kinds of call (a call that did not ask gets them
+removed, so it sees what it always saw); an entry without them serves only calls that did not ask,
+and a call that asks computes again and replaces it. Where they cost only a few vector operations
+per decode step (the transformers and synthetic backends: no `kind`), every computed call takes
+them, so the calls of SeaKR and of its energy row, say, are computed once whichever runs first.
+
+`CachedBackend` also counts calls, hits, misses and tokens (all calls' and the computed ones'):
+the runner reports them per question, other steps per question in their own files (`row_counts`).
 
 The cache is derived data: when its disk fills, `CachedBackend` says so once (where the cache lives,
 its size, the free space) and goes on without storing new calls (hits are still read), unless
@@ -148,7 +158,18 @@ class LLMCache:
             np.savez(fh, **arrays)
 
 
-COUNTS = ("llm_calls", "cache_hits", "cache_misses", "prompt_tokens", "generated_tokens")
+COUNTS = ("llm_calls", "cache_hits", "cache_misses", "prompt_tokens", "generated_tokens",
+          "computed_prompt_tokens", "computed_generated_tokens")
+# A question's counts as its row in a step's file names them (runner.answer_row and the steps
+# that count their calls per question): row field -> counter
+ROW_FIELDS = {"llm_calls": "llm_calls", "llm_cache_hits": "cache_hits", "prompt_tokens": "prompt_tokens",
+              "tokens": "generated_tokens", "computed_prompt_tokens": "computed_prompt_tokens",
+              "computed_tokens": "computed_generated_tokens"}
+
+
+def row_counts(values: dict) -> dict[str, int]:
+    """A `CallCounter`'s (or `stats()`') values under their row names (`ROW_FIELDS`)."""
+    return {field: int(values.get(counter, 0)) for field, counter in ROW_FIELDS.items()}
 
 
 class CallCounter:
@@ -180,20 +201,64 @@ def counting():
         _SCOPE.reset(token)
 
 
-def _generate_params(max_new_tokens: int, stop: Sequence[str], want_stats: bool,
-                     want_attention: bool = False) -> dict:
-    """The parameters of a `generate` call's cache key (every path that stores one uses these)."""
-    return dict(max_new_tokens=max_new_tokens, stop=list(stop), want_stats=want_stats,
-                want_attention=want_attention)
+def legacy_keys(model: str, fingerprint: str, kind: str, prompt: str, params: dict) -> list[str]:
+    """The keys a generate or sample call had while statistics were part of the key: each
+    entry computed a call exactly as asked, so one stored with or without them still serves it."""
+    if kind not in ("generate", "sample"):
+        return []
+    return [call_key(model, fingerprint, kind, prompt, {**params, "want_stats": w}) for w in (True, False)]
+
+
+def with_call_counts(backend, compute):
+    """(compute(), the row counts (`row_counts`) of the calls it made on `backend`); the counts
+    are None where the backend does not count per scope (no call cache around it)."""
+    if not getattr(backend, "scoped_counts", False):
+        return compute(), None
+    with counting() as counter:
+        value = compute()
+    return value, row_counts(counter.values)
+
+
+def _generate_params(max_new_tokens: int, stop: Sequence[str], want_attention: bool = False) -> dict:
+    """The parameters of a `generate` call's cache key (every path that stores one uses these);
+    statistics are not among them (the module's note)."""
+    return dict(max_new_tokens=max_new_tokens, stop=list(stop), want_attention=want_attention)
+
+
+def _generations(value) -> list[Generation]:
+    return value.samples if isinstance(value, SampleSet) else [value]
+
+
+def has_stats(value) -> bool:
+    """Whether a stored Generation or SampleSet holds every token's statistics."""
+    return all(g.entropies is not None and g.logsumexp is not None for g in _generations(value))
+
+
+def without_stats(value):
+    """`value` as a call that did not ask for statistics receives it."""
+    if isinstance(value, SampleSet):
+        out = dataclasses.replace(value, samples=[without_stats(g) for g in value.samples])
+        if hasattr(value, "vectors_form"):
+            out.vectors_form = value.vectors_form
+        return out
+    if value.entropies is None and value.logsumexp is None:
+        return value
+    return dataclasses.replace(value, entropies=None, logsumexp=None)
+
+
+def _as_asked(value, want_stats: bool):
+    return value if want_stats else without_stats(value)
 
 
 class CachedBackend:
     """Wrap any backend with the same protocol; `enabled=False` passes every call through.
     `must_keep` (cache.must_keep): a call the full disk will not take stops the run, instead of
-    the run going on without storing new calls."""
+    the run going on without storing new calls. `read_only`: a cache that is only read (another
+    run's, replayed by `llm.replay`): nothing is stored, and its calls count only in `stats()`,
+    not in the scope of the question (the cache in front of it counts them)."""
 
     def __init__(self, backend, root: str | Path | None = None, enabled: bool = True,
-                 vectors: str = "gram", must_keep: bool = False):
+                 vectors: str = "gram", must_keep: bool = False, read_only: bool = False):
         self.backend = backend
         self.name = backend.name
         self.n_layers = backend.n_layers
@@ -204,7 +269,11 @@ class CachedBackend:
                               vectors=vectors)
         self.enabled = enabled
         self.must_keep = must_keep
-        self.storing = True          # False once the disk was full: new calls are not stored
+        # computed calls take statistics where they are nearly free (the module's note): every
+        # backend but another engine (`kind`, vLLM's: its statistics travel through a hook)
+        self.stats_on_miss = enabled and getattr(backend, "kind", None) is None
+        self.storing = not read_only   # False once the disk was full: new calls are not stored
+        self.read_only = read_only
         self._store_lock = threading.Lock()
         self.reset_stats()
 
@@ -213,24 +282,33 @@ class CachedBackend:
 
     def reset_stats(self) -> None:
         self._lock = threading.Lock()
-        self.calls = self.hits = self.misses = 0
-        self.prompt_tokens = self.generated_tokens = 0
+        self.counts = dict.fromkeys(COUNTS, 0)
+
+    @property
+    def calls(self) -> int:
+        return self.counts["llm_calls"]
+
+    @property
+    def hits(self) -> int:
+        return self.counts["cache_hits"]
+
+    @property
+    def misses(self) -> int:
+        return self.counts["cache_misses"]
 
     def _add(self, calls=0, hits=0, misses=0, prompt_tokens=0, generated_tokens=0) -> None:
+        """One or more calls; the tokens of a miss count as computed too."""
+        computed = (prompt_tokens, generated_tokens) if misses else (0, 0)
+        values = dict(zip(COUNTS, (calls, hits, misses, prompt_tokens, generated_tokens) + computed))
         with self._lock:
-            self.calls += calls
-            self.hits += hits
-            self.misses += misses
-            self.prompt_tokens += prompt_tokens
-            self.generated_tokens += generated_tokens
+            for k, v in values.items():
+                self.counts[k] += v
         scope = _SCOPE.get()
-        if scope is not None:
-            scope.add(llm_calls=calls, cache_hits=hits, cache_misses=misses,
-                      prompt_tokens=prompt_tokens, generated_tokens=generated_tokens)
+        if scope is not None and not self.read_only:
+            scope.add(**values)
 
     def stats(self) -> dict[str, int]:
-        return {"llm_calls": self.calls, "cache_hits": self.hits, "cache_misses": self.misses,
-                "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens}
+        return dict(self.counts)
 
     def __getattr__(self, attr: str) -> Any:   # anything else (tokenizer, model, ...) passes through
         if "backend" not in self.__dict__:      # during copy/unpickling: no recursion
@@ -257,59 +335,82 @@ class CachedBackend:
                 say(_unstored_warning(self.cache.root, err))
 
     def _count(self, value, hit: bool) -> None:
-        gens = value.samples if isinstance(value, SampleSet) else [value]
+        gens = _generations(value)
         self._add(calls=1, hits=int(hit), misses=int(not hit),
                   prompt_tokens=gens[0].n_prompt_tokens if gens else 0,
                   generated_tokens=sum(len(g.token_ids) for g in gens))
 
-    def _cached(self, kind: str, prompt: str, params: dict, compute):
+    def _stats_to_compute(self, want_stats: bool) -> bool:
+        """Whether a call that missed computes statistics: when asked, or when nearly free."""
+        return want_stats or self.stats_on_miss
+
+    def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
+        """The stored value that answers a call (one without statistics does not answer a call
+        that asks for them), under its key or a legacy one, or None."""
+        if not self.enabled:
+            return None
+        for key in [call_key(self.name, self.fingerprint, kind, prompt, params),
+                    *legacy_keys(self.name, self.fingerprint, kind, prompt, params)]:
+            value = self.cache.get(key)
+            if value is not None and (has_stats(value) or not want_stats):
+                return value
+        return None
+
+    def _cached(self, kind: str, prompt: str, params: dict, compute, want_stats: bool | None = None):
+        """The stored value, or `compute()` on a miss. For a kind with statistics (`want_stats`
+        given), `compute(with_stats)`, and the value as the call asked for it."""
         key = call_key(self.name, self.fingerprint, kind, prompt, params)
-        value = self.cache.get(key) if self.enabled else None
+        value = self._lookup(kind, prompt, params, bool(want_stats))
         hit = value is not None
         if not hit:
-            value = compute()
+            value = compute() if want_stats is None else compute(self._stats_to_compute(want_stats))
             self._store(key, value)
         self._count(value, hit)
-        return value
+        return value if want_stats is None else _as_asked(value, want_stats)
 
-    def _cached_many(self, kind: str, prompts: Sequence[str], params: dict, compute_many) -> list:
+    def _cached_many(self, kind: str, prompts: Sequence[str], params: dict, compute_many,
+                     want_stats: bool) -> list:
         """`_cached` for several prompts: hits come from disk, the misses go to
-        `compute_many(prompts)` in ONE call (a batching backend decodes them together)."""
+        `compute_many(prompts, with_stats)` in ONE call (a batching backend decodes them together)."""
         keys = [call_key(self.name, self.fingerprint, kind, p, params) for p in prompts]
-        values = [self.cache.get(k) if self.enabled else None for k in keys]
+        values = [self._lookup(kind, p, params, want_stats) for p in prompts]
         todo = [i for i, v in enumerate(values) if v is None]
         if todo:
-            for i, v in zip(todo, compute_many([prompts[i] for i in todo])):
+            for i, v in zip(todo, compute_many([prompts[i] for i in todo], self._stats_to_compute(want_stats))):
                 values[i] = v
                 self._store(keys[i], v)
         missed = set(todo)
         for i, v in enumerate(values):
             self._count(v, hit=i not in missed)
-        return values
+        return [_as_asked(v, want_stats) for v in values]
 
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
-        params = _generate_params(max_new_tokens, stop, want_stats, want_attention)
-        return self._cached("generate", prompt, params,
-                            lambda: self.backend.generate(prompt, **{**params, "stop": tuple(stop)}))
+        params = _generate_params(max_new_tokens, stop, want_attention)
+        return self._cached("generate", prompt, params, lambda stats: self.backend.generate(
+            prompt, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=stats,
+            want_attention=want_attention), want_stats)
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
         """Cached prompts come from disk (the same entries `generate` writes); the others go to
         the backend in one `generate_many` call."""
-        params = _generate_params(max_new_tokens, stop, want_stats)
-        return self._cached_many("generate", prompts, params, lambda todo: generate_many(
-            self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=want_stats))
+        params = _generate_params(max_new_tokens, stop)
+        return self._cached_many("generate", prompts, params, lambda todo, stats: generate_many(
+            self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=stats),
+            want_stats)
 
     def sample(self, prompt: str, **kwargs) -> SampleSet:
-        params = self._sample_params(kwargs)
-        return self._cached("sample", prompt, params, lambda: self.backend.sample(prompt, **kwargs))
+        want_stats = bool(kwargs.get("want_stats", False))
+        return self._cached("sample", prompt, self._sample_params(kwargs), lambda stats: self.backend.sample(
+            prompt, **{**kwargs, "want_stats": stats}), want_stats)
 
     def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
         """Cached contexts come from disk; the others go to the backend in ONE call, so a
         batching backend (vLLM) decodes them together."""
-        return self._cached_many("sample", prompts, self._sample_params(kwargs),
-                                 lambda todo: self.backend.sample_many(todo, **kwargs))
+        want_stats = bool(kwargs.get("want_stats", False))
+        return self._cached_many("sample", prompts, self._sample_params(kwargs), lambda todo, stats:
+                                 self.backend.sample_many(todo, **{**kwargs, "want_stats": stats}), want_stats)
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample,
                                  ) -> list[tuple[Generation, SampleSet]]:
@@ -317,25 +418,29 @@ class CachedBackend:
         missing both go to the backend in one `generate_and_sample_many` call, a prompt missing
         one half to that half's call. `generate`/`sample`: one dict, or one per prompt."""
         gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
-        keys = []
-        for p, g, sm in zip(prompts, gens, smps):
-            g_params = _generate_params(g["max_new_tokens"], g.get("stop", ()), g.get("want_stats", False))
+        asked = [(bool(g.get("want_stats", False)), bool(sm.get("want_stats", False))) for g, sm in zip(gens, smps)]
+        # what a computed half is given: the statistics it asked for, or (nearly free) always
+        run_g = [{**g, "want_stats": self._stats_to_compute(a)} for g, (a, _) in zip(gens, asked)]
+        run_s = [{**sm, "want_stats": self._stats_to_compute(a)} for sm, (_, a) in zip(smps, asked)]
+        keys, got = [], []
+        for p, g, sm, (g_stats, s_stats) in zip(prompts, gens, smps, asked):
+            g_params, s_params = _generate_params(g["max_new_tokens"], g.get("stop", ())), self._sample_params(sm)
             keys.append((call_key(self.name, self.fingerprint, "generate", p, g_params),
-                         call_key(self.name, self.fingerprint, "sample", p, self._sample_params(sm))))
-        got = [[self.cache.get(k) if self.enabled else None for k in pair] for pair in keys]
+                         call_key(self.name, self.fingerprint, "sample", p, s_params)))
+            got.append([self._lookup("generate", p, g_params, g_stats), self._lookup("sample", p, s_params, s_stats)])
         both = [i for i, (g, s) in enumerate(got) if g is None and s is None]
         if both:
             for i, pair in zip(both, base_generate_and_sample_many(
-                    self.backend, [prompts[i] for i in both], generate=[gens[i] for i in both],
-                    sample=[smps[i] for i in both])):
+                    self.backend, [prompts[i] for i in both], generate=[run_g[i] for i in both],
+                    sample=[run_s[i] for i in both])):
                 got[i] = list(pair)
         computed = {(i, 0) for i in both} | {(i, 1) for i in both}
         for i, pair in enumerate(got):
             if pair[0] is None:
-                pair[0] = generate_many(self.backend, [prompts[i]], **gens[i])[0]
+                pair[0] = generate_many(self.backend, [prompts[i]], **run_g[i])[0]
                 computed.add((i, 0))
             if pair[1] is None:
-                pair[1] = self.backend.sample_many([prompts[i]], **smps[i])[0]
+                pair[1] = self.backend.sample_many([prompts[i]], **run_s[i])[0]
                 computed.add((i, 1))
         for i, pair in enumerate(got):
             for half, value in enumerate(pair):
@@ -343,7 +448,7 @@ class CachedBackend:
                 if not hit:
                     self._store(keys[i][half], value)
                 self._count(value, hit)
-        return [(g, s) for g, s in got]
+        return [(_as_asked(g, asked[i][0]), _as_asked(s, asked[i][1])) for i, (g, s) in enumerate(got)]
 
     def score(self, prompt: str, continuation: str) -> Generation:
         return self._cached("score", prompt, {"continuation": continuation},
@@ -380,8 +485,8 @@ class CachedBackend:
         # share one entry; the layer is resolved because None means "middle".
         p = dict(stop=(), temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K, top_p=defaults.TOP_P,
                  seed=defaults.SEED, layer=None,
-                 hook="mlp_out", want_stats=False, forced_eos="append")
-        p.update(kwargs)
+                 hook="mlp_out", forced_eos="append")
+        p.update({k: v for k, v in kwargs.items() if k != "want_stats"})   # not part of the key
         p["stop"] = list(p["stop"])
         if p["layer"] is None:
             p["layer"] = middle_layer(self.n_layers)

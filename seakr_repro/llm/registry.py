@@ -204,6 +204,20 @@ def model_dir(name: str, cfg: Any = None) -> Path:
     return path
 
 
+def weights_on_machine(name: str, cfg: Any, cache_dir: Path) -> Path | None:
+    """Where model `name`'s weights already are, without converting or downloading anything:
+    its converted copy under `cache_dir` for a model that ships in a pip package, the folder the
+    profile names (or an offline Hugging Face cache) for the others; None when they are not."""
+    spec = get_spec(name)
+    if spec.loader is local_dir:
+        try:
+            return local_dir(spec, cfg)
+        except DataMissingError:
+            return None
+    path = Path(cache_dir) / "models" / name
+    return path if (path / "config.json").is_file() else None
+
+
 def synthetic_backend(name: str):
     """The synthetic backend with the shapes of a registered model (LLaMA-2-7B's for synthetic-*
     names)."""
@@ -224,7 +238,12 @@ def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None
     name = name or get("model.name", "smollm2-135m-instruct")
     backend_kind = get("model.backend", "hf")
     if backend_kind == "synthetic" or name.startswith("synthetic-"):
-        backend = synthetic_backend(name)        # make scale-check: real shapes, random outputs
+        from .replay import replay_cache, replaying
+        # cost's dry run: the real model's calls that a cache holds, replayed (`llm.replay`)
+        cache_dir = replay_cache() if backend_kind == "synthetic" else None
+        weights = weights_on_machine(name, cfg, cache_dir) if cache_dir else None
+        backend = replaying(name, weights, cfg, dtype, device, cache_dir) if weights else \
+            synthetic_backend(name)              # make scale-check: real shapes, random outputs
     elif backend_kind == "vllm":
         from .vllm.backend import VLLMBackend
         v = lambda key, default: get(f"model.vllm.{key}", default)   # noqa: E731

@@ -38,6 +38,14 @@ def _rng(*parts) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
+def stand_in_stats(prompt: str, text: str, n: int) -> tuple[list[float], list[float]]:
+    """The synthetic statistics (entropies, logsumexps) of a continuation's n tokens, from a
+    generator of their own, as a model computes them beside its tokens: asking for them changes
+    nothing else (the call cache serves both kinds of call from one entry)."""
+    rng = _rng("stats", prompt, text)
+    return rng.exponential(1.0, n).tolist(), rng.normal(20.0, 2.0, n).tolist()
+
+
 def synthetic_word(i: int) -> str:
     """The i-th word of the synthetic vocabulary: real words, then numbered ones."""
     return WORDS[i] if i < len(WORDS) else f"{WORDS[i % len(WORDS)]}{i // len(WORDS)}"
@@ -124,12 +132,13 @@ class SyntheticBackend:
             tokens, reason = tokens[:max_new_tokens], "length"
             text = "".join(tokens)
         n = len(tokens)
+        logprobs = (-rng.exponential(0.6, n)).tolist()
+        attention = rng.random(n).tolist() if want_attention else None
+        entropies, logsumexp = stand_in_stats(prompt, text, n) if want_stats else (None, None)
         return Generation(
             text=text, token_ids=[self._token_id(t) for t in tokens],
-            tokens=tokens, logprobs=(-rng.exponential(0.6, n)).tolist(),
-            entropies=rng.exponential(1.0, n).tolist() if want_stats else None,
-            logsumexp=rng.normal(20.0, 2.0, n).tolist() if want_stats else None,
-            finish_reason=reason, attention=rng.random(n).tolist() if want_attention else None,
+            tokens=tokens, logprobs=logprobs, entropies=entropies, logsumexp=logsumexp,
+            finish_reason=reason, attention=attention,
             all_token_ids=[self._token_id(t) for t in tokens],
             n_prompt_tokens=self.count_tokens(prompt))
 

@@ -1,83 +1,284 @@
-"""What a profile's paper tables cost before any of it runs: the hours its question-runs
-(`plan.question_runs`) take at the only GPU pace measured for these methods: the paper's Table 7
-(seconds per question on 2Wiki and HotpotQA, 4x GeForce 3090, vLLM).
+"""What a profile costs before it runs, and beside what a run did.
 
-The hours are ARITHMETIC: questions x the paper's seconds per question. The paper timed FLARE,
-DRAGIN and SeaKR on two complex sets only; every SeaKR-family row (ablations, backbones) takes
-SeaKR's pace, a set the paper did not time takes the mean of its two, and methods it did not
-time get no hours (their question-runs are still counted). `python -m seakr_repro cost --profile
-paper` prints the table (`--workers N`: the hours divided over N Ray workers, `spread`); `status`
-gives the pace a run actually keeps once it has started.
+Every step with model calls (02-11) is priced per notebook, table, method and data set: its
+question-runs, the model calls it makes, the calls unique to it (computed: the others the call
+cache serves, from an earlier row or step), the prompt tokens those unique calls pre-fill and the
+tokens they generate (all rows, samples included), and hours at a pace (`runs.paces`): this
+machine's recorded run of the same profile on a CPU (seconds per computed call, per step), else
+the paper's Table 7 for the methods it timed on its own model, else a GPU card this package
+measured (seconds per call), else plainly none.
 
-Beside it, the GPU paces this package measured itself (`data/measured/gpu_pace.csv`: one row per
-card, commit, method and data set, with what ran; a later GPU run adds rows): `measured_paces`
-gives each card's newest rows at the paper's settings, and `cost` prints the hours at each beside
-Table 7's, naming the card. Random weights run every generation to its limit, so those hours are
-an upper bound for that card with this package's transformers backend.
+The work comes from `cost`'s dry run (`commands.dry_run`: the profile's own steps on the synthetic
+model, replaying the real model's calls a cache holds), as `commands.recorded_work` counts it per
+unit; `scale` takes a sampled dry run to the profile's real sizes, `price` prices it, `notebooks`
+sums it per notebook and `beside` puts a run's recorded work and time beside the prediction.
+
+Beside it, the quick arithmetic `preflight` prints before any dry run: `question_runs` (Tables 1-4
+and 7) and their hours at the paper's Table 7 pace per question (`with_hours`, `totals`).
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 import pandas as pd
 
 from ..core.config import Config
-from ..core.paths import DATA_DIR
-from .plan import question_runs  # noqa: F401  (what `cost` prices; importable from here as before)
+from .paces import (  # noqa: F401  (importable from here as before)
+    MEASURED_COLUMNS,
+    MEASURED_PACE,
+    PACE_TABLE,
+    measured_paces,
+    pace_applies,
+    paper_pace,
+)
+from .plan import RUN_FOLDERS, notebook_parameter, question_runs  # noqa: F401  (what `cost` prices)
 
-PACE_TABLE = "seakr_table7"
-# The committed file of measured GPU paces, which `measured_paces` and the `cost` command read (a
-# test points this at a file of its own, so a row a GPU run appends never changes what it checks)
-MEASURED_PACE = DATA_DIR / "measured" / "gpu_pace.csv"
-MEASURED_COLUMNS = ("card", "commit_date", "commit", "torch", "dtype", "weights", "what_ran", "settings",
-                    "method", "dataset", "seconds_per_question", "note")
+UNIT = ["step", "table", "run", "method", "dataset"]
+# a unit's work, as `price` reports it: calls made, calls computed (unique), and the computed
+# calls' prompt tokens (pre-filled) and generated tokens
+WORK = ["calls", "unique", "prompt_tokens", "generated_tokens"]
+TIMED = "09-efficiency"                         # Table 7's own step: the call cache off
 
 
-def measured_paces(settings: str = "paper", path=None) -> dict[str, dict]:
-    """{card: {"pace": {(method, data set): seconds per question}, "rows": provenance records}}
-    from the measured-pace file: each card's newest row (by commit date, then file order) per
-    method and data set at `settings` (the profile whose per-question settings the row ran)."""
-    from ..core.errors import DataMissingError
-
-    path = MEASURED_PACE if path is None else path
-    try:
-        df = pd.read_csv(path, dtype={"commit": str})
-    except FileNotFoundError:
-        raise DataMissingError("the measured GPU pace file is missing", path=path,
-                               fix="restore it from git (git checkout -- data/measured)") from None
-    missing = [c for c in MEASURED_COLUMNS if c not in df.columns]
-    if missing:
-        from ..core.errors import UserError
-        raise UserError(f"columns {missing} are missing", path=path,
-                        fix=f"give it the columns {', '.join(MEASURED_COLUMNS)}")
-    df = df[df["settings"] == settings].sort_values("commit_date", kind="stable")
-    out: dict[str, dict] = {}
-    for card, rows in df.groupby("card", sort=True):
-        rows = rows.drop_duplicates(["method", "dataset"], keep="last")
-        out[card] = {"pace": {(m, d): float(v) for m, d, v in
-                              zip(rows["method"], rows["dataset"], rows["seconds_per_question"])},
-                     "rows": rows.to_dict("records")}
+def _per_question(work: pd.DataFrame) -> pd.DataFrame:
+    """A recorded unit's work per question (`WORK`), and the standard error of its calls' and
+    unique calls' means over the questions it ran."""
+    n = work["questions"].where(work["questions"] > 0)
+    out = pd.DataFrame({
+        "calls": work["llm_calls"] / n, "unique": (work["llm_calls"] - work["llm_cache_hits"]) / n,
+        "prompt_tokens": work["computed_prompt_tokens"] / n, "generated_tokens": work["computed_tokens"] / n})
+    for col, sq in (("calls", "calls_sq"), ("unique", "computed_sq")):
+        var = (work[sq] / n - out[col] ** 2).clip(lower=0) * n / (n - 1).where(n > 1)
+        out[f"{col}_se"] = (var / n) ** 0.5
     return out
 
 
-def paper_pace() -> dict[tuple[str, str], float]:
-    """{(method, data set): seconds per question} from the paper's Table 7."""
-    from ..reporting.paper_numbers import load_paper_table
+def planned_questions(cfg: Config, units: pd.DataFrame, calibration: dict[str, int]) -> pd.Series:
+    """The questions each unit has at the profile's real sizes: a run's the ones its step adds to
+    its run file (a step asks the first n of one seeded shuffle of a set, so a run file shared with
+    an earlier step gains max(0, n - the most that step asked)); a calibration set's
+    (`calibration`: {unit run: questions}, step 02's and each other backbone's); step 10's training
+    questions (N_TRAIN per set, N_KBAE); step 11's N_QUESTIONS. Where the profile does not fix a
+    number (a whole training split, every question with a gold passage), the dry run's own count."""
+    runs = question_runs(cfg, as_run=True)
+    asked: dict[tuple, int] = {}
+    new: dict[tuple, int] = {}
+    for nb, label, dataset, n in zip(runs["notebook"], runs["run"], runs["dataset"], runs["questions"]):
+        key = (RUN_FOLDERS.get(nb, "runs"), label, dataset)
+        new[(nb, label, dataset)] = max(0, int(n) - asked.get(key, 0))
+        asked[key] = max(asked.get(key, 0), int(n))
+    out = []
+    for step, run, dataset, dry in zip(units["step"], units["run"], units["dataset"], units["questions"]):
+        if (step, run, dataset) in new:
+            out.append(new[(step, run, dataset)])
+        elif run in calibration:
+            out.append(calibration[run])
+        else:
+            size = {"skr-labels": ("10-seed-methods", "N_TRAIN"), "kbae-data": ("10-seed-methods", "N_KBAE"),
+                    "trials": ("11-mechanisms", "N_QUESTIONS")}.get(run)
+            given = notebook_parameter(cfg, *size) if size else None
+            out.append(int(given) if given is not None else int(dry))
+    return pd.Series(out, index=units.index, dtype=float)
 
-    df = load_paper_table(PACE_TABLE)
-    return {(m, d): float(v) for m, d, v in zip(df["method"], df["dataset"], df["value"])}
+
+def question_runs_of(cfg: Config, units: pd.DataFrame) -> pd.Series:
+    """The question-runs each unit stands for (a table row's questions, whether or not its step
+    computes them; a calibration or training set's questions)."""
+    runs = question_runs(cfg, as_run=True)
+    table = {(nb, label, d): int(n) for nb, label, d, n in
+             zip(runs["notebook"], runs["run"], runs["dataset"], runs["questions"])}
+    return pd.Series([table.get((s, r, d), q) for s, r, d, q in
+                      zip(units["step"], units["run"], units["dataset"], units["planned"])],
+                     index=units.index, dtype=float)
 
 
-def pace_applies(cfg: Config) -> bool:
-    """Whether the profile runs the model the paper timed (its hours mean something there)."""
-    from ..reporting.paper_numbers import load_paper_table
+def answered_for(cfg: Config, work: pd.DataFrame, stand_ins: dict[str, str] | None) -> pd.DataFrame:
+    """The dry run's units under the profile's own data sets: each unit the dry run ran on a
+    look-alike (`stand_ins`: {profile's set: the set answered in its place}) once for every set it
+    stands in for that the profile plans it on (`plan.work_keys`: its per-question work is
+    theirs); as they are without look-alikes."""
+    if not stand_ins:
+        return work
+    from .plan import work_keys
 
-    return cfg["model.name"] in set(load_paper_table(PACE_TABLE)["model"])
+    planned = work_keys(cfg)
+    parts = [work[~work["dataset"].isin(set(stand_ins.values()))]]
+    for name, alike in stand_ins.items():
+        parts.append(work[work["dataset"] == alike].assign(dataset=name))
+    out = pd.concat(parts, ignore_index=True)
+    keep = [k in planned for k in zip(out["step"], out["run"], out["dataset"])]
+    return out[keep].sort_values("step", kind="stable", ignore_index=True)
 
 
+def scale(cfg: Config, work: pd.DataFrame, calibration: dict[str, int] | None = None) -> pd.DataFrame:
+    """Each unit's work at the profile's sizes: per question as the dry run did it, times the
+    unit's planned questions (`planned_questions`; a sampled dry run, given `calibration`), or as
+    the dry run counted it (a whole one, `calibration` None).
+    Columns: `UNIT`, question_runs, planned, dry_questions, `WORK`, calls_se, unique_se (the
+    sample's standard error, in calls, of the unit's totals)."""
+    units = work.copy()
+    sampled = calibration is not None
+    units["planned"] = planned_questions(cfg, units, calibration) if sampled else units["questions"].astype(float)
+    per = _per_question(units)
+    # a unit the sample did not reach (its questions an earlier step's there): its run file's rate
+    for col in per.columns:
+        fill = per.groupby([units["run"], units["dataset"]])[col].transform("mean")
+        per[col] = per[col].fillna(fill)
+    out = units[UNIT].copy()
+    out["question_runs"] = question_runs_of(cfg, units.assign(planned=units["planned"]))
+    out["planned"], out["dry_questions"] = units["planned"], units["questions"]
+    for col in WORK:
+        exact = {"calls": units["llm_calls"], "unique": units["llm_calls"] - units["llm_cache_hits"],
+                 "prompt_tokens": units["computed_prompt_tokens"], "generated_tokens": units["computed_tokens"]}[col]
+        out[col] = (per[col] * units["planned"]).where(units["planned"] > 0, 0.0) if sampled else exact
+    for col in ("calls", "unique"):
+        # the sampled units' uncertainty; a unit run whole has none from sampling
+        whole = units["planned"] <= units["questions"]
+        out[f"{col}_se"] = (per[f"{col}_se"] * units["planned"]).where(~whole, 0.0).fillna(0.0)
+    return out
+
+
+# ------------------------------------------------------------------------------ paces and prices
+def _table7_per_call(units: pd.DataFrame, table7: dict) -> dict[tuple[str, str], float]:
+    """Table 7's seconds per question over the calls per question this profile's Table 7 step
+    makes (the call cache off, as the paper timed): seconds per call of each timed method and set,
+    a set the paper did not time at the mean of its two."""
+    timed = units[units["step"] == TIMED]
+    calls = {(m, d): c / q for m, d, c, q in zip(timed["method"], timed["dataset"], timed["calls"],
+                                                 timed["planned"]) if q > 0 and c > 0}
+    out = {}
+    for method in {m for m, _ in table7}:
+        paper = {d: s for (m, d), s in table7.items() if m == method}
+        ours = {d: c for (m, d), c in calls.items() if m == method}
+        for d, c in ours.items():
+            out[(method, d)] = paper.get(d, statistics.mean(paper.values())) / c
+        if ours:       # any other set: the mean of this method's per-call paces
+            out[(method, "*")] = statistics.mean(out[(method, d)] for d in ours)
+    return out
+
+
+def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
+    """Each unit's seconds at a recorded CPU run (`paces.cpu_paces`): its step's seconds per
+    computed call times its computed calls; a step recorded without its calls gives its seconds
+    as they are, shared among its units by their computed calls (else their calls, else evenly).
+    NaN where the record has no such step."""
+    out = pd.Series(float("nan"), index=units.index)
+    for step, idx in units.groupby("step").groups.items():
+        rec = cpu["steps"].get(step)
+        if rec is None:
+            continue
+        part = units.loc[idx]
+        if rec["computed_calls"] == rec["computed_calls"] and rec["computed_calls"] > 0:
+            out[idx] = part["unique"] * rec["seconds"] / rec["computed_calls"]
+            continue
+        weight = next((w for w in (part["unique"], part["calls"]) if w.sum() > 0),
+                      pd.Series(1.0, index=idx))
+        out[idx] = rec["seconds"] * weight / weight.sum()
+    return out
+
+
+HOURS = "hours: "               # a priced unit's column of each pace: "hours: <pace>"
+
+
+def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict | None = None,
+          table7: dict | None = None) -> pd.DataFrame:
+    """`units` with their hours at each pace that applies, one column each ("hours: <pace>", NaN
+    where that pace does not price the unit), and `pace`: the paces that price it, or "no pace".
+    The paces: the CPU record `cpu` (`paces.cpu_paces`, the profile on a CPU: `_cpu_seconds`;
+    the steps without calls at their recorded seconds, rows of their own); Table 7 (`table7`, on
+    the paper's model: the methods it timed, SeaKR's rows at SeaKR's, per call); each card of
+    `cards` (`paces.measured_paces`) that counts its calls (every computed call at its mean
+    seconds per call). Each pace is summed apart (`notebooks`): they are not one machine's."""
+    out = units.copy()
+    seconds: dict[str, pd.Series] = {}
+    if cpu is not None:
+        seconds[f"CPU: {cpu['run']}"] = _cpu_seconds(out, cpu)
+    t7 = _table7_per_call(units, table7) if table7 else {}
+    if t7:
+        seconds["Table 7"] = pd.Series([u * t7.get((m, d), t7.get((m, "*"), float("nan"))) for m, d, u in
+                                        zip(out["method"], out["dataset"], out["unique"])], index=out.index)
+    for name, got in (cards or {}).items():
+        if got.get("per_call"):
+            seconds[f"GPU: {name}"] = out["unique"] * statistics.mean(got["per_call"].values())
+    for name, secs in seconds.items():
+        out[HOURS + name] = secs / 3600
+    out["pace"] = [", ".join(n for n, secs in seconds.items() if secs[i] == secs[i]) or "no pace"
+                   for i in out.index]
+    if cpu is not None:         # the steps without model calls: their recorded time
+        fixed = [{"step": s, "table": "", "run": "(no model calls)", "method": "", "dataset": "",
+                  "question_runs": 0, HOURS + f"CPU: {cpu['run']}": rec["seconds"] / 3600,
+                  "pace": f"CPU: {cpu['run']}",
+                  **dict.fromkeys(WORK + ["planned", "dry_questions", "calls_se", "unique_se"], 0.0)}
+                 for s, rec in cpu["steps"].items() if s not in set(out["step"])]
+        out = pd.concat([out, pd.DataFrame(fixed)], ignore_index=True).sort_values("step", kind="stable",
+                                                                                 ignore_index=True)
+    return out
+
+
+def pace_columns(priced: pd.DataFrame) -> list[str]:
+    """The "hours: <pace>" columns of `price`'s units."""
+    return [c for c in priced.columns if c.startswith(HOURS)]
+
+
+def notebooks(priced: pd.DataFrame) -> pd.DataFrame:
+    """Per notebook: question-runs, `WORK`, the standard errors (summed in quadrature), and for each
+    pace its hours and the question-runs it prices ("question-runs at <pace>": fewer than the
+    notebook's where the pace does not price every unit with calls)."""
+    g = priced.groupby("step", sort=True)
+    out = g[["question_runs"] + WORK].sum()
+    for col in ("calls_se", "unique_se"):
+        out[col] = g[col].apply(lambda s: math.sqrt((s ** 2).sum()))
+    for col in pace_columns(priced):
+        out[col] = g[col].sum(min_count=1)
+        out["question-runs at " + col[len(HOURS):]] = priced["question_runs"].where(priced[col].notna(), 0) \
+            .groupby(priced["step"]).sum()
+    return out.reset_index()
+
+
+def totals(runs: pd.DataFrame) -> tuple[int, int, float]:
+    """(question-runs, those with a pace, their hours) of `with_hours`' rows; the last two 0
+    without hours."""
+    if "hours" not in runs:
+        return int(runs["questions"].sum()), 0, 0.0
+    timed = runs["hours"].notna()
+    return int(runs["questions"].sum()), int(runs.loc[timed, "questions"].sum()), float(runs["hours"].sum())
+
+
+def beside(predicted: pd.DataFrame, actual: pd.DataFrame, seconds: dict[str, float]) -> pd.DataFrame:
+    """Per notebook, the prediction (`notebooks(price(...))`) beside what a run's files record
+    (`recorded_work`, summed per step) and its stamps' seconds: calls made and unique, predicted
+    and actual, and the actual over the predicted. Seconds predicted at the prediction's first
+    pace (the CPU record, on a CPU); a step the run has not finished has no time."""
+    act = actual.groupby("step").agg(questions=("questions", "sum"), calls=("llm_calls", "sum"),
+                                     hits=("llm_cache_hits", "sum"))
+    act["unique"] = act["calls"] - act["hits"]
+    steps = sorted(set(predicted["step"]) | set(act.index) | set(seconds))
+    pred = predicted.set_index("step")
+    hours = pace_columns(predicted)
+    rows = []
+    for step in steps:
+        p = pred.loc[step] if step in pred.index else None
+        a = act.loc[step] if step in act.index else None
+        row = {"step": step,
+               "calls predicted": p["calls"] if p is not None else 0.0,
+               "calls actual": a["calls"] if a is not None else 0.0,
+               "unique predicted": p["unique"] if p is not None else 0.0,
+               "unique actual": a["unique"] if a is not None else 0.0,
+               "seconds predicted": p[hours[0]] * 3600 if p is not None and hours else float("nan"),
+               "seconds actual": seconds.get(step, float("nan"))}
+        for what in ("calls", "unique", "seconds"):
+            pr, ac = row[f"{what} predicted"], row[f"{what} actual"]
+            row[f"{what} actual/predicted"] = ac / pr if pr and pr == pr and ac == ac else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------ preflight's arithmetic
 def with_hours(runs: pd.DataFrame, pace: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
-    """`runs` plus seconds_per_question (the paper's, see the module's note; NaN where the
-    paper timed no such method) and hours = questions x seconds / 3,600."""
+    """`runs` (`question_runs`) plus seconds_per_question (the paper's Table 7: every SeaKR-family
+    row at SeaKR's, a set the paper did not time at the mean of its two; NaN where it timed no such
+    method) and hours = questions x seconds / 3,600: the arithmetic `preflight` prints."""
     pace = paper_pace() if pace is None else pace
     by_method: dict[str, list[float]] = {}
     for (m, _), s in pace.items():
@@ -88,26 +289,6 @@ def with_hours(runs: pd.DataFrame, pace: dict[tuple[str, str], float] | None = N
         for m, d in zip(out["method"], out["dataset"])]
     out["hours"] = out["questions"] * out["seconds_per_question"] / 3600
     return out
-
-
-def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per notebook: runs and question-runs; with hours (`with_hours`), also the question-runs
-    that have a pace and their hours."""
-    g = runs.groupby(["notebook", "table"], sort=True)
-    out = pd.DataFrame({"runs": g.size(), "question_runs": g["questions"].sum()})
-    if "hours" in runs:
-        paced = runs["questions"].where(runs["seconds_per_question"].notna(), 0)
-        out["with_paper_pace"] = paced.groupby([runs["notebook"], runs["table"]]).sum()
-        out["hours_at_paper_pace"] = g["hours"].sum(min_count=1).round(1)
-    return out.reset_index()
-
-
-def totals(runs: pd.DataFrame) -> tuple[int, int, float]:
-    """(question-runs, those with a pace, their hours); the last two 0 without `with_hours`."""
-    if "hours" not in runs:
-        return int(runs["questions"].sum()), 0, 0.0
-    timed = runs["hours"].notna()
-    return int(runs["questions"].sum()), int(runs.loc[timed, "questions"].sum()), float(runs["hours"].sum())
 
 
 def spread(hours: float, workers: int) -> float:

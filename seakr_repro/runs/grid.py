@@ -98,6 +98,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     this process writes; `engine.open_pool` gives the profile's)."""
     from ..evaluation import score_predictions
     from .engine import method_on
+    from .derived import derive
     from .runner import mark_current, run_method, run_path, summarise
 
     from .disk_needs import require_for_runs
@@ -121,6 +122,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 break
             path = run_path(cfg.profile, dataset, spec.label, method.config)
             mark_current(path)
+            derive(method, path, records)           # answers another run's file already holds
             done = run_method(method, records, path, backend=backend, progress=progress,
                               desc=f"{spec.label} on {dataset}",
                               concurrency=_concurrency(cfg, backend, method))

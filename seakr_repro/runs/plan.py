@@ -73,23 +73,75 @@ def _capped(cfg: Config, dataset: str, cap: int | None, prepared: dict | None) -
     return n if cap is None else min(int(cap), n)
 
 
-def question_runs(cfg: Config, prepared: bool = False) -> pd.DataFrame:
-    """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
-    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples.
-    The sets are the paper's (a cost projection of the profile); with `prepared`, the ones step 00
-    wrote where they are on disk (a disk check of what this checkout will run)."""
+def step_cap(cfg: Config, step: str) -> int | None:
+    """The questions per data set a run step asks for (None: the whole prepared set): Tables 3/4's
+    sample setting (analysis.n_questions), else the notebook's N_QUESTIONS."""
     from ..artifacts import TABLES
+
+    sample = next((t.sample for t in TABLES.values() if t.step == step and t.sample), None)
+    return cfg.get(sample) if sample else notebook_parameter(cfg, step, "N_QUESTIONS")
+
+
+def label_method(cfg: Config, label: str) -> str:
+    """The method a run label runs: its table row's (`artifacts.TABLES`), SeaKR for a Table 4
+    backbone, the label itself for notebook 10's rows."""
+    from ..artifacts import TABLES
+
+    for spec in TABLES.values():
+        for run in spec.runs:
+            if run.label == label:
+                return run.method
+    return "seakr" if label in (cfg.get("backbones.models", []) or []) else label
+
+
+def work_keys(cfg: Config) -> set[tuple[str, str, str]]:
+    """(step, run, data set) of every unit of model work the profile plans (`cost` prices them):
+    each run of `question_runs(as_run=True)`; step 02's calibration set ("extraction") and each
+    other backbone's ("calibration:<model>", step 07), data set "calibration"; step 10's SKR
+    labels per data set ("skr-labels") and KBAE's examples on the first single-hop set
+    ("kbae-data"); step 11's trials ("trials") on its data set."""
+    from .inputs import profile_datasets
+
+    runs = question_runs(cfg, as_run=True)
+    keys = set(zip(runs["notebook"], runs["run"], runs["dataset"]))
+    keys.add(("02-extract-hidden-states", "extraction", "calibration"))
+    keys |= {("07-backbones", f"calibration:{m}", "calibration") for m in cfg.get("backbones.models", []) or []
+             if m != cfg["model.name"]}
+    datasets = profile_datasets(cfg)
+    keys |= {(SEED_STEP, "skr-labels", d) for d in datasets}
+    simple = list(cfg["datasets.simple"]) or datasets
+    keys.add((SEED_STEP, "kbae-data", simple[0]))
+    keys.add(("11-mechanisms", "trials", notebook_parameter(cfg, "11-mechanisms", "DATASET") or simple[0]))
+    return keys
+
+
+def question_runs(cfg: Config, prepared: bool = False, as_run: bool = False) -> pd.DataFrame:
+    """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
+    Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples
+    (`as_run`: as `make reproduce` runs them: Table 7's rows those of notebook 09's METHODS, and
+    notebook 10's rows too, table "seed"). The sets are the paper's (a cost
+    projection of the profile); with `prepared`, the ones step 00 wrote where they are on disk (a
+    disk check of what this checkout will run)."""
+    from ..artifacts import SEED_METHODS, TABLES
+    from .inputs import profile_datasets
 
     rows, counted = [], ({} if prepared else None)
     for key, spec in TABLES.items():
-        # a table's sample setting (Tables 3/4: analysis.n_questions), else its notebook's N_QUESTIONS
-        cap = cfg.get(spec.sample) if spec.sample else notebook_parameter(cfg, spec.step, "N_QUESTIONS")
+        cap = step_cap(cfg, spec.step)
         runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
                 else [(s.label, s.method) for s in spec.runs])
+        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
+            runs = [(m, meth) for m, meth in runs if m in notebook_parameter(cfg, spec.step, "METHODS")] \
+                if as_run else runs
         for label, method in runs:
             rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
                       "questions": _capped(cfg, d, cap, counted)}
                      for d in table_datasets(cfg, key) if runs_on(label, d)]
+    if as_run:
+        cap = step_cap(cfg, SEED_STEP)
+        rows += [{"notebook": SEED_STEP, "table": "seed", "run": label, "method": label, "dataset": d,
+                  "questions": _capped(cfg, d, cap, counted)}
+                 for d in profile_datasets(cfg) for label in ("seakr",) + SEED_METHODS]
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 

@@ -88,6 +88,14 @@ def profile_models(cfg: Config) -> tuple[str, list[str]]:
     return own, [m for m in dict.fromkeys(others) if m != own]
 
 
+def missing_models(cfg: Config) -> dict[str, str]:
+    """{model: why its weights cannot be found} of the profile's own model and the others its
+    notebooks load (`profile_models`), without loading anything: `cost` leaves their rows out."""
+    own, others = profile_models(cfg)
+    found = {name: _model_dir_problem(name, cfg, own=name == own) for name in [own, *others]}
+    return {name: problem for name, problem in found.items() if problem}
+
+
 def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
     own, others = profile_models(cfg)
     problem = _model_dir_problem(own, cfg, own=True)

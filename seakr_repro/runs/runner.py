@@ -122,7 +122,7 @@ def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], 
     """One finished question's row (`run_method` documents it): the local runner and every Ray
     worker (`runs.engine`) build it here, so both engines write the same rows."""
     from ..llm.batching import worker
-    from ..llm.cache import counting
+    from ..llm.cache import counting, row_counts
     from ..methods.base import MethodResult
 
     scorer = scorer or _score
@@ -144,9 +144,7 @@ def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], 
         "type": record.type, "answer": result.answer,
         **scorer(result.answer or "", list(record.golds)),
         "n_retrievals": result.n_retrievals,
-        "llm_calls": delta.get("llm_calls", 0), "llm_cache_hits": delta.get("cache_hits", 0),
-        "prompt_tokens": delta.get("prompt_tokens", 0),
-        "tokens": delta.get("generated_tokens", 0),
+        **row_counts(delta),       # calls (cache hits among them) and tokens, all and computed
         "seconds": round(seconds, 3), "oom_retries": oom_after[0] - oom_before[0],
         "oom_seconds": round(oom_after[1] - oom_before[1], 3),
         "raw_output": result.raw_output, "extra": _plain(result.extra),

@@ -48,6 +48,24 @@ def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Pa
                                         "diagnostics": diagnostics})
 
 
+def calibrate_thresholds(cfg: Config, scores: dict[str, np.ndarray], correct, rule: str,
+                         target: float) -> tuple[dict[str, float], dict[str, dict]]:
+    """Each registered estimator's delta calibrated on step 02's questions (`correct`: 1 where the
+    closed-book answer is right), written where the methods read them (`write_deltas`); returns
+    (deltas, each calibration's diagnostics)."""
+    from .. import uncertainty as unc
+    from ..uncertainty import registry
+
+    deltas, diagnostics = {}, {}
+    for name in registry.ESTIMATORS:
+        cal = unc.calibrate_delta(scores[name], correct, rule=rule, target=target)
+        deltas[name] = float(cal.delta)
+        diagnostics[name] = {k: (float(v) if isinstance(v, (float, np.floating)) else v)
+                             for k, v in vars(cal).items() if k != "sweep"}
+    write_deltas(cfg, deltas, diagnostics)
+    return deltas, diagnostics
+
+
 def question_scores(rows: list[dict], vectors: "VectorStore", cfg: Config, ks: Sequence[int],
                     scores: dict[str, np.ndarray] | None = None) -> "pandas.DataFrame":
     """Per question, what the claims ledger pairs (steps/claims.py): whether the closed-book

@@ -92,8 +92,13 @@ def reasked_answers(backend, prompts: Sequence[str], greedy: Sequence, mode: str
 
 
 def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, dict]:
-    """All step-02 measurements of one question, closed-book: (JSON row, arrays)."""
-    return extract_contexts(backend, record, cfg, n_shot, [()])[0]
+    """All step-02 measurements of one question, closed-book: (JSON row, arrays); the row's
+    `calls` are the question's model calls, counted as a run's rows count theirs (`runs.cost`
+    reads them)."""
+    from ..llm.cache import with_call_counts
+
+    (row, arrays), calls = with_call_counts(backend, lambda: extract_contexts(backend, record, cfg, n_shot, [()])[0])
+    return ({**row, "calls": calls} if calls is not None else row), arrays
 
 
 def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequence[Sequence[str]],
@@ -163,13 +168,15 @@ def extract_on_worker(worker, model: str, record, n_shot: int) -> tuple[dict, di
     return extract_question(worker.backend(model), record, worker.cfg, n_shot)
 
 
-def extraction_dir(cfg: Config, tag: str | None = None) -> Path:
-    """Step 02's folder; another backbone (Table 4) gets its own under 07-backbones/."""
+def extraction_dir(cfg: Config, tag: str | None = None, res: Path | None = None) -> Path:
+    """Step 02's folder; another backbone (Table 4) gets its own under 07-backbones/. `res`: the
+    profile's results folder to find it in (default: results/<profile>/, created)."""
     # another backend's samples go apart from the transformers backend's (no mixed resume)
     suffix = "" if cfg.get("model.backend", "hf") == "hf" else f"-{cfg['model.backend']}"
+    res = results_dir(cfg.profile) if res is None else Path(res)
     if tag is None:
-        return results_dir(cfg.profile) / f"02-extract-hidden-states{suffix}"
-    return results_dir(cfg.profile) / "07-backbones" / "calibration" / f"{tag}{suffix}"
+        return res / f"02-extract-hidden-states{suffix}"
+    return res / "07-backbones" / "calibration" / f"{tag}{suffix}"
 
 
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,

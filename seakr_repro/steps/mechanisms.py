@@ -79,11 +79,14 @@ def trial(record, gold, searcher, backend, cfg, n_candidates: int, n_shot: int,
     also get every estimator at every layer (`estimators.score_columns`)."""
     from .extraction import extract_contexts
     from .estimators import score_columns
+    from ..llm.cache import with_call_counts
 
     cands, rank, bm25_gold = candidates(record, gold, searcher, n_candidates)
     at = [c.id for c in cands].index(gold.id)
-    measured = extract_contexts(backend, record, cfg, n_shot, [()] + [(h.text,) for h in cands],
-                                [True] + [i == at for i in range(len(cands))])
+    # the question's model calls go into its line, as a run's rows carry theirs (`runs.cost`)
+    measured, calls = with_call_counts(backend, lambda: extract_contexts(
+        backend, record, cfg, n_shot, [()] + [(h.text,) for h in cands],
+        [True] + [i == at for i in range(len(cands))]))
     hook = cfg["uncertainty.hook"]
     retrieval = []
     for condition, (row, arrays) in (("closed-book", measured[0]), ("gold passage", measured[1 + at])):
@@ -103,7 +106,8 @@ def trial(record, gold, searcher, backend, cfg, n_candidates: int, n_shot: int,
               "f1_gold": measured[1 + at][0]["f1"], "f1_closed_book": measured[0][0]["f1"],
               "candidates": [{"id": h.id, "gold": h.id == gold.id, "u": r["u"], "output": r["greedy"],
                               "answer": r["answer"], "f1": r["f1"]} for _, h, r in scored]}
-    return {"id": record.id, "rerank": rerank, "retrieval": retrieval}
+    out = {"id": record.id, "rerank": rerank, "retrieval": retrieval}
+    return {**out, "calls": calls} if calls is not None else out
 
 
 def trial_on_worker(worker, model: str, record, gold, n_candidates: int, n_shot: int,

@@ -3,6 +3,7 @@ and TAIKC with KBAE), their training split and their runs.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 import pandas as pd
@@ -13,6 +14,11 @@ from ..core.errors import DataMissingError
 from ..core.paths import results_dir
 from ..runs.grid import run_grid
 from ..runs.pool import BackendPool
+
+
+# The model calls of step 10's training work (KBAE's data, SKR's labels per data set), one record
+# each with its questions and counts as a run's rows give theirs; `runs.cost` reads it.
+TRAINING_CALLS = "training_calls.json"
 
 
 def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[list, str]:
@@ -91,7 +97,9 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
     that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
     runs (same config, same results file). Returns (results, skipped, label/adapter summary).
     """
+    from ..core.io import write_json
     from ..data.registry import DATASETS
+    from ..llm.cache import with_call_counts
     from ..methods.taikc.kbae import bootstrap_adapter, kbae_unavailable
     from ..methods.skr.labels import labels_summary, save_labels, usable
 
@@ -106,20 +114,32 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
         elif why not in skipped[label]:
             skipped[label] += "; " + why
 
+    training: list[dict] = []                # the training work's model calls (`TRAINING_CALLS`)
+
+    def counted(work: str, dataset: str, compute, questions):
+        """compute(), its calls recorded with `questions(what it gave)` questions."""
+        got, calls = with_call_counts(backend, compute)
+        if calls is not None:
+            training.append({"work": work, "dataset": dataset, "questions": questions(got), **calls})
+            write_json(out / TRAINING_CALLS, training)
+        return got
+
     # KBAE trains a LoRA adapter with peft on the transformers model; on the vLLM backend (which
     # holds the GPU) there is none to train, so its row is skipped with the reason
     adapter, no_kbae = None, kbae_unavailable(backend)
     if not no_kbae:
         try:
             kbae_train, _ = training_questions(cfg, simple[0], n_kbae)
-            adapter = bootstrap_adapter(backend, kbae_train, out / "kbae_adapter", **kbae_settings)
+            adapter = counted("kbae-data", simple[0], lambda: bootstrap_adapter(
+                backend, kbae_train, out / "kbae_adapter", **kbae_settings), lambda _: len(kbae_train))
         except DataMissingError as err:     # no training questions: the row says why, the rest runs
             no_kbae = err.paragraph()
     frames, notes = [], []
     for dataset in datasets:
         specs = [RunSpec("seakr", "seakr"), RunSpec("skr-prompt", "skr-prompt", skr_settings(cfg, "skr-prompt"))]
         try:
-            labels, source, n_labelled = skr_labels(cfg, backend, searcher, dataset, n_train)
+            labels, source, n_labelled = counted("skr-labels", dataset, partial(
+                skr_labels, cfg, backend, searcher, dataset, n_train), lambda got: got[2])
         except DataMissingError as err:
             for v in ("skr-icl", "skr-cls", "skr-knn"):
                 skip(v, err.paragraph())

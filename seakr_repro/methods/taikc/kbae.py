@@ -11,6 +11,11 @@ distilled from GPT-4o (not reproduced here: they need GPT-4o traces). On the emb
 (SmolLM2-135M, CPU, ~150 bundled single-hop questions) 5e-5 for a handful of updates moves nothing,
 so `CPU_SETTINGS` keeps the rank and alpha and raises the learning rate for the few updates a CPU
 affords; `train_lora`'s own defaults are the paper's.
+
+The synthetic backend (`llm/synthetic.py`: `cost`'s dry run, the scale check) has no weights to
+tune: there KBAE's examples are built as on a model (their calls made and counted), no adapter is
+trained, and a synthetic model of the adapter's own name answers the Confident QA calls (or, in a
+dry run replaying a real run's cache, that run's adapted model's stored calls: `llm.replay`).
 """
 from __future__ import annotations
 
@@ -266,8 +271,19 @@ def _hf_backend(backend):
                     setting="model.backend", fix="use model.backend: hf")
 
 
+def _synthetic(backend):
+    """The synthetic backend under any wrappers, or None."""
+    from ...llm.base import unwrap
+    from ...llm.synthetic import SyntheticBackend
+
+    inner = unwrap(backend)
+    return inner if isinstance(inner, SyntheticBackend) else None
+
+
 def kbae_unavailable(backend) -> str | None:
     """None when KBAE can train and run on `backend`, else why not (for the table's notes)."""
+    if _synthetic(backend) is not None:
+        return None
     try:
         _hf_backend(backend)
     except UserError as e:
@@ -280,22 +296,30 @@ def load_kbae_backend(base_backend, adapter_dir):
     backend keeps answering TAIKC's other prompts unadapted (the copy costs one more model in
     memory: ~0.5 GB for SmolLM2-135M in float32). Cached like the base when the base is cached;
     the adapter's hash is part of its fingerprint, so a retrained adapter never hits old entries."""
-    from peft import PeftModel
-
-    from ...llm.hf.backend import HFBackend
+    from ...llm.cache import CachedBackend
 
     d = Path(adapter_dir)
     if not (d / "adapter_config.json").is_file():
         raise DataMissingError(f"no KBAE adapter in {d}", path=d, setting="taikc-kbae.kbae_adapter",
                                fix="train one with seakr_repro.methods.taikc.kbae.bootstrap_adapter")
-    inner = _hf_backend(base_backend)
-    with _quiet_peft():
-        model = PeftModel.from_pretrained(copy.deepcopy(inner.model), str(d)).merge_and_unload()
     fp = adapter_fingerprint(d)
-    backend = HFBackend(model, inner.tokenizer, name=f"{inner.name}+kbae-{fp}",
-                        fingerprint=f"{inner.fingerprint}+kbae-{fp}",
-                        max_batch_rows=inner.max_batch_rows, max_batch_contexts=inner.max_batch_contexts)
-    from ...llm.cache import CachedBackend
+    synthetic = _synthetic(base_backend)
+    if synthetic is not None:
+        from ...llm.replay import adapted
+        from ...llm.synthetic import SyntheticBackend
+        # a dry run replaying a real run: that run's adapted model's calls (`llm.replay`)
+        backend = adapted(base_backend, "kbae") or \
+            SyntheticBackend(f"{synthetic.name}+kbae-{fp}", synthetic.n_layers, synthetic.hidden_size)
+    else:
+        from peft import PeftModel
+
+        from ...llm.hf.backend import HFBackend
+        inner = _hf_backend(base_backend)
+        with _quiet_peft():
+            model = PeftModel.from_pretrained(copy.deepcopy(inner.model), str(d)).merge_and_unload()
+        backend = HFBackend(model, inner.tokenizer, name=f"{inner.name}+kbae-{fp}",
+                            fingerprint=f"{inner.fingerprint}+kbae-{fp}",
+                            max_batch_rows=inner.max_batch_rows, max_batch_contexts=inner.max_batch_contexts)
     if isinstance(base_backend, CachedBackend):
         root = Path(base_backend.cache.root).parent / backend.name   # beside the base's entries
         return CachedBackend(backend, root=root, enabled=base_backend.enabled)
@@ -314,6 +338,11 @@ def bootstrap_adapter(backend, single_hop_records, out_dir, *, criterion: str = 
         have = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
         if all(have.get(k) == v for k, v in wanted.items()):
             return out
+    if _synthetic(backend) is not None:         # nothing to tune (the module's note)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "adapter_config.json").write_text(json.dumps({"synthetic": wanted}) + "\n", encoding="utf-8")
+        (out / MANIFEST).write_text(json.dumps(wanted) + "\n", encoding="utf-8")
+        return out
     inner = _hf_backend(backend)
     train_lora(inner.model, inner.tokenizer, examples, out, **train_kw,
                extra_manifest={"criterion": criterion, "base_model": inner.name,

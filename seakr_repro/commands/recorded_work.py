@@ -1,0 +1,192 @@
+"""The model work a profile's run recorded in its files, per notebook step and unit of work: its
+questions, its model calls (the call cache's hits among them; the rest were computed) and their
+prompt and generated tokens, all and computed (`llm.cache.ROW_FIELDS`).
+
+Where each step records its calls, one question at a time, so a resumed step keeps the counts of
+the questions it had finished:
+- the runs of steps 04-07, 09 and 10: each question's row in its run file (`runs.runner`). A row
+  belongs to the first step, in notebook order, whose questions include it: steps 04, 06 and 10
+  share SeaKR's run files, and a later step's questions that an earlier one answered add nothing;
+- step 02 and Table 4's calibration of each other backbone (07): each question's `calls` in its
+  questions.jsonl (`steps.extraction`);
+- step 10's training (KBAE's examples, SKR's labels per data set): training_calls.json;
+- step 11: each trial's `calls` in trials.jsonl.
+`cost` reads a real run's files with it (what the run did) and its dry run's (what it predicts),
+so both sides are counted alike. Files written before a step counted its calls leave that unit's
+counts unknown (NaN). A step's wall time comes from its stamp (`step_seconds`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.config import Config
+from ..llm.cache import ROW_FIELDS
+from ..runs.plan import PlannedRun, label_method, notebook_parameter, planned_runs, run_file, step_cap
+
+UNIT = ["step", "table", "run", "method", "dataset"]
+COUNTS = list(ROW_FIELDS)
+# sums of squares of each question's calls and computed calls (how much questions differ: the
+# uncertainty of a sample's mean)
+SPREAD = ["calls_sq", "computed_sq"]
+COLUMNS = UNIT + ["questions"] + COUNTS + SPREAD
+CALIBRATION = "calibration"          # the data set column of a calibration unit (02, 07)
+
+
+def _unit(step, table, run, method, dataset, questions=0, counts=None) -> dict:
+    spread = dict.fromkeys(SPREAD, 0 if counts is None else float("nan"))
+    return {"step": step, "table": table, "run": run, "method": method, "dataset": dataset,
+            "questions": questions, **(counts or dict.fromkeys(COUNTS, 0)), **spread}
+
+
+def _add(unit: dict, counts: dict | None) -> None:
+    """One question's counts into its unit (a question without counts makes them unknown)."""
+    unit["questions"] += 1
+    nan = float("nan")
+    for f in COUNTS:
+        unit[f] += counts.get(f, nan) if counts else nan
+    calls = counts.get("llm_calls", nan) if counts else nan
+    computed = calls - counts.get("llm_cache_hits", nan) if counts else nan
+    unit["calls_sq"] += calls ** 2
+    unit["computed_sq"] += computed ** 2
+
+
+def _prepared_ids(res: Path, dataset: str) -> list[str]:
+    path = res / "data" / f"{dataset}.jsonl"
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line)["id"] for line in fh if line.strip()]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    """The finished lines of a step's file (a torn last line, a write in progress, left out)."""
+    from ..core.errors import UserError
+    from ..runs.runner import read_results
+
+    try:
+        return read_results(path) if path.is_file() else []
+    except UserError:          # damaged mid-file: `status` names it; its counts are unknown here
+        return [{}]
+
+
+def run_units(cfg: Config, res: Path) -> list[dict]:
+    """The runs' units: one per planned run (step, label, data set), with the rows it wrote."""
+    from ..data.records import sample
+
+    planned = planned_runs(cfg)
+    seed = cfg["datasets.sample_seed"]
+    asked: dict[tuple[str, str], set] = {}
+    for run in planned:          # the questions each step asks of a data set (select_questions)
+        if (run.step, run.dataset) not in asked:
+            ids = _prepared_ids(res, run.dataset)
+            cap = step_cap(cfg, run.step)
+            asked[(run.step, run.dataset)] = set(sample(ids, min(cap, len(ids)) if cap is not None else None, seed))
+    units: dict[PlannedRun, dict] = {run: _unit(run.step, _table(run.step), run.label, label_method(cfg, run.label),
+                                                run.dataset) for run in planned}
+    shared: dict[tuple[str, str], list[PlannedRun]] = {}
+    for run in planned:
+        shared.setdefault((run.folder, run.label), []).append(run)
+    for runs in shared.values():
+        path = run_file(res, runs[0])
+        owner: dict[str, PlannedRun] = {}
+        for run in runs:          # notebook order: the first step to ask for a question wrote it
+            for qid in asked[(run.step, run.dataset)]:
+                owner.setdefault(qid, run)
+        for row in (_jsonl(path) if path is not None else []):
+            if row.get("id") in owner:
+                _add(units[owner[row["id"]]], row if "llm_calls" in row else None)
+    return list(units.values())
+
+
+def _table(step: str) -> str:
+    from ..artifacts import TABLES
+
+    return next((t.key for t in TABLES.values() if t.step == step), "seed")
+
+
+def _calibration_ids(cfg: Config, step: str, fanout: str, bundled: str) -> set[str]:
+    from ..steps.extraction import calibration_records
+
+    return {r.id for r in calibration_records(notebook_parameter(cfg, step, fanout),
+                                              notebook_parameter(cfg, step, bundled), seed=cfg["seed"])}
+
+
+def calibration_sizes(cfg: Config) -> dict[str, int]:
+    """{calibration unit's run: its questions} at the profile's sizes (step 02's, each other
+    backbone's in step 07)."""
+    sizes = {"extraction": len(_calibration_ids(cfg, "02-extract-hidden-states", "N_FANOUT", "N_BUNDLED"))}
+    backbone = len(_calibration_ids(cfg, "07-backbones", "N_CAL_FANOUT", "N_CAL_BUNDLED"))
+    sizes.update({f"calibration:{m}": backbone for m in cfg.get("backbones.models", []) or []
+                  if m != cfg["model.name"]})
+    return sizes
+
+
+def _extraction_unit(cfg: Config, res: Path, step: str, run: str, tag: str | None, fanout: str,
+                     bundled: str, shot_step: str) -> dict:
+    from ..steps.extraction import extraction_dir
+
+    ids = _calibration_ids(cfg, shot_step, fanout, bundled)
+    unit = _unit(step, "table4" if tag else CALIBRATION, run, "extraction", CALIBRATION)
+    seen = set()
+    for row in _jsonl(extraction_dir(cfg, tag, res) / "questions.jsonl"):
+        if row.get("id") in ids and row["id"] not in seen:
+            seen.add(row["id"])
+            _add(unit, row.get("calls"))
+    return unit
+
+
+def calibration_units(cfg: Config, res: Path) -> list[dict]:
+    """Step 02's calibration set, and each other backbone's calibration in step 07."""
+    units = [_extraction_unit(cfg, res, "02-extract-hidden-states", "extraction", None, "N_FANOUT",
+                              "N_BUNDLED", "02-extract-hidden-states")]
+    primary = cfg["model.name"]
+    for model in cfg.get("backbones.models", []) or []:
+        if model != primary:         # the profile's own model takes step 03's delta
+            units.append(_extraction_unit(cfg, res, "07-backbones", f"calibration:{model}", model,
+                                          "N_CAL_FANOUT", "N_CAL_BUNDLED", "07-backbones"))
+    return units
+
+
+def training_units(res: Path) -> list[dict]:
+    """Step 10's training work, as its training_calls.json records it."""
+    from ..steps.seed_methods import TRAINING_CALLS
+
+    path = res / "10-seed-methods" / TRAINING_CALLS
+    records = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    return [_unit("10-seed-methods", "seed", r["work"], r["work"], r["dataset"], r.get("questions", 0),
+                  {f: r.get(f, float("nan")) for f in COUNTS}) for r in records]
+
+
+def trial_units(cfg: Config, res: Path) -> list[dict]:
+    """Step 11's trials (one per question of its data set)."""
+    dataset = notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
+    unit = _unit("11-mechanisms", "mechanisms", "trials", "mechanisms", dataset)
+    for row in _jsonl(res / "11-mechanisms" / "trials.jsonl"):
+        _add(unit, row.get("calls"))
+    return [unit]
+
+
+def recorded_work(cfg: Config, res: Path) -> pd.DataFrame:
+    """Every unit of model work the profile plans, with what the run's files in `res` (its
+    results folder) record of it: one row per unit (`COLUMNS`), a unit not run yet with 0
+    questions."""
+    res = Path(res)
+    rows = calibration_units(cfg, res) + run_units(cfg, res) + training_units(res) + trial_units(cfg, res)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.sort_values("step", kind="stable", ignore_index=True)
+
+
+def step_seconds(res: Path) -> dict[str, float]:
+    """{step: seconds} of the steps whose stamp (`reproduce`'s record of a finished step) says so."""
+    out = {}
+    for stamp in sorted((Path(res) / "stamps").glob("*.json")):
+        try:
+            seconds = json.loads(stamp.read_text(encoding="utf-8")).get("seconds")
+        except (OSError, ValueError):
+            continue
+        if isinstance(seconds, (int, float)):
+            out[stamp.stem] = float(seconds)
+    return out

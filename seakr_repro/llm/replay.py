@@ -1,0 +1,149 @@
+"""A real model's earlier calls, replayed: `cost`'s dry run answers each call from the entry a
+run of the real model left in a call cache (`REPLAY_ENV`: that cache's folder; the entry found
+under the model's name and weights fingerprint, as that run stored it), and only the calls the
+cache does not hold come from the synthetic model (`llm/synthetic.py`). Prompts are fitted and
+token ids read with the real model's tokenizer, as the real run does them.
+
+So where an earlier run made the same calls (the same profile, or questions two profiles share),
+the dry run follows the real model's decisions: how many steps SeaKR takes, when it retrieves,
+where an answer appears; elsewhere it follows the synthetic model's. `replay_counts` says how
+many calls each answered. Nothing is written to the replayed cache.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .attention import WordsMixin
+from .cache import CachedBackend, has_stats
+from .synthetic import SyntheticBackend
+from .tokenizing import TokenizerMixin
+
+REPLAY_ENV = "SEAKR_REPLAY_CACHE"
+_LAYERS: list = []            # this process's replayed caches (`replay_counts` sums them)
+
+
+class TokenizedSynthetic(WordsMixin, TokenizerMixin, SyntheticBackend):
+    """The synthetic model under a real model's name, weights fingerprint and tokenizer. Step 02's
+    vectors at every layer are its own, except at the layer and hook of a replayed sample of the
+    same prompt (`replayed`): those are the sample's (vectors with the real ones' Gram matrix,
+    `llm.cache`), so that step 03's thresholds are the real model's, not the synthetic one's."""
+
+    def __init__(self, name: str, fingerprint: str, tokenizer, n_layers: int, hidden_size: int,
+                 eos_token_id: int, max_context: int | None, generation_config: dict):
+        super().__init__(name, n_layers, hidden_size)
+        self.tokenizer, self.fingerprint, self.eos_token_id = tokenizer, fingerprint, eos_token_id
+        self.max_context, self.generation_config = max_context, generation_config
+        self.replayed: dict[str, object] = {}        # prompt -> its latest replayed SampleSet
+
+    def eos_vectors_all_layers(self, prompt: str, completions) -> dict:
+        out = super().eos_vectors_all_layers(prompt, completions)
+        got = self.replayed.get(prompt)
+        if got is not None and len(got.vectors) == len(completions):
+            out[got.hook][got.layer] = got.vectors
+        return out
+
+
+class ReplayedCache(CachedBackend):
+    """A read-only call cache of the real model's entries; the samples it answers are kept for
+    the model behind it (`TokenizedSynthetic.replayed`). An entry stored without statistics
+    (before every computed call took them, `llm.cache`) answers a call that asks for them with
+    the synthetic model's statistics: its tokens, and so the decisions that follow them, are the
+    real model's."""
+
+    def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
+        value = super()._lookup(kind, prompt, params, False)
+        if value is not None and want_stats and not has_stats(value):
+            value = _with_stand_in_stats(value, prompt)
+        if kind == "sample" and value is not None:
+            if len(self.backend.replayed) > 10_000:       # bounded: only the question at hand matters
+                self.backend.replayed.clear()
+            self.backend.replayed[prompt] = value
+        return value
+
+    def _generation(self, rng, prompt, text, stop, max_new_tokens, want_stats, want_attention):
+        gen = super()._generation(rng, prompt, text, stop, max_new_tokens, want_stats, want_attention)
+        gen.n_prompt_tokens = self.count_tokens(prompt)       # the prompt as the real model reads it
+        return gen
+
+
+def _with_stand_in_stats(value, prompt: str):
+    """`value` (a Generation or SampleSet) with the synthetic model's statistics."""
+    import dataclasses
+
+    from .base import SampleSet
+    from .synthetic import stand_in_stats
+
+    if isinstance(value, SampleSet):
+        out = dataclasses.replace(value, samples=[_with_stand_in_stats(g, prompt) for g in value.samples])
+        if hasattr(value, "vectors_form"):
+            out.vectors_form = value.vectors_form
+        return out
+    entropies, logsumexp = stand_in_stats(prompt, value.text, len(value.token_ids))
+    return dataclasses.replace(value, entropies=entropies, logsumexp=logsumexp)
+
+
+def replay_cache() -> Path | None:
+    """The call cache this process replays (`REPLAY_ENV`), or None."""
+    given = os.environ.get(REPLAY_ENV)
+    return Path(given) if given else None
+
+
+def replaying(name: str, path: Path, cfg: Any, dtype: str | None, device: str | None, cache_dir: Path):
+    """A read-only `CachedBackend` over the entries of model `name` (its weights at `path`: their
+    fingerprint, tokenizer and shapes) in the call cache `cache_dir`, in front of the synthetic
+    model under the real model's identity."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from ..core.device import resolve_device
+    from .model_info import generation_config_of, model_dims, resolve_dtype, text_config, weights_fingerprint
+
+    get = (lambda key, default: cfg.get(key, default)) if cfg is not None else (lambda k, d: d)
+    tok = AutoTokenizer.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path)
+    n_layers, hidden, eos = model_dims(config, tok)
+    n_ctx = getattr(text_config(config), "max_position_embeddings", None)
+    fingerprint = weights_fingerprint(path, resolve_dtype(dtype or get("model.dtype", "float32")),
+                                      resolve_device(device or get("model.device", "auto")))
+    model = TokenizedSynthetic(name, fingerprint, tok, n_layers, hidden, eos, int(n_ctx) if n_ctx else None,
+                               generation_config_of(path))
+    layer = ReplayedCache(model, root=cache_dir / "llm" / name, vectors=get("cache.vectors", "gram"),
+                          read_only=True)
+    _LAYERS.append(layer)
+    return layer
+
+
+def adapted(base, tag: str):
+    """The replay layer of a model derived from `base`'s (KBAE's adapted copy: `tag` "kbae") as
+    the replayed run stored it: the newest `<name>+<tag>-<hash>` folder of the replayed cache,
+    whose calls were keyed `<fingerprint>+<tag>-<hash>`; None when `base` is not replayed or the
+    cache holds no such folder."""
+    layer = next((b for b in _chain(base) if isinstance(b, ReplayedCache)), None)
+    if layer is None:
+        return None
+    model = layer.backend
+    found = sorted(layer.cache.root.parent.glob(f"{model.name}+{tag}-*"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return None
+    suffix = found[-1].name[len(model.name):]
+    copy = TokenizedSynthetic(found[-1].name, model.fingerprint + suffix, model.tokenizer, model.n_layers,
+                              model.hidden_size, model.eos_token_id, model.max_context, model.generation_config)
+    out = ReplayedCache(copy, root=found[-1], vectors=layer.cache.vectors, read_only=True)
+    _LAYERS.append(out)
+    return out
+
+
+def _chain(backend) -> list:
+    """`backend` and every backend under it (`wraps_backend`)."""
+    out = [backend]
+    while getattr(out[-1], "wraps_backend", False):
+        out.append(out[-1].backend)
+    return out
+
+
+def replay_counts() -> dict[str, int]:
+    """{"replayed": calls the real model's entries answered, "synthetic": calls the synthetic
+    model computed}, in this process."""
+    return {"replayed": sum(layer.hits for layer in _LAYERS),
+            "synthetic": sum(layer.misses for layer in _LAYERS)}
