@@ -2,12 +2,14 @@
 rehearsal's, the decode benchmark's and the tests' model."""
 from __future__ import annotations
 
-# LLaMA-2-7B's architecture (its config.json), and a tiny one of the same family for CPU runs
+# LLaMA-2-7B's architecture (its config.json), and small ones of the same family for CPU runs
 SHAPES = {
     "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                        num_attention_heads=32, num_key_value_heads=32),
     "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=2),
+    "small": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=4),
 }
 LLAMA_2_VOCAB = 32_000       # the real tokenizer's; a random model takes its tokenizer's size
 

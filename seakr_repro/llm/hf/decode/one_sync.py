@@ -3,6 +3,11 @@
 Each live row's own generated keys and values grow in a transformers DynamicCache (a
 concatenation per step); a row that finishes is dropped from its cache and from the batch, which
 takes a host-to-device copy of the kept rows' numbers (only on the steps where rows finish).
+
+Rows split into parts (`rows_per_forward`, what the out-of-memory retry halves) stay in lockstep:
+every step draws over all live rows, as one part would. The parts that are not running keep their
+caches in host memory (`host_memory`): the card holds one part's suffix cache at a time, so the
+retry's peak falls with the rows per pass, and the copies are exact, so nothing else changes.
 """
 from __future__ import annotations
 
@@ -10,13 +15,15 @@ from typing import Sequence
 
 import torch
 
+from .. import host_memory
 from .. import shared_prefix as sp
 from .base import Batch, DecodePath, Drawn, Passes, read_back_once
 
 
 class DynamicRows(Passes):
     """The live rows in parts of `rows_per_forward` (all when None), each part over a
-    DynamicCache of its rows' generated tokens; inputs and positions from the device."""
+    DynamicCache of its rows' generated tokens; inputs and positions from the device. With
+    several parts, a part's cache is on the card only while its pass runs (`offload`)."""
 
     def __init__(self, backend, batch: Batch):
         from transformers import DynamicCache
@@ -24,6 +31,7 @@ class DynamicRows(Passes):
         self.backend, self.batch = backend, batch
         cap = backend.rows_per_forward or len(batch.live)
         self.parts = [(DynamicCache(), batch.live[i:i + cap]) for i in range(0, len(batch.live), cap)]
+        self.offload = len(self.parts) > 1 and host_memory.separate(backend.device)
         self.step = 0
         self.start()
 
