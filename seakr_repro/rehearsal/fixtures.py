@@ -19,19 +19,31 @@ def model_dtype(device: str) -> str:
 def reset_peak(device: str) -> None:
     import torch
 
+    from ..doubles.simulated_card import active
+
     if is_cuda(device):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    elif active() is not None:
+        active().reset_peak()
+
+
+def peak_bytes(device: str) -> int | None:
+    """torch's most bytes allocated since the last `reset_peak`: the GPU's, or on a CPU the
+    simulated card's where one is active (doubles/simulated_card.py); else None."""
+    import torch
+
+    from ..doubles.simulated_card import active
+
+    if is_cuda(device):
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+    return None if active() is None else active().peak
 
 
 def peak_gib(device: str) -> float | None:
-    """torch's largest allocation since the last `reset_peak` (None off the GPU)."""
-    import torch
-
-    if not is_cuda(device):
-        return None
-    torch.cuda.synchronize()
-    return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    peak = peak_bytes(device)
+    return None if peak is None else round(peak / 2**30, 2)
 
 
 def tokenizer_dir(work: Path) -> Path:

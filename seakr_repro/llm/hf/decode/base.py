@@ -206,6 +206,9 @@ class DecodePath:
         if not batch.live:
             return batch.grouped
         self.check(backend.device)
+        # the sampler works on this many rows at once before any pass runs: an out-of-memory
+        # error there halves from it, not from the pre-fill's single row
+        backend.oom.note_rows(min(len(batch.live), backend.rows_per_forward or len(batch.live)))
         logits = batch.first_logits()
         passes = self.passes(backend, batch)
         with self.attention(backend):
