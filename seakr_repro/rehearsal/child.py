@@ -90,7 +90,8 @@ def run_part(ctx: PartRun, torch_in_process: bool = True) -> dict:
 
     t0 = time.perf_counter()
     try:
-        if torch_in_process and is_cuda(ctx.device):
+        ctx.watch.take_baseline()           # before this process makes its CUDA context
+        if torch_in_process and (is_cuda(ctx.device) or card_memory.simulated() is not None):
             ctx.card = card_memory.apply_cap(ctx.opt.memory_cap_gib)
         else:
             ctx.card = {"cap_gib": ctx.opt.memory_cap_gib, "applied": False,
@@ -126,7 +127,7 @@ def child_main(part: str, options: Path, limit: float, started: float | None = N
     # the part's children (pytest, a Ray worker) report here and take this cap: card_memory.join_part
     os.environ[card_memory.TORCH_DIR_ENV] = str(folder)
     os.environ[card_memory.CAP_ENV] = "" if opt.memory_cap_gib is None else str(opt.memory_cap_gib)
-    read = card_memory.read_card if is_cuda(opt.device) else (lambda: None)
+    read = card_memory.read_card if is_cuda(opt.device) else card_memory.read_simulated
     ctx = PartRun(part, opt, work, limit, card_memory.CardSampler(read, folder=folder),
                   started=time.monotonic() if started is None else started)
     got = run_part(ctx, PARTS[part].torch_in_process)

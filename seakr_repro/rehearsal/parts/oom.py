@@ -29,10 +29,11 @@ class Card:
 
         self.ctx, self.cuda = ctx, is_cuda(ctx.device)
         self.sim, self.own_card = None, False
-        if not self.cuda:
+        if not self.cuda:       # the process's simulated card, else one of the part's own
             self.sim = simulated_card.active()
             if self.sim is None:
-                self.sim, self.own_card = simulated_card.activate(simulated_card.SimulatedCard()), True
+                self.sim, self.own_card = simulated_card.SimulatedCard(), True
+                self.sim.__enter__()
             self.own_cap = self.sim.cap
         self.total = torch.cuda.get_device_properties(0).total_memory if self.cuda else None
 
@@ -42,10 +43,13 @@ class Card:
         return int(torch.cuda.memory_allocated()) if self.cuda else self.sim.allocated
 
     def reset(self) -> None:
-        reset_peak(self.ctx.device)
+        if self.sim is not None:
+            self.sim.reset_peak()
+        else:
+            reset_peak(self.ctx.device)
 
     def peak(self) -> int:
-        return peak_bytes(self.ctx.device)
+        return self.sim.peak if self.sim is not None else peak_bytes(self.ctx.device)
 
     def cap(self, n: int | None) -> None:
         """Cap torch at `n` bytes; None: back to the part's own cap."""
@@ -60,10 +64,8 @@ class Card:
             torch.cuda.set_per_process_memory_fraction(min(n / self.total, 1.0))
 
     def close(self) -> None:
-        from ...doubles import simulated_card
-
         if self.own_card:
-            simulated_card.deactivate()
+            self.sim.__exit__(None, None, None)
 
     def describe(self) -> str:
         return ("torch.cuda.set_per_process_memory_fraction" if self.cuda else
