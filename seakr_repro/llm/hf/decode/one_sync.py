@@ -54,21 +54,25 @@ class DynamicRows(Passes):
     def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
         self.kept(drawn, keep)
         live = set(self.batch.live)
-        parts = []
-        for cache, members in self.parts:    # drop finished rows from each part's cache
+        dev = self.backend.device
+        parts, outs, at = [], [], 0
+        for cache, members in self.parts:    # the parts' members, in order, are the live rows
             local = [j for j, r in enumerate(members) if r in live]
             if not local:
                 continue
-            if len(local) < len(members) and self.step > 0:
-                cache.batch_select_indices(torch.tensor(local, device=self.backend.device))
-            parts.append((cache, [members[j] for j in local]))
-        self.parts = parts
-        outs, at = [], 0
-        for cache, members in self.parts:    # the parts' members, in order, are the live rows
+            if self.offload:
+                host_memory.move_cache(cache, lambda t: host_memory.to_card(t, dev))
+            if len(local) < len(members) and self.step > 0:    # drop the part's finished rows
+                cache.batch_select_indices(torch.tensor(local, device=dev))
+            members = [members[j] for j in local]
+            parts.append((cache, members))
             sp.set_groups(self.batch.groups(members))
             inp, pos = self.inputs(at, members)
             at += len(members)
             outs.append(self.backend.forward(inp, cache, pos).logits[:, -1, :])
+            if self.offload:
+                host_memory.move_cache(cache, host_memory.off_card)
+        self.parts = parts
         self.step += 1
         return torch.cat(outs)
 
