@@ -10,8 +10,18 @@ SHAPES = {
                  num_key_value_heads=2),
     "small": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=4, num_attention_heads=4,
                   num_key_value_heads=4),
+    # LLaMA-2-7B's 32 layers at narrow widths (intermediate / hidden as 7B's, 2.6875): a run on the
+    # simulated card predicts the same run's peak at 7B (llm/peak_memory.py); head dims 26 and 22, a
+    # length no generation limit of the profiles has, so no sequence is taken for a head dimension
+    "narrow": dict(hidden_size=182, intermediate_size=489, num_hidden_layers=32, num_attention_heads=7,
+                   num_key_value_heads=7),
+    "narrow-5": dict(hidden_size=130, intermediate_size=349, num_hidden_layers=32, num_attention_heads=5,
+                     num_key_value_heads=5),
+    "narrow-22": dict(hidden_size=154, intermediate_size=414, num_hidden_layers=32, num_attention_heads=7,
+                      num_key_value_heads=7),
 }
 LLAMA_2_VOCAB = 32_000       # the real tokenizer's; a random model takes its tokenizer's size
+MODEL_BUILT: list = []       # called with each model built (doubles.simulated_card registers itself)
 
 
 def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0,
@@ -35,4 +45,6 @@ def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0,
             model = LlamaForCausalLM(cfg).to(dtype)
     finally:
         torch.set_default_dtype(default)
+    for built in list(MODEL_BUILT):      # a simulated card counts it as weights, and learns its shape
+        built(model)
     return model.eval()

@@ -18,6 +18,16 @@ and what other processes hold. `pynvml()` is a stand-in of the `pynvml` module o
 (v2 where `v2=True`; process ids hidden where `hide_pids`), so the rehearsal's reader
 (`rehearsal/card_memory.py`) runs its own code against it.
 
+A model's weights all freed start the peak over (`runs.pool` frees one model before it loads the
+next and `free_accelerator_memory` resets torch's peak on a GPU then): each model's peak is its own.
+
+Prediction (`predict`): with target shapes to predict, each counted
+tensor is also given a kind (`llm.peak_memory.kind_of`, against the dimensions of the model last
+built on the card: `doubles.random_llama` tells it, `adopt_model`), and the card keeps, for
+each target, the most bytes the live tensors would take at that shape (`predicted`, reset with the
+peak): from a run at a narrow shape with LLaMA-2-7B's layers and vocabulary, the same run's peak
+at LLaMA-2-7B's (llm/peak_memory.py says why that holds).
+
 Processes: with a `folder`, each process's card writes what it holds (context, torch bytes) to
 `<folder>/<pid>.json` every `PUBLISH_S` seconds, and a reading adds the other live processes'
 numbers, so a part's child processes are on one card with it.
@@ -44,10 +54,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from . import SIMULATED_CARD_ENV as ENV
+from .random_llama import MODEL_BUILT, SHAPES
+from ..llm import peak_memory
 from ..llm.hf import host_memory
 
 GiB, MiB = 2**30, 2**20
-ENV = "SEAKR_SIMULATED_CARD"
 DRIVER_RESERVE = 600 * MiB       # an idle card's reserve as NVML v1 counts it (0.5-0.9 GiB)
 CUDA_CONTEXT = 500 * MiB         # one process's CUDA context and libraries' modules
 PUBLISH_S = 0.1
@@ -60,7 +72,7 @@ class SimulatedCard(TorchDispatchMode):
 
     def __init__(self, total: int = 80 * GiB, cap: int | None = None, reserve: int = DRIVER_RESERVE,
                  context: int = CUDA_CONTEXT, others: dict[int, int] | None = None,
-                 folder: str | Path | None = None):
+                 folder: str | Path | None = None, predict: dict[str, dict] | None = None):
         super().__init__()
         self.total, self.cap, self.reserve, self.context = int(total), cap, int(reserve), int(context)
         self.others = dict(others or {})
@@ -72,6 +84,15 @@ class SimulatedCard(TorchDispatchMode):
         self.refused = 0                 # allocations refused for the cap
         self._sizes: dict[int, int] = {}          # id(storage) -> bytes counted
         self._host: set[int] = set()              # id(storage) of host copies (not counted)
+        # prediction: target name -> its shape (random_llama.SHAPES' keys); the dims of the model on
+        # the card, each kind's live bytes, each target's factors and the most its scaled total took
+        self.targets = dict(predict or {})
+        self.dims: peak_memory.Dims | None = None
+        self.live = dict.fromkeys(peak_memory.KINDS, 0)
+        self._kinds: dict[int, str] = {}
+        self.factors: dict[str, dict[str, float]] = {}
+        self.predicted: dict[str, int] = {}
+        self.predicted_live: dict[str, dict[str, int]] = {}     # the live bytes by kind at that most
         self._lock = threading.RLock()
         self._before_simulate = False
         self._depth = 0
@@ -83,16 +104,18 @@ class SimulatedCard(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                self._see(t.untyped_storage(), func)
+                self._see(t.untyped_storage(), func, t)
         return out
 
-    def _see(self, storage, func=None) -> None:
+    def _see(self, storage, func=None, tensor: torch.Tensor | None = None, kind: str | None = None) -> None:
         key, size = id(storage), int(storage.nbytes())
         with self._lock:
             if key in self._host:
                 return
             had = self._sizes.get(key)
             if had == size:
+                if self._kinds.get(key) == "other" and tensor is not None and self.dims is not None:
+                    self._rekind(key, tensor)     # a copied storage seen first as bytes (deepcopy)
                 return
             if had is None and host_memory.allocating_on_host():
                 self._host.add(key)
@@ -106,15 +129,70 @@ class SimulatedCard(TorchDispatchMode):
                     f"allocated of a {self.cap / MiB:.2f} MiB cap")
             if had is None:
                 weakref.finalize(storage, self._free, key)
+                self._kinds[key] = kind or self._kind(tensor)
             self._sizes[key] = size
             self.allocated += grow
+            self.live[self._kinds[key]] += grow
             if self.allocated > self.peak:
                 self.peak, self.peak_at = self.allocated, str(func) if func is not None else "hold"
             self.context_open = True
+            self._predict()
 
     def _free(self, key: int) -> None:
         with self._lock:
-            self.allocated -= self._sizes.pop(key, 0)
+            size = self._sizes.pop(key, 0)
+            self.allocated -= size
+            kind = self._kinds.pop(key, "other")
+            self.live[kind] -= size
+            if kind == "weights" and self.live["weights"] == 0:
+                self.reset_peak()         # a model left the card: the next one's peak is its own
+
+    # ------------------------------------------------------------------ prediction
+    def _kind(self, tensor: torch.Tensor | None) -> str:
+        if self.dims is None or tensor is None:
+            return "other"
+        return peak_memory.kind_of(tuple(tensor.shape), tensor.is_floating_point(), self.dims)
+
+    def _rekind(self, key: int, tensor: torch.Tensor) -> None:
+        kind = self._kind(tensor)
+        if kind != "other":
+            self.live["other"] -= self._sizes[key]
+            self.live[kind] += self._sizes[key]
+            self._kinds[key] = kind
+            self._predict()
+
+    def _predict(self) -> None:
+        for name, factors in self.factors.items():
+            total = peak_memory.scaled_total(self.live, factors)
+            if total > self.predicted.get(name, -1):
+                self.predicted[name] = total
+                self.predicted_live[name] = {k: int(b * factors[k]) for k, b in self.live.items() if b}
+
+    def adopt_model(self, model) -> None:
+        """The model now on the card: its parameters and buffers count as weights, its dimensions
+        tell the kinds of what the run makes, and each target's factors follow from them."""
+        dtype = next(model.parameters()).dtype
+        with self._lock:
+            self.dims = peak_memory.Dims.of(model.config, dtype.itemsize)
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.device.type != "cpu":
+                    continue
+                storage = t.untyped_storage()
+                key = id(storage)
+                if key in self._sizes:
+                    self.live[self._kinds[key]] -= self._sizes[key]
+                    self.live["weights"] += self._sizes[key]
+                    self._kinds[key] = "weights"
+                else:
+                    self._see(storage, None, t, kind="weights")
+            self.factors = {}
+            for name, shape in self.targets.items():
+                try:
+                    self.factors[name] = peak_memory.scales(self.dims, self.dims.at(SHAPES[shape]))
+                except ValueError as e:
+                    self.predicted[name] = -1
+                    self.predicted_live[name] = {"why": str(e)}
+            self._predict()
 
     def hold(self, what) -> int:
         """Count tensors made before the card was entered (a module's parameters and buffers, or
@@ -127,8 +205,11 @@ class SimulatedCard(TorchDispatchMode):
         return self.allocated - before
 
     def reset_peak(self) -> None:
+        """Start the peak (and each target's predicted peak) over from what is live now."""
         with self._lock:
             self.peak = self.allocated
+            self.predicted, self.predicted_live = {}, {}
+            self._predict()
 
     # ------------------------------------------------------------------ entering
     def __enter__(self):
@@ -137,12 +218,14 @@ class SimulatedCard(TorchDispatchMode):
                 self._before_simulate = host_memory.simulate_on_cpu
                 host_memory.simulate_on_cpu = True
             self._depth += 1
+        _entered().append(self)
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            _entered().remove(self)
             with self._lock:
                 self._depth -= 1
                 if self._depth == 0:
@@ -256,9 +339,34 @@ def _alive(pid: int) -> bool:
 _ACTIVE: list[SimulatedCard] = []
 
 
+_THREAD = threading.local()
+
+
+def _entered() -> list[SimulatedCard]:
+    if not hasattr(_THREAD, "cards"):
+        _THREAD.cards = []
+    return _THREAD.cards
+
+
+def current() -> SimulatedCard | None:
+    """The card this thread runs under: the innermost it entered, else the process's."""
+    cards = _entered()
+    return cards[-1] if cards else active()
+
+
+def _built(model) -> None:
+    card = current()
+    if card is not None:
+        card.adopt_model(model)
+
+
+MODEL_BUILT.append(_built)
+
+
 def parse_spec(text: str) -> dict:
     """`SEAKR_SIMULATED_CARD`'s value -> SimulatedCard's arguments: `1` (the defaults) or
-    comma-separated `total_gib=`, `cap_gib=`, `reserve_mib=`, `context_mib=`, `folder=`."""
+    comma-separated `total_gib=`, `cap_gib=`, `reserve_mib=`, `context_mib=`, `folder=`,
+    `predict=` (shapes of random_llama.SHAPES whose peaks to predict, joined by +: llama-2-7b)."""
     text = text.strip()
     if text in ("1", "true", "yes", "on"):
         return {}
@@ -269,12 +377,17 @@ def parse_spec(text: str) -> dict:
         key, _, value = item.partition("=")
         if key == "folder" and value:
             out["folder"] = value
+        elif key == "predict" and value:
+            wrong = [v for v in value.split("+") if v not in SHAPES]
+            if wrong:
+                raise ValueError(f"{ENV}={text!r}: predict={'+'.join(wrong)} is not a shape of {', '.join(SHAPES)}")
+            out["predict"] = {v: v for v in value.split("+")}
         elif key in units and value:
             name, unit = units[key]
             out[name] = int(float(value) * unit)
         else:
             raise ValueError(f"{ENV}={text!r}: '{item}' is not one of 1, total_gib=, cap_gib=, reserve_mib=, "
-                             "context_mib=, folder= (comma-separated)")
+                             "context_mib=, folder=, predict= (comma-separated)")
     return out
 
 

@@ -53,6 +53,7 @@ from typing import Callable
 
 from ..core.device import cuda_available
 from ..core.io import write_json
+from ..doubles import SIMULATED_CARD_ENV
 
 GiB = 2**30
 MiB = 2**20
@@ -82,6 +83,15 @@ def simulated():
     torch, which the driver and the reporter threads do not import)."""
     module = sys.modules.get(__name__.rsplit(".", 2)[0] + ".doubles.simulated_card")
     return None if module is None else module.active()
+
+
+def join_simulated_card() -> None:
+    """Put this process on the simulated card its environment names (SIMULATED_CARD_ENV: a part's
+    process and its children on a CPU's rehearsal), unless it is on one already."""
+    if os.environ.get(SIMULATED_CARD_ENV) and simulated() is None:
+        from ..doubles.simulated_card import activate_from_env
+
+        activate_from_env()
 
 
 def _cuda() -> bool:
@@ -232,6 +242,7 @@ def join_part(cap_gib: float | None | str = "env", folder: str | Path | None = "
     the environment the part's process set; None leaves it out. Returns the cap's record."""
     if _joined:
         return _joined["cap"]
+    join_simulated_card()
     if cap_gib == "env":
         text = os.environ.get(CAP_ENV)
         cap_gib = float(text) if text else None

@@ -127,6 +127,7 @@ def child_main(part: str, options: Path, limit: float, started: float | None = N
     # the part's children (pytest, a Ray worker) report here and take this cap: card_memory.join_part
     os.environ[card_memory.TORCH_DIR_ENV] = str(folder)
     os.environ[card_memory.CAP_ENV] = "" if opt.memory_cap_gib is None else str(opt.memory_cap_gib)
+    card_memory.join_simulated_card()
     read = card_memory.read_card if is_cuda(opt.device) else card_memory.read_simulated
     ctx = PartRun(part, opt, work, limit, card_memory.CardSampler(read, folder=folder),
                   started=time.monotonic() if started is None else started)
