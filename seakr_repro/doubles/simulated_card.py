@@ -68,11 +68,12 @@ PUBLISH_S = 0.1
 class SimulatedCard(TorchDispatchMode):
     """See the module's note. `total`: the card's size; `cap`: the most torch may hold (None: the
     card); `reserve` and `context`: the driver's reserve and one process's CUDA context;
-    `others`: {pid: bytes} other processes hold (fixed numbers, for tests)."""
+    `others`: {pid: bytes} other processes hold (fixed numbers, for tests); `folder`: where the
+    processes on one card publish; `predict`: {name: shape} whose peaks to predict."""
 
     def __init__(self, total: int = 80 * GiB, cap: int | None = None, reserve: int = DRIVER_RESERVE,
                  context: int = CUDA_CONTEXT, others: dict[int, int] | None = None,
-                 folder: str | Path | None = None, predict: dict[str, dict] | None = None):
+                 folder: str | Path | None = None, predict: dict[str, str | dict] | None = None):
         super().__init__()
         self.total, self.cap, self.reserve, self.context = int(total), cap, int(reserve), int(context)
         self.others = dict(others or {})
@@ -84,7 +85,7 @@ class SimulatedCard(TorchDispatchMode):
         self.refused = 0                 # allocations refused for the cap
         self._sizes: dict[int, int] = {}          # id(storage) -> bytes counted
         self._host: set[int] = set()              # id(storage) of host copies (not counted)
-        # prediction: target name -> its shape (random_llama.SHAPES' keys); the dims of the model on
+        # prediction: target name -> its shape (a random_llama.SHAPES key or entry); the dims of the model on
         # the card, each kind's live bytes, each target's factors and the most its scaled total took
         self.targets = dict(predict or {})
         self.dims: peak_memory.Dims | None = None
@@ -188,7 +189,8 @@ class SimulatedCard(TorchDispatchMode):
             self.factors = {}
             for name, shape in self.targets.items():
                 try:
-                    self.factors[name] = peak_memory.scales(self.dims, self.dims.at(SHAPES[shape]))
+                    spec = SHAPES[shape] if isinstance(shape, str) else shape
+                    self.factors[name] = peak_memory.scales(self.dims, self.dims.at(spec))
                 except ValueError as e:
                     self.predicted[name] = -1
                     self.predicted_live[name] = {"why": str(e)}
