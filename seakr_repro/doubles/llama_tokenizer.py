@@ -15,11 +15,8 @@ from pathlib import Path
 BOS, EOS = 1, 2
 
 
-def build_tokenizer(out_dir: Path, vocab_size: int = 900, size: int | None = None):
-    """Train, save to `out_dir` and load back with AutoTokenizer (as a backend would). `size`: pad
-    the vocabulary to that many ids with pieces no merge makes (`<unused_N>`), so a model of that
-    vocabulary (the GPU rehearsal's: LLaMA-2's 32,000) samples only ids the tokenizer can name;
-    the texts encode as without it."""
+def build_tokenizer(out_dir: Path, vocab_size: int = 900):
+    """Train, save to `out_dir` and load back with AutoTokenizer (as a backend would)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -40,8 +37,6 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 900, size: int | None = Non
     vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
     for piece in sorted(trained["vocab"], key=trained["vocab"].get):
         vocab.setdefault(piece, len(vocab))
-    while size is not None and len(vocab) < size:
-        vocab[f"<unused_{len(vocab)}>"] = len(vocab)
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True,
                                byte_fallback=True))

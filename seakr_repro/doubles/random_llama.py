@@ -29,7 +29,10 @@ def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0,
     """A LlamaForCausalLM of `shape` with random weights, built directly on `device` in `dtype`
     (its vocabulary the tokenizer's, or `vocab_size`: LLaMA's 32,000 for a real-sized LM head).
     `initializer_range` 0.1 (not 0.02) so the samples' hidden states spread and U takes values
-    around the official delta, as tests/paper_shaped.py's models do."""
+    around the official delta, as tests/paper_shaped.py's models do. The LM head's rows of the ids
+    beyond the tokenizer's are zero: their logit 0 is below the largest of the tokenizer's ids'
+    random logits, so greedy and top-k decoding pick only ids the tokenizer has (texts as long as a
+    real tokenizer's), while the rows take their memory."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -45,6 +48,9 @@ def random_llama(shape: str, tokenizer, device: str, dtype, seed: int = 0,
             model = LlamaForCausalLM(cfg).to(dtype)
     finally:
         torch.set_default_dtype(default)
+    if cfg.vocab_size > len(tokenizer):
+        with torch.no_grad():
+            model.lm_head.weight[len(tokenizer):].zero_()
     for built in list(MODEL_BUILT):      # a simulated card counts it as weights, and learns its shape
         built(model)
     return model.eval()

@@ -47,13 +47,11 @@ def peak_gib(device: str) -> float | None:
 
 
 def tokenizer_dir(work: Path) -> Path:
-    """The LLaMA-style tokenizer every random model of the call uses (built once per call folder),
-    with LLaMA-2's 32,000 ids: each model gets that vocabulary, the LM head of a 7B card."""
+    """The LLaMA-style tokenizer every random model of the call uses (built once per call folder)."""
     out = Path(work) / "tok"
     if not (out / "tokenizer.json").is_file():
         from ..doubles.llama_tokenizer import build_tokenizer
-        from ..doubles.random_llama import LLAMA_2_VOCAB
-        build_tokenizer(out, size=LLAMA_2_VOCAB)
+        build_tokenizer(out)
     return out
 
 
@@ -72,18 +70,20 @@ class RandomLlamaLoader:
 
         from transformers import AutoTokenizer
 
-        from ..doubles.random_llama import random_llama
+        from ..doubles.random_llama import LLAMA_2_VOCAB, random_llama
         from ..llm.cache import CachedBackend
         from ..llm.hf.backend import HFBackend
         from ..llm.model_info import resolve_dtype
         from ..llm.reflection_tokens import SCORED_TOKENS
 
         tok = AutoTokenizer.from_pretrained(self.tok_dir)
-        if name.startswith("selfrag"):
-            tok.add_special_tokens({"additional_special_tokens": list(SCORED_TOKENS)})
+        added = 0          # the model: LLaMA-2-7B's vocabulary (the tokenizer's ids are a part of it)
+        if name.startswith("selfrag"):       # + the reflection tokens, as Self-RAG's checkpoint's
+            added = tok.add_special_tokens({"additional_special_tokens": list(SCORED_TOKENS)})
         dtype = dtype or cfg.get("model.dtype", "float32")
         t0 = time.perf_counter()
-        model = random_llama(self.shape, tok, self.device, resolve_dtype(dtype), seed=zlib.crc32(name.encode()))
+        model = random_llama(self.shape, tok, self.device, resolve_dtype(dtype), seed=zlib.crc32(name.encode()),
+                             vocab_size=LLAMA_2_VOCAB + added)
         self.builds.append({"model": name, "dtype": dtype, "vocab": model.config.vocab_size,
                             "seconds": round(time.perf_counter() - t0, 2)})
         backend = HFBackend(model, tok, name, fingerprint=f"random-{self.shape}-{name}-{dtype}",

@@ -34,7 +34,7 @@ def measure(tokenizer: str | Path, k: int = 20, prompt_tokens: int = 1500, max_n
     import torch
     from transformers import AutoTokenizer
 
-    from ...doubles.random_llama import random_llama
+    from ...doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ...llm.hf.backend import HFBackend
     from ...llm.model_info import resolve_dtype
 
@@ -42,7 +42,7 @@ def measure(tokenizer: str | Path, k: int = 20, prompt_tokens: int = 1500, max_n
     torch_dtype = resolve_dtype(dtype)
     reset_peak(device)
     t0 = time.perf_counter()
-    model = random_llama(shape, tok, device, torch_dtype)
+    model = random_llama(shape, tok, device, torch_dtype, vocab_size=LLAMA_2_VOCAB)
     build_s = round(time.perf_counter() - t0, 2)
     words = ("Question: Who was born first? Answer: The director was born in 1901. So the answer is X. "
              * 200).split()
@@ -87,8 +87,8 @@ def run(ctx) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m seakr_repro.rehearsal.parts.gpu_check", description=__doc__)
-    ap.add_argument("--tokenizer", required=True, help="a tokenizer directory (its vocab sets the model's: the "
-                                                       "rehearsal's has LLaMA-2's 32,000 ids)")
+    ap.add_argument("--tokenizer", required=True, help="a tokenizer directory (its ids are a part of the model's "
+                                                       "32,000-token vocabulary)")
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--max-new-tokens", type=int, default=100)

@@ -4,7 +4,7 @@ fewer rows per pass, under the cap, with the uncapped call's tokens and vectors.
 The card: the GPU under `torch.cuda.set_per_process_memory_fraction`; on a CPU, a simulated card
 (doubles/simulated_card.py: the bytes of live tensors, torch.OutOfMemoryError over its cap; the
 process's own where one is active). One SeaKR evaluation (k = 20 samples of a long prompt, a random
-LLaMA with LLaMA-2-7B's vocabulary: the call's tokenizer's) runs uncapped (its peak: `uncapped_peak_bytes`), then with
+LLaMA with LLaMA-2-7B's vocabulary) runs uncapped (its peak: `uncapped_peak_bytes`), then with
 k/2 rows per pass (the peak the retry reaches with one halving: `half_rows_peak_bytes`); each
 capped run's cap lies between the two, so only a retry that lowers the peak fits. The report
 gives each capped run's cap and, per attempt of the retry, the rows it asked, the widest pass it
@@ -90,12 +90,13 @@ def _run(ctx, card: Card) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from ...doubles.random_llama import random_llama
+    from ...doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ...llm.hf.backend import HFBackend
     from ...llm.model_info import resolve_dtype
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir(ctx.work))
-    model = random_llama(ctx.shape, tok, ctx.device, resolve_dtype(model_dtype(ctx.device)))
+    model = random_llama(ctx.shape, tok, ctx.device, resolve_dtype(model_dtype(ctx.device)),
+                         vocab_size=LLAMA_2_VOCAB)
     if card.sim is not None:
         card.sim.hold(model)
     words = ("Question: Who directed the film? Answer: The film was directed by Ada. " * 300).split()
