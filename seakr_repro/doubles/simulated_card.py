@@ -55,6 +55,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from . import SIMULATED_CARD_ENV as ENV
+from ..core.processes import alive
 from .random_llama import MODEL_BUILT, SHAPES
 from ..llm import peak_memory
 from ..llm.hf import host_memory
@@ -322,19 +323,9 @@ def _published(folder: Path | None, own_pid: int) -> dict[int, int]:
             pid = int(doc["pid"])
         except (OSError, ValueError, KeyError):
             continue
-        if pid != own_pid and _alive(pid):
+        if pid != own_pid and alive(pid):
             out[pid] = int(doc["bytes"])
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ------------------------------------------------------------------ the process's card

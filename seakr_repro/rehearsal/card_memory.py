@@ -53,6 +53,7 @@ from typing import Callable
 
 from ..core.device import cuda_available
 from ..core.io import write_json
+from ..core.processes import alive
 from ..doubles import SIMULATED_CARD_ENV
 
 GiB = 2**30
@@ -265,19 +266,9 @@ def children_reserved(folder: Path | None, own_pid: int) -> dict[int, int]:
         except (OSError, ValueError):       # being replaced right now: the next sample reads it
             continue
         pid = int(doc.get("pid", 0))
-        if pid and pid != own_pid and _alive(pid):
+        if pid and pid != own_pid and alive(pid):
             out[pid] = int(doc.get("reserved", 0))
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def outside_torch(reading: CardReading, reserved: dict[int, int],
