@@ -83,3 +83,43 @@ def test_a_model_leaving_the_card_starts_the_peak_over(tok):
         assert card.live["weights"] == weights and card.peak == weights
         del model
         assert card.allocated == 0 and card.peak == 0
+
+
+def test_the_committed_predictions_hold_7bs_weights_and_add_up():
+    import json
+
+    from seakr_repro.rehearsal.peak_prediction import PREDICTIONS
+
+    doc = json.loads(PREDICTIONS.read_text())
+    seen = 0
+    for profile, methods in doc["profiles"].items():
+        for method, by_dtype in methods.items():
+            for dtype, got in by_dtype.items():
+                per_value = {"float16": 2, "float32": 4}[dtype]
+                weights = Dims.shape(rl.SHAPES["llama-2-7b"], 32_000, per_value).weight_bytes()
+                assert got["predicted_by_kind"]["weights"] >= weights, (profile, method, dtype)
+                assert got["predicted_peak_bytes"] == pytest.approx(sum(got["predicted_by_kind"].values()), abs=16)
+                seen += 1
+    assert seen >= 10 and {"paper-tiny", "paper"} <= set(doc["profiles"])
+
+
+def test_the_methods_part_reports_a_prediction_beside_its_peak(tok):
+    from types import SimpleNamespace
+
+    from seakr_repro.doubles import simulated_card
+    from seakr_repro.rehearsal.peak_prediction import peak_fields, predicted
+
+    ctx = SimpleNamespace(device="cpu", paper_shape=False)
+    committed = predicted("paper-tiny", "seakr", "float16")
+    got = peak_fields(ctx, "paper-tiny", "seakr", "float16")
+    assert got["peak_bytes"] is None and got["predicted_7b"]["peak_bytes"] == committed["predicted_peak_bytes"]
+    assert committed["commit"] in got["predicted_7b"]["from"]
+    assert "no prediction" in peak_fields(ctx, "paper-tiny", "seakr", "bfloat16")["predicted_7b"]["why"]
+    card = simulated_card.activate(SimulatedCard(predict={"llama-2-7b": "llama-2-7b"}))
+    try:
+        model = rl.random_llama("tiny", tok, "cpu", torch.float32)             # 2 layers, not 32
+        live = peak_fields(ctx, "paper-tiny", "seakr", "float32")
+        assert live["peak_bytes"] == card.peak > 0 and "layer count" in live["predicted_7b"]["why"]
+    finally:
+        simulated_card.deactivate()
+    assert model is not None
