@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from ..core.io import write_json
 from ..core.paths import REPO_ROOT
 from ..doubles import SIMULATED_CARD_ENV
@@ -49,12 +51,13 @@ def _child(opt_file: Path) -> int:
 
 
 def run_variant(profile: str, variant: str, shape: str, work: Path, methods: str | None,
-                predict: tuple[str, ...] = (TARGET,)) -> dict:
-    """The methods part of `profile` under `variant`'s settings at `shape`, in a process of its own,
-    predicting the peaks at the shapes `predict`."""
+                predict: tuple[str, ...] = (TARGET,), settings: dict | None = None) -> dict:
+    """The methods part of `profile` under `variant`'s settings (and `settings`) at `shape`, in a
+    process of its own, predicting the peaks at the shapes `predict`."""
     work.mkdir(parents=True, exist_ok=True)
     opt = {"device": "cpu", "shape": shape, "work": str(work), "methods_profile": profile, "questions": 1, "sets": 1,
-           "methods": methods, "methods_tables": ["table1"], "passages": 300, "overrides": VARIANTS[variant]}
+           "methods": methods, "methods_tables": ["table1"], "passages": 300,
+           "overrides": {**VARIANTS[variant], **(settings or {})}}
     (work / "options.json").write_text(json.dumps(opt))
     env = {**os.environ, "SEAKR_RAW_DIR": str(work / "raw"), "SEAKR_CACHE_DIR": str(work / "cache"),
            "SEAKR_RESULTS_DIR": str(work / "results"), "SEAKR_OVERRIDES": "", "HF_HUB_OFFLINE": "1",
@@ -79,24 +82,33 @@ def main(argv=None) -> int:
     ap.add_argument("--check-shapes", default="",
                     help="comma-separated 32-layer shapes: run the first profile's float16 variant at each and at "
                          "--shape, each run predicting the others' peaks (the check of the scaling)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a profile setting for every run, e.g. model.decode=static (YAML value)")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return _child(a.child)
     if a.out is None:
         ap.error("--out is required")
+    settings = {}
+    for item in a.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            ap.error(f"--set {item}: give KEY=VALUE")
+        settings[key] = yaml.safe_load(value)
     work = a.work or Path(tempfile.mkdtemp(prefix="seakr-peaks-"))
     rev = git_revision()
     doc: dict = {"what": "each method's peak at LLaMA-2-7B's shape, predicted from the methods part run on a "
                          "simulated card (python -m seakr_repro.rehearsal.predict_peaks)",
                  "commit": rev["revision"], "changed_from_commit": rev["changed"], "shape": a.shape,
-                 "target": TARGET, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "profiles": {}, "runs": {}}
+                 "target": TARGET, "settings": settings, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                 "profiles": {}, "runs": {}}
     for profile in filter(None, a.profiles.split(",")):
         other_dtype = None            # the methods that load another dtype than model.dtype (the baselines)
         for variant in filter(None, a.variants.split(",")):
             methods = a.methods if variant == "float16" or other_dtype is None else ",".join(other_dtype)
             t0 = time.monotonic()
-            got = run_variant(profile, variant, a.shape, work / f"{profile}-{variant}", methods)
+            got = run_variant(profile, variant, a.shape, work / f"{profile}-{variant}", methods, settings=settings)
             if variant == "float16":
                 other_dtype = [m for m, e in got["methods"].items() if e.get("model_dtype") != "float16"]
             doc["runs"][f"{profile}/{variant}"] = {"seconds": round(time.monotonic() - t0, 1),
@@ -115,15 +127,15 @@ def main(argv=None) -> int:
             print(f"[predict_peaks] {profile}/{variant}: {took} s", flush=True)
     checks = [s for s in a.check_shapes.split(",") if s]
     if checks:
-        doc["check"] = check_scaling(a.profiles.split(",")[0], [a.shape, *checks], work, a.methods)
+        doc["check"] = check_scaling(a.profiles.split(",")[0], [a.shape, *checks], work, a.methods, settings)
         write_json(a.out, doc, indent=1)
     return 0
 
 
-def check_scaling(profile: str, shapes: list[str], work: Path, methods: str | None) -> dict:
+def check_scaling(profile: str, shapes: list[str], work: Path, methods: str | None, settings: dict) -> dict:
     """The same methods part at several 32-layer shapes, each run predicting the others' peaks:
     per method, each shape's measured peak and what each other run predicted for it."""
-    runs = {s: run_variant(profile, "float16", s, work / f"check-{s}", methods, (TARGET, *shapes))["methods"]
+    runs = {s: run_variant(profile, "float16", s, work / f"check-{s}", methods, (TARGET, *shapes), settings)["methods"]
             for s in shapes}
     out: dict = {"profile": profile, "variant": "float16", "shapes": shapes, "methods": {}}
     for method in runs[shapes[0]]:
