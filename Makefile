@@ -84,7 +84,7 @@ scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shape
 	$(PY) -m seakr_repro bench scale-check $(SCALE_CHECK_ARGS)
 
 REHEARSAL_OUT ?= results/gpu-rehearsal
-gpu-rehearsal:  ## the GPU rehearsal's first device call: run "bash scripts/gpu_rehearsal.sh $OUT", carry .gpu-rehearsal, timeout_s 396, then its report's next_call (docs/measurements.md; python -m seakr_repro.rehearsal.plan); DEVICE=cpu runs every part here
+gpu-rehearsal:  ## the GPU rehearsal's first device call: run "bash scripts/gpu_rehearsal.sh $OUT", carry .gpu-rehearsal, timeout_s 398, then its report's next_call (docs/measurements.md; python -m seakr_repro.rehearsal.plan); DEVICE=cpu runs every part here
 	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_rehearsal.sh $(REHEARSAL_OUT)
 
 gpu-rehearsal-cold-start: $(STAMP)  ## here, with the machine idle: time the parts' process start, imports and bytecode compile from a pack without bytecode into data/measured/rehearsal_cold_start.json (plan.py reads it; then python -m seakr_repro.rehearsal.plan)

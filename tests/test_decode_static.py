@@ -212,28 +212,35 @@ def test_gemma3_sliding_window_layers_on_the_static_path(pair):
     _same_sets(got, want)
 
 
-def test_static_buffers_fit_the_24_gib_plan_at_the_paper_shape(pair):
-    """LLaMA-2-7B, 20 rows, a 1,500-token prompt, 100 new tokens in float16: the suffix buffers and
-    the prompt's keys and values fit in what the GPU plan reserves beside the weights
-    (llm.gpu_fit.DECODING_BYTES), and the formula is what the cache allocates."""
+def test_suffix_bytes_is_what_the_static_buffers_take_and_scales_as_rows_times_slots(pair):
+    """suffix_bytes against the bytes a static suffix cache takes on a simulated card; linear in rows
+    and in slots; at LLaMA-2-7B's shape (float16) every layer's keys and values of each row's slots,
+    which with a 1,500-token prompt's fit in what the GPU plan reserves beside the weights
+    (llm.gpu_fit.DECODING_BYTES)."""
     from seakr_repro.doubles.random_llama import SHAPES
+    from seakr_repro.doubles.simulated_card import SimulatedCard
     from seakr_repro.llm import gpu_fit
+    from seakr_repro.llm.peak_memory import Dims
 
-    s = SHAPES["llama-2-7b"]
-    head_dim = s["hidden_size"] // s["num_attention_heads"]
-    suffix = static_path.suffix_bytes(s["num_hidden_layers"], 20, s["num_key_value_heads"],
-                                      static_path.slots_for(100), head_dim, 2)
-    assert suffix == 2 * 32 * 20 * 32 * 99 * 128 * 2 and round(suffix / 2**30, 2) == 0.97
-    prompt_kv = 2 * 32 * 32 * 128 * 2 * 1500
-    assert suffix + prompt_kv < gpu_fit.DECODING_BYTES / 2
-    weights = gpu_fit.PARAMETERS["llama-2-7b"] * 2
-    assert weights + gpu_fit.DECODING_BYTES < 24 * 2**30
     default, _ = pair
     cache, _ = default.prefill(default._encode(PROMPTS[0]))
-    made = static_path.StaticSuffixCache(cache, rows=7, slots=11)
     lay = cache.layers[0].keys
-    assert made.nbytes() == static_path.suffix_bytes(len(cache.layers), 7, lay.shape[1], 11,
-                                                     lay.shape[3], lay.element_size())
+    card = SimulatedCard()
+    with card:
+        made = static_path.StaticSuffixCache(cache, rows=7, slots=11)
+        buffers = card.allocated - made.step.element_size()           # beside its step index
+    assert buffers == made.nbytes() == static_path.suffix_bytes(len(cache.layers), 7, lay.shape[1], 11,
+                                                                lay.shape[3], lay.element_size())
+    d = Dims.shape(SHAPES["llama-2-7b"], 32_000, 2)
+    slots = static_path.slots_for(100)
+
+    def at(rows: int, slots: int) -> int:
+        return static_path.suffix_bytes(d.layers, rows, d.kv_heads, slots, d.head_dim, d.bytes_per_value)
+    paper = at(20, slots)
+    assert at(40, slots) == at(20, 2 * slots) == 2 * paper
+    assert paper == d.kv_bytes_per_token() * 20 * slots
+    assert paper + d.kv_bytes_per_token() * 1500 < gpu_fit.DECODING_BYTES / 2
+    assert d.weight_bytes() + gpu_fit.DECODING_BYTES < 24 * 2**30
 
 
 # --- the static suffix cache against what transformers' model code may ask of a cache -------------

@@ -189,6 +189,32 @@ def test_out_of_memory_while_capturing_reaches_the_retry(tiny_llama):
     _same_samples(got, want, 1e-5, vectors_rel=1e-4)
 
 
+@pytest.mark.parametrize("path", ["one_sync", "static", "graph"])
+def test_the_retrys_fewer_rows_per_pass_lower_the_peak_on_cuda(tiny_llama, path):
+    """What the out-of-memory retry runs (rows_per_forward): the other parts' suffix keys and values
+    in host memory, the sampler by rows; the peak torch allocates falls below the call's in one pass,
+    with the same tokens (tests/test_oom_retry_memory.py shows it in bytes on a CPU's simulated card)."""
+    import torch
+
+    model, tok = tiny_llama
+    b = _backend(model, tok, torch.float32, decode=path)      # float32: passes of other widths round alike
+    args = dict(GRAPH_ARGS, k=16, max_new_tokens=64, stop=[])
+
+    def peak(rows):
+        b.rows_per_forward = rows
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        got = b.sample(GRAPH_PROMPT, **args)
+        torch.cuda.synchronize()
+        return got, torch.cuda.max_memory_allocated() - base
+    want, whole = peak(None)
+    got, split = peak(2)
+    assert split < whole, (split, whole)
+    _same_samples(got, want, 1e-5, vectors_rel=1e-4)
+
+
 def test_static_step_has_no_host_synchronisation_on_cuda(tiny_llama, monkeypatch):
     """On the GPU the guard also sees device-to-host copies and tensors made from host data."""
     import torch

@@ -164,11 +164,19 @@ def test_the_loader_builds_the_decode_path_the_profile_names(tmp_path):
         assert backend.decode_path == path and loader.builds[-1]["decode"] == path
 
 
-def test_oom_retry_ran_and_kept_the_tokens(one_call):
+def test_oom_retry_ran_under_the_simulated_cards_cap_and_kept_the_tokens(one_call):
+    """On a CPU the cap is a simulated card's: the call of k = 20 rows runs out of memory, the
+    retry runs fewer rows per pass and finishes under the cap, below the uncapped peak."""
     o = one_call[0]["parts"]["oom"]
-    assert o["forced_by"].startswith("injected")           # a CPU has no memory cap to force it
-    assert o["retry_path_ran"] and o["attempts"][0]["oom_retries"] >= 1
-    assert o["attempts"][0]["same_tokens"] and o["attempts"][0]["max_abs_vector_diff"] == 0.0
+    assert o["forced_by"].startswith("a simulated card") and o["vocab"] == 32000
+    assert o["retry_path_ran"] and o["half_rows_peak_bytes"] < o["uncapped_peak_bytes"]
+    run = o["runs"][-1]
+    assert run["ok"] and run["oom_retries"] >= 1 and run["rows_per_forward"] < o["k"]
+    first, *_, last = run["attempts"]
+    assert first["widest_pass_rows"] == o["k"] and first["outcome"].startswith("out of memory")
+    assert last["outcome"] == "ok" and last["widest_pass_rows"] < o["k"]
+    assert last["peak_bytes"] == run["peak_bytes"] <= run["cap_bytes"] < o["uncapped_peak_bytes"]
+    assert run["same_tokens"] and run["max_abs_vector_diff"] == 0.0
 
 
 def test_ray_worker_gave_the_local_rows(one_call):

@@ -215,8 +215,87 @@ def test_per_process_the_parts_contexts_are_not_added_up_but_a_stranger_is_count
     assert total == pytest.approx(1.2 * GiB, abs=2)
     jax = CardReading(int(76.2 * GiB), 80 * GiB, {me: int(2.6 * GiB), worker: int(13.6 * GiB), stranger: 60 * GiB})
     assert card_memory.outside_torch(jax, reserved)[0] == 60 * GiB
+    # pids hidden (a container): the card's use beyond torch, shared out among the part's two
+    # processes that hold torch memory: each one's context, not their sum
     hidden = CardReading(int(16.2 * GiB), 80 * GiB, {7: int(16.2 * GiB)})
-    assert card_memory.outside_torch(hidden, reserved) == (pytest.approx(1.2 * GiB, abs=2), "card",
+    assert card_memory.outside_torch(hidden, reserved) == (pytest.approx(0.6 * GiB, abs=2), "card",
                                                            pytest.approx(1.2 * GiB, abs=2))
     unlisted = CardReading(int(19.2 * GiB), 80 * GiB, {me: int(2.6 * GiB), worker: int(13.6 * GiB)})
     assert card_memory.outside_torch(unlisted, reserved)[0] == pytest.approx(3 * GiB, abs=2)   # no process's
+
+
+# ------------------------------------------------------------------ on a simulated card
+class HealthyPart:
+    """A part whose process holds torch memory and a CUDA context (on the simulated card), and
+    nothing else: it must read ok. `behind_torch` bytes a library takes behind torch's back."""
+
+    def __init__(self, card, behind_torch: int = 0):
+        self.card, self.behind_torch = card, behind_torch
+
+    def __call__(self, ctx) -> dict:
+        import torch
+
+        with self.card:
+            kept = torch.zeros(16 * 2**20 // 4)          # torch's memory, and with it the context
+            self.card.context += self.behind_torch
+            for where in ("first", "second", "third"):
+                ctx.watch.sample(where)
+        return {"retry_path_ran": True, "kept": kept.numel()}
+
+
+@pytest.mark.parametrize("driver", ["v2", "v1 only"])
+@pytest.mark.parametrize("pids", ["listed", "hidden"])
+def test_a_healthy_part_reads_ok_through_nvml_on_a_simulated_card(tmp_path, monkeypatch, driver, pids):
+    """The rehearsal's own NVML reader on a card with a 0.9 GiB driver reserve and a 0.6 GiB CUDA
+    context: what the part has beyond torch is its context (v2 leaves the reserve out; a v1-only
+    driver's reserve was in use before the part, and the reading taken then is subtracted), under
+    the 1.0 GiB limit, so the part is ok; v1's `used` alone read 1.5 GiB and failed it."""
+    from seakr_repro.doubles.simulated_card import MiB, SimulatedCard
+    from seakr_repro.rehearsal import parts
+    from seakr_repro.rehearsal.child import PartRun, run_part
+
+    card = SimulatedCard(total=80 * GiB, reserve=900 * MiB, context=600 * MiB)
+    monkeypatch.setitem(sys.modules, "pynvml", card.pynvml(v2=driver == "v2", hide_pids=pids == "hidden"))
+    monkeypatch.setitem(parts.PARTS, "oom", parts.Part(HealthyPart(card)))
+    sampler = CardSampler(card_memory.read_card, folder=tmp_path / "torch", own_reserved=lambda: card.allocated)
+    opt = argparse.Namespace(device="cpu", shape="tiny", memory_cap_gib=24.0)
+    got = run_part(PartRun("oom", opt, tmp_path, 60, sampler))
+    report = got["card"]["outside_torch_gib"]
+    assert report["worst"] == pytest.approx(600 / 1024, abs=0.01), report
+    assert report["reading"] == ("nvml v2" if driver == "v2" else "nvml v1")
+    assert judge("oom", got, {})["status"] == "ok"
+
+
+def test_a_library_behind_torchs_back_still_fails_the_part_on_a_simulated_card(tmp_path, monkeypatch):
+    from seakr_repro.doubles.simulated_card import MiB, SimulatedCard
+    from seakr_repro.rehearsal import parts
+    from seakr_repro.rehearsal.child import PartRun, run_part
+
+    card = SimulatedCard(total=80 * GiB, reserve=900 * MiB, context=600 * MiB)
+    monkeypatch.setitem(sys.modules, "pynvml", card.pynvml())
+    monkeypatch.setitem(parts.PARTS, "oom", parts.Part(HealthyPart(card, behind_torch=12 * GiB)))
+    sampler = CardSampler(card_memory.read_card, folder=tmp_path / "torch", own_reserved=lambda: card.allocated)
+    opt = argparse.Namespace(device="cpu", shape="tiny", memory_cap_gib=24.0)
+    got = judge("oom", run_part(PartRun("oom", opt, tmp_path, 60, sampler)), {})
+    assert got["status"] == "failed" and "outside torch" in got["why"][0]
+
+
+def test_the_process_card_is_read_capped_and_counted_as_torchs():
+    """Under an active simulated card (the rehearsal on CPU), card_memory reads it as NVML, caps it
+    as apply_cap caps torch, and takes its live bytes as this process's torch memory."""
+    import torch
+
+    from seakr_repro.doubles import simulated_card
+
+    assert card_memory.simulated() is None and card_memory.read_simulated() is None
+    card = simulated_card.activate(simulated_card.SimulatedCard(total=80 * GiB))
+    try:
+        x = torch.zeros(1024)
+        assert card_memory.own_torch_reserved() == 4096 == card.allocated
+        cap = card_memory.apply_cap(24.0)      # a 24 GiB card less what is not torch's: reserve, context
+        assert cap["applied"] and cap["simulated"]
+        assert card.cap == pytest.approx(24 * GiB - card.reserve - card.context, abs=64)
+        assert card_memory.read_card().source == "nvml v2" and card_memory.read_card().used == card.used_bytes(2)
+    finally:
+        simulated_card.deactivate()
+    assert card_memory.simulated() is None and x.numel() == 1024

@@ -38,13 +38,18 @@ def test_methods_are_ok_only_when_every_method_ran_a_question_on_every_set():
         assert judge("methods", {**good, "methods": bad}, EXPECT)["status"] == "failed", bad
 
 
-def test_oom_is_ok_only_when_the_retry_ran_and_kept_the_tokens():
-    never = _ran(retry_path_ran=False, attempts=[{"ok": False, "oom_retries": 0, "error": "CUDA out of memory"}] * 4)
+def test_oom_is_ok_only_when_the_retry_ran_under_its_cap_and_kept_the_tokens():
+    never = _ran(retry_path_ran=False, uncapped_peak_bytes=900,
+                 runs=[{"ok": False, "oom_retries": 0, "error": "CUDA out of memory"}] * 2)
     got = judge("oom", never, EXPECT)
     assert got["status"] == "failed" and "never ran" in got["why"][0]
-    other = {**never, "attempts": [{"ok": True, "oom_retries": 2, "same_tokens": False}]}
+    other = {**never, "runs": [{"ok": True, "oom_retries": 2, "same_tokens": False}]}
     assert "differ" in judge("oom", other, EXPECT)["why"][0]
+    over = {**never, "runs": [{"ok": True, "oom_retries": 1, "same_tokens": True, "peak_bytes": 800, "cap_bytes": 700}]}
+    assert "under its cap" in judge("oom", over, EXPECT)["why"][0]
     assert judge("oom", {**never, "retry_path_ran": True}, EXPECT)["status"] == "ok"
+    no_room = {**never, "why": "passes of k/2 rows peak no lower than the uncapped call"}
+    assert judge("oom", no_room, EXPECT)["why"] == [no_room["why"]]
 
 
 def test_a_missing_package_fails_env_and_a_raising_part_fails():

@@ -29,11 +29,17 @@ def warp_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  generator: torch.Generator | None = None,
+                  rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row from the warped distribution; return (token ids, their log-prob
     under that same warped distribution). temperature <= 0 is greedy (log-prob of the raw
-    distribution, as an engine that leaves temperature-0 logits unscaled reports it)."""
+    distribution, as an engine that leaves temperature-0 logits unscaled reports it). `rows`:
+    warp at most that many rows at a time (the out-of-memory retry's rows per pass): every row's
+    numbers are computed alone, and ONE draw over all rows takes the generator's numbers in the
+    same order, so the tokens are the same in less memory."""
     logits = logits.float()
+    if rows is not None and rows < logits.shape[0]:
+        return _sample_in_chunks(logits, temperature, top_k, top_p, generator, rows)
     if temperature <= 0:
         ids = logits.argmax(-1)
         logp = torch.log_softmax(logits, dim=-1)
@@ -42,6 +48,24 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
         logp = torch.log_softmax(warped, dim=-1)
         ids = torch.multinomial(torch.softmax(warped, dim=-1), 1, generator=generator)[:, 0]
     return ids, logp.gather(1, ids[:, None])[:, 0]
+
+
+def _sample_in_chunks(logits, temperature, top_k, top_p, generator, rows):
+    chunks = [slice(a, a + rows) for a in range(0, logits.shape[0], rows)]
+
+    def scaled(c):
+        return logits[c] if temperature <= 0 else warp_logits(logits[c], temperature, top_k, top_p)
+    if temperature <= 0:
+        ids = logits.argmax(-1)
+    else:
+        probs = torch.empty_like(logits)
+        for c in chunks:
+            probs[c] = torch.softmax(scaled(c), dim=-1)
+        ids = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        del probs
+    # the warping again, chunk by chunk, for the drawn tokens' log-probs (kept whole, it would
+    # hold all rows' numbers at once)
+    return ids, torch.cat([torch.log_softmax(scaled(c), dim=-1).gather(1, ids[c, None])[:, 0] for c in chunks])
 
 
 def warped_logsumexp(logits: torch.Tensor, temperature: float, top_k: int,

@@ -9,8 +9,12 @@ real 24 GiB card also holds the CUDA context and the libraries' modules outside 
 so the cap given to torch is the cap minus what is outside torch when the process starts.
 
 Outside torch: a reading of the whole card (`read_card`: NVML, else `nvidia-smi`; both see every
-process and need no CUDA context in the reader) minus the torch reserved memory of every live
-process of the part. The part's own process reads its own; a child process that uses the card
+process and need no CUDA context in the reader) minus what was in use before the part's process
+touched the card (`CardSampler.take_baseline`: the driver's reserve, where the reading counts it,
+and other tenants) and minus the torch reserved memory of every live process of the part. NVML is
+read through its v2 memory query where the driver offers it: v1's `used` counts the memory the
+driver reserves (0.5-0.9 GiB on an idle card), v2's does not (it reports it as `reserved`).
+The part's own process reads its own torch memory; a child process that uses the card
 (gpu_tests' pytest, the ray part's worker) reports its own to a side file, `<folder>/<pid>.json`,
 every half second (`join_part` starts that reporter; the part's process passes the folder and the
 cap down in the environment). The CUDA contexts are in what is left (each process on the card has
@@ -21,7 +25,11 @@ Where the card's reader lists the processes on the card (and their ids are ours)
 per process: the most one process holds beyond its own torch (its CUDA context and whatever a
 library took behind torch's back), or what no process accounts for, so a part of several
 processes (the ray part's own and its worker's) does not add up their contexts; else it is the
-card's use beyond all of the part's torch (`outside_torch`).
+card's use beyond all of the part's torch, shared out among the part's processes that hold torch
+memory (each has a context of its own; `outside_torch`).
+
+On a CPU under a simulated card (doubles/simulated_card.py, `active()`), the reader, the torch
+memory, the cap and `mem_get_info` are the simulated card's, so these checks run without a GPU.
 
 A reading and a child's report are not taken at the same instant: a child that has just reserved
 more shows as outside torch for up to one interval. So a part's `worst` is the largest amount that
@@ -43,8 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..core.device import cuda_available as _cuda
+from ..core.device import cuda_available
 from ..core.io import write_json
+from ..core.processes import alive
+from ..doubles import SIMULATED_CARD_ENV
 
 GiB = 2**30
 MiB = 2**20
@@ -65,21 +75,51 @@ class CardReading:
     total: int
     processes: dict[int, int] = field(default_factory=dict)
     source: str = ""
+    reserved: int | None = None      # the driver's reserve, where the reading leaves it out of `used`
 
 
-def _nvml(index: int) -> CardReading | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
+def simulated():
+    """The simulated card active in this process, or None. Read from the imported modules: a
+    process that never imported doubles.simulated_card has none (and this module stays free of
+    torch, which the driver and the reporter threads do not import)."""
+    module = sys.modules.get(__name__.rsplit(".", 2)[0] + ".doubles.simulated_card")
+    return None if module is None else module.active()
+
+
+def join_simulated_card() -> None:
+    """Put this process on the simulated card its environment names (SIMULATED_CARD_ENV: a part's
+    process and its children on a CPU's rehearsal), unless it is on one already."""
+    if os.environ.get(SIMULATED_CARD_ENV) and simulated() is None:
+        from ..doubles.simulated_card import activate_from_env
+
+        activate_from_env()
+
+
+def _cuda() -> bool:
+    return cuda_available() or simulated() is not None
+
+
+def _nvml(index: int, pynvml=None) -> CardReading | None:
+    if pynvml is None:
+        try:
+            import pynvml
+        except ImportError:
+            return None
     try:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        mem, source = None, "nvml v1"
+        if hasattr(pynvml, "nvmlMemory_v2"):
+            try:
+                mem, source = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2), "nvml v2"
+            except (pynvml.NVMLError, TypeError):       # a driver (or binding) without the v2 query
+                mem = None
+        if mem is None:
+            mem, source = pynvml.nvmlDeviceGetMemoryInfo(handle), "nvml v1"
         procs = {int(p.pid): int(p.usedGpuMemory or 0) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     except pynvml.NVMLError:
         return None
-    return CardReading(int(mem.used), int(mem.total), procs, "nvml")
+    return CardReading(int(mem.used), int(mem.total), procs, source, getattr(mem, "reserved", None))
 
 
 def _nvidia_smi(index: int) -> CardReading | None:
@@ -100,13 +140,25 @@ def _nvidia_smi(index: int) -> CardReading | None:
         return None
 
 
+def read_simulated(index: int = 0) -> CardReading | None:
+    """The simulated card's memory now, read as NVML (a CPU's rehearsal under one), else None."""
+    card = simulated()
+    return None if card is None else _nvml(index, card.pynvml())
+
+
 def read_card(index: int = 0) -> CardReading | None:
-    """The card's memory now (NVML, else nvidia-smi); None where neither can read a GPU."""
+    """The card's memory now (NVML, else nvidia-smi; a simulated card's where one is active);
+    None where neither can read a GPU."""
+    if simulated() is not None:
+        return read_simulated(index)
     return _nvml(index) or _nvidia_smi(index)
 
 
 def own_torch_reserved() -> int:
     """This process's torch reserved bytes on the card (0 where torch has not touched CUDA)."""
+    card = simulated()
+    if card is not None:
+        return card.allocated
     torch = sys.modules.get("torch")
     try:
         if torch is None or not torch.cuda.is_initialized():
@@ -121,6 +173,10 @@ def outside_torch_bytes() -> int | None:
     CUDA context sees the card (None without CUDA)."""
     if not _cuda():
         return None
+    card = simulated()
+    if card is not None:
+        free, total = card.mem_get_info()
+        return int(total - free - card.allocated)
     import torch
 
     free, total = torch.cuda.mem_get_info()
@@ -134,17 +190,24 @@ def apply_cap(cap_gib: float | None) -> dict:
         return {"cap_gib": None, "applied": False, "why": "no cap asked (--memory-cap-gib none)"}
     if not _cuda():
         return {"cap_gib": cap_gib, "applied": False, "why": "no CUDA GPU: nothing to cap"}
-    import torch
+    card = simulated()
+    if card is not None:
+        total = card.total
+    else:
+        import torch
 
-    total = torch.cuda.get_device_properties(0).total_memory
+        total = torch.cuda.get_device_properties(0).total_memory
     outside = outside_torch_bytes()        # the CUDA context, made by mem_get_info if not before
     out = {"cap_gib": cap_gib, "card_gib": round(total / GiB, 2), "outside_torch_at_start_gib": round(outside / GiB, 2)}
     if cap_gib * GiB >= total:
         return {**out, "applied": False, "why": f"the card has {total / GiB:.1f} GiB, not more than the cap"}
     fraction = max(0.0, cap_gib * GiB - outside) / total
-    torch.cuda.set_per_process_memory_fraction(fraction)
-    return {**out, "applied": True, "torch_fraction": round(fraction, 4),
-            "torch_may_use_gib": round(fraction * total / GiB, 2)}
+    if card is not None:
+        card.cap = int(fraction * total)
+    else:
+        torch.cuda.set_per_process_memory_fraction(fraction)
+    return {**out, "applied": True, **({"simulated": True} if card is not None else {}),
+            "torch_fraction": round(fraction, 4), "torch_may_use_gib": round(fraction * total / GiB, 2)}
 
 
 # ------------------------------------------------------------------ each process's own report
@@ -180,6 +243,7 @@ def join_part(cap_gib: float | None | str = "env", folder: str | Path | None = "
     the environment the part's process set; None leaves it out. Returns the cap's record."""
     if _joined:
         return _joined["cap"]
+    join_simulated_card()
     if cap_gib == "env":
         text = os.environ.get(CAP_ENV)
         cap_gib = float(text) if text else None
@@ -202,33 +266,31 @@ def children_reserved(folder: Path | None, own_pid: int) -> dict[int, int]:
         except (OSError, ValueError):       # being replaced right now: the next sample reads it
             continue
         pid = int(doc.get("pid", 0))
-        if pid and pid != own_pid and _alive(pid):
+        if pid and pid != own_pid and alive(pid):
             out[pid] = int(doc.get("reserved", 0))
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def outside_torch(reading: CardReading, reserved: dict[int, int]) -> tuple[int, str, int]:
+def outside_torch(reading: CardReading, reserved: dict[int, int],
+                  before: CardReading | None = None) -> tuple[int, str, int]:
     """(outside torch, its basis, everything beyond torch) of one reading, given the torch reserved
-    bytes of the part's processes. Where the reading lists the processes on the card and they are
-    ours (the pids match: not so in a container that hides them), the measure is per process: the
-    most any one process holds beyond its torch (its CUDA context, and anything a library took
-    behind torch's back), or what no process accounts for, whichever is larger; so the part's
-    processes' contexts are not summed. Else the card's: all of its use beyond the part's torch."""
-    total = reading.used - sum(reserved.values())
+    bytes of the part's processes and the reading `before` the part touched the card (what it held
+    then is not the part's: the driver's reserve where the reading counts it, other tenants).
+    Where the reading lists the processes on the card and they are ours (the pids match: not so in
+    a container that hides them), the measure is per process: the most any one process holds
+    beyond its torch (its CUDA context, and anything a library took behind torch's back), or what
+    no process accounts for, whichever is larger; so the part's processes' contexts are not summed.
+    Else the card's: all of its use beyond the part's torch, shared out among the part's processes
+    that hold torch memory (each has its own context; the reading cannot tell them apart)."""
+    before = before or CardReading(0, reading.total)
+    total = reading.used - before.used - sum(reserved.values())
     if not set(reading.processes) & set(reserved):
-        return total, "card", total
-    per_process = [used - reserved.get(pid, 0) for pid, used in reading.processes.items()]
-    return max(*per_process, reading.used - sum(reading.processes.values())), "per process", total
+        holders = max(1, sum(1 for b in reserved.values() if b > 0))
+        return total // holders, "card", total
+    per_process = [used - before.processes.get(pid, 0) - reserved.get(pid, 0)
+                   for pid, used in reading.processes.items()]
+    unlisted = (reading.used - sum(reading.processes.values())) - (before.used - sum(before.processes.values()))
+    return max(*per_process, unlisted), "per process", total
 
 
 # ------------------------------------------------------------------ the part's sampler
@@ -243,6 +305,7 @@ class CardSampler:
                  own_reserved: Callable[[], int] = own_torch_reserved, interval: float = INTERVAL_S):
         self.read, self.folder, self.own_reserved, self.interval = read, folder, own_reserved, interval
         self.where = "start"
+        self.before: CardReading | None = None      # the card before the part touched it
         self.samples = 0
         self.last: dict | None = None
         self.instant_max: dict | None = None
@@ -269,6 +332,12 @@ class CardSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def take_baseline(self) -> CardReading | None:
+        """Read the card before the part's process makes its CUDA context: what is in use then is
+        not the part's (every later sample subtracts it)."""
+        self.before = self.read()
+        return self.before
+
     def sample(self, where: str | None = None) -> dict | None:
         """One sample now (and, with `where`, the label of this and the later ones)."""
         with self._lock:
@@ -279,8 +348,9 @@ class CardSampler:
                 return None
             own = int(self.own_reserved())
             children = children_reserved(self.folder, os.getpid())
-            outside, basis, total = outside_torch(reading, {os.getpid(): own, **children})
+            outside, basis, total = outside_torch(reading, {os.getpid(): own, **children}, self.before)
             got = {"outside": outside, "basis": basis, "total": total, "where": self.where, "used": reading.used,
+                   "reserved": reading.reserved,
                    "own": own, "children": children, "processes": dict(reading.processes)}
             self.samples += 1
             self.source = reading.source
@@ -321,7 +391,9 @@ class CardSampler:
               "children_torch_reserved_gib": {str(p): gib(b) for p, b in worst["children"].items()},
               "processes_gib": {str(p): gib(b) for p, b in worst["processes"].items()}}
         end = self.end or self.last
-        return {"outside_torch_gib": {"worst": gib(worst["outside"]), "worst_at": worst["where"],
+        before = {"before_part_gib": None if self.before is None else gib(self.before.used),
+                  "driver_reserved_gib": None if self.last.get("reserved") is None else gib(self.last["reserved"])}
+        return {"outside_torch_gib": {"worst": gib(worst["outside"]), "worst_at": worst["where"], **before,
                                       "basis": worst["basis"], "all_beyond_torch_at_worst": gib(worst["total"]),
                                       "instant_max": gib(self.instant_max["outside"]),
                                       "instant_max_at": self.instant_max["where"],

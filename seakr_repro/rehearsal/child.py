@@ -22,7 +22,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..core.io import write_json
 from . import card_memory
@@ -87,15 +87,15 @@ class PartRun:
         write_json(self.partial_path, json.loads(json.dumps(got, default=str)), indent=1)
 
 
-def simulate_the_card(device: str) -> dict[str, str]:
+def simulate_the_card(device: str) -> tuple[dict[str, str], Callable[[], None]]:
     """Where no CUDA exists, what this process runs in place of the card's own, and why (the
-    part's result says so under `simulated`): the graph decode path as the static step."""
+    part's result says so under `simulated`): the graph decode path as the static step; and the
+    function that puts the real one back (a part run inside a test's process leaves nothing)."""
     if is_cuda(device) or importlib.util.find_spec("torch") is None:    # no torch: the part says so itself
-        return {}
+        return {}, lambda: None
     from ..doubles.simulated_graph import WHY, simulate_graph
 
-    simulate_graph()
-    return {"graph": WHY}
+    return {"graph": WHY}, simulate_graph()
 
 
 @contextlib.contextmanager
@@ -128,9 +128,10 @@ def run_part(ctx: PartRun, torch_in_process: bool = True, imports: tuple[str, ..
 
     phases = {"start_s": round(time.monotonic() - ctx.started, 2)}
     t0 = time.perf_counter()
-    simulated = {}
+    simulated, unsimulate = {}, lambda: None
     builds: list[float] = []
     try:
+        ctx.watch.take_baseline()           # before this process makes its CUDA context
         for name in imports:
             try:
                 importlib.import_module(name)
@@ -138,8 +139,8 @@ def run_part(ctx: PartRun, torch_in_process: bool = True, imports: tuple[str, ..
                 phases.setdefault("not_imported", []).append(name)
         phases["import_s"] = round(time.perf_counter() - t0, 2)
         if torch_in_process:
-            simulated = simulate_the_card(ctx.device)
-        if torch_in_process and is_cuda(ctx.device):
+            simulated, unsimulate = simulate_the_card(ctx.device)
+        if torch_in_process and (is_cuda(ctx.device) or card_memory.simulated() is not None):
             ctx.card = card_memory.apply_cap(ctx.opt.memory_cap_gib)
         else:
             ctx.card = {"cap_gib": ctx.opt.memory_cap_gib, "applied": False,
@@ -156,6 +157,8 @@ def run_part(ctx: PartRun, torch_in_process: bool = True, imports: tuple[str, ..
         if partial is not None:
             got["partial"] = partial
         print(got["traceback"], file=sys.stderr, flush=True)
+    finally:
+        unsimulate()
     try:
         ctx.watch.settle()
     except Exception as e:              # noqa: BLE001  (a broken CUDA state: say so, keep the result)
@@ -181,7 +184,8 @@ def child_main(part: str, options: Path, limit: float, started: float | None = N
     # the part's children (pytest, a Ray worker) report here and take this cap: card_memory.join_part
     os.environ[card_memory.TORCH_DIR_ENV] = str(folder)
     os.environ[card_memory.CAP_ENV] = "" if opt.memory_cap_gib is None else str(opt.memory_cap_gib)
-    read = card_memory.read_card if is_cuda(opt.device) else (lambda: None)
+    card_memory.join_simulated_card()
+    read = card_memory.read_card if is_cuda(opt.device) else card_memory.read_simulated
     ctx = PartRun(part, opt, work, limit, card_memory.CardSampler(read, folder=folder),
                   started=time.monotonic() if started is None else started)
     got = run_part(ctx, PARTS[part].torch_in_process, PARTS[part].imports)

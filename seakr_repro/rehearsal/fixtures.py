@@ -19,19 +19,31 @@ def model_dtype(device: str) -> str:
 def reset_peak(device: str) -> None:
     import torch
 
+    from ..doubles.simulated_card import active
+
     if is_cuda(device):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    elif active() is not None:
+        active().reset_peak()
+
+
+def peak_bytes(device: str) -> int | None:
+    """torch's most bytes allocated since the last `reset_peak`: the GPU's, or on a CPU the
+    simulated card's where one is active (doubles/simulated_card.py); else None."""
+    import torch
+
+    from ..doubles.simulated_card import active
+
+    if is_cuda(device):
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+    return None if active() is None else active().peak
 
 
 def peak_gib(device: str) -> float | None:
-    """torch's largest allocation since the last `reset_peak` (None off the GPU)."""
-    import torch
-
-    if not is_cuda(device):
-        return None
-    torch.cuda.synchronize()
-    return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    peak = peak_bytes(device)
+    return None if peak is None else round(peak / 2**30, 2)
 
 
 def tokenizer_dir(work: Path) -> Path:
@@ -58,19 +70,22 @@ class RandomLlamaLoader:
 
         from transformers import AutoTokenizer
 
-        from ..doubles.random_llama import random_llama
+        from ..doubles.random_llama import LLAMA_2_VOCAB, random_llama
         from ..llm.cache import CachedBackend
         from ..llm.hf.backend import HFBackend
         from ..llm.model_info import resolve_dtype
         from ..llm.reflection_tokens import SCORED_TOKENS
 
         tok = AutoTokenizer.from_pretrained(self.tok_dir)
-        if name.startswith("selfrag"):
-            tok.add_special_tokens({"additional_special_tokens": list(SCORED_TOKENS)})
+        added = 0          # the model: LLaMA-2-7B's vocabulary (the tokenizer's ids are a part of it)
+        if name.startswith("selfrag"):       # + the reflection tokens, as Self-RAG's checkpoint's
+            added = tok.add_special_tokens({"additional_special_tokens": list(SCORED_TOKENS)})
         dtype = dtype or cfg.get("model.dtype", "float32")
         t0 = time.perf_counter()
-        model = random_llama(self.shape, tok, self.device, resolve_dtype(dtype), seed=zlib.crc32(name.encode()))
-        self.builds.append({"model": name, "dtype": dtype, "seconds": round(time.perf_counter() - t0, 2)})
+        model = random_llama(self.shape, tok, self.device, resolve_dtype(dtype), seed=zlib.crc32(name.encode()),
+                             vocab_size=LLAMA_2_VOCAB + added)
+        self.builds.append({"model": name, "dtype": dtype, "vocab": model.config.vocab_size,
+                            "seconds": round(time.perf_counter() - t0, 2)})
         backend = HFBackend(model, tok, name, fingerprint=f"random-{self.shape}-{name}-{dtype}",
                             max_batch_rows=cfg.get("model.max_batch_rows", None),
                             prefix_cache_tokens=cfg.get("model.prefix_cache_tokens", 16384),

@@ -159,12 +159,18 @@ def _seakr_paper(got: dict, expect: dict) -> list[str]:
 def _oom(got: dict, expect: dict) -> list[str]:
     if got.get("retry_path_ran"):
         return []
-    tried = got.get("attempts") or []
-    if not any(t.get("oom_retries") for t in tried):
-        return ["the out-of-memory retry never ran (no attempt retried)"]
-    if not any(t.get("ok") for t in tried):
-        return ["every attempt failed, even after its retries"]
-    return ["the retried run's tokens differ from the uncapped run's"]
+    if got.get("why"):
+        return [got["why"]]
+    runs = got.get("runs") or []
+    if not any(r.get("oom_retries") for r in runs):
+        return ["the out-of-memory retry never ran (no capped run retried)"]
+    done = [r for r in runs if r.get("ok")]
+    if not done:
+        return ["every capped run failed, even after its retries"]
+    if not any(r.get("same_tokens") for r in done):
+        return ["the retried run's tokens differ from the uncapped run's"]
+    return [f"no retried run finished under its cap below the uncapped peak ({got.get('uncapped_peak_bytes')} B): "
+            + "; ".join(f"peak {r.get('peak_bytes')} B, cap {r.get('cap_bytes')} B" for r in done)]
 
 
 def ray_without_ray(got: dict) -> tuple[str, list[str]]:

@@ -172,11 +172,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def picker(self, seed: int, temperature: float, top_k: int, top_p: float) -> Callable:
         """A lane's sampler: draws (tokens, their warped log-probs) from one generator seeded with
-        `seed`, over the rows it is given in order."""
+        `seed`, over the rows it is given in order (warping `rows_per_forward` rows at a time
+        after an out-of-memory: the same draws)."""
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         def pick(lg):
-            return sample_tokens(lg, temperature, top_k, top_p, gen)
+            return sample_tokens(lg, temperature, top_k, top_p, gen, rows=self.rows_per_forward)
         return pick
 
     def decode_lanes(self, prefixes: Sequence[Prefix], lanes: Sequence[Lane]) -> list[list[Row]]:

@@ -5,12 +5,17 @@ A call that runs out of memory frees what can be freed (the backend's kept prefi
 torch's cached blocks), shrinks what it runs at once and runs again:
 - a call over one context: the rows per forward pass (`rows_per_forward`) are halved from the
   widest pass the failed attempt ran (`note_rows`, which `HFBackend.forward` calls for every pass);
-  only when a single row does not fit does the error go through;
+  only when a single row does not fit does the error go through. What grows with the rows falls
+  with them: the decode paths keep the rows of the parts not running in host memory
+  (`host_memory`: the card holds one part's suffix keys and values), and the sampler and the
+  step's statistics work that many rows at a time;
 - a batch of several contexts (`by_contexts`): the contexts per batch are halved for the rest of
   the run, and that batch runs again; one context alone retries with fewer rows per pass.
 Results do not change: sampling does not depend on how rows are split into passes, and each
 context draws from its own generator. `retries` counts the recoveries and `seconds` the time the
-failed attempts took (what the retries cost); the runner copies both into each result row.
+failed attempts took (what the retries cost); the runner copies both into each result row. A
+caller that wants each attempt's record (the GPU rehearsal's oom part) sets `attempts` to a list,
+and `before_attempt`/`after_attempt(record)` to read its memory around each attempt.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ class OutOfMemoryRetry:
         self.retries = 0
         self.seconds = 0.0
         self.widest = 0                               # rows of the widest pass of the attempt
+        self.attempts: list[dict] | None = None       # each attempt's record, where a caller asks
+        self.before_attempt: Callable[[], None] | None = None
+        self.after_attempt: Callable[[dict], None] | None = None
 
     def note_rows(self, n: int) -> None:
         """A forward pass of `n` rows is about to run."""
@@ -43,14 +51,30 @@ class OutOfMemoryRetry:
         """(True, fn()) or, after an out-of-memory error, (False, None); the error goes through
         when give_up() says nothing smaller is left to try."""
         self.widest = 0
+        asked = {"rows_per_forward": self.rows_per_forward, "contexts_per_batch": self.contexts_per_batch}
+        if self.before_attempt is not None:
+            self.before_attempt()
         t0 = time.perf_counter()
         try:
-            return True, fn()
-        except torch.OutOfMemoryError:     # torch.cuda.OutOfMemoryError included
+            got = fn()
+        except torch.OutOfMemoryError as e:     # torch.cuda.OutOfMemoryError included
             self.seconds += time.perf_counter() - t0
+            self._record(asked, t0, f"out of memory: {e}")
             if give_up():
                 raise
+        else:
+            self._record(asked, t0, "ok")
+            return True, got
         return False, None     # outside the except block, so the failed pass's tensors can be freed
+
+    def _record(self, asked: dict, t0: float, outcome: str) -> None:
+        if self.attempts is None:
+            return
+        record = {**asked, "widest_pass_rows": self.widest, "seconds": round(time.perf_counter() - t0, 3),
+                  "outcome": outcome[:300]}
+        if self.after_attempt is not None:
+            self.after_attempt(record)
+        self.attempts.append(record)
 
     def _recovered(self, what: str, had: int, now: int) -> None:
         self.retries += 1

@@ -34,7 +34,7 @@ def measure(tokenizer: str | Path, k: int = 20, prompt_tokens: int = 1500, max_n
     import torch
     from transformers import AutoTokenizer
 
-    from ...doubles.random_llama import random_llama
+    from ...doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ...llm.hf.backend import HFBackend
     from ...llm.model_info import resolve_dtype
 
@@ -42,14 +42,14 @@ def measure(tokenizer: str | Path, k: int = 20, prompt_tokens: int = 1500, max_n
     torch_dtype = resolve_dtype(dtype)
     reset_peak(device)
     t0 = time.perf_counter()
-    model = random_llama(shape, tok, device, torch_dtype)
+    model = random_llama(shape, tok, device, torch_dtype, vocab_size=LLAMA_2_VOCAB)
     build_s = round(time.perf_counter() - t0, 2)
     words = ("Question: Who was born first? Answer: The director was born in 1901. So the answer is X. "
              * 200).split()
     prompt = tok.decode(tok(" ".join(words))["input_ids"][:prompt_tokens], skip_special_tokens=True)
     params = sum(p.numel() for p in model.parameters())
     report = {"device": torch.cuda.get_device_name() if is_cuda(device) else "cpu",
-              "shape": shape, "dtype": dtype, "vocab": len(tok), "params": params, "build_s": build_s,
+              "shape": shape, "dtype": dtype, "vocab": model.config.vocab_size, "params": params, "build_s": build_s,
               "weights_gb": round(params * torch_dtype.itemsize / 2**30, 2),
               "prompt_tokens": len(tok(prompt)["input_ids"]), "k": k,
               "max_new_tokens": max_new_tokens, "runs": []}
@@ -87,7 +87,8 @@ def run(ctx) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m seakr_repro.rehearsal.parts.gpu_check", description=__doc__)
-    ap.add_argument("--tokenizer", required=True, help="a tokenizer directory (its vocab sets the model's)")
+    ap.add_argument("--tokenizer", required=True, help="a tokenizer directory (its ids are a part of the model's "
+                                                       "32,000-token vocabulary)")
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--max-new-tokens", type=int, default=100)

@@ -20,6 +20,7 @@ import time
 import traceback
 
 from ..fixtures import RandomLlamaLoader, model_overrides, peak_gib, profile_inputs, reset_peak, tokenizer_dir
+from ..peak_prediction import peak_fields
 
 
 def table_sets(cfg, method: str, tables: list[str], first: int | None = None) -> list[str]:
@@ -56,14 +57,16 @@ def run(ctx) -> dict:
     from ...runs import grid
 
     opt = ctx.opt
-    cfg, searcher = profile_inputs(opt.methods_profile, model_overrides(ctx.device), opt.questions, opt.passages)
+    overrides = {**model_overrides(ctx.device), **getattr(opt, "overrides", {})}
+    cfg, searcher = profile_inputs(opt.methods_profile, overrides, opt.questions, opt.passages)
     loader = RandomLlamaLoader(ctx.shape, ctx.device, tokenizer_dir(ctx.work))
     pool = grid.BackendPool(cfg, loader=loader)
     out = {"profile": opt.methods_profile, "shape": ctx.shape, "dtype": cfg["model.dtype"],
            "retrieval": f"{cfg['retrieval.backend']}/{cfg['retrieval.scheme']}", "tables": opt.methods_tables,
            "questions_per_set": opt.questions, "sets_per_table": opt.sets or "all",
            "peak_note": "peak_gib: torch's max allocated from after the previous model was freed (the pool "
-                        "frees it, gc, empty_cache, then resets the peak) to the method's end",
+                        "frees it, gc, empty_cache, then resets the peak) to the method's end; predicted_7b: "
+                        "the peak predicted at LLaMA-2-7B's shape (rehearsal/peak_prediction.py)",
            "methods": {}, "model_builds": loader.builds}
     for m in rehearsal_methods(opt):
         entry: dict = {"asked_sets": table_sets(cfg, m, opt.methods_tables, opt.sets), "sets": {}, "skipped": {}}
@@ -81,6 +84,7 @@ def run(ctx) -> dict:
                 ctx.partial(out)
             n = opt.questions * len(entry["asked_sets"])
             entry.update(questions=n, wall_s_per_q=round((time.perf_counter() - t0) / max(n, 1), 3))
+            entry.update(peak_fields(ctx, opt.methods_profile, m, entry.get("model_dtype")))
             if m in pool.departures:
                 entry["dtype_departure"] = pool.departures[m]
         except Exception as e:          # noqa: BLE001  (one method's failure must not hide the rest)

@@ -25,6 +25,7 @@ import time
 
 from ..fixtures import (RandomLlamaLoader, model_overrides, peak_gib, profile_inputs, reset_peak, run_file_rows,
                         tokenizer_dir)
+from ..peak_prediction import peak_fields
 from ..plan import question_room, skip_record
 
 TABLE7 = {"2wiki": 4.94, "hotpotqa": 7.30}      # SeaKR's seconds per question, paper Table 7
@@ -123,6 +124,7 @@ def run(ctx) -> dict:
     out["oom_seconds"] = round(sum(sum(q["oom_seconds"]) for q in out["questions"].values()), 2)
     out["peak_gib"] = peak_gib(ctx.device)
     out["decode"] = decode_record()
+    out.update(peak_fields(ctx, "paper", "seakr", cfg["model.dtype"]))     # beside the predicted 7B peak
     # cost: the paper profile's SeaKR question-runs at this pace (others: the mean of the sets timed)
     runs = question_runs(load_config("paper"))
     seakr_rows = runs[runs.method == "seakr"]

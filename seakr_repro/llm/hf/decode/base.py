@@ -209,6 +209,9 @@ class DecodePath:
             return batch.grouped
         self.check(backend.device)
         self.calls += 1
+        # the sampler works on this many rows at once before any pass runs: an out-of-memory
+        # error there halves from it, not from the pre-fill's single row
+        backend.oom.note_rows(min(len(batch.live), backend.rows_per_forward or len(batch.live)))
         logits = batch.first_logits()
         passes = self.passes(backend, batch)
         with self.attention(backend):
@@ -221,16 +224,31 @@ class DecodePath:
                 logits = passes.next_logits(drawn, keep)
 
 
+def chosen_stats(batch: Batch, logits: torch.Tensor, tokens: torch.Tensor):
+    """(log-probs of the drawn `tokens`, entropies, logsumexps; the last two None without
+    statistics) of the raw distributions, `rows_per_forward` rows at a time after an
+    out-of-memory (each row's numbers are computed alone: the same values in less memory)."""
+    step = batch.backend.rows_per_forward or logits.shape[0]
+    got = []
+    for a in range(0, logits.shape[0], step):
+        logp, ent, lse = token_stats(logits[a:a + step], batch.want_stats)
+        got.append((logp.gather(1, tokens[a:a + step, None])[:, 0], ent, lse))
+    if len(got) == 1:
+        return got[0]
+    chosen, ent, lse = zip(*got)
+    return torch.cat(chosen), *((torch.cat(ent), torch.cat(lse)) if batch.want_stats else (None, None))
+
+
 def read_back_once(batch: Batch, logits: torch.Tensor) -> Drawn:
     """Each lane's draws and the step's statistics in ONE device-to-host transfer: float64 holds
     token ids and float32 values exactly; a greedy lane's missing warped log-prob travels as NaN."""
-    logp, ent, lse = token_stats(logits, batch.want_stats)
     nxt, wlp = [], []
     for tok, warped, n in batch.picks(logits):
         nxt.append(tok)
         wlp.append(warped if warped is not None else logits.new_full((n,), float("nan")))
     nxt = torch.cat(nxt)
-    cols = [nxt, logp.gather(1, nxt[:, None])[:, 0], torch.cat(wlp)]
+    chosen, ent, lse = chosen_stats(batch, logits, nxt)
+    cols = [nxt, chosen, torch.cat(wlp)]
     host = torch.stack([c.double() for c in cols + ([ent, lse] if batch.want_stats else [])],
                        1).cpu().numpy()
     ids, chosen = host[:, 0].astype("int64").tolist(), host[:, 1].tolist()
@@ -243,13 +261,13 @@ def read_back_once(batch: Batch, logits: torch.Tensor) -> Drawn:
 def read_back_each(batch: Batch, logits: torch.Tensor) -> Drawn:
     """Each lane's draws and the step's statistics read back one by one (the loop as first
     written: a transfer per lane's warped log-probs, then the log-probs, statistics and tokens)."""
-    logp, ent, lse = token_stats(logits, batch.want_stats)
     nxt, warped = [], []
     for tok, w, n in batch.picks(logits):
         nxt.append(tok)
         warped += w.tolist() if w is not None else [None] * n
     nxt = torch.cat(nxt)
-    chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+    chosen, ent, lse = chosen_stats(batch, logits, nxt)
+    chosen = chosen.tolist()
     if batch.want_stats:
         ent, lse = ent.tolist(), lse.tolist()
     return Drawn(nxt, nxt.tolist(), chosen, warped, ent, lse)

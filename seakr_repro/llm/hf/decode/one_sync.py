@@ -3,6 +3,11 @@
 Each live row's own generated keys and values grow in a transformers DynamicCache (a
 concatenation per step); a row that finishes is dropped from its cache and from the batch, which
 takes a host-to-device copy of the kept rows' numbers (only on the steps where rows finish).
+
+Rows split into parts (`rows_per_forward`, what the out-of-memory retry halves) stay in lockstep:
+every step draws over all live rows, as one part would. The parts that are not running keep their
+caches in host memory (`host_memory`): the card holds one part's suffix cache at a time, so the
+retry's peak falls with the rows per pass, and the copies are exact, so nothing else changes.
 """
 from __future__ import annotations
 
@@ -10,13 +15,15 @@ from typing import Sequence
 
 import torch
 
+from .. import host_memory
 from .. import shared_prefix as sp
 from .base import Batch, DecodePath, Drawn, Passes, read_back_once
 
 
 class DynamicRows(Passes):
     """The live rows in parts of `rows_per_forward` (all when None), each part over a
-    DynamicCache of its rows' generated tokens; inputs and positions from the device."""
+    DynamicCache of its rows' generated tokens; inputs and positions from the device. With
+    several parts, a part's cache is on the card only while its pass runs (`offload`)."""
 
     def __init__(self, backend, batch: Batch):
         from transformers import DynamicCache
@@ -24,6 +31,7 @@ class DynamicRows(Passes):
         self.backend, self.batch = backend, batch
         cap = backend.rows_per_forward or len(batch.live)
         self.parts = [(DynamicCache(), batch.live[i:i + cap]) for i in range(0, len(batch.live), cap)]
+        self.offload = len(self.parts) > 1 and host_memory.separate(backend.device)
         self.step = 0
         self.start()
 
@@ -46,21 +54,25 @@ class DynamicRows(Passes):
     def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
         self.kept(drawn, keep)
         live = set(self.batch.live)
-        parts = []
-        for cache, members in self.parts:    # drop finished rows from each part's cache
+        dev = self.backend.device
+        parts, outs, at = [], [], 0
+        for cache, members in self.parts:    # the parts' members, in order, are the live rows
             local = [j for j, r in enumerate(members) if r in live]
             if not local:
                 continue
-            if len(local) < len(members) and self.step > 0:
-                cache.batch_select_indices(torch.tensor(local, device=self.backend.device))
-            parts.append((cache, [members[j] for j in local]))
-        self.parts = parts
-        outs, at = [], 0
-        for cache, members in self.parts:    # the parts' members, in order, are the live rows
+            if self.offload:
+                host_memory.move_cache(cache, lambda t: host_memory.to_card(t, dev))
+            if len(local) < len(members) and self.step > 0:    # drop the part's finished rows
+                cache.batch_select_indices(torch.tensor(local, device=dev))
+            members = [members[j] for j in local]
+            parts.append((cache, members))
             sp.set_groups(self.batch.groups(members))
             inp, pos = self.inputs(at, members)
             at += len(members)
             outs.append(self.backend.forward(inp, cache, pos).logits[:, -1, :])
+            if self.offload:
+                host_memory.move_cache(cache, host_memory.off_card)
+        self.parts = parts
         self.step += 1
         return torch.cat(outs)
 

@@ -14,8 +14,11 @@ no host synchronisation inside the step, run eagerly (any device; `graph` captur
   the one read-back per step one_sync also takes), so each lane's generator sees exactly the draws
   it sees on the other paths.
 - The rows are split into parts of `rows_per_forward` (all when None) for the whole call: each part
-  is a step of its own, over its own buffers, so an out-of-memory retry (`oom.OutOfMemoryRetry`
-  halves the rows per pass) simply runs more, smaller steps.
+  is a step of its own, so an out-of-memory retry (`oom.OutOfMemoryRetry` halves the rows per
+  pass) runs more, smaller steps. The parts share ONE set of suffix buffers on the card, sized for
+  one part, and each keeps its own rows' keys and values in host memory (`host_memory`), copied in
+  before its step and out after it: the card holds one part's suffix, the buffers keep their
+  addresses (a part's graph replays over them), and the copies are exact.
 
 A "batch shape" is one call's: its rows, their prompts (the groups and the prompts' keys and values
 the attention reads in place) and the slots; the buffers are made once per call (no bucketing: a
@@ -23,7 +26,8 @@ call's prompts are new to it, and a CUDA graph captured over them is captured on
 
 Memory (`suffix_bytes`): LLaMA-2-7B (32 layers, 32 kv heads of 128) in float16 at 20 rows and 100
 new tokens holds 2 x 32 x 20 x 32 x 99 x 128 x 2 bytes = 0.97 GiB of suffix keys and values, about
-what the dynamic cache holds at its last step, without the copy its concatenation makes each step.
+what the dynamic cache holds at its last step, without the copy its concatenation makes each step;
+split into parts, the card holds one part's share of it.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from typing import Sequence
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .. import host_memory
 from .. import shared_prefix as sp
 from .base import Batch, Drawn, Passes
 from .one_sync import OneSync
@@ -126,16 +131,29 @@ class StaticSuffixCache(Cache):
     def __init__(self, like, rows: int, slots: int):
         """`like`: a prompt's cache (transformers' layers), for the layers' kv heads, head dim,
         dtype, device and kind (sliding window or not)."""
-        self.step = torch.zeros(1, dtype=torch.long, device=like.layers[0].keys.device)
+        step = torch.zeros(1, dtype=torch.long, device=like.layers[0].keys.device)
         layers = []
         for lay in like.layers:
             _, kv_heads, _, head_dim = lay.keys.shape
             layers.append(StaticSuffixLayer(lay.keys.new_zeros(rows, kv_heads, slots, head_dim),
-                                            lay.keys.new_zeros(rows, kv_heads, slots, head_dim), self.step,
+                                            lay.keys.new_zeros(rows, kv_heads, slots, head_dim), step,
                                             getattr(lay, "is_sliding", False)))
+        self._hold(layers, step)
+
+    def _hold(self, layers: list[StaticSuffixLayer], step: torch.Tensor) -> None:
         super().__init__(layers=layers)
+        self.step = step
         self.keys = [lay.keys for lay in layers]
         self.values = [lay.values for lay in layers]
+
+    def first_rows(self, n: int) -> "StaticSuffixCache":
+        """A cache over the first `n` rows of these buffers (views: the same memory), with a step
+        index of its own."""
+        out = object.__new__(StaticSuffixCache)
+        step = torch.zeros_like(self.step)
+        out._hold([StaticSuffixLayer(lay.keys[:n], lay.values[:n], step, lay.is_sliding) for lay in self.layers],
+                  step)
+        return out
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
@@ -190,10 +208,30 @@ class StaticRows(Passes):
         like = b.prefixes[0].cache
         cap = self.backend.rows_per_forward or n
         pool = self.step_class.memory_pool(dev)
-        self.steps = [self.step_class(self.backend, self.tokens[a:a + cap], self.positions[a:a + cap],
-                                      StaticSuffixCache(like, len(self.rows[a:a + cap]), slots),
-                                      b.groups(self.rows[a:a + cap]), pool)
-                      for a in range(0, n, cap)]
+        spans = [(a, min(n, a + cap)) for a in range(0, n, cap)]
+        self.stores: list[list[torch.Tensor]] | None = None
+        if len(spans) > 1 and host_memory.separate(dev):
+            shared = StaticSuffixCache(like, cap, slots)         # one part's rows, on the card
+            caches = [shared.first_rows(e - a) for a, e in spans]
+            self.stores = [[host_memory.host_zeros(*t.shape, like=t) for t in c.keys + c.values] for c in caches]
+        else:
+            caches = [StaticSuffixCache(like, e - a, slots) for a, e in spans]
+        self.steps = [self.step_class(self.backend, self.tokens[a:e], self.positions[a:e], cache,
+                                      b.groups(self.rows[a:e]), pool)
+                      for (a, e), cache in zip(spans, caches)]
+
+    def _run(self, i: int) -> torch.Tensor:
+        """Part i's step; with host stores, its rows' keys and values copied in and out around it."""
+        step = self.steps[i]
+        if self.stores is None:
+            return step.run()
+        buffers = step.cache.keys + step.cache.values
+        for card, host in zip(buffers, self.stores[i]):
+            card.copy_(host)
+        out = step.run()
+        for card, host in zip(buffers, self.stores[i]):
+            host.copy_(card)
+        return out
 
     def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
         if self.steps is None:
@@ -203,7 +241,7 @@ class StaticRows(Passes):
         if len(keep) < len(drawn.ids):       # rows finished: a new index of the live rows
             self.live_slots = torch.tensor([self.slot_of[r] for r in self.batch.live], device=self.backend.device)
             self.all_live = False
-        outs = [s.run() for s in self.steps]
+        outs = [self._run(i) for i in range(len(self.steps))]
         logits = outs[0] if len(outs) == 1 else torch.cat(outs)
         return logits if self.all_live else logits.index_select(0, self.live_slots)
 

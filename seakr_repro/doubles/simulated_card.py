@@ -1,0 +1,412 @@
+"""A GPU card simulated on a CPU, for memory: what the tests, the benchmarks and the GPU rehearsal
+on CPU use to see what a card would hold, and to run out of it.
+
+Memory (`SimulatedCard`, a torch dispatch mode): every tensor made on the CPU while the card is
+active counts, by the bytes of its storage, until that storage is freed (views count once; a
+storage resized in place counts its new size). `allocated` is what is live now, `peak` the most
+since `reset_peak()`. With a `cap`, an allocation that would go over it raises
+`torch.OutOfMemoryError`, as CUDA's allocator does, and is not counted. Tensors made while
+`llm.hf.host_memory.allocating_on_host()` holds are host memory and do not count: what a decode
+call moves off the card is seen to leave it. `hold(module_or_tensors)` counts tensors made before
+the card was entered (a model built outside it).
+
+What NVML would read (`used_bytes`, `pynvml()`): the driver's reserve (about 0.5-0.9 GiB on an
+idle card; NVML's v1 `used` counts it, v2's does not and reports it as `reserved`), one CUDA context
+per process that has used the card (made at its first allocation or `mem_get_info`, as CUDA makes
+it at first use), torch's memory (here: the live bytes; a caching allocator holds at least that)
+and what other processes hold. `pynvml()` is a stand-in of the `pynvml` module over those numbers
+(v2 where `v2=True`; process ids hidden where `hide_pids`), so the rehearsal's reader
+(`rehearsal/card_memory.py`) runs its own code against it.
+
+A model's weights all freed start the peak over (`runs.pool` frees one model before it loads the
+next and `free_accelerator_memory` resets torch's peak on a GPU then): each model's peak is its own.
+
+Prediction (`predict`): with target shapes to predict, each counted
+tensor is also given a kind (`llm.peak_memory.kind_of`, against the dimensions of the model last
+built on the card: `doubles.random_llama` tells it, `adopt_model`), and the card keeps, for
+each target, the most bytes the live tensors would take at that shape (`predicted`, reset with the
+peak): from a run at a narrow shape with LLaMA-2-7B's layers and vocabulary, the same run's peak
+at LLaMA-2-7B's (llm/peak_memory.py says why that holds).
+
+Processes: with a `folder`, each process's card writes what it holds (context, torch bytes) to
+`<folder>/<pid>.json` every `PUBLISH_S` seconds, and a reading adds the other live processes'
+numbers, so a part's child processes are on one card with it.
+
+Public entry (the rehearsal on CPU, a benchmark): set `SEAKR_SIMULATED_CARD` (`ENV`) in a process's
+environment, e.g. `1` or `total_gib=80,reserve_mib=600,context_mib=500,folder=/tmp/card`, and call
+`activate_from_env()` at the process's start: the card is then entered for the main thread and
+`active()` returns it until `deactivate()` (the rehearsal's `card_memory` reads and caps it
+through `active()`). Or use a card as a context manager: `with SimulatedCard(cap=...) as card:`.
+A card counts the threads that entered it (a dispatch mode is per thread); the package decodes on
+the thread that calls the backend.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import weakref
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from . import SIMULATED_CARD_ENV as ENV
+from ..core.processes import alive
+from .random_llama import MODEL_BUILT, SHAPES
+from ..llm import peak_memory
+from ..llm.hf import host_memory
+
+GiB, MiB = 2**30, 2**20
+DRIVER_RESERVE = 600 * MiB       # an idle card's reserve as NVML v1 counts it (0.5-0.9 GiB)
+CUDA_CONTEXT = 500 * MiB         # one process's CUDA context and libraries' modules
+PUBLISH_S = 0.1
+
+
+class SimulatedCard(TorchDispatchMode):
+    """See the module's note. `total`: the card's size; `cap`: the most torch may hold (None: the
+    card); `reserve` and `context`: the driver's reserve and one process's CUDA context;
+    `others`: {pid: bytes} other processes hold (fixed numbers, for tests); `folder`: where the
+    processes on one card publish; `predict`: {name: shape} whose peaks to predict."""
+
+    def __init__(self, total: int = 80 * GiB, cap: int | None = None, reserve: int = DRIVER_RESERVE,
+                 context: int = CUDA_CONTEXT, others: dict[int, int] | None = None,
+                 folder: str | Path | None = None, predict: dict[str, str | dict] | None = None):
+        super().__init__()
+        self.total, self.cap, self.reserve, self.context = int(total), cap, int(reserve), int(context)
+        self.others = dict(others or {})
+        self.folder = Path(folder) if folder else None
+        self.allocated = 0
+        self.peak = 0
+        self.peak_at = ""                # the operation whose output set the peak
+        self.context_open = False
+        self.refused = 0                 # allocations refused for the cap
+        self._sizes: dict[int, int] = {}          # id(storage) -> bytes counted
+        self._host: set[int] = set()              # id(storage) of host copies (not counted)
+        # prediction: target name -> its shape (a random_llama.SHAPES key or entry); the dims of the model on
+        # the card, each kind's live bytes, each target's factors and the most its scaled total took
+        self.targets = dict(predict or {})
+        self.dims: peak_memory.Dims | None = None
+        self.live = dict.fromkeys(peak_memory.KINDS, 0)
+        self._kinds: dict[int, str] = {}
+        self.factors: dict[str, dict[str, float]] = {}
+        self.predicted: dict[str, int] = {}
+        self.predicted_live: dict[str, dict[str, int]] = {}     # the live bytes by kind at that most
+        self._lock = threading.RLock()
+        self._before_simulate = False
+        self._depth = 0
+        self._publisher: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ counting
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self._see(t.untyped_storage(), func, t)
+        return out
+
+    def _see(self, storage, func=None, tensor: torch.Tensor | None = None, kind: str | None = None) -> None:
+        key, size = id(storage), int(storage.nbytes())
+        with self._lock:
+            if key in self._host:
+                return
+            had = self._sizes.get(key)
+            if had == size:
+                if self._kinds.get(key) == "other" and tensor is not None and self.dims is not None:
+                    self._rekind(key, tensor)     # a copied storage seen first as bytes (deepcopy)
+                return
+            if had is None and host_memory.allocating_on_host():
+                self._host.add(key)
+                weakref.finalize(storage, self._host.discard, key)
+                return
+            grow = size - (had or 0)
+            if self.cap is not None and grow > 0 and self.allocated + grow > self.cap:
+                self.refused += 1
+                raise torch.OutOfMemoryError(
+                    f"simulated card: tried to allocate {grow / MiB:.2f} MiB; {self.allocated / MiB:.2f} MiB "
+                    f"allocated of a {self.cap / MiB:.2f} MiB cap")
+            if had is None:
+                weakref.finalize(storage, self._free, key)
+                self._kinds[key] = kind or self._kind(tensor)
+            self._sizes[key] = size
+            self.allocated += grow
+            self.live[self._kinds[key]] += grow
+            if self.allocated > self.peak:
+                self.peak, self.peak_at = self.allocated, str(func) if func is not None else "hold"
+            self.context_open = True
+            self._predict()
+
+    def _free(self, key: int) -> None:
+        with self._lock:
+            size = self._sizes.pop(key, 0)
+            self.allocated -= size
+            kind = self._kinds.pop(key, "other")
+            self.live[kind] -= size
+            if kind == "weights" and self.live["weights"] == 0:
+                self.reset_peak()         # a model left the card: the next one's peak is its own
+
+    # ------------------------------------------------------------------ prediction
+    def _kind(self, tensor: torch.Tensor | None) -> str:
+        if self.dims is None or tensor is None:
+            return "other"
+        return peak_memory.kind_of(tuple(tensor.shape), tensor.is_floating_point(), self.dims)
+
+    def _rekind(self, key: int, tensor: torch.Tensor) -> None:
+        kind = self._kind(tensor)
+        if kind != "other":
+            self.live["other"] -= self._sizes[key]
+            self.live[kind] += self._sizes[key]
+            self._kinds[key] = kind
+            self._predict()
+
+    def _predict(self) -> None:
+        for name, factors in self.factors.items():
+            total = peak_memory.scaled_total(self.live, factors)
+            if total > self.predicted.get(name, -1):
+                self.predicted[name] = total
+                self.predicted_live[name] = {k: int(b * factors[k]) for k, b in self.live.items() if b}
+
+    def adopt_model(self, model) -> None:
+        """The model now on the card: its parameters and buffers count as weights, its dimensions
+        tell the kinds of what the run makes, and each target's factors follow from them."""
+        dtype = next(model.parameters()).dtype
+        with self._lock:
+            self.dims = peak_memory.Dims.of(model.config, dtype.itemsize)
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.device.type != "cpu":
+                    continue
+                storage = t.untyped_storage()
+                key = id(storage)
+                if key in self._sizes:
+                    self.live[self._kinds[key]] -= self._sizes[key]
+                    self.live["weights"] += self._sizes[key]
+                    self._kinds[key] = "weights"
+                else:
+                    self._see(storage, None, t, kind="weights")
+            self.factors = {}
+            for name, shape in self.targets.items():
+                try:
+                    spec = SHAPES[shape] if isinstance(shape, str) else shape
+                    self.factors[name] = peak_memory.scales(self.dims, self.dims.at(spec))
+                except ValueError as e:
+                    self.predicted[name] = -1
+                    self.predicted_live[name] = {"why": str(e)}
+            self._predict()
+
+    def hold(self, what) -> int:
+        """Count tensors made before the card was entered (a module's parameters and buffers, or
+        an iterable of tensors); returns the bytes added."""
+        tensors = list(what.parameters()) + list(what.buffers()) if isinstance(what, torch.nn.Module) else list(what)
+        before = self.allocated
+        for t in tensors:
+            if t.device.type == "cpu":
+                self._see(t.untyped_storage())
+        return self.allocated - before
+
+    def reset_peak(self) -> None:
+        """Start the peak (and each target's predicted peak) over from what is live now."""
+        with self._lock:
+            self.peak = self.allocated
+            self.predicted, self.predicted_live = {}, {}
+            self._predict()
+
+    # ------------------------------------------------------------------ entering
+    def __enter__(self):
+        with self._lock:
+            if self._depth == 0:
+                self._before_simulate = host_memory.simulate_on_cpu
+                host_memory.simulate_on_cpu = True
+            self._depth += 1
+        _entered().append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            _entered().remove(self)
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    host_memory.simulate_on_cpu = self._before_simulate
+
+    # ------------------------------------------------------------------ what NVML and CUDA read
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) as `torch.cuda.mem_get_info` gives them (it makes the context)."""
+        self.context_open = True
+        return self.total - self.used_bytes(1), self.total
+
+    def own_bytes(self) -> int:
+        """What this process holds on the card: its context and torch's memory."""
+        return (self.context if self.context_open else 0) + self.allocated
+
+    def processes(self) -> dict[int, int]:
+        """{pid: bytes} of every process on the card: this one, the fixed `others`, and the live
+        processes that publish to the folder."""
+        out = dict(self.others)
+        out.update(_published(self.folder, os.getpid()))
+        if self.context_open or self.allocated:
+            out[os.getpid()] = self.own_bytes()
+        return out
+
+    def used_bytes(self, version: int = 2) -> int:
+        """NVML's `used`: v1 counts the driver's reserve, v2 does not."""
+        return sum(self.processes().values()) + (self.reserve if version == 1 else 0)
+
+    def pynvml(self, v2: bool = True, hide_pids: bool = False) -> SimpleNamespace:
+        """A stand-in of the `pynvml` module reading this card (see the module's note)."""
+        card = self
+
+        class NVMLError(Exception):
+            pass
+
+        def memory_info(handle, version=None):
+            if version is None:
+                used = card.used_bytes(1)
+                return SimpleNamespace(total=card.total, free=card.total - used, used=used)
+            if not v2:
+                raise NVMLError("Function Not Found")
+            used = card.used_bytes(2)
+            return SimpleNamespace(version=version, total=card.total, reserved=card.reserve,
+                                   free=card.total - card.reserve - used, used=used)
+
+        def running(handle):
+            if hide_pids:
+                return []
+            return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in card.processes().items()]
+
+        module = SimpleNamespace(NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+                                 nvmlDeviceGetHandleByIndex=lambda i: ("simulated", i),
+                                 nvmlDeviceGetMemoryInfo=memory_info,
+                                 nvmlDeviceGetComputeRunningProcesses=running)
+        if v2:
+            module.nvmlMemory_v2 = 0x02000028
+        return module
+
+    # ------------------------------------------------------------------ several processes
+    def start_publishing(self) -> None:
+        """Write this process's numbers to the folder every PUBLISH_S seconds (a daemon thread)."""
+        if self.folder is None or self._publisher is not None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{os.getpid()}.json"
+
+        def loop() -> None:
+            while not self._stop.wait(PUBLISH_S):
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"pid": os.getpid(), "bytes": self.own_bytes(), "t": time.time()}))
+                os.replace(tmp, path)
+            path.unlink(missing_ok=True)
+
+        self._publisher = threading.Thread(target=loop, name="simulated-card", daemon=True)
+        self._publisher.start()
+
+    def stop_publishing(self) -> None:
+        if self._publisher is not None:
+            self._stop.set()
+            self._publisher.join(timeout=5)
+            self._publisher = None
+            self._stop.clear()
+
+
+def _published(folder: Path | None, own_pid: int) -> dict[int, int]:
+    out: dict[int, int] = {}
+    if folder is None or not folder.is_dir():
+        return out
+    for path in folder.glob("*.json"):
+        try:
+            doc = json.loads(path.read_text())
+            pid = int(doc["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        if pid != own_pid and alive(pid):
+            out[pid] = int(doc["bytes"])
+    return out
+
+
+# ------------------------------------------------------------------ the process's card
+_ACTIVE: list[SimulatedCard] = []
+
+
+_THREAD = threading.local()
+
+
+def _entered() -> list[SimulatedCard]:
+    if not hasattr(_THREAD, "cards"):
+        _THREAD.cards = []
+    return _THREAD.cards
+
+
+def current() -> SimulatedCard | None:
+    """The card this thread runs under: the innermost it entered, else the process's."""
+    cards = _entered()
+    return cards[-1] if cards else active()
+
+
+def _built(model) -> None:
+    card = current()
+    if card is not None:
+        card.adopt_model(model)
+
+
+MODEL_BUILT.append(_built)
+
+
+def parse_spec(text: str) -> dict:
+    """`SEAKR_SIMULATED_CARD`'s value -> SimulatedCard's arguments: `1` (the defaults) or
+    comma-separated `total_gib=`, `cap_gib=`, `reserve_mib=`, `context_mib=`, `folder=`,
+    `predict=` (shapes of random_llama.SHAPES whose peaks to predict, joined by +: llama-2-7b)."""
+    text = text.strip()
+    if text in ("1", "true", "yes", "on"):
+        return {}
+    units = {"total_gib": ("total", GiB), "cap_gib": ("cap", GiB), "reserve_mib": ("reserve", MiB),
+             "context_mib": ("context", MiB)}
+    out: dict = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, _, value = item.partition("=")
+        if key == "folder" and value:
+            out["folder"] = value
+        elif key == "predict" and value:
+            wrong = [v for v in value.split("+") if v not in SHAPES]
+            if wrong:
+                raise ValueError(f"{ENV}={text!r}: predict={'+'.join(wrong)} is not a shape of {', '.join(SHAPES)}")
+            out["predict"] = {v: v for v in value.split("+")}
+        elif key in units and value:
+            name, unit = units[key]
+            out[name] = int(float(value) * unit)
+        else:
+            raise ValueError(f"{ENV}={text!r}: '{item}' is not one of 1, total_gib=, cap_gib=, reserve_mib=, "
+                             "context_mib=, folder=, predict= (comma-separated)")
+    return out
+
+
+def activate(card: SimulatedCard) -> SimulatedCard:
+    """Enter `card` for this thread and make it the process's (`active()`) until `deactivate()`."""
+    card.__enter__()
+    card.start_publishing()
+    _ACTIVE.append(card)
+    return card
+
+
+def activate_from_env(environ=os.environ) -> SimulatedCard | None:
+    """The process's card from `SEAKR_SIMULATED_CARD` (None when it is not set)."""
+    text = environ.get(ENV)
+    if not text:
+        return None
+    return activate(SimulatedCard(**parse_spec(text)))
+
+
+def active() -> SimulatedCard | None:
+    """The simulated card this process runs on, or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def deactivate() -> None:
+    if _ACTIVE:
+        card = _ACTIVE.pop()
+        card.stop_publishing()
+        card.__exit__(None, None, None)
