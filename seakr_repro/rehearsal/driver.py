@@ -46,7 +46,7 @@ from pathlib import Path
 
 from ..core.io import write_json
 from ..core.paths import REPO_ROOT
-from ..llm.hf.decode.names import DECODE_SETTINGS
+from ..core.setting_choices import DECODE_SETTINGS
 from . import assumptions as lent
 from .card_memory import MEMORY_CAP_GIB
 from .child import partial_path, read_partial, result_path

@@ -25,7 +25,7 @@ merged report.
 """
 from __future__ import annotations
 
-from ..llm.hf.decode.names import resolve
+from ..core.setting_choices import resolve_decode
 from .plan import PARTS, next_call
 from .tested_with import RECORD, untested
 
@@ -137,7 +137,7 @@ def decode_ran(got: dict, expect: dict) -> list[str]:
     named, calls = rec.get("named"), rec.get("calls") or {}
     asked = expect.get("paper_decode")
     why = []
-    if asked and named != resolve(asked):
+    if asked and named != resolve_decode(asked):
         why.append(f"asked for decode path {asked!r}, the profile ran with {named!r}")
     if not calls.get(named):
         why.append(f"no decode call ran on the path named, {named!r} (calls per path: {calls})")

@@ -18,12 +18,6 @@ are chosen explicitly until a GPU has measured them (docs/speed.md, "GPU pace").
 """
 from __future__ import annotations
 
-from ....core.setting_choices import DECODE_PATHS, DECODE_SETTINGS  # noqa: F401 - read from here too
-
-AUTO = "one_sync"                           # what `auto` resolves to, on every device
-
-
-def resolve(setting: str) -> str:
-    """The decode path a `model.decode` setting names (`auto`: AUTO); the setting is checked by
-    the caller (`HFBackend` raises a UserError naming the setting)."""
-    return AUTO if setting == "auto" else setting
+from ....core.setting_choices import DECODE_AUTO as AUTO  # noqa: F401 - read from here too
+from ....core.setting_choices import DECODE_PATHS, DECODE_SETTINGS  # noqa: F401
+from ....core.setting_choices import resolve_decode as resolve  # noqa: F401
