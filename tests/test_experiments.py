@@ -160,6 +160,36 @@ def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path
     assert not skipped and len(res) == 3 * 2 * 2
     assert events == [("load", own), ("close", own), ("load", "other-model")]
     assert [m for m, _ in ran] == [own] * 4 + ["other-model"] * 2
+@pytest.mark.parametrize("derive_rows", [True, False])
+def test_run_grid_derives_rows_only_where_the_profile_says(monkeypatch, tmp_path, derive_rows):
+    """runner.derive_rows: true writes what another run's file answers before running the rest
+    (runs/derived.py); false runs every row (the rehearsal's Ray part, which must compute)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeBackend, FakeSearcher
+
+    import seakr_repro.runs.derived as derived
+    import seakr_repro.runs.runner as runner
+    from seakr_repro.artifacts import RunSpec
+    from seakr_repro.data.records import QuestionRecord
+    from seakr_repro.runs.grid import BackendPool, run_grid
+
+    monkeypatch.setattr(inputs, "load_prepared", lambda cfg, dataset: [QuestionRecord("q1", "Who?", ["Ann"])])
+    monkeypatch.setattr(grid, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(runner, "run_path", lambda p, d, label, c: tmp_path / d / f"{label}.jsonl")
+    monkeypatch.setattr(runner, "run_method", lambda method, records, path, **kw: [
+        {"id": "q1", "answer": "Ann", "golds": ["Ann"], "em": 1, "f1": 1, "n_retrievals": 0, "llm_calls": 1,
+         "tokens": 1, "seconds": 0.0}])
+    asked = []
+    monkeypatch.setattr(derived, "derive", lambda method, path, records: asked.append(path.name) or 0)
+    cfg = load_config("smoke", {"runner.derive_rows": derive_rows})
+    pool = BackendPool(cfg, loader=lambda cfg, name: FakeBackend(lambda p, s: "So the answer is Ann.", name=name))
+    run_grid(cfg, pool, FakeSearcher([]), [RunSpec("cot", "cot"), RunSpec("cot-again", "cot")],
+             ["bundled-2wiki"], progress=False)
+    assert asked == (["cot.jsonl", "cot-again.jsonl"] if derive_rows else [])
+
+
 @pytest.fixture
 def results_in(tmp_path, monkeypatch):
     import seakr_repro.steps.prepare as prepare

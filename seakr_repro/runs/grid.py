@@ -122,7 +122,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
                 break
             path = run_path(cfg.profile, dataset, spec.label, method.config)
             mark_current(path)
-            derive(method, path, records)           # answers another run's file already holds
+            if cfg.get("runner.derive_rows", True):
+                derive(method, path, records)       # answers another run's file already holds
             done = run_method(method, records, path, backend=backend, progress=progress,
                               desc=f"{spec.label} on {dataset}",
                               concurrency=_concurrency(cfg, backend, method))

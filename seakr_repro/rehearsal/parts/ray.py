@@ -1,8 +1,8 @@
 """ray: the Ray engine with one worker holding the GPU, where the pack carried Ray.
 
 SeaKR's first 2Wiki question (paper-tiny) on the local engine, then on the Ray engine with one
-worker (`num_gpus` 1 on CUDA: `runs.engine.plan_workers`), the call cache off so the worker
-computes every call: its run rows against the local engine's, field by field. The worker takes
+worker (`num_gpus` 1 on CUDA: `runs.engine.plan_workers`), the call cache and the derived rows
+off so the worker computes every call: its run rows against the local engine's, field by field. The worker takes
 the part's cap and reports its torch memory to the part's card sampler (card_memory.join_part,
 from its loader); the worker is closed and the cluster shut down before the part ends, and the
 part's end waits for the card to settle, so the worker's memory is gone before the last sample.
@@ -81,7 +81,8 @@ def run(ctx) -> dict:
     # made the node's start time out on a busy 2-core machine; the Fleet joins this cluster
     ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=gpus, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR", object_store_memory=200 * 2**20)
-    rcfg = cfg.with_overrides({"runner.engine": "ray", "runner.ray_address": "local"})
+    # derive_rows off: the seakr-ray row has the local row's configuration, which would answer it
+    rcfg = cfg.with_overrides({"runner.engine": "ray", "runner.ray_address": "local", "runner.derive_rows": False})
     try:
         fleet = engine.Fleet(rcfg, 1, loader=loader)
         try:
