@@ -11,7 +11,7 @@ Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` 
   share a picker (greedy, or one seeded generator), stop strings and a token limit, so calls with
   different settings share one batch without changing any row's result. The reference path
   (`shared_prefix=False`, and architectures shared-prefix attention does not support) copies the
-  prompt's cache into every row.
+  prompt's cache into every row; the two ways are objects of `prompt_rows.py`.
 - Sampling draws from one generator per prompt, seeded with `seed`, over that prompt's rows in
   row order, in chunks of `max_batch_rows` rows (all k when None): the same seed gives the same
   tokens on both paths and in `sample` or `sample_many`.
@@ -56,12 +56,13 @@ from .decode.base import Lane, Prefix, Row, greedy
 from .decode.names import DECODE_SETTINGS, resolve
 from .decode.paths import REFERENCE, strategy
 from .oom import OutOfMemoryRetry
-from .prefix_cache import PrefixCache, repeat_cache
+from .prompt_rows import COPIED, SHARED
+from .prefix_cache import PrefixCache
 from ..base import Generation, SampleSet, per_prompt
-from ..hooks import HOOKS, capture, run_until_captured
+from ..hooks import HOOKS, capture
 from ..model_info import generation_config_of, middle_layer, model_dims, text_config, weights_fingerprint
 from ..sampling import sample_tokens, token_stats
-from ..stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
+from ..stops import check_forced_eos, cut_at_stop, stop_end
 from ..attention import WordsMixin
 from ..tokenizing import TokenizerMixin, check_fits, check_reads
 
@@ -99,6 +100,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
         self.shared_prefix_unsupported = sp.unsupported_reason(model.config)
         self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
+        self.prompt_rows = SHARED if self.shared_prefix else COPIED
         if shared_prefix and self.shared_prefix_unsupported:
             warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "
                           "the k samples copy the prompt's KV cache into every row (slower, more "
@@ -112,16 +114,33 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # then refuse to guess how DRAGIN's code would decode)
         self.generation_config: dict | None = None
 
-    rows_per_forward = property(lambda self: self.oom.rows_per_forward,
-                                lambda self, n: setattr(self.oom, "rows_per_forward", n),
-                                doc="Rows per forward pass (None = all rows of a chunk).")
-    contexts_per_batch = property(lambda self: self.oom.contexts_per_batch,
-                                  lambda self, n: setattr(self.oom, "contexts_per_batch", n),
-                                  doc="Contexts decoded together (None = all).")
-    prefix_cache_tokens = property(lambda self: self.prefixes.max_tokens,
-                                   doc="Tokens of chunk-boundary KV caches kept at most.")
-    prefix_hits = property(lambda self: self.prefixes.hits,
-                           doc="Pre-fills that reused a kept chunk-boundary cache.")
+    @property
+    def rows_per_forward(self) -> int | None:
+        """Rows per forward pass (None = all rows of a chunk): the out-of-memory retry's."""
+        return self.oom.rows_per_forward
+
+    @rows_per_forward.setter
+    def rows_per_forward(self, n: int | None) -> None:
+        self.oom.rows_per_forward = n
+
+    @property
+    def contexts_per_batch(self) -> int | None:
+        """Contexts decoded together (None = all): the out-of-memory retry's."""
+        return self.oom.contexts_per_batch
+
+    @contexts_per_batch.setter
+    def contexts_per_batch(self, n: int | None) -> None:
+        self.oom.contexts_per_batch = n
+
+    @property
+    def prefix_cache_tokens(self) -> int:
+        """Tokens of chunk-boundary KV caches kept at most."""
+        return self.prefixes.max_tokens
+
+    @property
+    def prefix_hits(self) -> int:
+        """Pre-fills that reused a kept chunk-boundary cache."""
+        return self.prefixes.hits
 
     def stats(self) -> dict[str, int]:
         """Counters the runner copies into each result row (as differences around a question)."""
@@ -176,8 +195,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
         after an out-of-memory: the same draws)."""
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
-        def pick(lg):
-            return sample_tokens(lg, temperature, top_k, top_p, gen, rows=self.rows_per_forward)
+        def pick(logits):
+            return sample_tokens(logits, temperature, top_k, top_p, gen, rows=self.rows_per_forward)
         return pick
 
     def decode_lanes(self, prefixes: Sequence[Prefix], lanes: Sequence[Lane]) -> list[list[Row]]:
@@ -187,12 +206,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return strategy(self.decode_path).decode(self, prefixes, lanes)
 
     # ----------------------------------------------------------------------------- decoding
-    def _decode_reference(self, cache, logits: torch.Tensor, lane: Lane) -> list[Row]:
+    def decode_reference(self, cache, logits: torch.Tensor, lane: Lane) -> list[Row]:
         """Decode one lane on the reference path: `cache` holds the prompt in each of the lane's
         rows (grown in place), `logits` the prompt's next-token logits (1 x vocab)."""
         return REFERENCE.decode(self, [Prefix(cache, 0, logits)], [lane])[0]
 
-    def _finish(self, r: Row, stop: Sequence[str], prompt_ids: Sequence[int],
+    def finish_row(self, r: Row, stop: Sequence[str], prompt_ids: Sequence[int],
                 want_stats: bool) -> Generation:
         """Cut a decoded row before its stop string and build the Generation; text and tokens
         are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does."""
@@ -207,10 +226,10 @@ class HFBackend(WordsMixin, TokenizerMixin):
             text=text, token_ids=r.ids[:n], tokens=pieces[:n],
             logprobs=r.logprobs[:n],
             entropies=r.entropies[:n] if want_stats else None,
-            logsumexp=r.lse[:n] if want_stats else None,
+            logsumexp=r.logsumexps[:n] if want_stats else None,
             finish_reason=finish, n_prompt_tokens=len(prompt_ids),
             all_token_ids=list(r.ids[:end]), all_logprobs=list(r.logprobs[:end]),
-            warped_logprobs=list(r.wlp[:end]) if r.wlp else None)
+            warped_logprobs=list(r.warped_logprobs[:end]) if r.warped_logprobs else None)
 
     # ----------------------------------------------------------------------------- protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
@@ -220,8 +239,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
         def run():
             cache, logits = self.prefill(ids)
-            return self._decode_reference(cache, logits, Lane(0, 1, greedy, max_new_tokens, stop, want_stats))[0]
-        gen = self._finish(self.oom.run(run), stop, ids, want_stats)
+            return self.decode_reference(cache, logits, Lane(0, 1, greedy, max_new_tokens, stop, want_stats))[0]
+        gen = self.finish_row(self.oom.run(run), stop, ids, want_stats)
         if want_attention:
             gen.attention = self._attention(gen.token_ids)
         return gen
@@ -230,19 +249,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
         """Greedy `generate` of several prompts, decoded as one batch (each row over its own
         prompt cache, shared-prefix attention); one after another without shared-prefix decoding."""
-        if not self.shared_prefix or len(prompts) < 2:
-            return [self.generate(p, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)
-                    for p in prompts]
-        ids = [self._encode(p) for p in prompts]
-        for x in ids:
-            check_fits(len(x), max(0, max_new_tokens), self.max_context, self.name)
-
-        def run(batch):
-            pre = [self.prefill(x) for x in batch]
-            return self.decode_lanes(
-                [Prefix(c, len(x), lg) for (c, lg), x in zip(pre, batch)],
-                [Lane(g, 1, greedy, max_new_tokens, stop, want_stats) for g in range(len(batch))])
-        return [self._finish(r, stop, x, want_stats) for (r,), x in zip(self.oom.by_contexts(run, ids), ids)]
+        return self.prompt_rows.generate_many(self, prompts, max_new_tokens, stop, want_stats)
 
     def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
@@ -260,13 +267,10 @@ class HFBackend(WordsMixin, TokenizerMixin):
                     forced_eos: str = "append") -> list[SampleSet]:
         """`sample` for each prompt, all decoded in one batch (each prompt's rows over its own
         prompt cache); the same result as calling `sample` on each, one after another."""
-        args = self._sample_args(k=k, max_new_tokens=max_new_tokens, stop=stop,
+        args = self.sample_args(k=k, max_new_tokens=max_new_tokens, stop=stop,
                                  temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                  layer=layer, hook=hook, want_stats=want_stats, forced_eos=forced_eos)
-        if not self.shared_prefix:
-            return [self.oom.run(lambda p=p: self._sample_reference(p, **args)) for p in prompts]
-        return [ss for _, ss in self.oom.by_contexts(self._sample_shared,
-                                                  [(p, args, None) for p in prompts])]
+        return self.prompt_rows.sample_many(self, prompts, args)
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
                                  sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
@@ -276,15 +280,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
         `generate` and `sample` may be one dict per prompt (other stops, lengths, seeds: each
         prompt's rows are lanes of their own). The same samples as `sample_many`."""
         gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
-        if not self.shared_prefix:
-            return [(self.generate(p, **g), self.sample(p, **sm)) for p, g, sm in zip(prompts, gens, smps)]
-        items = []
-        for p, g, sm in zip(prompts, gens, smps):
-            g = {"stop": (), "want_stats": False, **g}
-            items.append((p, self._sample_args(**sm), {**g, "stop": tuple(g["stop"])}))
-        return self.oom.by_contexts(self._sample_shared, items)
+        return self.prompt_rows.generate_and_sample_many(self, prompts, gens, smps)
 
-    def _sample_args(self, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
+    def sample_args(self, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
                      temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9,
                      seed: int = 42, layer: int | None = None, hook: str = "mlp_out",
                      want_stats: bool = False, forced_eos: str = "append") -> dict:
@@ -293,76 +291,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return dict(k=int(k), max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
                     top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
                     want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
-
-    def _sample_shared(self, items: list[tuple[str, dict, dict | None]]) -> list:
-        """[(greedy Generation or None, SampleSet)] of (prompt, `_sample_args`, greedy settings
-        (max_new_tokens, stop, want_stats) or None) items, all decoded in one batch (in chunks of
-        `max_batch_rows` rows per prompt); a greedy row goes in the first chunk, in a lane of its
-        own, so the samples' draws do not change."""
-        ids = [self._encode(p) for p, _, _ in items]
-        for x, (_, a, gr) in zip(ids, items):     # + 1: the forced EOS after the longest sample
-            check_fits(len(x), max(max(0, a["max_new_tokens"]) + 1,
-                                   max(0, gr["max_new_tokens"]) if gr else 0),
-                       self.max_context, self.name)
-        pre = [self.prefill(x) for x in ids]                   # (cache, logits) per prompt
-        prefixes = [Prefix(c, len(x), lg) for (c, lg), x in zip(pre, ids)]
-        picks = [self.picker(a["seed"], a["temperature"], a["top_k"], a["top_p"]) for _, a, _ in items]
-        rows: list[list[Row]] = [[] for _ in items]
-        greedy_rows: dict[int, Row] = {}
-        k_max = max(a["k"] for _, a, _ in items)
-        chunk = self.max_batch_rows or max(k_max, 1)
-        for start in range(0, max(k_max, 1), chunk):            # chunk by chunk, as today
-            # each prompt's greedy lane right after its samples' lane: adjacent rows over one
-            # prompt are one attention group
-            lanes, owner = [], []
-            for g, (_, a, gr) in enumerate(items):
-                lanes.append(Lane(g, max(0, min(chunk, a["k"] - start)), picks[g],
-                                   a["max_new_tokens"], a["stop"], a["want_stats"]))
-                owner.append((g, False))
-                if gr and start == 0:
-                    lanes.append(Lane(g, 1, greedy, gr["max_new_tokens"], gr["stop"], gr["want_stats"]))
-                    owner.append((g, True))
-            for (g, is_greedy), got in zip(owner, self.decode_lanes(prefixes, lanes)):
-                if is_greedy:
-                    greedy_rows[g] = got[0]
-                else:
-                    rows[g].extend(got)
-        out = []
-        for g, (x, (_, a, gr)) in enumerate(zip(ids, items)):
-            samples = [self._finish(r, a["stop"], x, a["want_stats"]) for r in rows[g]]
-            # each row's forced-EOS sequence minus its EOS, which eos_vectors appends
-            seqs = [forced_eos_of(s, self.eos_token_id, a["forced_eos"])[:-1] for s in samples]
-            vec = (self.eos_vectors(pre[g][0], seqs, a["layer"], a["hook"])
-                   if samples else np.zeros((0, self.hidden_size), np.float32))
-            greedy_gen = self._finish(greedy_rows[g], gr["stop"], x, gr["want_stats"]) if gr else None
-            out.append((greedy_gen, SampleSet(samples=samples, vectors=vec, layer=a["layer"], hook=a["hook"])))
-        return out
-
-    def _sample_reference(self, prompt: str, *, k, max_new_tokens, stop, temperature, top_k,
-                          top_p, seed, layer, hook, want_stats, forced_eos) -> SampleSet:
-        """The reference path: the prompt's cache copied into every row of a chunk. After an
-        out-of-memory its chunks shrink to `rows_per_forward` (which changes the samples: the
-        generator's draws follow the chunks)."""
-        ids = self._encode(prompt)
-        check_fits(len(ids), max(0, max_new_tokens) + 1, self.max_context, self.name)
-        prompt_cache, logits = self.prefill(ids)
-        pick = self.picker(seed, temperature, top_k, top_p)
-        samples: list[Generation] = []
-        vectors: list[np.ndarray] = []
-        chunk = min(self.max_batch_rows or k, self.rows_per_forward or k)
-        for start in range(0, k, chunk):
-            n = min(chunk, k - start)
-            cache = repeat_cache(prompt_cache, n)
-            self.oom.note_rows(n)
-            rows = self._decode_reference(cache, logits, Lane(0, n, pick, max_new_tokens, stop, want_stats))
-            del cache
-            part = [self._finish(r, stop, ids, want_stats) for r in rows]
-            # each row's forced-EOS sequence minus its EOS, which eos_vectors appends
-            seqs = [forced_eos_of(g, self.eos_token_id, forced_eos)[:-1] for g in part]
-            vectors.append(self.eos_vectors(prompt_cache, seqs, layer, hook))
-            samples.extend(part)
-        vec = np.concatenate(vectors) if vectors else np.zeros((0, self.hidden_size), np.float32)
-        return SampleSet(samples=samples, vectors=vec, layer=layer, hook=hook)
 
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
@@ -439,16 +367,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
             with contextlib.ExitStack() as stack:
                 boxes = {w: stack.enter_context(capture(self.model, *w, stop_after=len(wanted) == 1))
                          for w in wanted}
-                if self.shared_prefix:
-                    # the rows' own tokens are the whole suffix: no cache needed for them
-                    pos = (prompt_cache.get_seq_length() + torch.arange(width, device=self.device))
-                    with sp.use_prefixes(self.model, [sp.Group(0, b - a, prompt_cache)]):
-                        run_until_captured(self.model.model, input_ids=inp[a:b],
-                                           position_ids=pos[None].expand(b - a, -1),
-                                           use_cache=False)
-                else:
-                    run_until_captured(self.model.model, input_ids=inp[a:b],
-                                       past_key_values=repeat_cache(prompt_cache, b - a), use_cache=True)
+                self.prompt_rows.eos_rows(self, prompt_cache, inp[a:b], width)
             for w, box in boxes.items():
                 got = box["out"]
                 outs[w].append(got[torch.arange(b - a, device=got.device), ends[a:b].to(got.device)])

@@ -7,8 +7,8 @@ samples, or calls with different stops, share one batch without changing any row
 
 Each step (`DecodePath.decode`): the live rows' logits -> their statistics and each lane's draws
 (`draw`, which also reads them back to the host) -> each row's tokens, stop and length checks on
-the host (`Batch.advance`) -> the next logits of the rows still live (`Passes.next_logits`: the
-model's forward passes). A path is the choice of `draw`, of `Passes` and of the attention the
+the host (`Batch.advance`) -> the next logits of the rows still live (`ForwardPasses.next_logits`: the
+model's forward passes). A path is the choice of `draw`, of `ForwardPasses` and of the attention the
 passes run under, so a new path is a new module, not a branch in this loop.
 """
 from __future__ import annotations
@@ -26,14 +26,14 @@ from ...stops import find_stop
 class Row:
     """The growing state of one sequence during decoding."""
 
-    __slots__ = ("ids", "logprobs", "entropies", "lse", "wlp", "finish")
+    __slots__ = ("ids", "logprobs", "entropies", "logsumexps", "warped_logprobs", "finish")
 
     def __init__(self):
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.entropies: list[float] = []
-        self.lse: list[float] = []
-        self.wlp: list[float] = []           # warped log-probs (samples)
+        self.logsumexps: list[float] = []
+        self.warped_logprobs: list[float] = []           # samples only
         self.finish: str | None = None
 
 
@@ -58,9 +58,9 @@ class Prefix(NamedTuple):
     logits: torch.Tensor
 
 
-def greedy(lg: torch.Tensor) -> torch.Tensor:
+def greedy(logits: torch.Tensor) -> torch.Tensor:
     """The greedy picker: each row's most likely token."""
-    return lg.argmax(-1)
+    return logits.argmax(-1)
 
 
 def spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -75,7 +75,7 @@ def spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
 
 
 @dataclass
-class Drawn:
+class StepDraws:
     """One step's draws for the live rows, in live-row order: the tokens on the device, and what
     the host reads back (token ids, their log-probs, warped log-probs or None, and the entropies and
     logsumexps when any lane wants statistics)."""
@@ -95,18 +95,18 @@ class Batch:
     def __init__(self, backend, prefixes: Sequence[Prefix], lanes: Sequence[Lane]):
         self.backend, self.lanes = backend, lanes
         self.prefixes = [Prefix(*p) for p in prefixes]
-        self.lane_of = [li for li, ln in enumerate(lanes) for _ in range(ln.n)]
+        self.lane_of = [li for li, lane in enumerate(lanes) for _ in range(lane.n)]
         self.rows = [Row() for _ in self.lane_of]
         self.grouped, i = [], 0
-        for ln in lanes:
-            self.grouped.append(self.rows[i:i + ln.n])
-            i += ln.n
+        for lane in lanes:
+            self.grouped.append(self.rows[i:i + lane.n])
+            i += lane.n
         for r, li in zip(self.rows, self.lane_of):
             if lanes[li].max_new_tokens <= 0:
                 r.finish = "length"
         self.live = [r for r, li in enumerate(self.lane_of) if lanes[li].max_new_tokens > 0]
         self.prefix_of = [lanes[li].prefix for li in self.lane_of]
-        self.want_stats = any(ln.want_stats for ln in lanes)
+        self.want_stats = any(lane.want_stats for lane in lanes)
 
     def first_logits(self) -> torch.Tensor:
         """The live rows' first next-token logits: their prompt's."""
@@ -130,18 +130,18 @@ class Batch:
             tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
             yield tok, warped, b - a
 
-    def advance(self, drawn: Drawn) -> list[int]:
+    def advance(self, drawn: StepDraws) -> list[int]:
         """Add the drawn tokens to the live rows; the positions (in `live`) of the rows that go
         on. EOS ends a row's text and is not part of it."""
         keep = []
         for j, (ri, t) in enumerate(zip(self.live, drawn.ids)):
-            ln = self.lanes[self.lane_of[ri]]
-            stats = (drawn.entropies[j], drawn.logsumexp[j]) if ln.want_stats else None
-            if self._add(self.rows[ri], t, drawn.chosen[j], drawn.warped[j], stats, ln):
+            lane = self.lanes[self.lane_of[ri]]
+            stats = (drawn.entropies[j], drawn.logsumexp[j]) if lane.want_stats else None
+            if self._add(self.rows[ri], t, drawn.chosen[j], drawn.warped[j], stats, lane):
                 keep.append(j)
         return keep
 
-    def _add(self, r: Row, t: int, logprob: float, warped: float | None, stats, ln: Lane) -> bool:
+    def _add(self, r: Row, t: int, logprob: float, warped: float | None, stats, lane: Lane) -> bool:
         """Add one token to a row; False once the row is finished."""
         if t == self.backend.eos_token_id:
             r.finish = "eos"
@@ -149,13 +149,13 @@ class Batch:
         r.ids.append(t)
         r.logprobs.append(logprob)
         if warped is not None:
-            r.wlp.append(warped)
+            r.warped_logprobs.append(warped)
         if stats is not None:
             r.entropies.append(stats[0])
-            r.lse.append(stats[1])
-        if ln.stop and find_stop(self.backend._decode(r.ids), ln.stop) >= 0:
+            r.logsumexps.append(stats[1])
+        if lane.stop and find_stop(self.backend._decode(r.ids), lane.stop) >= 0:
             r.finish = "stop"
-        elif len(r.ids) >= ln.max_new_tokens:
+        elif len(r.ids) >= lane.max_new_tokens:
             r.finish = "length"
         else:
             return True
@@ -166,10 +166,10 @@ class Batch:
         self.live = [self.live[j] for j in keep]
 
 
-class Passes:
+class ForwardPasses:
     """How a path runs the model's forward passes over the live rows (one object per call)."""
 
-    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+    def next_logits(self, drawn: StepDraws, keep: Sequence[int]) -> torch.Tensor:
         """The next-token logits of the rows still live (`Batch.live`, already retained), after
         this step's draws (`drawn`, over the rows live before; `keep`: the positions that go on)."""
         raise NotImplementedError
@@ -191,10 +191,10 @@ class DecodePath:
     def check(self, device: torch.device) -> None:
         """Refuse (a UserError naming `model.decode`) a device this path cannot run on."""
 
-    def draw(self, batch: Batch, logits: torch.Tensor) -> Drawn:
+    def draw(self, batch: Batch, logits: torch.Tensor) -> StepDraws:
         raise NotImplementedError
 
-    def passes(self, backend, batch: Batch) -> Passes:
+    def passes(self, backend, batch: Batch) -> ForwardPasses:
         raise NotImplementedError
 
     def attention(self, backend):
@@ -239,26 +239,26 @@ def chosen_stats(batch: Batch, logits: torch.Tensor, tokens: torch.Tensor):
     return torch.cat(chosen), *((torch.cat(ent), torch.cat(lse)) if batch.want_stats else (None, None))
 
 
-def read_back_once(batch: Batch, logits: torch.Tensor) -> Drawn:
+def read_back_once(batch: Batch, logits: torch.Tensor) -> StepDraws:
     """Each lane's draws and the step's statistics in ONE device-to-host transfer: float64 holds
     token ids and float32 values exactly; a greedy lane's missing warped log-prob travels as NaN."""
-    nxt, wlp = [], []
+    nxt, warped_cols = [], []
     for tok, warped, n in batch.picks(logits):
         nxt.append(tok)
-        wlp.append(warped if warped is not None else logits.new_full((n,), float("nan")))
+        warped_cols.append(warped if warped is not None else logits.new_full((n,), float("nan")))
     nxt = torch.cat(nxt)
     chosen, ent, lse = chosen_stats(batch, logits, nxt)
-    cols = [nxt, chosen, torch.cat(wlp)]
+    cols = [nxt, chosen, torch.cat(warped_cols)]
     host = torch.stack([c.double() for c in cols + ([ent, lse] if batch.want_stats else [])],
                        1).cpu().numpy()
     ids, chosen = host[:, 0].astype("int64").tolist(), host[:, 1].tolist()
     warped = [None if w != w else w for w in host[:, 2].tolist()]
     if batch.want_stats:
         ent, lse = host[:, 3].tolist(), host[:, 4].tolist()
-    return Drawn(nxt, ids, chosen, warped, ent, lse)
+    return StepDraws(nxt, ids, chosen, warped, ent, lse)
 
 
-def read_back_each(batch: Batch, logits: torch.Tensor) -> Drawn:
+def read_back_each(batch: Batch, logits: torch.Tensor) -> StepDraws:
     """Each lane's draws and the step's statistics read back one by one (the loop as first
     written: a transfer per lane's warped log-probs, then the log-probs, statistics and tokens)."""
     nxt, warped = [], []
@@ -270,4 +270,4 @@ def read_back_each(batch: Batch, logits: torch.Tensor) -> Drawn:
     chosen = chosen.tolist()
     if batch.want_stats:
         ent, lse = ent.tolist(), lse.tolist()
-    return Drawn(nxt, nxt.tolist(), chosen, warped, ent, lse)
+    return StepDraws(nxt, nxt.tolist(), chosen, warped, ent, lse)

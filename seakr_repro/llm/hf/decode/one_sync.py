@@ -17,10 +17,10 @@ import torch
 
 from .. import host_memory
 from .. import shared_prefix as sp
-from .base import Batch, DecodePath, Drawn, Passes, read_back_once
+from .base import Batch, DecodePath, StepDraws, ForwardPasses, read_back_once
 
 
-class DynamicRows(Passes):
+class DynamicRows(ForwardPasses):
     """The live rows in parts of `rows_per_forward` (all when None), each part over a
     DynamicCache of its rows' generated tokens; inputs and positions from the device. With
     several parts, a part's cache is on the card only while its pass runs (`offload`)."""
@@ -39,7 +39,7 @@ class DynamicRows(Passes):
         # each live row's first position (its prompt's length), on the device
         self.first_pos = torch.tensor(self.batch.first_positions(self.batch.live), device=self.backend.device)
 
-    def kept(self, drawn: Drawn, keep: Sequence[int]) -> None:
+    def kept(self, drawn: StepDraws, keep: Sequence[int]) -> None:
         """Keep the next inputs of the rows that go on."""
         self.nxt = drawn.tokens
         if len(keep) < len(drawn.ids):
@@ -51,7 +51,7 @@ class DynamicRows(Passes):
         n = len(members)
         return self.nxt[at:at + n, None], self.first_pos[at:at + n, None] + self.step
 
-    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+    def next_logits(self, drawn: StepDraws, keep: Sequence[int]) -> torch.Tensor:
         self.kept(drawn, keep)
         live = set(self.batch.live)
         dev = self.backend.device
@@ -80,8 +80,8 @@ class DynamicRows(Passes):
 class OneSync(DecodePath):
     name = "one_sync"
 
-    def draw(self, batch: Batch, logits: torch.Tensor) -> Drawn:
+    def draw(self, batch: Batch, logits: torch.Tensor) -> StepDraws:
         return read_back_once(batch, logits)
 
-    def passes(self, backend, batch: Batch) -> Passes:
+    def passes(self, backend, batch: Batch) -> ForwardPasses:
         return DynamicRows(backend, batch)

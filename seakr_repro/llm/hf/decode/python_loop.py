@@ -7,7 +7,7 @@ from typing import Sequence
 
 import torch
 
-from .base import Batch, DecodePath, Drawn, Passes, read_back_each
+from .base import Batch, DecodePath, StepDraws, ForwardPasses, read_back_each
 from .one_sync import DynamicRows
 
 
@@ -17,7 +17,7 @@ class HostInputRows(DynamicRows):
     def start(self) -> None:
         pass
 
-    def kept(self, drawn: Drawn, keep: Sequence[int]) -> None:
+    def kept(self, drawn: StepDraws, keep: Sequence[int]) -> None:
         self.ids = [drawn.ids[j] for j in keep]      # the live rows' next tokens, in live order
 
     def inputs(self, at: int, members: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -30,8 +30,8 @@ class HostInputRows(DynamicRows):
 class PythonLoop(DecodePath):
     name = "python"
 
-    def draw(self, batch: Batch, logits: torch.Tensor) -> Drawn:
+    def draw(self, batch: Batch, logits: torch.Tensor) -> StepDraws:
         return read_back_each(batch, logits)
 
-    def passes(self, backend, batch: Batch) -> Passes:
+    def passes(self, backend, batch: Batch) -> ForwardPasses:
         return HostInputRows(backend, batch)

@@ -9,17 +9,17 @@ from typing import Sequence
 
 import torch
 
-from .base import Batch, Drawn, Passes
+from .base import Batch, StepDraws, ForwardPasses
 from .python_loop import PythonLoop
 
 
-class CopiedPromptRows(Passes):
+class CopiedPromptRows(ForwardPasses):
     def __init__(self, backend, batch: Batch):
         if len(batch.lanes) != 1:
             raise ValueError("the reference path decodes one lane over its own copied cache")
         self.backend, self.cache = backend, batch.prefixes[0].cache
 
-    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+    def next_logits(self, drawn: StepDraws, keep: Sequence[int]) -> torch.Tensor:
         nxt = drawn.tokens
         if len(keep) < len(drawn.ids):       # drop finished rows from the batch and the cache
             idx = torch.tensor(list(keep), device=self.backend.device)
@@ -31,7 +31,7 @@ class CopiedPromptRows(Passes):
 class Reference(PythonLoop):
     name = "reference"
 
-    def passes(self, backend, batch: Batch) -> Passes:
+    def passes(self, backend, batch: Batch) -> ForwardPasses:
         return CopiedPromptRows(backend, batch)
 
     def attention(self, backend):

@@ -38,7 +38,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .. import host_memory
 from .. import shared_prefix as sp
-from .base import Batch, Drawn, Passes
+from .base import Batch, StepDraws, ForwardPasses
 from .one_sync import OneSync
 
 
@@ -189,7 +189,7 @@ class StaticStep:
         return logits
 
 
-class StaticRows(Passes):
+class StaticRows(ForwardPasses):
     """The call's rows in static buffers to the end (see the module's note)."""
 
     def __init__(self, backend, batch: Batch, step_class: type):
@@ -233,7 +233,7 @@ class StaticRows(Passes):
             host.copy_(card)
         return out
 
-    def next_logits(self, drawn: Drawn, keep: Sequence[int]) -> torch.Tensor:
+    def next_logits(self, drawn: StepDraws, keep: Sequence[int]) -> torch.Tensor:
         if self.steps is None:
             self._build()
         # this step's draws go to the rows that drew them (those live before this step)
@@ -250,5 +250,5 @@ class Static(OneSync):
     name = "static"
     step_class = StaticStep
 
-    def passes(self, backend, batch: Batch) -> Passes:
+    def passes(self, backend, batch: Batch) -> ForwardPasses:
         return StaticRows(backend, batch, self.step_class)
