@@ -156,7 +156,7 @@ def test_seconds_per_1000_generated_tokens_known_case():
 def test_the_loader_builds_the_decode_path_the_profile_names(tmp_path):
     """The rehearsal's models run the profile's `model.decode` (not the backend's default), and
     each build says which."""
-    from seakr_repro.rehearsal.fixtures import RandomLlamaLoader, tokenizer_dir
+    from seakr_repro.rehearsal.stand_ins import RandomLlamaLoader, tokenizer_dir
 
     loader = RandomLlamaLoader("tiny", "cpu", tokenizer_dir(tmp_path))
     for setting, path in (("static", "static"), ("fused", "fused"), ("auto", "one_sync")):

@@ -9,7 +9,7 @@ import torch
 
 from seakr_repro.doubles.random_llama import LLAMA_2_VOCAB
 from seakr_repro.llm.reflection_tokens import SCORED_TOKENS
-from seakr_repro.rehearsal.fixtures import RandomLlamaLoader, tokenizer_dir
+from seakr_repro.rehearsal.stand_ins import RandomLlamaLoader, tokenizer_dir
 
 SETTINGS = {"model.dtype": "float32", "cache.enabled": False}
 

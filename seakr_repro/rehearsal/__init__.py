@@ -12,7 +12,8 @@ and a second for what does not fit it: plan.py).
 - verdicts.py: the one place a part's status is set; merging reports;
 - tested_with.py: the torch and transformers versions the package was tested with (env's verdict);
 - card_memory.py: the memory cap, and the card's use outside torch sampled in the background;
-- fixtures.py: random-weight models, the paper profile on stand-in data, the card's peak;
+- device.py: the device, its dtype, the card's peak; stand_ins.py: the tokenizer, random-weight
+  models and the paper profile on stand-in data;
 - pack.py: what travels to the machine (scripts/gpu_rehearsal_pack.sh) and the commit it names;
 - assumptions.py: the lent machine's limits, in one place.
 docs/measurements.md ("GPU rehearsal") has the calls to run and the plan's arithmetic.

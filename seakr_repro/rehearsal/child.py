@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 from ..core.io import write_json
 from . import card_memory
-from .fixtures import is_cuda
+from .device import is_cuda
 from .plan import Estimate, estimate
 
 
@@ -101,7 +101,7 @@ def simulate_the_card(device: str) -> tuple[dict[str, str], Callable[[], None]]:
 @contextlib.contextmanager
 def timed_builds(seconds: list[float]) -> Iterator[None]:
     """Every random-weight model built in this process (doubles.random_llama, which the parts, the
-    decode benchmark and the fixtures look up when they build) adds its seconds to `seconds`."""
+    decode benchmark and the stand-ins look up when they build) adds its seconds to `seconds`."""
     from ..doubles import random_llama as module
 
     real = module.random_llama

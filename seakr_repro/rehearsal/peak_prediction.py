@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..core.paths import REPO_ROOT
-from .fixtures import peak_bytes
+from .device import peak_bytes
 
 PREDICTIONS = REPO_ROOT / "data" / "measured" / "predicted-peaks.json"
 TARGET = "llama-2-7b"

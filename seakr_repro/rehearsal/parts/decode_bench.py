@@ -13,7 +13,8 @@ graph path (on cuda, or wherever it ran) captured and replayed in every timed ca
 from __future__ import annotations
 
 from ...benchmarks import decode as benchmark
-from ..fixtures import model_dtype, tokenizer_dir
+from ..device import model_dtype
+from ..stand_ins import tokenizer_dir
 
 # the one call's run at LLaMA-2-7B's shape: 2 alternating repeats of 50 steps per path
 PAPER_ARGS = ("--new-tokens", "50", "--repeats", "2")

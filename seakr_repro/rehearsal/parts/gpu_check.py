@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from ...doubles.random_llama import SHAPES
-from ..fixtures import is_cuda, model_dtype, peak_gib, reset_peak, tokenizer_dir
+from ..device import is_cuda, model_dtype, peak_gib, reset_peak
+from ..stand_ins import tokenizer_dir
 
 ROWS = "20,10,5"
 

@@ -4,7 +4,7 @@ question.
 
 `runs.grid.run_grid` on the paper profile at test sizes (`--methods-profile paper-tiny`, the
 default: every paper setting but the sizes; `paper` for its own) over random models
-(fixtures.RandomLlamaLoader), stand-in data (fixtures.profile_inputs) and bm25s, one question
+(stand_ins.RandomLlamaLoader), stand-in data (stand_ins.profile_inputs) and bm25s, one question
 on the first set of each table (`--questions`, `--sets`: the model and its settings are the same
 on every set of a table, so one set shows fit, dtype and peak). Per method and set a result as it
 comes (`ctx.partial`), so a part that runs out of time keeps the methods that finished. The
@@ -19,7 +19,8 @@ import json
 import time
 import traceback
 
-from ..fixtures import RandomLlamaLoader, model_overrides, peak_gib, profile_inputs, reset_peak, tokenizer_dir
+from ..device import peak_gib, reset_peak
+from ..stand_ins import RandomLlamaLoader, model_overrides, profile_inputs, tokenizer_dir
 from ..peak_prediction import peak_fields
 
 

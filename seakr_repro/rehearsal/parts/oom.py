@@ -13,7 +13,8 @@ cap, and gave the uncapped run's tokens.
 """
 from __future__ import annotations
 
-from ..fixtures import is_cuda, model_dtype, peak_bytes, reset_peak, tokenizer_dir
+from ..device import is_cuda, model_dtype, peak_bytes, reset_peak
+from ..stand_ins import tokenizer_dir
 
 K = 20
 CUDA_SLACK = 2**28          # 256 MiB above the cap's arithmetic on a GPU: the allocator's blocks

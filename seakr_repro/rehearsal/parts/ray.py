@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from .. import card_memory
-from ..fixtures import RandomLlamaLoader, is_cuda, model_overrides, profile_inputs, run_file_rows, tokenizer_dir
+from ..device import is_cuda
+from ..stand_ins import RandomLlamaLoader, model_overrides, profile_inputs, run_file_rows, tokenizer_dir
 from ..pack import read_sizes
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 
-from ..fixtures import (RandomLlamaLoader, model_overrides, peak_gib, profile_inputs, reset_peak, run_file_rows,
-                        tokenizer_dir)
+from ..device import peak_gib, reset_peak
+from ..stand_ins import RandomLlamaLoader, model_overrides, profile_inputs, run_file_rows, tokenizer_dir
 from ..peak_prediction import peak_fields
 from ..plan import question_room, skip_record
 
