@@ -21,7 +21,7 @@ listed as unreadable instead of stopping the report.
 """
 from __future__ import annotations
 
-import os
+import math
 import shlex
 import time
 from pathlib import Path
@@ -212,24 +212,18 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
                                        "eta", "disk", "file"])
 
 
-def _tree_bytes(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass        # removed while we looked
-    return total
-
-
 def disk_status(cfg: Config, cache: bool = False) -> str:
+    from ..core.disk import tree_bytes
     from ..core.paths import CACHE_DIR
 
+    def used(path: Path) -> str:    # counted to the end, as du would, however long it takes
+        got, _ = tree_bytes(path, deadline=math.inf)
+        return human_bytes(got)
+
     res = _results(cfg)
-    parts = [f"results/{cfg.profile}: {human_bytes(_tree_bytes(res)) if res.is_dir() else '0 B'}"]
+    parts = [f"results/{cfg.profile}: {used(res) if res.is_dir() else '0 B'}"]
     if cache:               # millions of files at paper scale: only on request
-        parts.append(f"cache {CACHE_DIR}: {human_bytes(_tree_bytes(CACHE_DIR))}")
+        parts.append(f"cache {CACHE_DIR}: {used(CACHE_DIR)}")
     parts.append(f"free: {human_bytes(free_bytes(res))}")
     return ", ".join(parts)
 
