@@ -74,8 +74,11 @@ def test_a_broken_static_step_fails_its_checks(monkeypatch):
     monkeypatch.setattr(static_path.StaticStep, "run", skipping)
     got = bench_decode.main(TINY + ["--paths", "one_sync,static"])
     assert got["checks"]["one_sync"]["ok"] is True
-    bad = got["checks"]["static"]
-    assert bad["ok"] is False and not bad["float32"]["sampled_tokens_equal_f32"]
+    bad, f32 = got["checks"]["static"], got["checks"]["static"]["float32"]
+    # caught in float32: the tokens, or (where a tiny random model's tokens survive the shift, as
+    # under transformers 5.17) the statistics, beyond float rounding
+    assert bad["ok"] is False and f32["ok"] is False
+    assert not f32["sampled_tokens_equal_f32"] or f32["stats_max_abs_diff_f32"] > 1e-3
     assert got["paths"]["static"]["ms_per_step"] > 0 and got["ok"] is False
 
 
