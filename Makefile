@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-all test-vllm check smoke bench scale-check gpu-rehearsal gpu-rehearsal-pack gpu-rehearsal-cold-start figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-heavy test-all test-vllm check smoke bench scale-check gpu-rehearsal gpu-rehearsal-pack gpu-rehearsal-cold-start figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ smoke: $(STAMP)  ## the whole pipeline at smoke size (6.4 min the first time in 
 
 test: $(STAMP)  ## fast tests, notebook smoke runs included (slow and GPU tests skipped)
 	$(PY) -m pytest -q
+
+test-heavy: $(STAMP)  ## end-to-end runs of minutes each, CI's second step: the paper profile on stand-ins, the GPU rehearsal's call on CPU, a crash mid-notebook, a lost Ray node
+	$(PY) -m pytest -q -m heavy
 
 test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
 	$(PY) -m pytest -q -m "" --runslow

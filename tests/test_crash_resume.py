@@ -90,9 +90,10 @@ def _gone(pid: int) -> bool:
         return True
 
 
-# the smoke case checks the same stop and resume on the default profile's paths: in the slow tier,
-# so that `make test` stays under 30 minutes on a clean clone (docs/tests.md)
-@pytest.mark.parametrize("case", [pytest.param(_smoke, marks=pytest.mark.slow), _paper_tiny],
+# the smoke case checks the same stop and resume on the default profile's paths (slow tier); the
+# paper-tiny case runs in `make test-heavy`, CI's second step: `make test` stays under 30 minutes
+@pytest.mark.parametrize("case", [pytest.param(_smoke, marks=pytest.mark.slow),
+                                  pytest.param(_paper_tiny, marks=pytest.mark.heavy)],
                          ids=["smoke", "paper-tiny"])
 def test_kill_9_mid_notebook_then_status_refusal_and_resume(tmp_path, case):
     case = case(tmp_path)

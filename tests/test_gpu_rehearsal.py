@@ -41,6 +41,7 @@ def _rehearse(tmp_path: Path, args: str, rc: int = 0, py: str = sys.executable, 
     return json.loads((out / "report.json").read_text()), (out / "log.txt").read_text(), wall
 
 
+# the prepared call at the tiny shape (minutes): its tests run in `make test-heavy`, CI's second step
 @pytest.fixture(scope="module")
 def one_call(tmp_path_factory):
     """The prepared call (no --parts: the one call's), every part, at the tiny shape."""
@@ -49,6 +50,7 @@ def one_call(tmp_path_factory):
     return rep, log, wall, tmp
 
 
+@pytest.mark.heavy
 def test_the_prepared_call_runs_every_part_well_inside_its_budget(one_call):
     rep, log, wall, _ = one_call
     assert rep["device"] == "cpu" and rep["shape"] == "tiny"
@@ -79,6 +81,7 @@ def test_the_prepared_call_runs_every_part_well_inside_its_budget(one_call):
         assert part["card"]["outside_torch_why"]
 
 
+@pytest.mark.heavy
 def test_env_names_versions_pins_and_what_does_not_import(one_call):
     env = one_call[0]["parts"]["env"]
     assert env["versions"]["torch"] and env["versions"]["transformers"]
@@ -88,6 +91,7 @@ def test_env_names_versions_pins_and_what_does_not_import(one_call):
     assert env["cuda_available"] is False
 
 
+@pytest.mark.heavy
 def test_gpu_tests_were_collected_and_skipped_without_cuda(one_call):
     t = one_call[0]["parts"]["gpu_tests"]
     assert t["tests"] == t["skipped"] >= 1 and t["failures"] == t["errors"] == 0
@@ -96,6 +100,7 @@ def test_gpu_tests_were_collected_and_skipped_without_cuda(one_call):
     assert t["modules"] == ["tests/test_gpu.py"]
 
 
+@pytest.mark.heavy
 def test_decode_bench_checked_every_path_and_wrote_to_its_partial_file(one_call):
     rep, *_, tmp = one_call
     d = rep["parts"]["decode_bench"]
@@ -104,6 +109,7 @@ def test_decode_bench_checked_every_path_and_wrote_to_its_partial_file(one_call)
     assert "--out" in d["args"] and (Path(rep["work"]) / "part-decode_bench.partial.json").is_file()
 
 
+@pytest.mark.heavy
 def test_methods_ran_table1_end_to_end_on_the_paper_tiny_profile(one_call):
     m = one_call[0]["parts"]["methods"]
     assert m["profile"] == "paper-tiny" and m["retrieval"] == "bm25s/single_field" and m["tables"] == ["table1"]
@@ -118,6 +124,7 @@ def test_methods_ran_table1_end_to_end_on_the_paper_tiny_profile(one_call):
     assert all(b["seconds"] >= 0 for b in m["model_builds"]) and len(m["model_builds"]) >= 2
 
 
+@pytest.mark.heavy
 def test_seakr_at_the_papers_k_is_timed_per_question_and_per_1000_tokens_and_priced(one_call):
     s = one_call[0]["parts"]["seakr_paper"]
     assert s["settings"]["uncertainty.k"] == 20 and s["settings"]["uncertainty.max_tokens"] == 100
@@ -164,6 +171,7 @@ def test_the_loader_builds_the_decode_path_the_profile_names(tmp_path):
         assert backend.decode_path == path and loader.builds[-1]["decode"] == path
 
 
+@pytest.mark.heavy
 def test_oom_retry_ran_under_the_simulated_cards_cap_and_kept_the_tokens(one_call):
     """On a CPU the cap is a simulated card's: the call of k = 20 rows runs out of memory, the
     retry runs fewer rows per pass and finishes under the cap, below the uncapped peak."""
@@ -179,6 +187,7 @@ def test_oom_retry_ran_under_the_simulated_cards_cap_and_kept_the_tokens(one_cal
     assert run["same_tokens"] and run["max_abs_vector_diff"] == 0.0
 
 
+@pytest.mark.heavy
 def test_ray_worker_gave_the_local_rows(one_call):
     r = one_call[0]["parts"]["ray"]
     assert r["ray_imports"] and r["same_rows_as_local"] and r["same_scores_as_local"], r
@@ -186,6 +195,7 @@ def test_ray_worker_gave_the_local_rows(one_call):
     assert r["worker_resources"]["num_gpus"] == 0 and r["worker"]["gpus"] == []
 
 
+@pytest.mark.heavy
 def test_each_call_works_in_a_fresh_folder_and_resumes_nothing(one_call, tmp_path):
     """A warm machine keeps /tmp: a second call given the same --work makes a folder of its own,
     and computes its questions instead of resuming the first call's run files and call cache."""

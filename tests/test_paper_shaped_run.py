@@ -20,8 +20,9 @@ from paper_shaped import build_raw, cli, overrides
 from seakr_repro.core.config import load_config
 from seakr_repro.pipeline import notebook_steps
 
-# the module's fixture runs the whole reproduce (about 5 minutes on 2 busy cores) inside its first test
-pytestmark = [pytest.mark.notebooks, pytest.mark.timeout(2400)]
+# the module's fixture runs the whole reproduce (about 5 minutes on 2 busy cores) inside its first
+# test: `make test-heavy`, CI's second step, so that `make test` stays under 30 minutes (docs/tests.md)
+pytestmark = [pytest.mark.notebooks, pytest.mark.heavy, pytest.mark.timeout(2400)]
 PROFILE = "paper-tiny"
 
 

@@ -138,7 +138,9 @@ DRIVERS_NODE = "the Ray node this run's driver runs on"
 
 @pytest.mark.parametrize("victim, said, in_rays_words, hold", [
     # the report: the raylet exits with its agent and tells Ray why
-    (_runtime_env_agent, DRIVERS_NODE, "(Ray: runtime_env_agent failed and raylet fate-shares with it)", "0.3"),
+    # (`make test-heavy`: two Ray starts, minutes on a busy machine)
+    pytest.param(_runtime_env_agent, DRIVERS_NODE, "(Ray: runtime_env_agent failed and raylet fate-shares with it)",
+                 "0.3", marks=pytest.mark.heavy),
     # the raylet itself (out of memory, a crash): Ray finds it by its missed health checks
     pytest.param(_raylet, DRIVERS_NODE, "(Ray: health check failed due to missing too many heartbeats)", "0.3",
                  marks=pytest.mark.slow),
