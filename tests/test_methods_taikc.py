@@ -231,6 +231,11 @@ def test_kbae_variant_sends_only_confident_qa_to_the_adapted_model(tmp_path, mon
     assert [c[0] for c in adapted.generate_calls] == [P.confident_qa_prompt(Q)]
     assert not any("RAG_REQUIRED" in c[0] for c in base.generate_calls)
     assert method.config["method"] == "taikc-kbae" and len(method.config["kbae_adapter_sha"]) == 16
+    # the same adapter in another folder (another clone): the same configuration, so the same run file
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (moved / "adapter_config.json").write_text("{}")
+    assert TAIKCKBAE(base, FakeSearcher([]), "bundled-2wiki", {"kbae_adapter": moved}).config == method.config
     with pytest.raises(UserError, match="KBAE adapter"):
         TAIKCKBAE(base, FakeSearcher([]), "bundled-2wiki")
 

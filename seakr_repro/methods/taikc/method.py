@@ -121,11 +121,13 @@ class TAIKCKBAE(TAIKC):
 
     @property
     def config(self):
-        # the directory's contents, not only its name, decide the output (hashed once: ~20 MB)
+        # the directory's contents, not its name, decide the output (hashed once: ~20 MB): the
+        # same adapter in another clone or folder resumes the same run file
         if self._adapter_sha is None:
             from .kbae import adapter_fingerprint
             self._adapter_sha = adapter_fingerprint(self.settings["kbae_adapter"])
-        return {**super().config, "kbae_adapter_sha": self._adapter_sha}
+        config = {k: v for k, v in super().config.items() if k != "kbae_adapter"}
+        return {**config, "kbae_adapter_sha": self._adapter_sha}
 
     @property
     def confident_backend(self):
