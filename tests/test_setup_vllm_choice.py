@@ -125,14 +125,16 @@ def test_the_vllm_test_target_fails_on_failures_no_tests_and_missing_vllm(tmp_pa
         assert "tests/test_vllm_backend.py tests/test_vllm_plumbing.py" in res.stdout
 
 
-@pytest.mark.parametrize("test_rc,vllm_rc,ok", [(0, 0, True), (0, 1, False), (2, 0, False)])
-def test_ci_runs_both_test_commands_and_fails_if_either_fails(tmp_path, test_rc, vllm_rc, ok):
+@pytest.mark.parametrize("test_rc,heavy_rc,vllm_rc,ok", [(0, 0, 0, True), (0, 0, 1, False), (2, 0, 0, False),
+                                                        (0, 2, 0, False)])
+def test_ci_runs_every_test_command_and_fails_if_any_fails(tmp_path, test_rc, heavy_rc, vllm_rc, ok):
     """.ci/run with a fake `make` that logs its target and exits as told."""
     log = tmp_path / "calls"
-    _tool(tmp_path, "make", f'echo "$1" >> {log}; [ "$1" = test ] && exit {test_rc}; exit {vllm_rc}')
+    _tool(tmp_path, "make", f'echo "$1" >> {log}; case "$1" in test) exit {test_rc};; test-heavy) exit {heavy_rc};; '
+                            f'esac; exit {vllm_rc}')
     res = subprocess.run(["/bin/bash", str(ROOT / ".ci" / "run")], capture_output=True, text=True,
                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=60)
-    assert log.read_text().split() == ["test", "test-vllm"]        # in this order, both always
+    assert log.read_text().split() == ["test", "test-heavy", "test-vllm"]     # in this order, each always
     assert (res.returncode == 0) is ok
 
 

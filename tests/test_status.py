@@ -107,10 +107,10 @@ def _dead_holder(results, host=None, age=0.0):
 
 def test_a_run_that_is_gone_is_stopped_with_the_resume_command(results):
     _dead_holder(results, age=7200)
-    os.utime(results / "notebooks" / ".01-build-bm25-index.running.ipynb",
-             (time.time() - 3600, time.time() - 3600))            # papermill's last save
+    saved = time.time() - 3600                                      # papermill's last save
+    os.utime(results / "notebooks" / ".01-build-bm25-index.running.ipynb", (saved, saved))
     text = status.report(load_config("default"))
-    stopped_at = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - 3600))
+    stopped_at = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved))
     assert f"reproduce: stopped at {stopped_at}" in text and "in step 01-build-bm25-index" in text
     assert "pid 999999" in text and "its process is gone" in text
     assert text.splitlines()[1].endswith(
