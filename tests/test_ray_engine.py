@@ -29,6 +29,8 @@ from seakr_repro.runs import engine_choice, fleet_backend, ray_cluster, worker_p
 from seakr_repro.runs.fleet import Fleet  # noqa: E402
 
 
+# the tests on this cluster run in `make test-heavy` (CI's second step): starting it and their runs
+# took about 100 s of the fast tier
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One local cluster for the module: 2 CPUs, no dashboard; workers import this checkout and
@@ -152,6 +154,7 @@ def test_while_ray_joins_its_node_a_stop_is_already_recorded_and_cleared_once_jo
     assert len(during) == 2 and not (tmp_path / "other").exists()
 
 
+@pytest.mark.heavy
 def test_a_cuda_profile_on_a_cluster_without_gpus_is_one_clear_error(cluster, tmp_path):
     cfg = load_config("paper", {"runner.engine": "ray"})           # model.device: cuda
     with pytest.raises(UserError, match="model.device is cuda but the Ray cluster has no GPU"):
@@ -181,6 +184,7 @@ def _grid(cfg, pool, searcher, tmp_path, monkeypatch, records, tag):
     return res.drop(columns=["seconds_per_q"]), out
 
 
+@pytest.mark.heavy
 def test_run_grid_rows_match_the_local_engine_with_1_and_2_workers(cluster, tiny_dir, tmp_path, monkeypatch):
     from seakr_repro.data.registry import load_dataset
     from seakr_repro.runs.grid import BackendPool
@@ -210,6 +214,7 @@ def test_run_grid_rows_match_the_local_engine_with_1_and_2_workers(cluster, tiny
     assert all(r["llm_calls"] > 0 and r["tokens"] > 0 for r in rows.values())
 
 
+@pytest.mark.heavy
 def test_step_02_and_notebook_11_match_the_local_engine(cluster, tiny_dir, tmp_path, monkeypatch):
     from seakr_repro.data.registry import load_dataset
     from seakr_repro.llm import load_backend
@@ -267,6 +272,7 @@ def scripted_loader(marker_dir, cfg, name):
     return FakeBackend(respond, name=name)
 
 
+@pytest.mark.heavy
 def test_a_worker_killed_mid_question_loses_nothing_and_writes_nothing_twice(cluster, tmp_path):
     from seakr_repro.runs.runner import read_results, run_method
 
@@ -327,6 +333,7 @@ def full_disk_loader(target, cfg, name):
     return FakeBackend(respond, name=name)
 
 
+@pytest.mark.heavy
 def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded(cluster, tmp_path, monkeypatch):
     """The paragraph comes from the worker, where the disk filled, with what the driver's command
     said (its resume command and estimate); the driver records the stop for `status`."""
@@ -393,6 +400,7 @@ def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, m
     assert "Ray workers (2" in status.report(load_config("smoke"))
 
 
+@pytest.mark.heavy
 def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
     from seakr_repro.retrieval import index as index_mod
     from seakr_repro.runs.preflight import Report, check_cluster
