@@ -100,7 +100,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
         self.shared_prefix_unsupported = sp.unsupported_reason(model.config)
         self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
-        self.prompt_rows = SHARED if self.shared_prefix else COPIED
         if shared_prefix and self.shared_prefix_unsupported:
             warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "
                           "the k samples copy the prompt's KV cache into every row (slower, more "
@@ -113,6 +112,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # the checkpoint's generation_config.json (from_dir); None: not read (faithful baselines
         # then refuse to guess how DRAGIN's code would decode)
         self.generation_config: dict | None = None
+
+    @property
+    def prompt_rows(self):
+        """How the rows over one prompt hold its cache (`prompt_rows.py`), from `shared_prefix`."""
+        return SHARED if self.shared_prefix else COPIED
 
     @property
     def rows_per_forward(self) -> int | None:
