@@ -35,7 +35,7 @@ from .core import disk_full
 from .core.io import atomic_open, read_json, write_json
 from .core.which_clone import checked_repo_root
 from .core.paths import NOTEBOOKS_DIR, kernel_environment, results_dir
-from .core.resume import PATH_ENV, from_here, python_command  # noqa: F401 - PATH_ENV: a public name here too
+from .core.resume import from_here, python_command
 
 KERNEL = "python3"
 

@@ -2,7 +2,7 @@
 import pytest
 
 from seakr_repro.runs import inputs
-from seakr_repro.runs import grid
+from seakr_repro.runs import grid, plan
 from seakr_repro.steps import seed_methods, tables
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
@@ -278,13 +278,13 @@ def test_select_questions_is_a_seeded_sample_and_never_silently_smaller(results_
 
 
 def test_analysis_data_sets_are_a_setting():
-    assert grid.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
+    assert plan.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
     smoke = load_config("smoke")
-    assert grid.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
-    assert grid.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
+    assert plan.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
+    assert plan.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
                                                                       "bundled-single"]
     with pytest.raises(UserError, match="does not prepare"):
-        grid.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
+        plan.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
 
 
 def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_defaults():

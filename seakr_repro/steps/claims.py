@@ -388,7 +388,7 @@ def measure_claims(cfg, n_boot: int | None = None, res=None) -> tuple[list[Measu
     # else answer with the gold passage (an oracle retriever), against always using the passage.
     scores_path = res / MECHANISMS / "retrieval_scores.csv"
     if scores_path.is_file():
-        from .estimators import read_deltas
+        from ..uncertainty.thresholds import read_deltas
 
         sc = pd.read_csv(scores_path)
         closed = sc[sc["condition"] == "closed-book"].set_index("id")

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..artifacts import SEED_METHODS, RunSpec  # noqa: F401  (SEED_METHODS: its name here before)
+from ..artifacts import RunSpec
 from ..core.config import Config
 from ..core.errors import DataMissingError
 from ..core.paths import results_dir
