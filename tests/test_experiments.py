@@ -42,9 +42,9 @@ def test_train_split_is_disjoint_from_the_evaluation_sample(tmp_path, monkeypatc
     cfg = load_config("smoke")
     prepare.prepare_datasets(cfg, ["bundled-single"])
     evaluated = {r.id for r in prepare.load_prepared(cfg, "bundled-single")}
-    train = seed_methods.train_split(cfg, "bundled-single", 20)
+    train = seed_methods.training_questions(cfg, "bundled-single", 20)[0]
     assert len(train) == 20 and not evaluated & {r.id for r in train}
-    assert [r.id for r in train] == [r.id for r in seed_methods.train_split(cfg, "bundled-single", 20)]
+    assert [r.id for r in train] == [r.id for r in seed_methods.training_questions(cfg, "bundled-single", 20)[0]]
 
 
 class _Loaded:
@@ -222,11 +222,11 @@ def test_no_training_questions_when_evaluation_uses_every_question(results_in, m
     cfg = load_config("smoke", {"datasets.n_questions": None})
     prepare.prepare_datasets(cfg, ["bundled-single"])
     with pytest.raises(DataMissingError, match="uses all .* questions"):
-        seed_methods.train_split(cfg, "bundled-single", 4)
+        seed_methods.training_questions(cfg, "bundled-single", 4)
     monkeypatch.setattr(registry.paths, "RAW_DIR", results_in / "no-raw")    # nq-train is absent
     monkeypatch.setitem(registry.TRAIN_SPLITS, "bundled-single", "nq-train")
     with pytest.raises(DataMissingError, match="nq-train.qa.csv"):   # says where to put it
-        seed_methods.train_split(cfg, "bundled-single", 4)
+        seed_methods.training_questions(cfg, "bundled-single", 4)
 
 
 def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_in, monkeypatch):

@@ -53,11 +53,6 @@ def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[
         f"{dataset} questions outside the evaluation sample"
 
 
-def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
-    """The records of `training_questions`."""
-    return training_questions(cfg, dataset, n_train)[0]
-
-
 def skr_labels(cfg: Config, backend, searcher, dataset: str, n_train: int | None) -> tuple[list, str, int]:
     """SKR's labelled training questions of `dataset`, where they came from and how many questions:
     from SKR's own results files when `skr.train_results` names a directory for it (all of their
