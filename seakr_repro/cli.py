@@ -245,105 +245,105 @@ def cmd_render(args):
               f"are (no results/{cfg.profile}/ to draw them from): {', '.join(skipped)}")
 
 
+def _arg(*flags, **kwargs):
+    return flags, kwargs
+
+
+# the options of every subcommand that reads a profile
+PROFILE_ARGS = [
+    _arg("--profile", default="default", help="params/<profile>.yaml (default: default)"),
+    _arg("--set", action="append", metavar="KEY=VALUE",
+         help="override a setting, e.g. --set retrieval.backend=bm25s (repeatable)"),
+    _arg("--quiet", action="store_true", help="no progress bars"),
+]
+# each such subcommand: its function, its help, its own arguments (bench and nbstrip, which read no
+# profile, are added in build_parser)
+COMMANDS = {
+    "corpus": (cmd_corpus, "build a corpus JSONL: the default Wikipedia excerpt or DPR's psgs_w100.tsv", [
+        _arg("--source", choices=["wiki-excerpt", "dpr"], default="wiki-excerpt"),
+        _arg("--tsv", default="data/raw/psgs_w100.tsv", help="DPR passages TSV (for --source dpr)"),
+        _arg("--out", required=True, help="output JSONL path"),
+        _arg("--words", type=int, default=100, help="words per passage (wiki-excerpt)")]),
+    "prepare": (cmd_prepare, "build the corpus and load/validate the profile's question sets", [
+        _arg("--dataset", action="append", help="only this data set (repeatable)")]),
+    "index": (cmd_index, "build the BM25 index of the profile's corpus (pyserini or bm25s)", [
+        _arg("--force", action="store_true", help="rebuild even if up to date")]),
+    "search": (cmd_search, "search the profile's BM25 index", [
+        _arg("query", nargs="+", help="query text (several queries allowed)"),
+        _arg("-k", type=int, default=3, help="number of passages (default 3)"),
+        _arg("--json", action="store_true", help="print JSON lines")]),
+    "datasets": (cmd_datasets, "the profile's data sets: their use, whether they are on disk, how many "
+                 "questions were prepared", [
+        _arg("--verbose", "-v", action="store_true", help="show download instructions"),
+        _arg("--all", action="store_true", help="every known data set, not only the profile's")]),
+    "reproduce": (cmd_reproduce, "run every notebook for the profile, incrementally", [
+        _arg("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)"),
+        _arg("--force", action="store_true", help="re-run even if up to date"),
+        _arg("--dry-run", action="store_true",
+             help="run nothing: list the steps that would run and why"),
+        _arg("--param", action="append", metavar="NOTEBOOK:NAME=VALUE",
+             help="a notebook parameter for this run, e.g. --param 03:N_BOOT=200 (repeatable; "
+                  "wins over the parameters cell and the profile, and the notebook says so)"),
+        _arg("--cell-timeout", type=float, default=None, metavar="SECONDS",
+             help="stop a notebook cell after this many seconds (default: "
+                  "reproduce.cell_timeout, null = no limit)"),
+        _arg("--no-preflight", action="store_true",
+             help="skip the check of models, corpus, data sets, disk and GPU before starting")]),
+    "preflight": (cmd_preflight, "check that everything the profile needs is in place "
+                  "(models, corpus, data, disk, GPU)", [
+        _arg("--strict", action="store_true",
+             help="optional models (Self-RAG, Table 4 backbones) are required too")]),
+    "status": (cmd_status, "progress of a (running) reproduce: steps, questions done, EM/F1 so far, "
+               "ETA, disk", [
+        _arg("--cache", action="store_true", help="also measure the cache directory (slow at paper scale)")]),
+    "compare-runs": (cmd_compare_runs, "two runs of a profile side by side (float32 against bfloat16, "
+                                         "say): every row of the claims ledger and every estimator's AUROC", [
+        _arg("run_a", help="the first run's results folder, e.g. results/default (float32)"),
+        _arg("run_b", help="the second run's, e.g. results-bf16/default"),
+        _arg("--labels", default="A,B", help="names of the two runs, e.g. float32,bfloat16"),
+        _arg("--n-boot", type=int, default=None, help="bootstrap resamples (default: the profile's)"),
+        _arg("--out", default=None, help="also write ledger.csv and auroc.csv (and .md) here")]),
+    "cost": (cmd_cost, "what make reproduce costs, every step with model calls: question-runs, calls "
+             "made and unique, tokens, hours at a pace (a dry run; beside a run's own files once there)", [
+        _arg("--runs", action="store_true", help="also list every unit (table, method x data set)"),
+        _arg("--json", action="store_true", help="print the figures as JSON"),
+        _arg("--workers", type=int, default=None, metavar="N",
+             help="also divide the hours over N Ray workers (arithmetic)"),
+        _arg("--sample", type=int, default=None, metavar="N",
+             help="dry-run at most N questions per data set and step, scaled up (default: all)"),
+        _arg("--replay-cache", default=None, metavar="DIR",
+             help="replay the real model's calls from this cache folder (default: SEAKR_CACHE_DIR)"),
+        _arg("--no-replay", action="store_true", help="every call from the synthetic model"),
+        _arg("--refresh", action="store_true", help="run the dry run again, not its kept result"),
+        _arg("--verbose", action="store_true", help="show the dry run's steps as they run"),
+        _arg("--record-pace", default=None, metavar="NOTE",
+             help="record the profile's finished run (seconds, computed calls per step) in "
+                  "data/measured/cpu_pace.csv, with this note; no prediction"),
+        _arg("--machine", default="this machine", help="the machine --record-pace names")]),
+    "run": (cmd_run, "run one method on one data set (resumable), print EM/F1 and costs", [
+        _arg("--method", required=True,
+             help="cot | ircot | flare | dragin | self_rag | seakr | skr-prompt"),
+        _arg("--dataset", required=True, help="a name from `datasets`, e.g. bundled-2wiki or 2wiki"),
+        _arg("-n", type=int, default=None,
+             help="a seeded random sample of n questions of the prepared set (default: all)"),
+        _arg("--label", help="name of the run in the results (default: the method)"),
+        _arg("--method-set", action="append", metavar="KEY=VALUE",
+             help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")]),
+    "render": (cmd_render, "re-render every table and figure from saved results", []),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .benchmarks import BENCHMARKS
+
     parser = argparse.ArgumentParser(prog="python -m seakr_repro", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
-
-    def add(name, func, help_text):
+    for name, (func, help_text, arguments) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--profile", default="default", help="params/<profile>.yaml (default: default)")
-        p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="override a setting, e.g. --set retrieval.backend=bm25s (repeatable)")
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        for flags, kwargs in PROFILE_ARGS + arguments:
+            p.add_argument(*flags, **kwargs)
         p.set_defaults(func=func)
-        return p
-
-    p = add("corpus", cmd_corpus, "build a corpus JSONL: the default Wikipedia excerpt or DPR's psgs_w100.tsv")
-    p.add_argument("--source", choices=["wiki-excerpt", "dpr"], default="wiki-excerpt")
-    p.add_argument("--tsv", default="data/raw/psgs_w100.tsv", help="DPR passages TSV (for --source dpr)")
-    p.add_argument("--out", required=True, help="output JSONL path")
-    p.add_argument("--words", type=int, default=100, help="words per passage (wiki-excerpt)")
-
-    p = add("prepare", cmd_prepare, "build the corpus and load/validate the profile's question sets")
-    p.add_argument("--dataset", action="append", help="only this data set (repeatable)")
-
-    p = add("index", cmd_index, "build the BM25 index of the profile's corpus (pyserini or bm25s)")
-    p.add_argument("--force", action="store_true", help="rebuild even if up to date")
-
-    p = add("search", cmd_search, "search the profile's BM25 index")
-    p.add_argument("query", nargs="+", help="query text (several queries allowed)")
-    p.add_argument("-k", type=int, default=3, help="number of passages (default 3)")
-    p.add_argument("--json", action="store_true", help="print JSON lines")
-
-    p = add("datasets", cmd_datasets, "the profile's data sets: their use, whether they are on disk, "
-            "how many questions were prepared")
-    p.add_argument("--verbose", "-v", action="store_true", help="show download instructions")
-    p.add_argument("--all", action="store_true", help="every known data set, not only the profile's")
-
-    p = add("reproduce", cmd_reproduce, "run every notebook for the profile, incrementally")
-    p.add_argument("--only", action="append", help="only this step (e.g. 00 or 01-build-bm25-index)")
-    p.add_argument("--force", action="store_true", help="re-run even if up to date")
-    p.add_argument("--dry-run", action="store_true",
-                   help="run nothing: list the steps that would run and why")
-    p.add_argument("--param", action="append", metavar="NOTEBOOK:NAME=VALUE",
-                   help="a notebook parameter for this run, e.g. --param 03:N_BOOT=200 (repeatable; "
-                        "wins over the parameters cell and the profile, and the notebook says so)")
-    p.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
-                   help="stop a notebook cell after this many seconds (default: "
-                        "reproduce.cell_timeout, null = no limit)")
-    p.add_argument("--no-preflight", action="store_true",
-                   help="skip the check of models, corpus, data sets, disk and GPU before starting")
-
-    p = add("preflight", cmd_preflight,
-            "check that everything the profile needs is in place (models, corpus, data, disk, GPU)")
-    p.add_argument("--strict", action="store_true",
-                   help="optional models (Self-RAG, Table 4 backbones) are required too")
-
-    p = add("status", cmd_status,
-            "progress of a (running) reproduce: steps, questions done, EM/F1 so far, ETA, disk")
-    p.add_argument("--cache", action="store_true", help="also measure the cache directory (slow at paper scale)")
-
-    p = add("compare-runs", cmd_compare_runs, "two runs of a profile side by side (float32 against "
-            "bfloat16, say): every row of the claims ledger and every estimator's AUROC")
-    p.add_argument("run_a", help="the first run's results folder, e.g. results/default (float32)")
-    p.add_argument("run_b", help="the second run's, e.g. results-bf16/default")
-    p.add_argument("--labels", default="A,B", help="names of the two runs, e.g. float32,bfloat16")
-    p.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default: the profile's)")
-    p.add_argument("--out", default=None, help="also write ledger.csv and auroc.csv (and .md) here")
-
-    p = add("cost", cmd_cost, "what make reproduce costs, every step with model calls: question-runs, "
-            "calls made and unique, tokens, hours at a pace (a dry run; beside a run's own files once "
-            "there)")
-    p.add_argument("--runs", action="store_true", help="also list every unit (table, method x data set)")
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="also divide the hours over N Ray workers (arithmetic)")
-    p.add_argument("--sample", type=int, default=None, metavar="N",
-                   help="dry-run at most N questions per data set and step, scaled up (default: all)")
-    p.add_argument("--replay-cache", default=None, metavar="DIR",
-                   help="replay the real model's calls from this cache folder (default: SEAKR_CACHE_DIR)")
-    p.add_argument("--no-replay", action="store_true", help="every call from the synthetic model")
-    p.add_argument("--refresh", action="store_true", help="run the dry run again, not its kept result")
-    p.add_argument("--verbose", action="store_true", help="show the dry run's steps as they run")
-    p.add_argument("--record-pace", default=None, metavar="NOTE",
-                   help="record the profile's finished run (seconds, computed calls per step) in "
-                        "data/measured/cpu_pace.csv, with this note; no prediction")
-    p.add_argument("--machine", default="this machine", help="the machine --record-pace names")
-
-    p = add("run", cmd_run, "run one method on one data set (resumable), print EM/F1 and costs")
-    p.add_argument("--method", required=True,
-                   help="cot | ircot | flare | dragin | self_rag | seakr | skr-prompt")
-    p.add_argument("--dataset", required=True, help="a name from `datasets`, e.g. bundled-2wiki or 2wiki")
-    p.add_argument("-n", type=int, default=None,
-                   help="a seeded random sample of n questions of the prepared set (default: all)")
-    p.add_argument("--label", help="name of the run in the results (default: the method)")
-    p.add_argument("--method-set", action="append", metavar="KEY=VALUE",
-                   help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")
-
-    p = add("render", cmd_render, "re-render every table and figure from saved results")
-
-    from .benchmarks import BENCHMARKS
 
     text = "a developers' benchmark: bench NAME [its options] (bench NAME --help gives them)"
     p = sub.add_parser("bench", help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter,

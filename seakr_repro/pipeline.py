@@ -35,7 +35,7 @@ from .core import disk_full
 from .core.io import atomic_open, read_json, write_json
 from .core.which_clone import checked_repo_root
 from .core.paths import NOTEBOOKS_DIR, kernel_environment, results_dir
-from .core.resume import PATH_ENV, from_here, python_command  # noqa: F401 - PATH_ENV: a public name here too
+from .core.resume import from_here, python_command
 
 KERNEL = "python3"
 
@@ -311,6 +311,103 @@ def step_run_files(cfg: Config, res: Path) -> dict[str, dict[str, Path]]:
     return out
 
 
+class _Planner:
+    """What `plan` knows while it walks the steps: the declarations, the outputs of steps already
+    judged (read when a later step asks), and the steps that run (or may) before their dependants."""
+
+    def __init__(self, profile, only, parameters, notebooks_dir, overrides, results):
+        from .runs.plan import with_parameters
+        from . import step_graph as graph
+
+        self.profile, self.parameters, self.overrides = profile, parameters or {}, overrides
+        self.cfg: Config = load_config(profile, overrides)
+        # where the model runs is an input of every step that reads the model section: model.device
+        # auto is the CPU here and CUDA there
+        self.settings = {**self.cfg.data, "model": {**(self.cfg.data.get("model") or {}),
+                                                    "resolved device": compute(self.cfg)["device"]}}
+        self.steps = notebook_steps(notebooks_dir)
+        if not self.steps:
+            raise UserError("no numbered notebooks found", path=notebooks_dir,
+                            fix="run from the repository root")
+        self.selected = _selected(self.steps, only)
+        self.declared = {p.stem: graph.declaration(p.stem, [q.stem for q in self.steps[:i]])
+                         for i, p in enumerate(self.steps)}
+        graph.check_one_writer(self.declared)
+        self.res = results if results is not None else results_dir(profile)
+        self.roots = graph.Roots.of(profile, self.res)
+        graph.load_hashes(self.res)
+        self.pending: set[str] = set()          # steps that run (or may) before their dependants, in a dry run
+        self.outputs: dict[str, dict] = {}      # each step's outputs as they are when a later step is judged
+        self.stamps: dict[str, str | None] = {}  # an undeclared step's stamp digest (its outputs are unknown)
+        self.run_files = functools.cache(lambda: step_run_files(with_parameters(self.cfg, self.parameters), self.res))
+
+    def files_of(self, name: str) -> dict:
+        return self.run_files().get(name, {})
+
+    def read_value(self, read: str) -> str | None:
+        from . import step_graph as graph
+
+        up = read.split(":", 1)[0]
+        if self.declared[up].outputs is None:   # its outputs unknown: its stamp stands for them
+            return self.stamps.get(up)
+        if up in self.pending:
+            return None
+        if up not in self.outputs:
+            self.outputs[up] = graph.outputs_now(self.declared[up], self.roots, self.files_of(up))
+        return graph.read_digest(read, self.outputs[up])
+
+    def judge(self, nb: Path, force: bool):
+        """(Planned, the step's stamp, its outputs now) for one notebook."""
+        from .notebook import effective_parameters
+        from . import step_graph as graph
+
+        step = self.declared[nb.stem]
+        # the values the notebook will run with: the rule its first cell applies (notebook.py)
+        effective = {p.name: p.value for p in effective_parameters(
+            nb, profile=self.profile, command_line=self.parameters.get(nb.stem, {}), overrides=self.overrides)}
+        inputs = graph.step_inputs(nb, self.settings, effective, {r: self.read_value(r) for r in step.reads}, step)
+        recorded = _recorded(self.res / "stamps" / f"{nb.stem}.json")
+        self.stamps[nb.stem] = (recorded or {}).get("digest")
+        if nb.stem not in self.selected:
+            return graph.Planned(nb.stem, "skipped", [], inputs), recorded, None
+        now = graph.outputs_now(step, self.roots, self.files_of(nb.stem)) if step.outputs is not None else None
+        why = graph.reasons(recorded, inputs) + (graph.output_reasons(recorded, now) if now else [])
+        if recorded and "code" in recorded and recorded.get("graph") != graph.GRAPH_VERSION:
+            # a stamp of an earlier GRAPH_VERSION recorded the stamps of the steps it read, not their
+            # content: one of them run since (or in this run) is its reason to run
+            ran = [r for r, d in (recorded.get("inputs") or {}).items() if d != self.stamps.get(r)]
+            if ran:
+                why.append("a step it reads ran again since its stamp (from before content hashes): "
+                           + ", ".join(ran))
+        executed = self.res / "notebooks" / nb.name
+        if recorded and not executed.is_file():
+            why.append(f"its executed copy {executed.name} is missing")
+        if force and not why:
+            why = ["--force"]
+        waits = [r for r in step.read_steps() if r in self.pending and self.declared[r].outputs is not None]
+        action = "run" if why else "may-run" if waits else "up-to-date"
+        if action == "may-run":
+            words = [graph.read_words(r) for r in step.reads if r.split(":", 1)[0] in waits]
+            plural = len(words) > 1 or words[0].endswith("outputs")
+            why = ["may run, if " + ", ".join(words) + (" change" if plural else " changes")]
+        return graph.Planned(nb.stem, action, why, inputs), recorded, now
+
+    def execute(self, nb: Path, planned, execute) -> None:
+        """Run one step, stamp it, and stop on a file it wrote that another step owns."""
+        from . import step_graph as graph
+
+        owners = graph.output_owners(self.declared, self.roots)
+        seconds = execute(nb, planned)
+        self.outputs.pop(nb.stem, None)
+        self.run_files.cache_clear()            # its runs wrote files: found again
+        _stamp(self.res, nb.stem, planned.inputs,
+               graph.outputs_now(self.declared[nb.stem], self.roots, self.files_of(nb.stem)),
+               {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        self.stamps[nb.stem] = graph.digest(planned.inputs)
+        # its work is kept (stamped), and the run stops on a file another step owns
+        graph.check_wrote_own(nb.stem, owners, graph.output_owners(self.declared, self.roots))
+
+
 def plan(profile: str = "default", only: Iterable[str] | None = None, force: bool = False,
          parameters: dict[str, dict] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
          overrides: dict[str, Any] | None = None, execute=None, results: Path | None = None,
@@ -320,108 +417,32 @@ def plan(profile: str = "default", only: Iterable[str] | None = None, force: boo
     its stamp written when it returns; a later step is judged after the steps it reads have run,
     on what they wrote. Without, nothing runs (`reproduce --dry-run`, `status`): a step whose only
     reason would be a step it reads that runs first "may run" (action `may-run`).
-    `results`: the profile's results folder to read (default: results_dir, created if missing);
-    `announce`: called with each step that does not run, in order."""
-    from .notebook import effective_parameters
-    from .runs.plan import with_parameters
+    `parameters`: the command line's (--param), per notebook; `results`: the profile's results
+    folder to read (default: results_dir, created if missing); `announce`: called with each step
+    that does not run, in order."""
     from . import step_graph as graph
 
-    cfg: Config = load_config(profile, overrides)
-    parameters = parameters or {}        # the command line's (--param), per notebook
-    # where the model runs is an input of every step that reads the model section: model.device
-    # auto is the CPU here and CUDA there
-    settings = {**cfg.data, "model": {**(cfg.data.get("model") or {}), "resolved device": compute(cfg)["device"]}}
-    steps = notebook_steps(notebooks_dir)
-    if not steps:
-        raise UserError("no numbered notebooks found", path=notebooks_dir,
-                        fix="run from the repository root")
-    selected = _selected(steps, only)
-    declared = {p.stem: graph.declaration(p.stem, [q.stem for q in steps[:i]]) for i, p in enumerate(steps)}
-    graph.check_one_writer(declared)
-    res = results if results is not None else results_dir(profile)
-    roots = graph.Roots.of(profile, res)
-    graph.load_hashes(res)
-    pending: set[str] = set()               # steps that run (or may) before their dependants, in a dry run
-    outputs: dict[str, dict] = {}           # each step's outputs as they are when a later step is judged
-    stamps: dict[str, str | None] = {}      # an undeclared step's stamp digest (its outputs are unknown)
+    planner = _Planner(profile, only, parameters, notebooks_dir, overrides, results)
     out = []
-
-    @functools.cache
-    def all_run_files() -> dict:             # read once, when a step first asks
-        return step_run_files(with_parameters(cfg, parameters), res)
-
-    def files_of(name: str) -> dict:
-        return all_run_files().get(name, {})
-
-    def read_value(read: str) -> str | None:
-        up = read.split(":", 1)[0]
-        if declared[up].outputs is None:       # its outputs unknown: its stamp stands for them
-            return stamps.get(up)
-        if up in pending:
-            return None
-        if up not in outputs:
-            outputs[up] = graph.outputs_now(declared[up], roots, files_of(up))
-        return graph.read_digest(read, outputs[up])
-
-    for nb in steps:
-        step = declared[nb.stem]
-        # the values the notebook will run with: the rule its first cell applies (notebook.py)
-        effective = {p.name: p.value for p in effective_parameters(
-            nb, profile=profile, command_line=parameters.get(nb.stem, {}), overrides=overrides)}
-        inputs = graph.step_inputs(nb, settings, effective, {r: read_value(r) for r in step.reads}, step)
-        recorded = _recorded(res / "stamps" / f"{nb.stem}.json")
-        stamps[nb.stem] = (recorded or {}).get("digest")
-        if nb.stem not in selected:
-            out.append(graph.Planned(nb.stem, "skipped", [], inputs))
-            if announce is not None:
-                announce(out[-1])
-            continue
-        now = graph.outputs_now(step, roots, files_of(nb.stem)) if step.outputs is not None else None
-        why = graph.reasons(recorded, inputs) + (graph.output_reasons(recorded, now) if now else [])
-        if recorded and "code" in recorded and recorded.get("graph") != graph.GRAPH_VERSION:
-            # a stamp of an earlier GRAPH_VERSION recorded the stamps of the steps it read, not their
-            # content: one of them run since (or in this run) is its reason to run
-            ran = [r for r, d in (recorded.get("inputs") or {}).items() if d != stamps.get(r)]
-            if ran:
-                why.append("a step it reads ran again since its stamp (from before content hashes): "
-                           + ", ".join(ran))
-        executed = res / "notebooks" / nb.name
-        if recorded and not executed.is_file():
-            why.append(f"its executed copy {executed.name} is missing")
-        if force and not why:
-            why = ["--force"]
-        waits = [r for r in step.read_steps() if r in pending and declared[r].outputs is not None]
-        action = "run" if why else "may-run" if waits else "up-to-date"
-        if action == "may-run":
-            words = [graph.read_words(r) for r in step.reads if r.split(":", 1)[0] in waits]
-            plural = len(words) > 1 or words[0].endswith("outputs")
-            why = ["may run, if " + ", ".join(words) + (" change" if plural else " changes")]
-        planned = graph.Planned(nb.stem, action, why, inputs)
+    for nb in planner.steps:
+        planned, recorded, now = planner.judge(nb, force)
         out.append(planned)
         if planned.action != "run" and announce is not None:
             announce(planned)
         if planned.action == "run" and execute is not None:
-            owners = graph.output_owners(declared, roots)
-            seconds = execute(nb, planned)
-            outputs.pop(nb.stem, None)
-            all_run_files.cache_clear()      # its runs wrote files: found again
-            _stamp(res, nb.stem, inputs, graph.outputs_now(step, roots, files_of(nb.stem)),
-                   {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-            stamps[nb.stem] = graph.digest(inputs)
-            # its work is kept (stamped), and the run stops on a file another step owns
-            graph.check_wrote_own(nb.stem, owners, graph.output_owners(declared, roots))
-        elif planned.action == "run" or planned.action == "may-run":
-            pending.add(nb.stem)
-            stamps[nb.stem] = graph.digest(inputs)
+            planner.execute(nb, planned, execute)
+        elif planned.action in ("run", "may-run"):
+            planner.pending.add(nb.stem)
+            planner.stamps[nb.stem] = graph.digest(planned.inputs)
         elif planned.action == "up-to-date" and execute is not None and recorded \
                 and recorded.get("graph") != graph.GRAPH_VERSION and now is not None:
             # a stamp of an earlier GRAPH_VERSION: what the step read and wrote, recorded now (it is
             # up to date by every input it did record), so the next change is judged by content
             # (its digest kept: the stamps of steps that read it recorded that one)
-            _stamp(res, nb.stem, inputs, now, {k: recorded[k] for k in ("seconds", "finished", "digest")
-                                               if k in recorded})
+            _stamp(planner.res, nb.stem, planned.inputs, now,
+                   {k: recorded[k] for k in ("seconds", "finished", "digest") if k in recorded})
     if execute is not None:
-        graph.save_hashes(res)
+        graph.save_hashes(planner.res)
     return out
 
 

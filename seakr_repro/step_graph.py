@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .artifacts import STEPS, Step
-from .steps import MOVED
 from .core.errors import UserError
 from .core.paths import REPO_ROOT
 
@@ -94,11 +93,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
                 target = node.module or ""
             names.add(target)
             names |= {f"{target}.{a.name}" for a in node.names}    # `from pkg import module`
-    return {_MOVED_TO.get(n, n) for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
-
-
-# A run module's old name under steps/ (steps.MOVED, resolved on request) is that module itself.
-_MOVED_TO = {f"{PACKAGE}.steps.{name}": f"{PACKAGE}.runs.{name}" for name in MOVED}
+    return {n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
 
 
 @functools.lru_cache(maxsize=4)
@@ -119,7 +114,7 @@ def _import_graph(root: Path = REPO_ROOT) -> dict[str, frozenset[str]]:
     for name, path in modules.items():
         text = path.read_text(encoding="utf-8")
         targets = {t for t in _imported(ast.parse(text), name, path.name == "__init__.py") if t in modules}
-        if "import_module(" in text and name != f"{PACKAGE}.steps":   # steps: the old names, above
+        if "import_module(" in text:
             package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
             targets |= {m for m in modules if m.startswith(package + ".")}
         graph[name] = frozenset(targets - {name})

@@ -12,7 +12,7 @@ from seakr_repro.benchmarks import decode as bench_decode
 from seakr_repro.llm.hf import shared_prefix as sp
 from seakr_repro.llm.hf.backend import HFBackend
 from seakr_repro.llm.hf.decode import static as static_path
-from seakr_repro.llm.hf.decode.names import DECODE_PATHS, DECODE_SETTINGS
+from seakr_repro.core.setting_choices import DECODE_PATHS, DECODE_SETTINGS
 
 TINY = ["--device", "cpu", "--shape", "tiny", "--rows", "6", "--prompt-tokens", "300",
         "--new-tokens", "12", "--repeats", "1", "--check-rows", "3", "--check-tokens", "10",

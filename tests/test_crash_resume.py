@@ -26,7 +26,7 @@ import pytest
 
 from paper_shaped import build_raw, overrides, run_env
 from seakr_repro.core.paths import REPO_ROOT
-from seakr_repro.pipeline import PATH_ENV
+from seakr_repro.core.resume import PATH_ENV
 
 pytestmark = pytest.mark.notebooks
 

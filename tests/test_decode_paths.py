@@ -13,7 +13,7 @@ import torch
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import UserError
 from seakr_repro.llm.hf.decode import paths
-from seakr_repro.llm.hf.decode.names import DECODE_PATHS, DECODE_SETTINGS, resolve
+from seakr_repro.core.setting_choices import DECODE_PATHS, DECODE_SETTINGS, resolve_decode
 from seakr_repro.llm.hf.oom import OutOfMemoryRetry
 
 
@@ -21,27 +21,23 @@ def test_every_decode_path_name_has_its_strategy():
     assert tuple(paths.STRATEGIES) == DECODE_PATHS
     assert all(paths.strategy(n).name == n for n in DECODE_PATHS)
     # a setting is a path or auto, which names one of them (the documented default)
-    assert set(DECODE_SETTINGS) == {"auto", *DECODE_PATHS} and resolve("auto") == "one_sync"
-    assert all(resolve(n) == n for n in DECODE_PATHS)
+    assert set(DECODE_SETTINGS) == {"auto", *DECODE_PATHS} and resolve_decode("auto") == "one_sync"
+    assert all(resolve_decode(n) == n for n in DECODE_PATHS)
 
 
-def test_the_names_module_imports_no_torch():
-    code = ("import sys; import seakr_repro.llm.hf.decode.names as n; "
+def test_the_decode_names_import_no_torch():
+    code = ("import sys; import seakr_repro.core.setting_choices as n; "
             "assert 'torch' not in sys.modules, 'torch imported'; print(','.join(n.DECODE_PATHS))")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert got.stdout.strip() == ",".join(DECODE_PATHS)
 
 
 def test_the_settings_schema_accepts_every_decode_path_and_no_other():
-    from seakr_repro.core import setting_choices
-
     for name in DECODE_SETTINGS:
         assert load_config("smoke", {"model.decode": name})["model.decode"] == name
     with pytest.raises(UserError) as err:
         load_config("smoke", {"model.decode": "graphs"})
     assert "model.decode" in err.value.paragraph() and "'one_sync'" in err.value.paragraph()
-    # one definition, in core, which the schema and the backend both read
-    assert DECODE_SETTINGS is setting_choices.DECODE_SETTINGS and DECODE_PATHS is setting_choices.DECODE_PATHS
 
 
 @pytest.fixture(scope="module")

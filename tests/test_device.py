@@ -204,7 +204,8 @@ def test_claims_inputs_name_every_file_the_ledger_reads():
 
     from seakr_repro.steps import claims as C
 
-    src = inspect.getsource(C.measure_claims).replace("{MECHANISMS}", C.MECHANISMS)
+    readers = [C._Saved] + [claim.measure for claim in C.CLAIMS]
+    src = "".join(map(inspect.getsource, readers)).replace("{MECHANISMS}", C.MECHANISMS)
     read = set(re.findall(r'"([\w./-]+\.csv)"', src))
     assert read and all(any(i == name or i.endswith("/" + name) for i in C.INPUTS) for name in read)
 

@@ -2,7 +2,7 @@
 import pytest
 
 from seakr_repro.runs import inputs
-from seakr_repro.runs import grid
+from seakr_repro.runs import grid, plan
 from seakr_repro.steps import seed_methods, tables
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
@@ -42,9 +42,9 @@ def test_train_split_is_disjoint_from_the_evaluation_sample(tmp_path, monkeypatc
     cfg = load_config("smoke")
     prepare.prepare_datasets(cfg, ["bundled-single"])
     evaluated = {r.id for r in prepare.load_prepared(cfg, "bundled-single")}
-    train = seed_methods.train_split(cfg, "bundled-single", 20)
+    train = seed_methods.training_questions(cfg, "bundled-single", 20)[0]
     assert len(train) == 20 and not evaluated & {r.id for r in train}
-    assert [r.id for r in train] == [r.id for r in seed_methods.train_split(cfg, "bundled-single", 20)]
+    assert [r.id for r in train] == [r.id for r in seed_methods.training_questions(cfg, "bundled-single", 20)[0]]
 
 
 class _Loaded:
@@ -222,11 +222,11 @@ def test_no_training_questions_when_evaluation_uses_every_question(results_in, m
     cfg = load_config("smoke", {"datasets.n_questions": None})
     prepare.prepare_datasets(cfg, ["bundled-single"])
     with pytest.raises(DataMissingError, match="uses all .* questions"):
-        seed_methods.train_split(cfg, "bundled-single", 4)
+        seed_methods.training_questions(cfg, "bundled-single", 4)
     monkeypatch.setattr(registry.paths, "RAW_DIR", results_in / "no-raw")    # nq-train is absent
     monkeypatch.setitem(registry.TRAIN_SPLITS, "bundled-single", "nq-train")
     with pytest.raises(DataMissingError, match="nq-train.qa.csv"):   # says where to put it
-        seed_methods.train_split(cfg, "bundled-single", 4)
+        seed_methods.training_questions(cfg, "bundled-single", 4)
 
 
 def test_notebook_10_skips_the_trained_rows_with_the_reason_and_goes_on(results_in, monkeypatch):
@@ -278,13 +278,13 @@ def test_select_questions_is_a_seeded_sample_and_never_silently_smaller(results_
 
 
 def test_analysis_data_sets_are_a_setting():
-    assert grid.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
+    assert plan.analysis_datasets(load_config("paper")) == ["2wiki", "hotpotqa", "nq"]
     smoke = load_config("smoke")
-    assert grid.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
-    assert grid.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
+    assert plan.analysis_datasets(smoke) == ["bundled-2wiki", "bundled-single"]
+    assert plan.analysis_datasets(load_config("default")) == ["bundled-2wiki", "bundled-hotpotqa",
                                                                       "bundled-single"]
     with pytest.raises(UserError, match="does not prepare"):
-        grid.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
+        plan.analysis_datasets(load_config("smoke", {"analysis.datasets": ["nq"]}))
 
 
 def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_defaults():

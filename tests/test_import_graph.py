@@ -239,17 +239,6 @@ def test_runs_never_imports_a_step():
     assert not up, "; ".join(f"{m} -> {t}" for m, t in up)
 
 
-def test_moved_run_modules_keep_their_old_names():
-    """A notebook written when the run machinery lived in steps/ still imports it by those names:
-    the same module objects, under their own names."""
-    import seakr_repro.steps.grid as old_grid
-    from seakr_repro.runs import engine, grid
-    from seakr_repro.steps.engine import open_backend
-
-    assert old_grid is grid and open_backend is engine.open_backend
-    assert grid.__spec__.name == "seakr_repro.runs.grid"
-
-
 # ------------------------------------------------------------------------------ private names
 # A room is a folder (or top-level module) of the package: core, llm, runs, commands, benchmarks,
 # rehearsal, doubles, ... A room that needs another's internals asks for a public name, so a

@@ -17,7 +17,7 @@ from seakr_repro.doubles.random_llama import random_llama
 from seakr_repro.doubles.simulated_card import SimulatedCard
 from seakr_repro.llm.hf import host_memory
 from seakr_repro.llm.hf.backend import HFBackend
-from seakr_repro.llm.hf.decode.names import DECODE_PATHS
+from seakr_repro.core.setting_choices import DECODE_PATHS
 
 PROMPT = "Question: Who was born first, Aristotle or Plato?\nAnswer: Plato was born in 428 BC and"
 ARGS = dict(k=8, max_new_tokens=24, seed=5, want_stats=True, layer=1)

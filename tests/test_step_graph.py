@@ -122,12 +122,6 @@ def test_an_old_stamp_is_said_to_be_old():
     assert json.dumps(graph.reasons(None, {})) == '["it has not run yet"]'
 
 
-def test_an_old_name_of_a_run_module_is_that_module_to_the_graph():
-    files = {p.relative_to(graph.REPO_ROOT).as_posix()
-             for p in graph.imported_modules(["from seakr_repro.steps.engine import open_backend"])}
-    assert "seakr_repro/runs/engine.py" in files
-
-
 def test_every_declared_output_has_one_writer():
     """Two steps declaring outputs that can name one file are refused, naming both and the file;
     the shipped declarations pass."""

@@ -86,7 +86,7 @@ def _fake_delta(tmp_path, monkeypatch, deltas):
 def test_the_paper_profiles_delta_is_minus_6_after_notebook_03_has_run(tmp_path, monkeypatch):
     _fake_delta(tmp_path, monkeypatch, {"eigen": -5.2, "perplexity_official": 4.0})
     paper = load_config("paper")
-    deltas = estimators.read_deltas(paper)
+    deltas = thresholds.read_deltas(paper)
     assert deltas["eigen"] == -6.0                       # the official scripts' fixed threshold
     assert deltas["perplexity_official"] == 4.0          # no official value: step 03's
     assert grid.method_settings(paper, "seakr", deltas)["delta"]["eigen"] == -6.0
@@ -94,12 +94,12 @@ def test_the_paper_profiles_delta_is_minus_6_after_notebook_03_has_run(tmp_path,
     row = grid.row_overrides(paper, artifacts.ABLATIONS["calibrated-delta"])
     assert row["delta"]["eigen"] == -5.2
     # the default profile (another model) uses its calibrated delta
-    assert estimators.read_deltas(load_config("default"))["eigen"] == -5.2
+    assert thresholds.read_deltas(load_config("default"))["eigen"] == -5.2
 
 
 def test_before_notebook_03_the_calibrated_row_is_skipped_and_eigen_is_the_profiles(tmp_path, monkeypatch):
     monkeypatch.setattr(thresholds, "results_dir", lambda p: tmp_path / p)
-    assert estimators.read_deltas(load_config("default")) == {"eigen": -6.0}
+    assert thresholds.read_deltas(load_config("default")) == {"eigen": -6.0}
     with pytest.raises(DataMissingError, match="notebook 03"):
         grid.row_overrides(load_config("paper"), artifacts.ABLATIONS["calibrated-delta"])
 

@@ -5,7 +5,7 @@
 - the floor: the bandwidth of a large device-to-device copy (bytes read + written per second)
   and the bytes one decode step must read (every weight but the input embedding, of which only
   the rows' tokens are read; and the shared prompt's keys and values) over it;
-- for each decode path (`HFBackend(decode=...)`, `llm.hf.decode.names.DECODE_PATHS`; by default
+- for each decode path (`HFBackend(decode=...)`, `core.setting_choices.DECODE_PATHS`; by default
   every path the device runs: `graph` on CUDA only), alternating repeats (the order rotating, so a
   busy machine's load falls on all alike): one SeaKR U-evaluation's decode, `--rows` rows sampled
   over one `--prompt-tokens` prompt for `--new-tokens` tokens, as ms per decode step, tokens per
@@ -350,7 +350,7 @@ def main(argv=None) -> dict:
     from ..core.provenance import git_revision
     from ..doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ..llm.hf.backend import HFBackend
-    from ..llm.hf.decode.names import DECODE_PATHS
+    from ..core.setting_choices import DECODE_PATHS
     from ..llm.hf.decode.paths import strategy
     from ..llm.model_info import resolve_dtype
 

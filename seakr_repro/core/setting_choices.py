@@ -3,7 +3,7 @@ checks them without importing the modules that act on them, which sit above core
 
 - `runner.engine`: which engine answers a profile's questions (`runs.engine_choice` opens it);
 - `model.decode`: the transformers backend's decode path (`llm.hf.decode`, one module per path;
-  `auto` is DECODE_AUTO, why in `llm.hf.decode.names`). The rehearsal's driver reads them here too:
+  `auto` is DECODE_AUTO, why in `llm.hf.decode`). The rehearsal's driver reads them here too:
   it runs where numpy and torch may not import."""
 from __future__ import annotations
 

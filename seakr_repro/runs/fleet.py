@@ -26,6 +26,7 @@ extraction, notebook 11's trials) spread over Ray actors, one model each.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import deque
@@ -58,6 +59,14 @@ def _unwrap(err: BaseException) -> BaseException:
     """The exception a worker raised (a UserError stays a UserError), not Ray's wrapper."""
     cause = getattr(err, "cause", None)
     return cause if isinstance(cause, BaseException) else err
+
+
+def _kill(handle) -> None:
+    """End a worker; one that is gone already (with its node, say) is not an error."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.kill(handle, no_restart=True)
 
 
 class Fleet:
@@ -238,15 +247,10 @@ class Fleet:
 
     def _replace(self, slot: int, generation: int) -> None:
         """Start a fresh worker in `slot` unless that already happened for this generation."""
-        import ray
-
         w = self._slots[slot]
         if w["generation"] != generation:
             return
-        try:
-            ray.kill(w["handle"], no_restart=True)
-        except Exception:  # noqa: BLE001 - it is gone already
-            pass
+        _kill(w["handle"])
         self._start(slot)
 
     # -- lost nodes ----------------------------------------------------------------------------
@@ -292,10 +296,7 @@ class Fleet:
             return True
         w["gone"], w["info_ref"] = "its node died", None
         w["in_flight"].clear()
-        try:
-            ray.kill(w["handle"], no_restart=True)
-        except Exception:  # noqa: BLE001 - it went with its node
-            pass
+        _kill(w["handle"])                 # gone already if it went with its node
         return False
 
     def _lost_while_starting(self, slot: int) -> bool:
@@ -439,13 +440,8 @@ class Fleet:
     def close(self) -> None:
         """Stop the workers (their models go with them); leave the cluster if this joined it. After
         a lost cluster nothing is asked of it: the workers end with their driver."""
-        import ray
-
         for w in self._slots.values() if self._stopped is None else ():
-            try:
-                ray.kill(w["handle"], no_restart=True)
-            except Exception:  # noqa: BLE001 - gone already
-                pass
+            _kill(w["handle"])
         self._slots.clear()
         if self._status_path is not None and self._status_path.is_file():
             self._status_path.unlink()

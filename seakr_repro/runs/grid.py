@@ -19,7 +19,7 @@ from ..core.errors import DataMissingError, UserError
 from ..core.paths import results_dir
 from ..uncertainty.thresholds import calibrated_deltas, read_deltas
 from . import inputs
-from .plan import analysis_datasets, runs_on, table_datasets  # noqa: F401  (the grid's names before)
+from .plan import runs_on
 from .pool import BackendPool
 
 

@@ -24,7 +24,7 @@ from ..core.config import Config
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import DataMissingError, UserError
 # GPU memory: one estimate for preflight and the run grid (llm/gpu_fit.py)
-from ..llm.gpu_fit import BYTES_PER_VALUE, DECODING_BYTES, PARAMETERS, dtype_that_fits, gpu_need_bytes  # noqa: F401
+from ..llm.gpu_fit import dtype_that_fits, gpu_need_bytes
 
 
 @dataclass

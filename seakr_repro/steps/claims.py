@@ -34,25 +34,10 @@ class Claim:
     short: str
     statement: str
     evidence: str        # where the paper shows it, with its numbers where they are tabulated
+    measure: Callable[["_Saved"], list["Measurement"]]   # its parts, from a profile's saved results
+    missing: str         # what the ledger says when no saved result measures it
 
 
-CLAIMS: tuple[Claim, ...] = (
-    Claim(1, "estimator", "The Gram log-determinant of forced-EOS vectors separates wrong from right "
-          "answers better than perplexity, LN-entropy, energy and prompting.",
-          "Table 3 (estimator rows), Figure 3"),
-    Claim(2, "layer and k", "Middle layers give the best estimator; its quality rises with k and "
-          "saturates.", "Figure 3 (quality vs layer, vs k)"),
-    Claim(3, "re-ranking", "Choosing the candidate passage with the lowest U gives better answers "
-          "than BM25's order.", "Table 3, row - re-rank"),
-    Claim(4, "selective retrieval", "Retrieving only when U > delta costs little or nothing "
-          "against always retrieving, while retrieving less often.", "Table 3, row - retrieval"),
-    Claim(5, "self-aware reasoning", "Choosing between the rationale path and the knowledge path "
-          "by U beats either path alone.", "Table 3, rows rationales-only / knowledge-only"),
-    Claim(6, "accuracy", "SeaKR beats CoT, IRCoT, FLARE and DRAGIN on multi-hop QA (Table 1) and "
-          "single-hop QA (Table 2).", "Tables 1 and 2"),
-    Claim(7, "cost", "SeaKR costs less per question than FLARE and DRAGIN.", "Table 7"),
-)
-CLAIM_BY_ID = {c.id: c for c in CLAIMS}
 
 
 @dataclass
@@ -255,7 +240,7 @@ INPUTS = ("03-uncertainty-estimators/question_scores.csv", f"{MECHANISMS}/retrie
           "06-ablations/results.csv", "09-efficiency/results.csv")
 
 
-def _runs(res_dir, csv: str, table: str | None = None) -> dict[str, dict[str, list[dict]]]:
+def _runs(res_dir, csv: str) -> dict[str, dict[str, list[dict]]]:
     """{method label: {dataset: per-question rows}} of one results CSV (its `run_file` column)."""
     from ..runs.runner import read_results
 
@@ -311,154 +296,201 @@ def _paper_f1(table: str, a: str, b: str, datasets: Sequence[str] | None = None)
     return f"{a} {means[a][0]:.1f} vs {b} {means[b][0]:.1f} F1 (mean over {sets})"
 
 
+class _Saved:
+    """A profile's saved results as the claims read them: the folder, the bootstrap's settings, and
+    each results CSV's runs, read once."""
+
+    def __init__(self, cfg, res, n_boot: int | None):
+        self.cfg, self.res, self._runs = cfg, res, {}
+        self.boot = {"n_boot": int(n_boot or cfg["evaluation.bootstrap_samples"]),
+                     "seed": int(cfg["seed"]), "confidence": float(cfg["evaluation.confidence"])}
+
+    def runs(self, csv: str) -> dict[str, dict[str, list[dict]]]:
+        if csv not in self._runs:
+            self._runs[csv] = _runs(self.res, csv)
+        return self._runs[csv]
+
+    def csv(self, name: str) -> pd.DataFrame | None:
+        return pd.read_csv(self.res / name) if (self.res / name).is_file() else None
+
+    def score_files(self):
+        """(file, what it scored, its per-question scores) of step 03 and of the retrieval mechanism run."""
+        for file, label in (("03-uncertainty-estimators/question_scores.csv", "calibration set, closed-book"),
+                            (f"{MECHANISMS}/retrieval_scores.csv",
+                             "bundled single-hop, closed-book + gold passage")):
+            scores = self.csv(file)
+            if scores is not None:
+                yield file, label, scores
+
+    def auroc(self, what: str, claim: int, scores: pd.DataFrame, a: str, b: str, file: str) -> Measurement:
+        """AUROC of column a minus AUROC of column b for a wrong answer."""
+        return paired_statistic(what, claim, auroc_difference(scores[a], scores[b], scores["incorrect"].to_numpy(int)),
+                                len(scores), "AUROC", source=file, **self.boot)
+
+    def versus_seakr(self, ablation: str, value=_f1) -> tuple[list, list] | None:
+        """Per-question values of full SeaKR and of one of its ablations (notebook 06), if both ran."""
+        runs = self.runs("06-ablations/results.csv")
+        return _pair(runs["seakr"], runs[ablation], value) if runs.get("seakr") and ablation in runs else None
+
+
+def _estimator(s: _Saved) -> list[Measurement]:
+    return [s.auroc(f"AUROC(eigen) - AUROC({other[4:]}) for a wrong answer ({label})", 1, scores,
+                    "eigen", other, file)
+            for file, label, scores in s.score_files() for other in scores.columns if other.startswith("est:")]
+
+
+def _layer_and_k(s: _Saved) -> list[Measurement]:
+    out = []
+    for file, label, scores in s.score_files():
+        layers = sorted(int(c[6:]) for c in scores.columns if c.startswith("layer:"))
+        mid = int(scores["middle_layer"].iloc[0]) if "middle_layer" in scores.columns else None
+        if mid in layers:
+            out += [s.auroc(f"AUROC(layer {mid}) - AUROC(layer {other}) ({label})", 2, scores,
+                            f"layer:{mid}", f"layer:{other}", file)
+                    for other in sorted({layers[0], layers[-1]} - {mid})]
+        ks = sorted(int(c[2:]) for c in scores.columns if c.startswith("k:"))
+        if len(ks) >= 2:
+            out.append(s.auroc(f"AUROC(k={ks[-1]}) - AUROC(k={ks[0]}) ({label})", 2, scores,
+                               f"k:{ks[-1]}", f"k:{ks[0]}", file))
+    return out
+
+
+def _reranking(s: _Saved) -> list[Measurement]:
+    """The mechanism first (the gold passage's U against BM25's order), then end to end."""
+    out = []
+    src = f"{MECHANISMS}/rerank.csv"
+    df = s.csv(src)
+    if df is not None:
+        n_cand = int(df["n_candidates"].iloc[0]) if len(df) else 0
+        out.append(paired("lowest U picks the gold passage - BM25's top hit is gold", 3,
+                          df["u_picks_gold"], df["bm25_picks_gold"], "share of questions",
+                          source=src, **s.boot))
+        out.append(paired(f"lowest U picks the gold passage - chance (1/{n_cand})", 3,
+                          df["u_picks_gold"], np.full(len(df), 1.0 / max(n_cand, 1)),
+                          "share of questions", source=src, **s.boot))
+        out.append(paired(f"answer F1 with the lowest-U passage - with BM25's top passage "
+                          f"({n_cand} candidates)", 3, 100 * df["f1_lowest_u"],
+                          100 * df["f1_bm25_top"], "F1 points", source=src, **s.boot))
+    if (pair := s.versus_seakr("no-sa-rerank")) is not None:
+        out.append(paired("SeaKR - SeaKR without re-ranking (BM25 top-1), F1", 3, *pair, "F1 points",
+                          source="06-ablations", paper=_paper_f1("seakr_table3", "seakr", "no-sa-rerank"),
+                          **s.boot))
+    return out
+
+
+def _selective_retrieval(s: _Saved) -> list[Measurement]:
+    """Accuracy within the margin of always retrieving, with fewer retrievals. The mechanism first:
+    on the bundled questions, keep the closed-book answer when its U <= delta, else answer with the
+    gold passage (an oracle retriever), against always using the passage."""
+    out = []
+    src = f"{MECHANISMS}/retrieval_scores.csv"
+    sc = s.csv(src)
+    if sc is not None:
+        from ..uncertainty.thresholds import read_deltas
+
+        closed = sc[sc["condition"] == "closed-book"].set_index("id")
+        gold = sc[sc["condition"] == "gold passage"].set_index("id").reindex(closed.index)
+        delta = float(read_deltas(s.cfg, s.res)["eigen"])
+        retrieve = closed["u"] > delta
+        selective = np.where(retrieve, gold["f1"], closed["f1"])
+        out.append(paired(f"U-gated (retrieve when U > {delta:.3g}: on {retrieve.mean():.0%} of the "
+                          "questions) - always retrieve, F1, gold passage as the retrieval "
+                          f"(non-inferiority, margin {NONINFERIORITY_F1:g})",
+                          4, 100 * selective, 100 * gold["f1"], "F1 points",
+                          margin=NONINFERIORITY_F1, source=src, **s.boot))
+        out.append(paired("U-gated - always retrieve, retrievals per question (gold passage)", 4,
+                          retrieve.astype(float), np.ones(len(closed)), "retrievals", direction=-1,
+                          source=src, **s.boot))
+    if (pair := s.versus_seakr("no-sa-retrieval")) is not None:
+        out.append(paired("SeaKR - always retrieve, F1 (non-inferiority, margin "
+                          f"{NONINFERIORITY_F1:g})", 4, *pair, "F1 points", margin=NONINFERIORITY_F1,
+                          source="06-ablations",
+                          paper=_paper_f1("seakr_table3", "seakr", "no-sa-retrieval"), **s.boot))
+        out.append(paired("SeaKR - always retrieve, retrievals per question", 4,
+                          *s.versus_seakr("no-sa-retrieval", lambda r: float(r["n_retrievals"])),
+                          "retrievals", direction=-1, source="06-ablations", **s.boot))
+    return out
+
+
+def _self_aware_reasoning(s: _Saved) -> list[Measurement]:
+    """From SeaKR's own rows: both paths are recorded on every question."""
+    from ..evaluation import f1_score
+
+    seakr_rows = s.runs("04-complex-qa/results.csv").get("seakr") or s.runs("06-ablations/results.csv").get("seakr")
+    if not seakr_rows:
+        return []
+    rows = [r for dataset_rows in seakr_rows.values() for r in dataset_rows]
+    return [paired(f"SeaKR's choice - {name} alone, F1", 5, [_f1(r) for r in rows],
+                   [100.0 * f1_score((r.get("extra") or {}).get(key) or "", r["golds"]) for r in rows],
+                   "F1 points", source="04-complex-qa (SeaKR rows)",
+                   paper=_paper_f1("seakr_table3", "seakr", ablation), **s.boot)
+            for key, name, ablation in (("rationale_answer", "rationale path", "rationales-only"),
+                                        ("knowledge_answer", "knowledge path", "knowledge-only"))]
+
+
+def _accuracy(s: _Saved) -> list[Measurement]:
+    """SeaKR against each baseline, pooled over the data sets of Table 1 and of Table 2."""
+    out = []
+    for csv, baselines, table, paper_table in (
+            ("04-complex-qa/results.csv", BASELINES_COMPLEX, "multi-hop", "seakr_table1"),
+            ("05-simple-qa/results.csv", BASELINES_SIMPLE, "single-hop", "seakr_table2")):
+        runs = s.runs(csv)
+        out += [paired(f"SeaKR - {base}, F1, {table} (pooled)", 6, *_pair(runs["seakr"], runs[base], _f1),
+                       "F1 points", source=csv.split("/")[0], paper=_paper_f1(paper_table, "seakr", base),
+                       **s.boot)
+                for base in baselines if "seakr" in runs and base in runs]
+    return out
+
+
+def _cost(s: _Saved) -> list[Measurement]:
+    """From the timed runs of notebook 09 (call cache off)."""
+    timed = s.runs("09-efficiency/results.csv")
+    return [paired(f"SeaKR - {base}, seconds per question", 7,
+                   *_pair(timed["seakr"], timed[base], lambda r: float(r["seconds"])), "s/question",
+                   direction=-1, source="09-efficiency", **s.boot)
+            for base in ("flare", "dragin") if "seakr" in timed and base in timed]
+
+
+_NEITHER_RUN = "neither the mechanism run (notebook 11) nor the ablation runs (notebook 06) were found"
+CLAIMS: tuple[Claim, ...] = (
+    Claim(1, "estimator", "The Gram log-determinant of forced-EOS vectors separates wrong from right "
+          "answers better than perplexity, LN-entropy, energy and prompting.",
+          "Table 3 (estimator rows), Figure 3", _estimator,
+          "per-question estimator scores not found (run notebook 03)"),
+    Claim(2, "layer and k", "Middle layers give the best estimator; its quality rises with k and "
+          "saturates.", "Figure 3 (quality vs layer, vs k)", _layer_and_k,
+          "per-question scores by layer and k not found (run notebook 03)"),
+    Claim(3, "re-ranking", "Choosing the candidate passage with the lowest U gives better answers "
+          "than BM25's order.", "Table 3, row - re-rank", _reranking, _NEITHER_RUN),
+    Claim(4, "selective retrieval", "Retrieving only when U > delta costs little or nothing "
+          "against always retrieving, while retrieving less often.", "Table 3, row - retrieval",
+          _selective_retrieval, _NEITHER_RUN),
+    Claim(5, "self-aware reasoning", "Choosing between the rationale path and the knowledge path "
+          "by U beats either path alone.", "Table 3, rows rationales-only / knowledge-only",
+          _self_aware_reasoning, "no SeaKR run on multi-hop QA was found (run notebook 04)"),
+    Claim(6, "accuracy", "SeaKR beats CoT, IRCoT, FLARE and DRAGIN on multi-hop QA (Table 1) and "
+          "single-hop QA (Table 2).", "Tables 1 and 2", _accuracy,
+          "no SeaKR and baseline runs of notebooks 04/05 were found"),
+    Claim(7, "cost", "SeaKR costs less per question than FLARE and DRAGIN.", "Table 7", _cost,
+          "no timed SeaKR and FLARE/DRAGIN runs of notebook 09 were found"),
+)
+
+
 def measure_claims(cfg, n_boot: int | None = None, res=None) -> tuple[list[Measurement], dict[int, str]]:
     """Every measurement this profile's saved results allow (those under `res`, default
     results/<profile>/), and why the others are missing."""
     from pathlib import Path
 
-    from ..evaluation import f1_score
     from ..core.paths import results_dir
 
-    res = Path(res) if res is not None else results_dir(cfg.profile)
-    boot = {"n_boot": int(n_boot or cfg["evaluation.bootstrap_samples"]), "seed": int(cfg["seed"]),
-            "confidence": float(cfg["evaluation.confidence"])}
+    saved = _Saved(cfg, Path(res) if res is not None else results_dir(cfg.profile), n_boot)
     out: list[Measurement] = []
     missing: dict[int, str] = {}
-
-    # 1, 2: estimator quality from step 03's per-question scores and the retrieval mechanism run
-    for file, label in (("03-uncertainty-estimators/question_scores.csv", "calibration set, closed-book"),
-                        (f"{MECHANISMS}/retrieval_scores.csv", "bundled single-hop, closed-book + gold passage")):
-        path = res / file
-        if not path.is_file():
-            continue
-        scores = pd.read_csv(path)
-        y = scores["incorrect"].to_numpy(int)
-        eigen = scores["eigen"].to_numpy(float)
-        for other in [c for c in scores.columns if c.startswith("est:")]:
-            out.append(paired_statistic(
-                f"AUROC(eigen) - AUROC({other[4:]}) for a wrong answer ({label})", 1,
-                auroc_difference(eigen, scores[other], y), len(scores), "AUROC",
-                source=file, **boot))
-        layers = sorted(int(c[6:]) for c in scores.columns if c.startswith("layer:"))
-        mid = int(scores["middle_layer"].iloc[0]) if "middle_layer" in scores.columns else None
-        if mid in layers:
-            for other in sorted({layers[0], layers[-1]} - {mid}):
-                out.append(paired_statistic(
-                    f"AUROC(layer {mid}) - AUROC(layer {other}) ({label})", 2,
-                    auroc_difference(scores[f"layer:{mid}"], scores[f"layer:{other}"], y),
-                    len(scores), "AUROC", source=file, **boot))
-        ks = sorted(int(c[2:]) for c in scores.columns if c.startswith("k:"))
-        if len(ks) >= 2:
-            out.append(paired_statistic(
-                f"AUROC(k={ks[-1]}) - AUROC(k={ks[0]}) ({label})", 2,
-                auroc_difference(scores[f"k:{ks[-1]}"], scores[f"k:{ks[0]}"], y), len(scores),
-                "AUROC", source=file, **boot))
-    if not any(m.claim == 1 for m in out):
-        missing[1] = "per-question estimator scores not found (run notebook 03)"
-    if not any(m.claim == 2 for m in out):
-        missing[2] = "per-question scores by layer and k not found (run notebook 03)"
-
-    # 3: re-ranking, mechanism first (the gold passage's U against BM25's order), then end to end
-    rerank = res / MECHANISMS / "rerank.csv"
-    if rerank.is_file():
-        df = pd.read_csv(rerank)
-        n_cand = int(df["n_candidates"].iloc[0]) if len(df) else 0
-        src = f"{MECHANISMS}/rerank.csv"
-        out.append(paired("lowest U picks the gold passage - BM25's top hit is gold", 3,
-                          df["u_picks_gold"], df["bm25_picks_gold"], "share of questions",
-                          source=src, **boot))
-        out.append(paired(f"lowest U picks the gold passage - chance (1/{n_cand})", 3,
-                          df["u_picks_gold"], np.full(len(df), 1.0 / max(n_cand, 1)),
-                          "share of questions", source=src, **boot))
-        out.append(paired(f"answer F1 with the lowest-U passage - with BM25's top passage "
-                          f"({n_cand} candidates)", 3, 100 * df["f1_lowest_u"],
-                          100 * df["f1_bm25_top"], "F1 points", source=src, **boot))
-    ablations = _runs(res, "06-ablations/results.csv")
-    full = ablations.get("seakr", {})
-    if full and "no-sa-rerank" in ablations:
-        a, b = _pair(full, ablations["no-sa-rerank"], _f1)
-        out.append(paired("SeaKR - SeaKR without re-ranking (BM25 top-1), F1", 3, a, b, "F1 points",
-                          source="06-ablations", paper=_paper_f1("seakr_table3", "seakr", "no-sa-rerank"),
-                          **boot))
-    if not any(m.claim == 3 for m in out):
-        missing[3] = "neither the mechanism run (notebook 11) nor the ablation runs (notebook 06) were found"
-
-    # 4: selective retrieval: accuracy within the margin of always retrieving, fewer retrievals.
-    # Mechanism first: on the bundled questions, keep the closed-book answer when its U <= delta,
-    # else answer with the gold passage (an oracle retriever), against always using the passage.
-    scores_path = res / MECHANISMS / "retrieval_scores.csv"
-    if scores_path.is_file():
-        from .estimators import read_deltas
-
-        sc = pd.read_csv(scores_path)
-        closed = sc[sc["condition"] == "closed-book"].set_index("id")
-        gold = sc[sc["condition"] == "gold passage"].set_index("id").reindex(closed.index)
-        delta = float(read_deltas(cfg, res)["eigen"])
-        retrieve = closed["u"] > delta
-        selective = np.where(retrieve, gold["f1"], closed["f1"])
-        src = f"{MECHANISMS}/retrieval_scores.csv"
-        out.append(paired(f"U-gated (retrieve when U > {delta:.3g}: on {retrieve.mean():.0%} of the "
-                          "questions) - always retrieve, F1, gold passage as the retrieval "
-                          f"(non-inferiority, margin {NONINFERIORITY_F1:g})",
-                          4, 100 * selective, 100 * gold["f1"], "F1 points",
-                          margin=NONINFERIORITY_F1, source=src, **boot))
-        out.append(paired("U-gated - always retrieve, retrievals per question (gold passage)", 4,
-                          retrieve.astype(float), np.ones(len(closed)), "retrievals", direction=-1,
-                          source=src, **boot))
-    if full and "no-sa-retrieval" in ablations:
-        a, b = _pair(full, ablations["no-sa-retrieval"], _f1)
-        out.append(paired("SeaKR - always retrieve, F1 (non-inferiority, margin "
-                          f"{NONINFERIORITY_F1:g})", 4, a, b, "F1 points", margin=NONINFERIORITY_F1,
-                          source="06-ablations",
-                          paper=_paper_f1("seakr_table3", "seakr", "no-sa-retrieval"), **boot))
-        a, b = _pair(full, ablations["no-sa-retrieval"], lambda r: float(r["n_retrievals"]))
-        out.append(paired("SeaKR - always retrieve, retrievals per question", 4, a, b,
-                          "retrievals", direction=-1, source="06-ablations", **boot))
-    if not any(m.claim == 4 for m in out):
-        missing[4] = "neither the mechanism run (notebook 11) nor the ablation runs (notebook 06) were found"
-
-    # 5: self-aware reasoning, from SeaKR's own rows (both paths are recorded on every question)
-    complex_runs = _runs(res, "04-complex-qa/results.csv")
-    seakr_rows = complex_runs.get("seakr") or full
-    if seakr_rows:
-        rows = [r for dataset_rows in seakr_rows.values() for r in dataset_rows]
-        for key, name in (("rationale_answer", "rationale path"), ("knowledge_answer", "knowledge path")):
-            a = [_f1(r) for r in rows]
-            b = [100.0 * f1_score((r.get("extra") or {}).get(key) or "", r["golds"]) for r in rows]
-            out.append(paired(f"SeaKR's choice - {name} alone, F1", 5, a, b, "F1 points",
-                              source="04-complex-qa (SeaKR rows)",
-                              paper=_paper_f1("seakr_table3", "seakr",
-                                              "rationales-only" if key.startswith("rationale")
-                                              else "knowledge-only"), **boot))
-    else:
-        missing[5] = "no SeaKR run on multi-hop QA was found (run notebook 04)"
-
-    # 6: SeaKR against each baseline, pooled over the data sets of Table 1 and of Table 2
-    simple_runs = _runs(res, "05-simple-qa/results.csv")
-    for runs, baselines, table, paper_table in ((complex_runs, BASELINES_COMPLEX, "multi-hop", "seakr_table1"),
-                                                (simple_runs, BASELINES_SIMPLE, "single-hop", "seakr_table2")):
-        if "seakr" not in runs:
-            continue
-        for base in baselines:
-            if base not in runs:
-                continue
-            a, b = _pair(runs["seakr"], runs[base], _f1)
-            out.append(paired(f"SeaKR - {base}, F1, {table} (pooled)", 6, a, b, "F1 points",
-                              source="04-complex-qa" if table == "multi-hop" else "05-simple-qa",
-                              paper=_paper_f1(paper_table, "seakr", base), **boot))
-    if not any(m.claim == 6 for m in out):
-        missing[6] = "no SeaKR and baseline runs of notebooks 04/05 were found"
-
-    # 7: cost, from the timed runs of notebook 09 (call cache off)
-    timed = _runs(res, "09-efficiency/results.csv")
-    if "seakr" in timed:
-        for base in ("flare", "dragin"):
-            if base in timed:
-                a, b = _pair(timed["seakr"], timed[base], lambda r: float(r["seconds"]))
-                out.append(paired(f"SeaKR - {base}, seconds per question", 7, a, b, "s/question",
-                                  direction=-1, source="09-efficiency", **boot))
-    if not any(m.claim == 7 for m in out):
-        missing[7] = "no timed SeaKR and FLARE/DRAGIN runs of notebook 09 were found"
+    for claim in CLAIMS:
+        parts = claim.measure(saved)
+        out += parts
+        if not parts:
+            missing[claim.id] = claim.missing
     return out, missing
 
 

@@ -11,14 +11,7 @@ import numpy as np
 from ..core.config import Config
 from ..core.errors import UserError
 from ..core.io import write_json
-# the profile's U and thresholds as the methods read them; importable from this step as before
-from ..uncertainty.thresholds import (  # noqa: F401
-    calibrated_deltas,
-    delta_path,
-    read_deltas,
-    u_layer,
-    u_params,
-)
+from ..uncertainty.thresholds import delta_path, u_layer, u_params
 
 if TYPE_CHECKING:
     import pandas

@@ -9,15 +9,7 @@ from ..core.errors import DataMissingError, UserError
 from ..core.io import write_jsonl
 from ..core.paths import results_dir, setting_path
 # what the runs read of this step lives in the run layer; the names stay importable from here
-from ..runs.inputs import (  # noqa: F401
-    corpus_path,
-    load_prepared,
-    open_profile_searcher,
-    prepared_path,
-    profile_datasets,
-    top10_file,
-    with_text_field,
-)
+from ..runs.inputs import corpus_path, load_prepared, profile_datasets, top10_file, with_text_field
 
 if TYPE_CHECKING:
     import pandas

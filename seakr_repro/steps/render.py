@@ -78,7 +78,7 @@ def ours_for_table(df: pd.DataFrame, spec: Table | str) -> pd.DataFrame:
 
 def _table_runs(cfg: Config, spec: Table) -> tuple[list[str], list[str]]:
     """(run labels, data sets) whose run files make up a table's rows (Tables 1-4)."""
-    from ..runs.grid import table_datasets
+    from ..runs.plan import table_datasets
 
     if spec.kind == "timing":         # timed runs of their own, not the shared run files
         return [], []
@@ -231,7 +231,7 @@ def _caption_of(spec: Table, table: pd.DataFrame, *extra: str) -> str:
 
 
 def _datasets(cfg: Config, spec: Table) -> list[str]:
-    from ..runs.grid import table_datasets
+    from ..runs.plan import table_datasets
     return table_datasets(cfg, spec.key)
 
 
@@ -380,7 +380,7 @@ def figure3_markers(cfg: Config, panel: str, data: pd.DataFrame) -> dict:
     """The marker lines of a Figure 3 panel (artifacts.FIGURE3), from what step 03 used and saved:
     the layer U is read at (uncertainty.layer resolved for the model), and the calibrated delta of
     eigen (calibration/delta.json) with the paper's -6 beside it where the model is the paper's."""
-    from .estimators import calibrated_deltas, delta_path, u_layer
+    from ..uncertainty.thresholds import calibrated_deltas, delta_path, u_layer
     from ..reporting.figures import PAPER_DELTA
 
     marker = FIGURES[panel].marker

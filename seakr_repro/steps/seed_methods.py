@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..artifacts import SEED_METHODS, RunSpec  # noqa: F401  (SEED_METHODS: its name here before)
+from ..artifacts import RunSpec
 from ..core.config import Config
 from ..core.errors import DataMissingError
 from ..core.paths import results_dir
@@ -51,11 +51,6 @@ def training_questions(cfg: Config, dataset: str, n_train: int | None) -> tuple[
                 "or evaluate on a sample (e.g. PROFILE=paper-sample) so that the rest can train")
     return (rest[:n_train] if n_train is not None else rest), \
         f"{dataset} questions outside the evaluation sample"
-
-
-def train_split(cfg: Config, dataset: str, n_train: int | None) -> list:
-    """The records of `training_questions`."""
-    return training_questions(cfg, dataset, n_train)[0]
 
 
 def skr_labels(cfg: Config, backend, searcher, dataset: str, n_train: int | None) -> tuple[list, str, int]:

@@ -12,15 +12,8 @@ from ..artifacts import RunSpec, table
 from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.paths import results_dir
-from ..runs.grid import (  # noqa: F401  (table_datasets: notebook 07 reads it from here)
-    analysis_datasets,
-    deltas_for,
-    method_settings,
-    model_dtype,
-    run_grid,
-    select_questions,
-    table_datasets,
-)
+from ..runs.grid import deltas_for, method_settings, model_dtype, run_grid, select_questions
+from ..runs.plan import table_datasets
 from ..runs.pool import BackendPool
 
 
@@ -143,7 +136,7 @@ def run_table(key: str, cfg: Config, n_questions: int | None = None, *,
     analysis.n_questions, else the whole prepared set). methods: a subset of the declared rows
     (Table 7's METHODS). step_args: Table 4's calibration set (cal_fanout, cal_bundled, n_shot).
     SeaKR runs first, so a days-long run gives the headline number first."""
-    from .prepare import open_profile_searcher
+    from ..runs.inputs import open_profile_searcher
     from ..core.provenance import save_dataframe, save_json
 
     spec = table(key)

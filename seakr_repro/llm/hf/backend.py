@@ -53,7 +53,6 @@ import torch
 
 from . import shared_prefix as sp
 from .decode.base import Lane, Prefix, Row, greedy
-from .decode.names import DECODE_SETTINGS, resolve
 from .decode.paths import REFERENCE, strategy
 from .oom import OutOfMemoryRetry
 from .prompt_rows import COPIED, SHARED
@@ -64,6 +63,7 @@ from ..model_info import generation_config_of, middle_layer, model_dims, text_co
 from ..sampling import sample_tokens, token_stats
 from ..stops import check_forced_eos, cut_at_stop, stop_end
 from ..attention import WordsMixin
+from ...core.setting_choices import DECODE_SETTINGS, resolve_decode
 from ..tokenizing import TokenizerMixin, check_fits, check_reads
 
 
@@ -85,7 +85,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.n_layers, self.hidden_size, self.eos_token_id = model_dims(model.config, tokenizer)
         self.device = next(model.parameters()).device
         # `decode_path`, not `decode`: Backend.decode(ids) is the tokenizer's, which DRAGIN's baselines call
-        self.decode_path = resolve(decode)
+        self.decode_path = resolve_decode(decode)
         strategy(self.decode_path).check(self.device)     # e.g. graph: CUDA only
         # the context the model was trained for: longer prompts are refused (check_fits), not
         # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)

@@ -40,7 +40,7 @@ def run(ctx) -> dict:
     from ...artifacts import spec_for
     from ...core.config import load_config
     from ...llm.hf.decode import graph, paths
-    from ...llm.hf.decode.names import resolve
+    from ...core.setting_choices import resolve_decode
     from ...runs import grid
     from ...runs.cost import with_hours
     from ...runs.disk_needs import estimate_needs
@@ -71,7 +71,7 @@ def run(ctx) -> dict:
 
     def decode_record() -> dict:
         ran = {p: n - calls_before[p] for p, n in paths.calls().items() if n > calls_before[p]}
-        named = resolve(cfg["model.decode"])
+        named = resolve_decode(cfg["model.decode"])
         cap = graph.LOG.since(captures_before)
         return {"named": named, "calls": ran, "graph_captures": cap["captures"], "graph_replays": cap["replays"],
                 **({"simulated": paths.strategy(named).simulated} if paths.strategy(named).simulated else {})}
