@@ -1,6 +1,7 @@
-"""Every paper artifact this package reproduces, declared once: for each table its rows (the runs
-that make them, Self-RAG's checkpoint included), its data sets, the step that computes it, the
-paper's CSV, caption and the figure drawn from it; for Figure 3 its panels and their markers.
+"""What this package runs and reproduces, declared once (docs/extending.md): each method (its
+class, the tables it is a row of, its disk figures); for each paper table its rows, its data sets,
+the step that computes it, the paper's CSV, caption and the figure drawn from it; for Figure 3 its
+panels and their markers; each step's reads and writes.
 
 `steps.tables.run_table(key, cfg)` runs a table's step, `render.beside_paper(key, cfg)` shows it
 beside the paper, and `render.render_all` / `render.draw_figure` render every artifact from these
@@ -21,12 +22,9 @@ class RunSpec:
     model: str | None = None        # another backbone (Table 4) or the Self-RAG checkpoint
 
 
-# Each QA method, declared once: `methods.build_method` builds it, the tables take their rows from
-# its `tables` ("seed": notebook 10's rows), in this order (the paper's), and `runs.disk_needs`
-# sizes its runs from its figures. The figures are bytes per question, MEASURED by `make
-# scale-check` (call cache in its default "gram" form, run file; Self-RAG's measured again after
-# its rewrite as the authors' code; docs/disk-and-memory.md); a method that joins a paper table
-# must carry them.
+# The QA methods: the tables take their rows from `tables` ("seed": notebook 10's), in this order
+# (the paper's); `runs.disk_needs` sizes their runs by the bytes per question `make scale-check`
+# MEASURED (docs/disk-and-memory.md), which a method in a paper table must carry.
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
@@ -58,16 +56,8 @@ METHODS: dict[str, MethodSpec] = {m.name: m for m in (
 
 
 def find_method(name: str) -> MethodSpec | None:
+    """The declaration of method `name` (an alias or any letter case accepted), None if none."""
     return next((m for m in METHODS.values() if name.lower() in (m.name, *m.aliases)), None)
-
-
-def method_spec(name: str) -> MethodSpec:
-    """The declaration of method `name` (an alias or any letter case accepted)."""
-    found = find_method(name)
-    if found is None:
-        from .core.errors import UserError
-        raise UserError(f"unknown method '{name}'", setting="method", fix=f"use one of {', '.join(METHODS)}")
-    return found
 
 
 def spec_for(method: str, label: str | None = None, overrides: dict | None = None) -> RunSpec:

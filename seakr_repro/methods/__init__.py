@@ -22,8 +22,10 @@ def method_class(name: str) -> type | None:
 def build_method(name: str, backend, searcher, dataset: str, **overrides):
     """The method `name` for `dataset`, its defaults updated by `overrides` (SKR's fit on labelled
     training questions: `labelled=`, `encoder=`)."""
-    from ..artifacts import method_spec
-
-    cls = method_class(method_spec(name).name)
+    cls = method_class(name)
+    if cls is None:
+        from ..artifacts import METHODS
+        from ..core.errors import UserError
+        raise UserError(f"unknown method '{name}'", setting="method", fix=f"use one of {', '.join(METHODS)}")
     fitted = {k: overrides.pop(k) for k in ("labelled", "encoder") if k in overrides}
     return cls(backend, searcher, dataset, overrides, **fitted)

@@ -119,48 +119,40 @@ def question_runs(cfg: Config, prepared: bool = False, as_run: bool = False) -> 
     notebook 10's rows too, table "seed"). The sets are the paper's (a cost
     projection of the profile); with `prepared`, the ones step 00 wrote where they are on disk (a
     disk check of what this checkout will run)."""
-    from .inputs import profile_datasets
-
-    rows, counted = [], ({} if prepared else None)
-    for key, spec in TABLES.items():
-        cap = step_cap(cfg, spec.step)
-        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
-                else [(s.label, s.method) for s in spec.runs])
-        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
-            runs = [(m, meth) for m, meth in runs if m in notebook_parameter(cfg, spec.step, "METHODS")] \
-                if as_run else runs
-        for label, method in runs:
-            rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
-                      "questions": _capped(cfg, d, cap, counted)}
-                     for d in table_datasets(cfg, key) if runs_on(label, d)]
-    if as_run:
-        cap = step_cap(cfg, SEED_STEP)
-        rows += [{"notebook": SEED_STEP, "table": "seed", "run": label, "method": label, "dataset": d,
-                  "questions": _capped(cfg, d, cap, counted)}
-                 for d in profile_datasets(cfg) for label in ("seakr",) + seed_methods()]
+    counted, caps, rows = ({} if prepared else None), {}, []
+    for step, key, label, method, d in _runs(cfg, as_run):
+        if step not in caps:
+            caps[step] = step_cap(cfg, step)
+        rows.append((step, key, label, method, d, _capped(cfg, d, caps[step], counted)))
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 
-# Which notebook's N_QUESTIONS caps a run label (the total of a run is the prepared set, capped)
-def _step_of(cfg: Config, label: str) -> str | None:
-    if label in methods("table1") or label in methods("table2"):
-        return None                       # 04/05: the shared base runs, e.g. seakr, run whole sets
-    if label in ABLATIONS:
-        return table("table3").step
-    if label in (cfg.get("backbones.models", []) or []):
-        return table("table4").step
-    return SEED_STEP if label in seed_methods() else None
+def _runs(cfg: Config, as_run: bool = True):
+    """(step, table, run label, method, data set) of each run, in notebook order (`question_runs`)."""
+    from .inputs import profile_datasets
+
+    for key, spec in TABLES.items():
+        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
+                else [(s.label, s.method) for s in spec.runs])
+        if spec.kind == "timing" and as_run:  # notebook 09 times the METHODS of its parameters
+            runs = [(m, meth) for m, meth in runs if m in notebook_parameter(cfg, spec.step, "METHODS")]
+        yield from ((spec.step, key, label, method, d) for label, method in runs
+                    for d in table_datasets(cfg, key) if runs_on(label, d))
+    if as_run:
+        yield from ((SEED_STEP, "seed", label, label, d) for d in profile_datasets(cfg)
+                    for label in ("seakr",) + seed_methods())
 
 
 def _cap(cfg: Config, label: str, dataset_kind: str) -> int | None:
-    notebooks = cfg.get("notebooks", {}) or {}
-    step = _step_of(cfg, label)
-    if step in (table("table3").step, table("table4").step):   # Tables 3/4 run on the analysis sample
-        return cfg.get("analysis.n_questions")
-    if step is not None:
-        return (notebooks.get(step) or {}).get("N_QUESTIONS")
+    """What caps a run label's questions (the total of a run is the prepared set, capped): Tables
+    3/4's analysis sample, else its notebook's N_QUESTIONS; 04/05's for their shared base runs,
+    e.g. seakr."""
     step = table("table1" if dataset_kind == "complex" else "table2").step
-    return (notebooks.get(step) or {}).get("N_QUESTIONS")
+    if label not in methods("table1") + methods("table2"):
+        if label in ABLATIONS or label in (cfg.get("backbones.models", []) or []):
+            return cfg.get("analysis.n_questions")
+        step = SEED_STEP if label in seed_methods() else step
+    return ((cfg.get("notebooks", {}) or {}).get(step) or {}).get("N_QUESTIONS")
 
 
 def _prepared_size(cfg: Config, dataset: str, cache: dict) -> int | None:
@@ -236,18 +228,7 @@ def planned_runs(cfg: Config) -> list[PlannedRun]:
     (`artifacts.TABLES`, as `question_runs` counts them) and notebook 10's (SeaKR and the related
     methods on each data set). Identified by (label, data set): the config hash needs the method
     built on a model, so a run's file is the one its latest run wrote (`run_file`)."""
-    from .inputs import profile_datasets
-
-    out = []
-    for key, spec in TABLES.items():
-        labels = (list(cfg.get("backbones.models", []) or []) if spec.kind == "backbones"
-                  else [s.label for s in spec.runs])
-        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
-            labels = [m for m in labels if m in notebook_parameter(cfg, spec.step, "METHODS")]
-        out += [PlannedRun(spec.step, label, d) for label in labels for d in table_datasets(cfg, key)
-                if runs_on(label, d)]
-    out += [PlannedRun(SEED_STEP, label, d) for d in profile_datasets(cfg) for label in ("seakr",) + seed_methods()]
-    return out
+    return [PlannedRun(step, label, d) for step, _, label, _, d in _runs(cfg)]
 
 
 def label_files(folder, label: str) -> list:
