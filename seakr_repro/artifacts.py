@@ -1,6 +1,7 @@
-"""Every paper artifact this package reproduces, declared once: for each table its rows (the runs
-that make them, Self-RAG's checkpoint included), its data sets, the step that computes it, the
-paper's CSV, caption and the figure drawn from it; for Figure 3 its panels and their markers.
+"""What this package runs and reproduces, declared once (docs/extending.md): each method (its
+class, the tables it is a row of, its disk figures); for each paper table its rows, its data sets,
+the step that computes it, the paper's CSV, caption and the figure drawn from it; for Figure 3 its
+panels and their markers; each step's reads and writes.
 
 `steps.tables.run_table(key, cfg)` runs a table's step, `render.beside_paper(key, cfg)` shows it
 beside the paper, and `render.render_all` / `render.draw_figure` render every artifact from these
@@ -16,18 +17,53 @@ from typing import Any
 @dataclass
 class RunSpec:
     label: str                      # row name in the tables
-    method: str                     # key for methods.build_method
+    method: str                     # key of METHODS
     overrides: dict = field(default_factory=dict)
     model: str | None = None        # another backbone (Table 4) or the Self-RAG checkpoint
 
 
+# The QA methods: the tables take their rows from `tables` ("seed": notebook 10's), in this order
+# (the paper's); `runs.disk_needs` sizes their runs by the bytes per question `make scale-check`
+# MEASURED (docs/disk-and-memory.md), which a method in a paper table must carry.
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    cls: str                        # "module:Class", imported when the method is built
+    tables: tuple = ()
+    cache_bytes: int | None = None  # LLM call cache per question
+    run_bytes: int | None = None    # run file per question
+    model: str | None = None        # its own checkpoint (model.paths) in place of the profile's model
+    aliases: tuple = ()
+
+
 SELF_RAG_MODEL = "selfrag-llama2-7b"   # Self-RAG runs its own fine-tuned checkpoint (model.paths)
+_M = "seakr_repro.methods."
+_SKR = tuple(MethodSpec(f"skr-{v}", f"{_M}skr.method:SKR{v.capitalize()}", ("seed",))
+             for v in ("prompt", "icl", "cls", "knn"))
+
+METHODS: dict[str, MethodSpec] = {m.name: m for m in (
+    MethodSpec("cot", f"{_M}cot:CoT", ("table1", "table2", "table7"), 1_179, 800),
+    MethodSpec("ircot", f"{_M}ircot:IRCoT", ("table1", "table7"), 6_137, 5_886),
+    MethodSpec("self_rag", f"{_M}self_rag:SelfRAG", ("table1", "table2"), 10_912, 3_974,
+               model=SELF_RAG_MODEL, aliases=("self-rag", "selfrag")),
+    MethodSpec("flare", f"{_M}flare:FLARE", ("table1", "table2", "table7"), 11_750, 7_196),
+    MethodSpec("dragin", f"{_M}dragin:DRAGIN", ("table1", "table2", "table7"), 17_582, 8_900),
+    MethodSpec("seakr", f"{_M}seakr.method:SeaKR", ("table1", "table2", "table7"), 95_200, 5_642),
+    *_SKR,
+    MethodSpec("taikc", f"{_M}taikc.method:TAIKC", ("seed",)),
+    MethodSpec("taikc-kbae", f"{_M}taikc.method:TAIKCKBAE", ("seed",)),
+)}
+
+
+def find_method(name: str) -> MethodSpec | None:
+    """The declaration of method `name` (an alias or any letter case accepted), None if none."""
+    return next((m for m in METHODS.values() if name.lower() in (m.name, *m.aliases)), None)
 
 
 def spec_for(method: str, label: str | None = None, overrides: dict | None = None) -> RunSpec:
     """The run of one method as the tables run it (Self-RAG on its own checkpoint)."""
-    model = SELF_RAG_MODEL if method in ("self_rag", "self-rag", "selfrag") else None
-    return RunSpec(label or method, method, dict(overrides or {}), model)
+    known = find_method(method)
+    return RunSpec(label or method, method, dict(overrides or {}), known.model if known else None)
 
 
 # SeaKR as the official code runs it, and with its deviations corrected (docs/faithful-and-
@@ -57,8 +93,11 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 REASONING_ABLATIONS = ("rationales-only", "knowledge-only")          # complex QA only (paper)
 
-# Notebook 10's rows: the related methods run beside SeaKR (the run layer counts their questions)
-SEED_METHODS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn", "taikc", "taikc-kbae")
+
+def seed_methods() -> tuple[str, ...]:
+    """Notebook 10's rows: the related methods run beside SeaKR (the run layer counts their questions)."""
+    return tuple(m.name for m in METHODS.values() if "seed" in m.tables)
+
 
 # The rows of ours that the paper has no name for: the words a table shows, and its key's line.
 ROW_WORDS: dict[str, tuple[str, str]] = {
@@ -83,7 +122,7 @@ class Table:
     step: str               # the notebook that computes it: results/<profile>/<step>/results.csv
     paper: str | None       # data/paper/<paper>.csv
     caption: str
-    runs: tuple = ()        # RunSpecs in the paper's row order (Table 4: its rows are config models)
+    rows_of: tuple | None = None    # its own RunSpecs (None: METHODS that join it; Table 4: config models)
     datasets: str = "complex"   # complex | simple (datasets.*) | analysis (analysis.datasets)
     sample: str | None = None   # config key of the default questions per data set (None: all)
     rows: str = "method"
@@ -98,33 +137,35 @@ class Table:
         return f"{self.step}/results.csv"
 
     @property
+    def runs(self) -> tuple[RunSpec, ...]:
+        """Its rows in the paper's order."""
+        if self.rows_of is not None:
+            return self.rows_of
+        return tuple(spec_for(m.name) for m in METHODS.values() if self.key in m.tables)
+
+    @property
     def methods(self) -> tuple[str, ...]:
         return tuple(s.label for s in self.runs)
 
 
-_T1 = ("cot", "ircot", "self_rag", "flare", "dragin", "seakr")
-
 TABLES: dict[str, Table] = {t.key: t for t in (
     Table("table1", "table1_complex_qa", "04-complex-qa", "seakr_table1",
-          "Table 1: complex (multi-hop) QA, EM and F1 (%).",
-          runs=tuple(spec_for(m) for m in _T1), datasets="complex", f1_figure="table1_f1"),
+          "Table 1: complex (multi-hop) QA, EM and F1 (%).", datasets="complex", f1_figure="table1_f1"),
     Table("table2", "table2_simple_qa", "05-simple-qa", "seakr_table2",
-          "Table 2: simple (single-hop) QA with one retrieval round, EM and F1 (%).",
           # IRCoT is left out: simple questions need no iterative retrieval (paper)
-          runs=tuple(spec_for(m) for m in _T1 if m != "ircot"), datasets="simple",
+          "Table 2: simple (single-hop) QA with one retrieval round, EM and F1 (%).", datasets="simple",
           f1_figure="table2_f1"),
     Table("table3", "table3_ablations", "06-ablations", "seakr_table3",
           "Table 3: SeaKR ablations (estimators, self-aware retrieval, re-ranking, reasoning), "
           "EM and F1 (%).",
-          runs=tuple(RunSpec(label, "seakr", over) for label, over in ABLATIONS.items()),
+          rows_of=tuple(RunSpec(label, "seakr", over) for label, over in ABLATIONS.items()),
           datasets="analysis", sample="analysis.n_questions"),
     Table("table4", "table4_backbones", "07-backbones", "seakr_table4",
-          "Table 4: SeaKR with different backbone LLMs, EM and F1 (%).",
+          "Table 4: SeaKR with different backbone LLMs, EM and F1 (%).", rows_of=(),
           datasets="analysis", sample="analysis.n_questions", rows="model", kind="backbones"),
     Table("table7", "table7_efficiency", "09-efficiency", "seakr_table7",
           "Table 7: wall time per question (s), LLM call cache off (notebook 09 also lists LLM "
           "calls and retrievals).",
-          runs=tuple(spec_for(m) for m in ("cot", "ircot", "flare", "dragin", "seakr")),
           datasets="complex", metrics=("seconds_per_question",), kind="timing"),
 )}
 
@@ -172,8 +213,11 @@ PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's del
 # entry enters through its parameters); `shipped`: folders under data/ it reads; `outputs`: what
 # it writes, as globs under results/<profile>/ ("tables/..." and "figures/...": under
 # tables/<profile>/ and figures/<profile>/; None: not declared, so a step reading it re-runs
-# whenever it ran). The runs a step writes (one file each under results/<profile>/runs/) follow
-# from TABLES and SEED_METHODS (runs.plan.planned_runs).
+# whenever it ran); `dry_run`: the notebook parameters that size its work where `cost`'s dry run
+# runs it (commands.dry_run; None: a step it does not run, having no model calls). The runs a step
+# writes (one file each under results/<profile>/runs/) follow from TABLES and METHODS
+# (runs.plan.planned_runs). Each step's folder name is spelled here only; other modules take it
+# from STEPS, a table's `step` or these names.
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -181,15 +225,19 @@ class Step:
     settings: tuple | None = None
     shipped: tuple = ("bundled",)
     outputs: tuple | None = None
+    dry_run: tuple | None = None
 
     def read_steps(self) -> tuple[str, ...]:
         """The steps it reads (an entry "step:output" names its step)."""
         return tuple(dict.fromkeys(r.split(":", 1)[0] for r in self.reads))
 
 
+EXTRACTION, CALIBRATION = "02-extract-hidden-states", "03-uncertainty-estimators"
+SEED_STEP, MECHANISMS = "10-seed-methods", "11-mechanisms"
 _DATA = ("seed", "corpus", "datasets", "analysis", "evaluation")
 _PREPARED = ("00-prepare-data", "01-build-bm25-index")        # question records and the index
-_CALIBRATED = _PREPARED + ("03-uncertainty-estimators:calibration",)   # ... and step 03's thresholds
+_CALIBRATED = _PREPARED + (f"{CALIBRATION}:calibration",)     # ... and step 03's thresholds
+_N = ("N_QUESTIONS",)
 
 STEPS: dict[str, Step] = {s.name: s for s in (
     Step("00-prepare-data", settings=_DATA, outputs=("00-prepare-data", "data")),
@@ -198,26 +246,25 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          outputs=("01-build-bm25-index",)),
     # closed-book calibration questions (FanOutQA from its package, the bundled single-hop set);
     # another backend's samples go to 02-extract-hidden-states-<backend> (steps.extraction)
-    Step("02-extract-hidden-states", settings=("seed", "model", "uncertainty", "evaluation", "prompts"),
-         outputs=("02-extract-hidden-states*",)),
-    Step("03-uncertainty-estimators", ("02-extract-hidden-states",),
-         settings=("seed", "model", "uncertainty", "evaluation"),
-         outputs=("03-uncertainty-estimators", "calibration")),
-    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("04-complex-qa",)),
-    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("05-simple-qa",)),
-    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper"), outputs=("06-ablations",)),
+    Step(EXTRACTION, settings=("seed", "model", "uncertainty", "evaluation", "prompts"),
+         outputs=(f"{EXTRACTION}*",), dry_run=("N_FANOUT", "N_BUNDLED")),
+    Step(CALIBRATION, (EXTRACTION,), settings=("seed", "model", "uncertainty", "evaluation"),
+         outputs=(CALIBRATION, "calibration"), dry_run=()),
+    Step("04-complex-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("04-complex-qa",), dry_run=_N),
+    Step("05-simple-qa", _CALIBRATED, shipped=("bundled", "paper"), outputs=("05-simple-qa",), dry_run=_N),
+    Step("06-ablations", _CALIBRATED, shipped=("bundled", "paper"), outputs=("06-ablations",), dry_run=()),
     # calibrates each backbone itself
-    Step("07-backbones", _PREPARED, shipped=("bundled", "paper"), outputs=("07-backbones",)),
+    Step("07-backbones", _PREPARED, shipped=("bundled", "paper"), outputs=("07-backbones",),
+         dry_run=("N_CAL_FANOUT", "N_CAL_BUNDLED")),
     Step("08-case-studies", ("04-complex-qa",), settings=("seed",), shipped=(),     # step 04's traces
          outputs=("08-case-studies",)),
     # its timed runs lie in its own folder (09-efficiency/runs/), outside the shared run files
-    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper"), outputs=("09-efficiency",)),
-    Step("10-seed-methods", _PREPARED + ("04-complex-qa", "05-simple-qa"),   # SeaKR's rows: 04/05's runs
-         outputs=("10-seed-methods",)),
-    Step("11-mechanisms", _CALIBRATED, outputs=("11-mechanisms", "figures/mechanisms.*")),
+    Step("09-efficiency", _CALIBRATED, shipped=("bundled", "paper"), outputs=("09-efficiency",), dry_run=_N),
+    Step(SEED_STEP, _PREPARED + ("04-complex-qa", "05-simple-qa"),   # SeaKR's rows: 04/05's runs
+         outputs=(SEED_STEP,), dry_run=_N + ("N_TRAIN", "N_KBAE")),
+    Step(MECHANISMS, _CALIBRATED, outputs=(MECHANISMS, "figures/mechanisms.*"), dry_run=_N),
     # every table's step, Figure 3's (03) and the claims ledger's (03, 11 and the tables)
-    Step("90-render", tuple(sorted({t.step for t in TABLES.values()} |
-                                   {"03-uncertainty-estimators", "11-mechanisms"})),
+    Step("90-render", tuple(sorted({t.step for t in TABLES.values()} | {CALIBRATION, MECHANISMS})),
          shipped=("paper",),
          outputs=tuple(f"tables/{t.stem}.*" for t in TABLES.values()) + ("tables/claims.*",) +
          tuple(f"figures/{p.stem}.*" for p in FIGURE3) +

@@ -1,6 +1,7 @@
 """The paper's artifacts are declared once (seakr_repro/artifacts.py): the table steps run exactly
 the declared rows, the notebooks name a table by its key, and Figure 3 carries its markers
 wherever it is drawn (notebook 03 shows and step 90 saves `render.figure`)."""
+import ast
 import json
 import sys
 from pathlib import Path
@@ -161,3 +162,39 @@ def test_render_figures_draws_figure3_with_the_same_function(step03, tmp_path, m
         assert f'show_figure(render.figure("{panel}", cfg))' in code
     assert not any(w in code for w in ("draw_figure", "save_figure", "render_figures", "savefig"))
     assert "plot_delta_tradeoff" not in code and "-6.0" not in code
+
+
+def _code_strings(tree):
+    """The string constants of a module's code (f-string parts included), docstrings left out."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+# steps/claims.py names its inputs' folders in measure_claims, which is being rewritten per claim
+def test_only_the_step_declaration_spells_a_step_folder():
+    """A step's folder name is written in artifacts.py alone; every other module reads it from
+    STEPS, a table's `step` or the names artifacts exports (a message may still name a notebook in
+    its prose: the strings checked are those that begin with a folder name, a path or the folder)."""
+    root = Path(artifacts.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "artifacts.py":
+            continue
+        for text in _code_strings(ast.parse(path.read_text(encoding="utf-8"))):
+            found += [(rel, text) for step in artifacts.STEPS if text.startswith(step)]
+    assert not found
+
+
+def test_every_method_that_joins_a_table_has_its_disk_figures():
+    """runs.disk_needs sizes a run from its method's declared figures: none is borrowed."""
+    from seakr_repro.methods import method_class
+
+    for spec in artifacts.METHODS.values():
+        assert method_class(spec.name).__name__ == spec.cls.rpartition(":")[2]
+        if set(spec.tables) & set(artifacts.TABLES):
+            assert spec.cache_bytes and spec.run_bytes, spec.name
+    assert artifacts.seed_methods() == tuple(m for m, s in artifacts.METHODS.items() if "seed" in s.tables)

@@ -6,7 +6,7 @@ from seakr_repro.runs import grid, plan
 from seakr_repro.steps import seed_methods, tables
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
-from seakr_repro.methods import METHODS
+from seakr_repro.methods import method_class
 
 
 def test_seakr_gets_the_profile_constants():
@@ -16,14 +16,14 @@ def test_seakr_gets_the_profile_constants():
     assert (s["hook"], s["alpha"], s["n_shot"], s["max_reasoning_steps"], s["max_docs"], s["top_n"]) == \
         ("mlp_out", 0.001, 10, 7, 5, 3)
     assert s["mode"] == "faithful" and s["delta"] == {"eigen": -6.0}
-    assert set(s) <= set(METHODS["seakr"].DEFAULTS)
+    assert set(s) <= set(method_class("seakr").DEFAULTS)
 
 
 @pytest.mark.parametrize("method", ["cot", "ircot", "flare", "dragin"])
 def test_baselines_get_only_settings_they_know(method):
     cfg = load_config("smoke")
     s = grid.method_settings(cfg, method, {})
-    assert set(s) <= set(METHODS[method].DEFAULTS)
+    assert set(s) <= set(method_class(method).DEFAULTS)
     assert s["n_shot"] == 2 and s["max_new_tokens"] == 24
 
 
@@ -292,12 +292,13 @@ def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_de
     method's own default (one set of defaults), except where a null default means "look it up"."""
     import yaml
 
-    from seakr_repro.methods import METHODS
+    from seakr_repro.artifacts import METHODS
     from seakr_repro.core.paths import REPO_ROOT
 
     raw = yaml.safe_load((REPO_ROOT / "params" / "base.yaml").read_text())
     lookup_when_null = {("seakr", "official_repo")}   # None: prompts.official_repo's path
-    for name, cls in METHODS.items():
+    for name in METHODS:
+        cls = method_class(name)
         for setting, key in cls.CONFIG.items():
             node = raw
             for part in key.split("."):
@@ -305,4 +306,4 @@ def test_methods_declare_the_config_keys_they_read_and_base_yaml_states_their_de
                 node = node[part]
             if setting in cls.DEFAULTS and node is not None and (name, setting) not in lookup_when_null:
                 assert node == cls.DEFAULTS[setting], (name, setting, key)
-    assert set(METHODS["seakr"].CONFIG) <= set(METHODS["seakr"].DEFAULTS)
+    assert set(method_class("seakr").CONFIG) <= set(method_class("seakr").DEFAULTS)

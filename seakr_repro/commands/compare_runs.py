@@ -21,10 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import UserError
-from ..steps.claims import INPUTS, MECHANISMS, measure_claims, paired_statistic
+from ..artifacts import CALIBRATION, MECHANISMS
+from ..steps.claims import INPUTS, measure_claims, paired_statistic
 
 # per-question estimator scores (a subset of the ledger's INPUTS) and the columns naming a question
-SCORE_FILES = ("03-uncertainty-estimators/question_scores.csv", f"{MECHANISMS}/retrieval_scores.csv")
+SCORE_FILES = (f"{CALIBRATION}/question_scores.csv", f"{MECHANISMS}/retrieval_scores.csv")
 
 
 def _check_dir(path: Path) -> Path:

@@ -29,17 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..artifacts import CALIBRATION, EXTRACTION, MECHANISMS, SEED_STEP, STEPS, table
 from ..core.config import Config
 from ..llm.replay import REPLAY_ENV
-
-# the steps with model calls, in notebook order (the others: no call to count)
-STEPS = ("02-extract-hidden-states", "03-uncertainty-estimators", "04-complex-qa", "05-simple-qa",
-         "06-ablations", "07-backbones", "09-efficiency", "10-seed-methods", "11-mechanisms")
-# the notebook parameters that size a step's work (capped by a sample)
-SIZES = {"02-extract-hidden-states": ("N_FANOUT", "N_BUNDLED"), "04-complex-qa": ("N_QUESTIONS",),
-         "05-simple-qa": ("N_QUESTIONS",), "07-backbones": ("N_CAL_FANOUT", "N_CAL_BUNDLED"),
-         "09-efficiency": ("N_QUESTIONS",), "10-seed-methods": ("N_QUESTIONS", "N_TRAIN", "N_KBAE"),
-         "11-mechanisms": ("N_QUESTIONS",)}
 
 
 def sample_overrides(cfg: Config, sample: int | None) -> dict:
@@ -52,9 +44,9 @@ def sample_overrides(cfg: Config, sample: int | None) -> dict:
     capped = lambda v: sample if v is None else min(int(v), sample)   # noqa: E731
     out = {"datasets.n_questions": capped(cfg.get("datasets.n_questions")),
            "analysis.n_questions": capped(cfg.get("analysis.n_questions"))}
-    for step, names in SIZES.items():
-        for name in names:
-            out[f"notebooks.{step}.{name}"] = capped(notebook_parameter(cfg, step, name))
+    for step in STEPS.values():
+        for name in step.dry_run or ():
+            out[f"notebooks.{step.name}.{name}"] = capped(notebook_parameter(cfg, step.name, name))
     return out
 
 
@@ -103,14 +95,14 @@ def stand_in_overrides(cfg: Config) -> dict:
            "seakr.simple_qa_passages": "bm25", "skr.train_results": {}}
     if cfg.get("analysis.datasets"):
         out["analysis.datasets"] = pick(cfg["analysis.datasets"])
-    out["notebooks.11-mechanisms.DATASET"] = mapping[_mechanisms_set(cfg)]
+    out[f"notebooks.{MECHANISMS}.DATASET"] = mapping[_mechanisms_set(cfg)]
     return out
 
 
 def _mechanisms_set(cfg: Config) -> str:
     from ..runs.plan import notebook_parameter
 
-    return notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
+    return notebook_parameter(cfg, MECHANISMS, "DATASET") or cfg["datasets.simple"][0]
 
 
 def _link_built_inputs(cache: Path) -> None:
@@ -178,7 +170,7 @@ def _extract(cfg: Config) -> None:
     from ..runs.engine import close_backend, open_backend
     from ..steps import extraction
 
-    step = "02-extract-hidden-states"
+    step = EXTRACTION
     records = extraction.calibration_records(_parameter(cfg, step, "N_FANOUT"), _parameter(cfg, step, "N_BUNDLED"),
                                              seed=cfg["seed"])
     backend = open_backend(cfg)
@@ -193,7 +185,7 @@ def _calibrate(cfg: Config) -> None:
 
     from ..steps import estimators, extraction
 
-    step = "03-uncertainty-estimators"
+    step = CALIBRATION
     rows, vectors = extraction.load_extraction(cfg)
     layer = estimators.u_layer(cfg, vectors.n_layers)
     scores = estimators.estimator_scores(rows, vectors.layer(cfg["uncertainty.hook"], layer), estimators.u_params(cfg))
@@ -209,20 +201,19 @@ def _step_calls(cfg: Config) -> dict:
     def p(step, name):
         return _parameter(cfg, step, name)
 
-    seeds = "10-seed-methods"
+    seeds, mech = SEED_STEP, MECHANISMS
+    t1, t2, t3, t4, t7 = (table(key).step for key in ("table1", "table2", "table3", "table4", "table7"))
     kbae = {"r": 16, "alpha": 32, "lr": p(seeds, "KBAE_LR"), "epochs": p(seeds, "KBAE_EPOCHS"), "batch_size": 16}
-    mech = "11-mechanisms"
     return {
-        "02-extract-hidden-states": lambda: _extract(cfg),
-        "03-uncertainty-estimators": lambda: _calibrate(cfg),
-        "04-complex-qa": lambda: tables.run_table("table1", cfg, p("04-complex-qa", "N_QUESTIONS"), progress=False),
-        "05-simple-qa": lambda: tables.run_table("table2", cfg, p("05-simple-qa", "N_QUESTIONS"), progress=False),
-        "06-ablations": lambda: tables.run_table("table3", cfg, progress=False),
-        "07-backbones": lambda: tables.run_table(
-            "table4", cfg, cal_fanout=p("07-backbones", "N_CAL_FANOUT"),
-            cal_bundled=p("07-backbones", "N_CAL_BUNDLED"), n_shot=p("07-backbones", "N_SHOT"), progress=False),
-        "09-efficiency": lambda: tables.run_table("table7", cfg, p("09-efficiency", "N_QUESTIONS"),
-                                                  methods=p("09-efficiency", "METHODS"), progress=False),
+        EXTRACTION: lambda: _extract(cfg),
+        CALIBRATION: lambda: _calibrate(cfg),
+        t1: lambda: tables.run_table("table1", cfg, p(t1, "N_QUESTIONS"), progress=False),
+        t2: lambda: tables.run_table("table2", cfg, p(t2, "N_QUESTIONS"), progress=False),
+        t3: lambda: tables.run_table("table3", cfg, progress=False),
+        t4: lambda: tables.run_table(
+            "table4", cfg, cal_fanout=p(t4, "N_CAL_FANOUT"),
+            cal_bundled=p(t4, "N_CAL_BUNDLED"), n_shot=p(t4, "N_SHOT"), progress=False),
+        t7: lambda: tables.run_table("table7", cfg, p(t7, "N_QUESTIONS"), methods=p(t7, "METHODS"), progress=False),
         seeds: lambda: seed_methods.run_step(cfg, p(seeds, "N_QUESTIONS"), p(seeds, "N_TRAIN"),
                                              p(seeds, "N_KBAE"), kbae, progress=False),
         mech: lambda: mechanisms.run_step(cfg, p(mech, "DATASET"), p(mech, "N_QUESTIONS"),
@@ -255,7 +246,7 @@ def child(profile: str, overrides: dict, out: Path) -> None:
     prepare.ensure_index(cfg, progress=False)
     seconds["inputs"] = round(time.perf_counter() - t0, 1)
     calls = _step_calls(cfg)
-    for step in STEPS:
+    for step in (name for name, s in STEPS.items() if s.dry_run is not None):
         t0 = time.perf_counter()
         calls[step]()
         seconds[step] = round(time.perf_counter() - t0, 1)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..artifacts import EXTRACTION, MECHANISMS, SEED_STEP, table
 from ..core.config import Config
 from ..llm.cache import ROW_FIELDS
 from ..runs.plan import PlannedRun, label_method, notebook_parameter, planned_runs, run_file, step_cap
@@ -117,8 +118,8 @@ def _calibration_ids(cfg: Config, step: str, fanout: str, bundled: str) -> set[s
 def calibration_sizes(cfg: Config) -> dict[str, int]:
     """{calibration unit's run: its questions} at the profile's sizes (step 02's, each other
     backbone's in step 07)."""
-    sizes = {"extraction": len(_calibration_ids(cfg, "02-extract-hidden-states", "N_FANOUT", "N_BUNDLED"))}
-    backbone = len(_calibration_ids(cfg, "07-backbones", "N_CAL_FANOUT", "N_CAL_BUNDLED"))
+    sizes = {"extraction": len(_calibration_ids(cfg, EXTRACTION, "N_FANOUT", "N_BUNDLED"))}
+    backbone = len(_calibration_ids(cfg, table("table4").step, "N_CAL_FANOUT", "N_CAL_BUNDLED"))
     sizes.update({f"calibration:{m}": backbone for m in cfg.get("backbones.models", []) or []
                   if m != cfg["model.name"]})
     return sizes
@@ -140,13 +141,13 @@ def _extraction_unit(cfg: Config, res: Path, step: str, run: str, tag: str | Non
 
 def calibration_units(cfg: Config, res: Path) -> list[dict]:
     """Step 02's calibration set, and each other backbone's calibration in step 07."""
-    units = [_extraction_unit(cfg, res, "02-extract-hidden-states", "extraction", None, "N_FANOUT",
-                              "N_BUNDLED", "02-extract-hidden-states")]
+    units = [_extraction_unit(cfg, res, EXTRACTION, "extraction", None, "N_FANOUT", "N_BUNDLED", EXTRACTION)]
+    backbones = table("table4").step
     primary = cfg["model.name"]
     for model in cfg.get("backbones.models", []) or []:
         if model != primary:         # the profile's own model takes step 03's delta
-            units.append(_extraction_unit(cfg, res, "07-backbones", f"calibration:{model}", model,
-                                          "N_CAL_FANOUT", "N_CAL_BUNDLED", "07-backbones"))
+            units.append(_extraction_unit(cfg, res, backbones, f"calibration:{model}", model,
+                                          "N_CAL_FANOUT", "N_CAL_BUNDLED", backbones))
     return units
 
 
@@ -154,17 +155,17 @@ def training_units(res: Path) -> list[dict]:
     """Step 10's training work, as its training_calls.json records it."""
     from ..steps.seed_methods import TRAINING_CALLS
 
-    path = res / "10-seed-methods" / TRAINING_CALLS
+    path = res / SEED_STEP / TRAINING_CALLS
     records = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    return [_unit("10-seed-methods", "seed", r["work"], r["work"], r["dataset"], r.get("questions", 0),
+    return [_unit(SEED_STEP, "seed", r["work"], r["work"], r["dataset"], r.get("questions", 0),
                   {f: r.get(f, float("nan")) for f in COUNTS}) for r in records]
 
 
 def trial_units(cfg: Config, res: Path) -> list[dict]:
     """Step 11's trials (one per question of its data set)."""
-    dataset = notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
-    unit = _unit("11-mechanisms", "mechanisms", "trials", "mechanisms", dataset)
-    for row in _jsonl(res / "11-mechanisms" / "trials.jsonl"):
+    dataset = notebook_parameter(cfg, MECHANISMS, "DATASET") or cfg["datasets.simple"][0]
+    unit = _unit(MECHANISMS, "mechanisms", "trials", "mechanisms", dataset)
+    for row in _jsonl(res / MECHANISMS / "trials.jsonl"):
         _add(unit, row.get("calls"))
     return [unit]
 

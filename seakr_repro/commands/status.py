@@ -133,8 +133,10 @@ def with_last_run(cfg: Config) -> Config:
 
 
 def _planned_total(cfg: Config, run, sizes: dict):
+    from ..artifacts import table
+
     total = run_total(cfg, run.dataset, run.label, sizes)
-    if run.step == "09-efficiency" and total is not None:      # Table 7 times its notebook's N_QUESTIONS
+    if run.step == table("table7").step and total is not None:     # Table 7 times its notebook's N_QUESTIONS
         total = min(total, int(notebook_parameter(cfg, run.step, "N_QUESTIONS")))
     return total
 

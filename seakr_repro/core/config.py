@@ -296,8 +296,7 @@ class _Checker:
                 close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
                 raise src.error(inner, f"there is no notebook '{name}' in {self.notebooks_dir}",
                                 (f"did you mean {close[0]}? " if close else "") +
-                                "use a notebook's name without .ipynb, e.g. "
-                                + (known[0] if known else "04-complex-qa"))
+                                "use a notebook's name without .ipynb" + (f", e.g. {known[0]}" if known else ""))
             if params is None:
                 continue
             if not isinstance(params, dict):

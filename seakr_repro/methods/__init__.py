@@ -1,47 +1,31 @@
-"""The QA methods behind one interface: `Method.run(record) -> MethodResult`.
+"""The QA methods behind one interface: `Method.run(record) -> MethodResult` (methods.base).
 
-`build_method(name, backend, searcher, dataset, **overrides)` makes one; `METHODS` lists them.
+`build_method(name, backend, searcher, dataset, **overrides)` makes one of those `artifacts.METHODS`
+declares; `method_class(name)` is its class. A method's module is imported when it is first built.
 """
 from __future__ import annotations
 
-from ..core.errors import UserError
-from .base import BASELINE_TABLE, Method, MethodResult
-from .cot import CoT
-from .dragin import DRAGIN
-from .flare import FLARE
-from .ircot import IRCoT
-from .seakr.method import SeaKR
-from .self_rag import SelfRAG
-from .taikc.method import TAIKC, TAIKCKBAE
-
-METHODS: dict[str, type[Method]] = {
-    "cot": CoT, "ircot": IRCoT, "flare": FLARE, "dragin": DRAGIN, "self_rag": SelfRAG,
-    "seakr": SeaKR, "taikc": TAIKC, "taikc-kbae": TAIKCKBAE,
-}
-_ALIASES = {"self-rag": "self_rag", "selfrag": "self_rag"}
-SKR_VARIANTS = ("skr-prompt", "skr-icl", "skr-cls", "skr-knn")
+import importlib
 
 
-def method_class(name: str) -> type[Method] | None:
-    """The class of method `name` (SKR's variants included), None for an unknown name."""
-    key = _ALIASES.get(name.lower(), name.lower())
-    if key in SKR_VARIANTS:
-        from .skr.method import SKR_METHODS
-        return SKR_METHODS[key]
-    return METHODS.get(key)
+def method_class(name: str) -> type | None:
+    """The class of method `name` (an alias accepted), None for an undeclared name."""
+    from ..artifacts import find_method
+
+    spec = find_method(name)
+    if spec is None:
+        return None
+    module, _, cls = spec.cls.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
-def build_method(name: str, backend, searcher, dataset: str, **overrides) -> Method:
-    """The method `name` for `dataset`, its defaults updated by `overrides`."""
-    key = _ALIASES.get(name.lower(), name.lower())
-    if key in SKR_VARIANTS:   # SKR fits on labelled training questions: `labelled=`, `encoder=`
-        from .skr.method import build_skr
-        return build_skr(key, backend, searcher, dataset, **overrides)
-    if key not in METHODS:
-        raise UserError(f"unknown method '{name}'", setting="method",
-                        fix=f"use one of {', '.join([*METHODS, *SKR_VARIANTS])}")
-    return METHODS[key](backend, searcher, dataset, overrides)
-
-
-__all__ = ["BASELINE_TABLE", "METHODS", "Method", "MethodResult", "build_method", "method_class", "CoT", "IRCoT",
-           "FLARE", "DRAGIN", "SelfRAG", "SeaKR", "TAIKC", "TAIKCKBAE"]
+def build_method(name: str, backend, searcher, dataset: str, **overrides):
+    """The method `name` for `dataset`, its defaults updated by `overrides` (SKR's fit on labelled
+    training questions: `labelled=`, `encoder=`)."""
+    cls = method_class(name)
+    if cls is None:
+        from ..artifacts import METHODS
+        from ..core.errors import UserError
+        raise UserError(f"unknown method '{name}'", setting="method", fix=f"use one of {', '.join(METHODS)}")
+    fitted = {k: overrides.pop(k) for k in ("labelled", "encoder") if k in overrides}
+    return cls(backend, searcher, dataset, overrides, **fitted)

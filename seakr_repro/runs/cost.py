@@ -23,6 +23,7 @@ import statistics
 
 import pandas as pd
 
+from ..artifacts import MECHANISMS, SEED_STEP, table
 from ..core.config import Config
 from .paces import (  # noqa: F401  (importable from here as before)
     MEASURED_COLUMNS,
@@ -38,7 +39,7 @@ UNIT = ["step", "table", "run", "method", "dataset"]
 # a unit's work, as `price` reports it: calls made, calls computed (unique), and the computed
 # calls' prompt tokens (pre-filled) and generated tokens
 WORK = ["calls", "unique", "prompt_tokens", "generated_tokens"]
-TIMED = "09-efficiency"                         # Table 7's own step: the call cache off
+TIMED = table("table7").step                   # Table 7's own step: the call cache off
 
 
 def _per_question(work: pd.DataFrame) -> pd.DataFrame:
@@ -75,8 +76,8 @@ def planned_questions(cfg: Config, units: pd.DataFrame, calibration: dict[str, i
         elif run in calibration:
             out.append(calibration[run])
         else:
-            size = {"skr-labels": ("10-seed-methods", "N_TRAIN"), "kbae-data": ("10-seed-methods", "N_KBAE"),
-                    "trials": ("11-mechanisms", "N_QUESTIONS")}.get(run)
+            size = {"skr-labels": (SEED_STEP, "N_TRAIN"), "kbae-data": (SEED_STEP, "N_KBAE"),
+                    "trials": (MECHANISMS, "N_QUESTIONS")}.get(run)
             given = notebook_parameter(cfg, *size) if size else None
             out.append(int(given) if given is not None else int(dry))
     return pd.Series(out, index=units.index, dtype=float)

@@ -13,15 +13,10 @@ from ..core.disk import require_free_space
 # Wikipedia text, 4,810 passages) in each retrieval scheme's layout: one field (JSONL 3,384,093 B,
 # Lucene index with -storeContents 2,757,991 B) and the paper profile's es_best_fields (the corpus
 # keeps `text` beside `contents`: JSONL 6,483,116 B; title and text indexed as fields of their own:
-# index 3,706,101 B); per question per method by `make scale-check` (call cache in its default
-# "gram" form, run file; Self-RAG's measured again after its rewrite as the authors' code).
+# index 3,706,101 B); per question, each method's figures (artifacts.METHODS).
 JSONL_BYTES_PER_PASSAGE = {"single_field": 704, "es_best_fields": 1_348}
 INDEX_BYTES_PER_PASSAGE = {"single_field": 574, "es_best_fields": 771}
 PASSAGES = {"wiki-excerpt": 4_810, "dpr-wiki": 21_015_324}
-CACHE_BYTES_PER_QUESTION = {"cot": 1_179, "ircot": 6_137, "self_rag": 10_912, "flare": 11_750,
-                            "dragin": 17_582, "seakr": 95_200}
-RUN_BYTES_PER_QUESTION = {"cot": 800, "ircot": 5_886, "self_rag": 3_974, "flare": 7_196,
-                          "dragin": 8_900, "seakr": 5_642}
 FANOUT_SINGLE_VALUE = 1_788       # step 02's calibration questions when N_FANOUT is null (all)
 _SAMPLE_BYTES = 1 << 20           # lines read to measure a passage file's bytes per line
 
@@ -79,19 +74,19 @@ def estimate_needs(cfg) -> dict[str, int]:
     questions as `plan.question_runs` counts them (the set step 00 prepared where it is on disk,
     else the paper's; capped by datasets.n_questions and the notebook's or table's sample); the
     model's shape from `model_shape`."""
+    from ..artifacts import EXTRACTION, METHODS
     from .plan import question_runs
 
     runs = question_runs(cfg, prepared=True)
     cache = run = 0
     for table, method, n in zip(runs["table"], runs["method"], runs["questions"]):
-        run += n * RUN_BYTES_PER_QUESTION.get(method, RUN_BYTES_PER_QUESTION["seakr"])
+        run += n * METHODS[method].run_bytes
         if table != "table3":
-            cache += n * CACHE_BYTES_PER_QUESTION.get(method, CACHE_BYTES_PER_QUESTION["seakr"])
+            cache += n * METHODS[method].cache_bytes
     # the ablations (Table 3) share most of their calls: one SeaKR run's worth per data set
     ablated = runs[runs["table"] == "table3"].groupby("dataset")["questions"].max()
-    cache += int(ablated.sum()) * CACHE_BYTES_PER_QUESTION["seakr"]
-    nb = lambda key: (cfg.get("notebooks", {}) or {}).get(key, {}) or {}   # noqa: E731
-    n02 = nb("02-extract-hidden-states")
+    cache += int(ablated.sum()) * METHODS["seakr"].cache_bytes
+    n02 = (cfg.get("notebooks", {}) or {}).get(EXTRACTION, {}) or {}
     fan, bundled = n02.get("N_FANOUT", 60), n02.get("N_BUNDLED", 40)
     n_cal = (FANOUT_SINGLE_VALUE if fan is None else fan) + (bundled or 0)
     layers, hidden = model_shape(cfg)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..artifacts import REASONING_ABLATIONS, table
+from ..artifacts import (ABLATIONS, EXTRACTION, MECHANISMS, REASONING_ABLATIONS, SEED_STEP, TABLES, methods,
+                         seed_methods, table)
 from ..core.config import Config
 from ..core.errors import UserError
 from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT   # not results_dir(): reading progress creates nothing
@@ -76,8 +77,6 @@ def _capped(cfg: Config, dataset: str, cap: int | None, prepared: dict | None) -
 def step_cap(cfg: Config, step: str) -> int | None:
     """The questions per data set a run step asks for (None: the whole prepared set): Tables 3/4's
     sample setting (analysis.n_questions), else the notebook's N_QUESTIONS."""
-    from ..artifacts import TABLES
-
     sample = next((t.sample for t in TABLES.values() if t.step == step and t.sample), None)
     return cfg.get(sample) if sample else notebook_parameter(cfg, step, "N_QUESTIONS")
 
@@ -85,8 +84,6 @@ def step_cap(cfg: Config, step: str) -> int | None:
 def label_method(cfg: Config, label: str) -> str:
     """The method a run label runs: its table row's (`artifacts.TABLES`), SeaKR for a Table 4
     backbone, the label itself for notebook 10's rows."""
-    from ..artifacts import TABLES
-
     for spec in TABLES.values():
         for run in spec.runs:
             if run.label == label:
@@ -104,14 +101,14 @@ def work_keys(cfg: Config) -> set[tuple[str, str, str]]:
 
     runs = question_runs(cfg, as_run=True)
     keys = set(zip(runs["notebook"], runs["run"], runs["dataset"]))
-    keys.add(("02-extract-hidden-states", "extraction", "calibration"))
-    keys |= {("07-backbones", f"calibration:{m}", "calibration") for m in cfg.get("backbones.models", []) or []
+    keys.add((EXTRACTION, "extraction", "calibration"))
+    keys |= {(table("table4").step, f"calibration:{m}", "calibration") for m in cfg.get("backbones.models", []) or []
              if m != cfg["model.name"]}
     datasets = profile_datasets(cfg)
     keys |= {(SEED_STEP, "skr-labels", d) for d in datasets}
     simple = list(cfg["datasets.simple"]) or datasets
     keys.add((SEED_STEP, "kbae-data", simple[0]))
-    keys.add(("11-mechanisms", "trials", notebook_parameter(cfg, "11-mechanisms", "DATASET") or simple[0]))
+    keys.add((MECHANISMS, "trials", notebook_parameter(cfg, MECHANISMS, "DATASET") or simple[0]))
     return keys
 
 
@@ -122,53 +119,40 @@ def question_runs(cfg: Config, prepared: bool = False, as_run: bool = False) -> 
     notebook 10's rows too, table "seed"). The sets are the paper's (a cost
     projection of the profile); with `prepared`, the ones step 00 wrote where they are on disk (a
     disk check of what this checkout will run)."""
-    from ..artifacts import SEED_METHODS, TABLES
-    from .inputs import profile_datasets
-
-    rows, counted = [], ({} if prepared else None)
-    for key, spec in TABLES.items():
-        cap = step_cap(cfg, spec.step)
-        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
-                else [(s.label, s.method) for s in spec.runs])
-        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
-            runs = [(m, meth) for m, meth in runs if m in notebook_parameter(cfg, spec.step, "METHODS")] \
-                if as_run else runs
-        for label, method in runs:
-            rows += [{"notebook": spec.step, "table": key, "run": label, "method": method, "dataset": d,
-                      "questions": _capped(cfg, d, cap, counted)}
-                     for d in table_datasets(cfg, key) if runs_on(label, d)]
-    if as_run:
-        cap = step_cap(cfg, SEED_STEP)
-        rows += [{"notebook": SEED_STEP, "table": "seed", "run": label, "method": label, "dataset": d,
-                  "questions": _capped(cfg, d, cap, counted)}
-                 for d in profile_datasets(cfg) for label in ("seakr",) + SEED_METHODS]
+    counted, caps, rows = ({} if prepared else None), {}, []
+    for step, key, label, method, d in _runs(cfg, as_run):
+        if step not in caps:
+            caps[step] = step_cap(cfg, step)
+        rows.append((step, key, label, method, d, _capped(cfg, d, caps[step], counted)))
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 
-# Which notebook's N_QUESTIONS caps a run label (the total of a run is the prepared set, capped)
-def _step_of(cfg: Config, label: str) -> str | None:
-    from ..artifacts import ABLATIONS, SEED_METHODS, methods
+def _runs(cfg: Config, as_run: bool = True):
+    """(step, table, run label, method, data set) of each run, in notebook order (`question_runs`)."""
+    from .inputs import profile_datasets
 
-    if label in methods("table1") or label in methods("table2"):
-        return None                       # 04/05: the shared base runs, e.g. seakr, run whole sets
-    if label in ABLATIONS:
-        return "06-ablations"
-    if label in (cfg.get("backbones.models", []) or []):
-        return "07-backbones"
-    if label in SEED_METHODS:
-        return "10-seed-methods"
-    return None
+    for key, spec in TABLES.items():
+        runs = ([(m, "seakr") for m in cfg.get("backbones.models", []) or []] if spec.kind == "backbones"
+                else [(s.label, s.method) for s in spec.runs])
+        if spec.kind == "timing" and as_run:  # notebook 09 times the METHODS of its parameters
+            runs = [(m, meth) for m, meth in runs if m in notebook_parameter(cfg, spec.step, "METHODS")]
+        yield from ((spec.step, key, label, method, d) for label, method in runs
+                    for d in table_datasets(cfg, key) if runs_on(label, d))
+    if as_run:
+        yield from ((SEED_STEP, "seed", label, label, d) for d in profile_datasets(cfg)
+                    for label in ("seakr",) + seed_methods())
 
 
 def _cap(cfg: Config, label: str, dataset_kind: str) -> int | None:
-    notebooks = cfg.get("notebooks", {}) or {}
-    step = _step_of(cfg, label)
-    if step in ("06-ablations", "07-backbones"):   # Tables 3/4 run on the analysis sample
-        return cfg.get("analysis.n_questions")
-    if step is not None:
-        return (notebooks.get(step) or {}).get("N_QUESTIONS")
-    step = "04-complex-qa" if dataset_kind == "complex" else "05-simple-qa"
-    return (notebooks.get(step) or {}).get("N_QUESTIONS")
+    """What caps a run label's questions (the total of a run is the prepared set, capped): Tables
+    3/4's analysis sample, else its notebook's N_QUESTIONS; 04/05's for their shared base runs,
+    e.g. seakr."""
+    step = table("table1" if dataset_kind == "complex" else "table2").step
+    if label not in methods("table1") + methods("table2"):
+        if label in ABLATIONS or label in (cfg.get("backbones.models", []) or []):
+            return cfg.get("analysis.n_questions")
+        step = SEED_STEP if label in seed_methods() else step
+    return ((cfg.get("notebooks", {}) or {}).get(step) or {}).get("N_QUESTIONS")
 
 
 def _prepared_size(cfg: Config, dataset: str, cache: dict) -> int | None:
@@ -222,8 +206,8 @@ def table_datasets(cfg: Config, key: str) -> list[str]:
 
 # ------------------------------------------------------------------ the runs a profile plans
 
-RUN_FOLDERS = {"09-efficiency": "09-efficiency/runs"}    # Table 7's timed runs: its own folder
-SEED_STEP = "10-seed-methods"
+# Table 7's timed runs: in its own folder
+RUN_FOLDERS = {t.step: f"{t.step}/runs" for t in TABLES.values() if t.kind == "timing"}
 
 
 @dataclass(frozen=True)
@@ -244,19 +228,7 @@ def planned_runs(cfg: Config) -> list[PlannedRun]:
     (`artifacts.TABLES`, as `question_runs` counts them) and notebook 10's (SeaKR and the related
     methods on each data set). Identified by (label, data set): the config hash needs the method
     built on a model, so a run's file is the one its latest run wrote (`run_file`)."""
-    from ..artifacts import SEED_METHODS, TABLES
-    from .inputs import profile_datasets
-
-    out = []
-    for key, spec in TABLES.items():
-        labels = (list(cfg.get("backbones.models", []) or []) if spec.kind == "backbones"
-                  else [s.label for s in spec.runs])
-        if spec.kind == "timing":             # notebook 09 times the METHODS of its parameters
-            labels = [m for m in labels if m in notebook_parameter(cfg, spec.step, "METHODS")]
-        out += [PlannedRun(spec.step, label, d) for label in labels for d in table_datasets(cfg, key)
-                if runs_on(label, d)]
-    out += [PlannedRun(SEED_STEP, label, d) for d in profile_datasets(cfg) for label in ("seakr",) + SEED_METHODS]
-    return out
+    return [PlannedRun(step, label, d) for step, _, label, _, d in _runs(cfg)]
 
 
 def label_files(folder, label: str) -> list:

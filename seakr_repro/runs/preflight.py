@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..artifacts import SELF_RAG_MODEL as SELF_RAG   # Tables 1/2's Self-RAG row
+from ..artifacts import MECHANISMS, SELF_RAG_MODEL as SELF_RAG   # Tables 1/2's Self-RAG row
 from ..core.config import Config
 from ..core.disk import free_bytes, human_bytes
 from ..core.errors import DataMissingError, UserError
@@ -178,7 +178,7 @@ def check_datasets(cfg: Config, report: Report) -> None:
             report.problems.append(f"top-10 passages of {name}: not found at {top} (setting "
                                    f"seakr.simple_qa_passages: official) (fix: {HOW_TO_GET['top10']})")
     # notebook 11's questions with gold passages: optional, its experiments are skipped without them
-    mech = (cfg.get("notebooks", {}) or {}).get("11-mechanisms", {}).get("DATASET")
+    mech = (cfg.get("notebooks", {}) or {}).get(MECHANISMS, {}).get("DATASET")
     if mech and mech not in profile_datasets(cfg):
         with contextlib.suppress(UserError):
             if dataset_available(mech):

@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..artifacts import CALIBRATION, MECHANISMS, table
 from ..core.errors import UserError
 from ..evaluation.bootstrap import paired_bootstrap
 
@@ -232,12 +233,11 @@ def ledger_latex(df: pd.DataFrame, title: str, note: str = "") -> str:
 # Which of our runs answer each claim (labels as in experiments' RunSpecs / ABLATIONS).
 BASELINES_COMPLEX = ("cot", "ircot", "flare", "dragin")
 BASELINES_SIMPLE = ("cot", "flare", "dragin")
-MECHANISMS = "11-mechanisms"   # notebook 11's results folder
 NONINFERIORITY_F1 = 2.0   # claim 4's "little or nothing": within 2 F1 points of always retrieving
-# Every saved results file measure_claims reads (their provenance says where they were computed).
-INPUTS = ("03-uncertainty-estimators/question_scores.csv", f"{MECHANISMS}/retrieval_scores.csv",
-          f"{MECHANISMS}/rerank.csv", "04-complex-qa/results.csv", "05-simple-qa/results.csv",
-          "06-ablations/results.csv", "09-efficiency/results.csv")
+# The saved results files measure_claims reads (their provenance says where they were computed).
+SCORES = f"{CALIBRATION}/question_scores.csv"
+COMPLEX, SIMPLE, ABLATED, TIMED = (f"{table(k).step}/results.csv" for k in ("table1", "table2", "table3", "table7"))
+INPUTS = (SCORES, f"{MECHANISMS}/retrieval_scores.csv", f"{MECHANISMS}/rerank.csv", COMPLEX, SIMPLE, ABLATED, TIMED)
 
 
 def _runs(res_dir, csv: str) -> dict[str, dict[str, list[dict]]]:
@@ -315,7 +315,7 @@ class _Saved:
 
     def score_files(self):
         """(file, what it scored, its per-question scores) of step 03 and of the retrieval mechanism run."""
-        for file, label in (("03-uncertainty-estimators/question_scores.csv", "calibration set, closed-book"),
+        for file, label in ((SCORES, "calibration set, closed-book"),
                             (f"{MECHANISMS}/retrieval_scores.csv",
                              "bundled single-hop, closed-book + gold passage")):
             scores = self.csv(file)
@@ -329,7 +329,7 @@ class _Saved:
 
     def versus_seakr(self, ablation: str, value=_f1) -> tuple[list, list] | None:
         """Per-question values of full SeaKR and of one of its ablations (notebook 06), if both ran."""
-        runs = self.runs("06-ablations/results.csv")
+        runs = self.runs(ABLATED)
         return _pair(runs["seakr"], runs[ablation], value) if runs.get("seakr") and ablation in runs else None
 
 
@@ -373,7 +373,7 @@ def _reranking(s: _Saved) -> list[Measurement]:
                           100 * df["f1_bm25_top"], "F1 points", source=src, **s.boot))
     if (pair := s.versus_seakr("no-sa-rerank")) is not None:
         out.append(paired("SeaKR - SeaKR without re-ranking (BM25 top-1), F1", 3, *pair, "F1 points",
-                          source="06-ablations", paper=_paper_f1("seakr_table3", "seakr", "no-sa-rerank"),
+                          source=table("table3").step, paper=_paper_f1("seakr_table3", "seakr", "no-sa-rerank"),
                           **s.boot))
     return out
 
@@ -404,11 +404,11 @@ def _selective_retrieval(s: _Saved) -> list[Measurement]:
     if (pair := s.versus_seakr("no-sa-retrieval")) is not None:
         out.append(paired("SeaKR - always retrieve, F1 (non-inferiority, margin "
                           f"{NONINFERIORITY_F1:g})", 4, *pair, "F1 points", margin=NONINFERIORITY_F1,
-                          source="06-ablations",
+                          source=table("table3").step,
                           paper=_paper_f1("seakr_table3", "seakr", "no-sa-retrieval"), **s.boot))
         out.append(paired("SeaKR - always retrieve, retrievals per question", 4,
                           *s.versus_seakr("no-sa-retrieval", lambda r: float(r["n_retrievals"])),
-                          "retrievals", direction=-1, source="06-ablations", **s.boot))
+                          "retrievals", direction=-1, source=table("table3").step, **s.boot))
     return out
 
 
@@ -416,13 +416,13 @@ def _self_aware_reasoning(s: _Saved) -> list[Measurement]:
     """From SeaKR's own rows: both paths are recorded on every question."""
     from ..evaluation import f1_score
 
-    seakr_rows = s.runs("04-complex-qa/results.csv").get("seakr") or s.runs("06-ablations/results.csv").get("seakr")
+    seakr_rows = s.runs(COMPLEX).get("seakr") or s.runs(ABLATED).get("seakr")
     if not seakr_rows:
         return []
     rows = [r for dataset_rows in seakr_rows.values() for r in dataset_rows]
     return [paired(f"SeaKR's choice - {name} alone, F1", 5, [_f1(r) for r in rows],
                    [100.0 * f1_score((r.get("extra") or {}).get(key) or "", r["golds"]) for r in rows],
-                   "F1 points", source="04-complex-qa (SeaKR rows)",
+                   "F1 points", source=f"{table('table1').step} (SeaKR rows)",
                    paper=_paper_f1("seakr_table3", "seakr", ablation), **s.boot)
             for key, name, ablation in (("rationale_answer", "rationale path", "rationales-only"),
                                         ("knowledge_answer", "knowledge path", "knowledge-only"))]
@@ -431,11 +431,11 @@ def _self_aware_reasoning(s: _Saved) -> list[Measurement]:
 def _accuracy(s: _Saved) -> list[Measurement]:
     """SeaKR against each baseline, pooled over the data sets of Table 1 and of Table 2."""
     out = []
-    for csv, baselines, table, paper_table in (
-            ("04-complex-qa/results.csv", BASELINES_COMPLEX, "multi-hop", "seakr_table1"),
-            ("05-simple-qa/results.csv", BASELINES_SIMPLE, "single-hop", "seakr_table2")):
+    for csv, baselines, hops, paper_table in (
+            (COMPLEX, BASELINES_COMPLEX, "multi-hop", "seakr_table1"),
+            (SIMPLE, BASELINES_SIMPLE, "single-hop", "seakr_table2")):
         runs = s.runs(csv)
-        out += [paired(f"SeaKR - {base}, F1, {table} (pooled)", 6, *_pair(runs["seakr"], runs[base], _f1),
+        out += [paired(f"SeaKR - {base}, F1, {hops} (pooled)", 6, *_pair(runs["seakr"], runs[base], _f1),
                        "F1 points", source=csv.split("/")[0], paper=_paper_f1(paper_table, "seakr", base),
                        **s.boot)
                 for base in baselines if "seakr" in runs and base in runs]
@@ -444,10 +444,10 @@ def _accuracy(s: _Saved) -> list[Measurement]:
 
 def _cost(s: _Saved) -> list[Measurement]:
     """From the timed runs of notebook 09 (call cache off)."""
-    timed = s.runs("09-efficiency/results.csv")
+    timed = s.runs(TIMED)
     return [paired(f"SeaKR - {base}, seconds per question", 7,
                    *_pair(timed["seakr"], timed[base], lambda r: float(r["seconds"])), "s/question",
-                   direction=-1, source="09-efficiency", **s.boot)
+                   direction=-1, source=table("table7").step, **s.boot)
             for base in ("flare", "dragin") if "seakr" in timed and base in timed]
 
 

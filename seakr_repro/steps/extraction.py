@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..artifacts import EXTRACTION, table
 from ..core.config import Config
 from ..core.errors import UserError
 from ..core.io import appending, iter_jsonl
@@ -175,8 +176,8 @@ def extraction_dir(cfg: Config, tag: str | None = None, res: Path | None = None)
     suffix = "" if cfg.get("model.backend", "hf") == "hf" else f"-{cfg['model.backend']}"
     res = results_dir(cfg.profile) if res is None else Path(res)
     if tag is None:
-        return res / f"02-extract-hidden-states{suffix}"
-    return res / "07-backbones" / "calibration" / f"{tag}{suffix}"
+        return res / f"{EXTRACTION}{suffix}"
+    return res / table("table4").step / "calibration" / f"{tag}{suffix}"
 
 
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,

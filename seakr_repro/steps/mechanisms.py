@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..artifacts import MECHANISMS
 from ..core.errors import UserError
 from ..core.io import appending, iter_jsonl
 
@@ -248,7 +249,7 @@ def run_step(cfg, dataset: str | None, n_questions: int | None, n_candidates: in
     from ..runs.inputs import open_profile_searcher
 
     dataset = dataset or cfg["datasets.simple"][0]
-    out = results_dir(cfg.profile) / "11-mechanisms"
+    out = results_dir(cfg.profile) / MECHANISMS
     searcher = open_profile_searcher(cfg)
     pairs, skipped = load_pairs(dataset, n_questions, cfg["seed"], searcher)
     if skipped:   # the ledger then reports these claims from Table 3 alone

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..artifacts import RunSpec
+from ..artifacts import SEED_STEP, RunSpec
 from ..core.config import Config
 from ..core.errors import DataMissingError
 from ..core.paths import results_dir
@@ -99,7 +99,7 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
     from ..methods.skr.labels import labels_summary, save_labels, usable
 
     backend = pool.get()
-    out = results_dir(cfg.profile) / "10-seed-methods"
+    out = results_dir(cfg.profile) / SEED_STEP
     simple = [d for d in datasets if DATASETS[d].kind == "simple"] or list(datasets)
     skipped: dict[str, str] = {}
 
@@ -171,7 +171,7 @@ def run_step(cfg: Config, n_questions: int | None, n_train: int, n_kbae: int, kb
     from ..llm import load_backend
     from ..runs.inputs import open_profile_searcher, profile_datasets
 
-    out = results_dir(cfg.profile) / "10-seed-methods"
+    out = results_dir(cfg.profile) / SEED_STEP
     if cfg.get("runner.engine", "local") == "ray":
         import warnings
         warnings.warn("runner.engine is ray, but notebook 10 runs on the local engine: SKR's labels "

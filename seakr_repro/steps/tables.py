@@ -24,7 +24,7 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
     from ..runs.engine import close_backend, open_backend
 
     deltas = deltas_for(cfg)
-    out_dir = results_dir(cfg.profile) / "09-efficiency" / "runs"
+    out_dir = results_dir(cfg.profile) / table("table7").step / "runs"
     # each method on the model as it runs in the tables (the faithful baselines' float32 model,
     # `Method.model_dtype`), one load per dtype; the call cache off, its counters on (on Ray: each
     # worker's)
