@@ -48,11 +48,6 @@ def suffix_bytes(n_layers: int, rows: int, kv_heads: int, slots: int, head_dim: 
     return 2 * n_layers * rows * kv_heads * slots * head_dim * bytes_per_value
 
 
-def slots_for(max_new_tokens: int) -> int:
-    """Forward passes (suffix slots) a row of at most max_new_tokens tokens can need."""
-    return max(1, max_new_tokens - 1)
-
-
 class StaticSuffixLayer(CacheLayerMixin):
     """One layer's rows' generated keys and values, rows x kv heads x slots x head dim, allocated
     up front and written in place at the call's step index (shared by every layer)."""
@@ -199,7 +194,7 @@ class StaticRows(ForwardPasses):
 
     def _build(self) -> None:
         b, dev, n = self.batch, self.backend.device, len(self.rows)
-        slots = slots_for(max(b.lanes[b.lane_of[r]].max_new_tokens for r in self.rows))
+        slots = b.slots
         self.tokens = torch.zeros(n, 1, dtype=torch.long, device=dev)
         self.positions = torch.tensor(b.first_positions(self.rows), device=dev)[:, None]
         self.live_slots = torch.arange(n, device=dev)
