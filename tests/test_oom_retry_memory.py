@@ -46,7 +46,7 @@ def _call(model, tok, path: str, cap_beyond_weights: int | None = None, rows: in
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got = fn(be)
-    return got, card.max_reserved - weights, be
+    return got, card.peak - weights, be
 
 
 def _stats(g) -> list[float]:

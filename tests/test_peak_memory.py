@@ -56,7 +56,7 @@ def _seakr_step(shape: str, tok, dtype, predict: dict) -> dict:
         card.reset_peak()
         (_, ss), = be.generate_and_sample_many([prompt], generate=dict(max_new_tokens=8),
                                                sample=dict(k=6, max_new_tokens=10, seed=1))
-        got = {"peak": card.max_allocated, "weights": card.live["weights"], "predicted": dict(card.predicted),
+        got = {"peak": card.peak_allocated, "weights": card.live["weights"], "predicted": dict(card.predicted),
                "predicted_live": dict(card.predicted_live)}
     assert {len(s.all_token_ids) for s in ss.samples} == {10}      # the same work at both widths
     return got
@@ -82,9 +82,9 @@ def test_a_model_leaving_the_card_starts_the_peak_over(tok):
     with card:
         model = rl.random_llama("tiny", tok, "cpu", torch.float32, vocab_size=32_000)
         weights = card.allocated
-        assert card.live["weights"] > 0 and card.max_allocated == weights <= card.reserved
+        assert card.live["weights"] > 0 and card.peak_allocated == weights <= card.reserved
         del model
-        assert card.allocated == card.max_allocated == card.reserved == card.max_reserved == 0
+        assert card.allocated == card.peak_allocated == card.reserved == card.peak == 0
 
 
 def test_the_committed_predictions_hold_7bs_weights_and_add_up():
@@ -121,7 +121,7 @@ def test_the_methods_part_reports_a_prediction_beside_its_peak(tok):
     try:
         model = rl.random_llama("tiny", tok, "cpu", torch.float32)             # 2 layers, not 32
         live = peak_fields(ctx, "paper-tiny", "seakr", "float32")
-        assert live["peak_bytes"] == card.max_reserved > 0 and "layer count" in live["predicted_7b"]["why"]
+        assert live["peak_bytes"] == card.peak > 0 and "layer count" in live["predicted_7b"]["why"]
     finally:
         simulated_card.deactivate()
     assert model is not None

@@ -282,7 +282,7 @@ def test_a_library_behind_torchs_back_still_fails_the_part_on_a_simulated_card(t
 
 def test_the_process_card_is_read_capped_and_counted_as_torchs():
     """Under an active simulated card (the rehearsal on CPU), card_memory reads it as NVML, caps it
-    as apply_cap caps torch, and takes its reserved segments as this process's torch memory."""
+    as apply_cap caps torch, and takes its live bytes as this process's torch memory."""
     import torch
 
     from seakr_repro.doubles import simulated_card

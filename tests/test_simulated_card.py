@@ -37,10 +37,10 @@ def test_live_storages_hold_a_rounded_block_once_until_freed():
         grown.resize_(250)                      # a storage resized in place takes a new block
         assert card.allocated == 5120
         del b, grown
-        assert card.allocated == 0 and card.max_allocated == 8192
-        assert card.reserved == card.max_reserved == 2 * MiB          # the segment stays cached
+        assert card.allocated == 0 and card.peak_allocated == 8192
+        assert card.reserved == card.peak == 2 * MiB          # the segment stays cached
         card.reset_peak()
-        assert card.max_allocated == 0 and card.max_reserved == 2 * MiB
+        assert card.peak_allocated == 0 and card.peak == 2 * MiB
         card.empty_cache()
         assert card.reserved == 0
     outside = torch.zeros(10)                   # not entered: not counted
@@ -66,7 +66,7 @@ def test_the_cap_is_on_the_reserved_segments_as_on_a_card():
     card = SimulatedCard()
     with card:
         _mixed(card)
-    allocated, reserved = card.max_allocated, card.max_reserved
+    allocated, reserved = card.peak_allocated, card.peak
     assert (allocated, reserved) == (2400 * KiB + 29 * MiB, 36 * MiB)
     for cap in (allocated - MiB, (allocated + reserved) // 2):     # below the live peak, and between
         card = SimulatedCard(cap=cap)
@@ -76,7 +76,7 @@ def test_the_cap_is_on_the_reserved_segments_as_on_a_card():
     card = SimulatedCard(cap=reserved)
     with card:
         _mixed(card)
-    assert card.max_reserved == reserved and card.refused == 0
+    assert card.peak == reserved and card.refused == 0
 
 
 def test_an_allocation_over_the_cap_first_releases_the_unused_segments():

@@ -10,7 +10,7 @@ merges with its free neighbours and stays cached. A segment is reserved only whe
 fits; where that would pass the cap, the segments with nothing in use are released and the
 reservation tried again before the allocation fails. `allocated` counts the blocks in use at their
 sizes (a block not split counts whole), `reserved` the segments: torch.cuda's memory_allocated and
-memory_reserved.
+memory_reserved; `peak_allocated` and `peak` their most (max_memory_allocated, max_memory_reserved).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class CachingAllocator:
 
     def __init__(self, cap: int | None = None):
         self.cap = cap
-        self.allocated = self.reserved = self.max_allocated = self.max_reserved = 0
+        self.allocated = self.reserved = self.peak_allocated = self.peak = 0
         self.refused = 0                                     # allocations that failed for the cap
         self._cached: dict[bool, list] = {True: [], False: []}   # by pool: (size, serial, block), sorted
         self._serials = itertools.count()
@@ -81,7 +81,7 @@ class CachingAllocator:
                 block.size = size
                 self._cache(tail)
             self.allocated += block.size
-            self.max_allocated = max(self.max_allocated, self.allocated)
+            self.peak_allocated = max(self.peak_allocated, self.allocated)
         finally:
             self._busy = False
             self._drain()
@@ -129,7 +129,7 @@ class CachingAllocator:
                     f"{self.allocated / 2**20:.2f} MiB allocated, {self.reserved / 2**20:.2f} MiB reserved "
                     f"of a {self.cap / 2**20:.2f} MiB cap")
         self.reserved += grow
-        self.max_reserved = max(self.max_reserved, self.reserved)
+        self.peak = max(self.peak, self.reserved)
         return Block(grow, small)
 
     def _cache(self, block: Block) -> None:
@@ -143,5 +143,5 @@ class CachingAllocator:
         return block
 
     def reset_peak(self) -> None:
-        """Start max_allocated and max_reserved over from now (`torch.cuda.reset_peak_memory_stats`)."""
-        self.max_allocated, self.max_reserved = self.allocated, self.reserved
+        """Start peak_allocated and peak over from now (`torch.cuda.reset_peak_memory_stats`)."""
+        self.peak_allocated, self.peak = self.allocated, self.reserved

@@ -3,8 +3,9 @@ on CPU use to see what a card would hold, and to run out of it.
 
 Memory (`SimulatedCard`, a torch dispatch mode): each tensor storage made on the CPU while the card
 is active holds a block of CUDA's caching allocator (`caching_allocator.py`) until it is freed;
-`allocated`, `reserved`, `max_allocated`, `max_reserved` (since `reset_peak()`) read as torch.cuda's.
-A `cap` limits the reserved segments, as `set_per_process_memory_fraction` does. Tensors made while
+`allocated`, `reserved`, `peak_allocated` and `peak` (since `reset_peak()`) read as torch.cuda's
+memory_allocated, memory_reserved, max_memory_allocated and max_memory_reserved. A `cap` limits
+the reserved segments, as `set_per_process_memory_fraction` does. Tensors made while
 `llm.hf.host_memory.allocating_on_host()` holds are host memory: what a decode call moves off the
 card leaves it. `hold(module_or_tensors)` counts tensors made before the card was entered. A
 model's weights all freed empty the cache and start the peaks over, as `runs.pool`'s

@@ -1,5 +1,5 @@
 """The device a rehearsal part runs on: whether it is CUDA, the dtype its models load in, and the
-most memory torch reserved (the GPU's, or a simulated card's on a CPU).
+most memory torch allocated (the GPU's, or a simulated card's on a CPU).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def reset_peak(device: str) -> None:
 
 
 def peak_bytes(device: str) -> int | None:
-    """torch's most bytes reserved since the last `reset_peak`: the GPU's, or on a CPU the
+    """torch's most bytes allocated since the last `reset_peak`: the GPU's, or on a CPU the
     simulated card's where one is active (doubles/simulated_card.py); else None."""
     import torch
 
@@ -34,8 +34,8 @@ def peak_bytes(device: str) -> int | None:
 
     if is_cuda(device):
         torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_reserved())
-    return None if active() is None else active().max_reserved
+        return int(torch.cuda.max_memory_allocated())
+    return None if active() is None else active().peak
 
 
 def peak_gib(device: str) -> float | None:

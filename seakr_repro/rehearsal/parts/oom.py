@@ -2,7 +2,7 @@
 fewer rows per pass, under the cap, with the uncapped call's tokens and vectors.
 
 The card: the GPU under `torch.cuda.set_per_process_memory_fraction`; on a CPU, a simulated card
-(doubles/simulated_card.py: CUDA's caching allocator, torch.OutOfMemoryError over its cap; the
+(doubles/simulated_card.py: the bytes of live tensors, torch.OutOfMemoryError over its cap; the
 process's own where one is active). One SeaKR evaluation (k = 20 samples of a long prompt, a random
 LLaMA with LLaMA-2-7B's vocabulary) runs uncapped (its peak: `uncapped_peak_bytes`), then with
 k/2 rows per pass (the peak the retry reaches with one halving: `half_rows_peak_bytes`); each
@@ -50,7 +50,7 @@ class Card:
             reset_peak(self.ctx.device)
 
     def peak(self) -> int:
-        return self.sim.max_reserved if self.sim is not None else peak_bytes(self.ctx.device)
+        return self.sim.peak if self.sim is not None else peak_bytes(self.ctx.device)
 
     def cap(self, n: int | None) -> None:
         """Cap torch at `n` bytes; None: back to the part's own cap."""
@@ -70,7 +70,7 @@ class Card:
 
     def describe(self) -> str:
         return ("torch.cuda.set_per_process_memory_fraction" if self.cuda else
-                "a simulated card (doubles/simulated_card.py): CUDA's caching allocator's segments, "
+                "a simulated card (doubles/simulated_card.py): the bytes of live tensors, "
                 "torch.OutOfMemoryError over its cap")
 
 
