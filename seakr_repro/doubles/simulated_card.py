@@ -69,8 +69,7 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
         self.others = dict(others or {})
         self.folder = Path(folder) if folder else None
         self.context_open = False
-        self._sizes: dict[int, int] = {}          # id(storage) -> its bytes
-        self._blocks: dict[int, object] = {}      # id(storage) -> its allocator block
+        self._held: dict[int, tuple] = {}         # id(storage) -> (its bytes, its allocator block)
         self._host: set[int] = set()              # id(storage) of host copies (not counted)
         # prediction: target name -> its shape (a random_llama.SHAPES key or entry); the dims of the model on
         # the card, each kind's live bytes, each target's factors and the most its scaled total took
@@ -100,10 +99,11 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
         with self._lock:
             if key in self._host:
                 return
-            had = self._sizes.get(key)
+            had = self._held.get(key, (None,))[0]
             if had == size:
                 if self._kinds.get(key) == "other" and tensor is not None and self.dims is not None:
-                    self._rekind(key, tensor)     # a copied storage seen first as bytes (deepcopy)
+                    self._rekind(key, self._kind(tensor))     # a copied storage seen first as bytes (deepcopy)
+                    self._predict()
                 return
             if had is None and host_memory.allocating_on_host():
                 self._host.add(key)
@@ -114,16 +114,16 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
                 weakref.finalize(storage, self._free_storage, key)
                 self._kinds[key] = kind or self._kind(tensor)
             else:
-                self.free(self._blocks[key])
-            self._sizes[key], self._blocks[key] = size, block
+                self.free(self._held[key][1])
+            self._held[key] = size, block
             self.live[self._kinds[key]] += size - (had or 0)
             self.context_open = True
             self._predict()
 
     def _free_storage(self, key: int) -> None:
         with self._lock:
-            size = self._sizes.pop(key, 0)
-            self.free(self._blocks.pop(key, None))
+            size, block = self._held.pop(key, (0, None))
+            self.free(block)
             kind = self._kinds.pop(key, "other")
             self.live[kind] -= size
             if kind == "weights" and self.live["weights"] == 0:
@@ -136,13 +136,11 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
             return "other"
         return peak_memory.kind_of(tuple(tensor.shape), tensor.is_floating_point(), self.dims)
 
-    def _rekind(self, key: int, tensor: torch.Tensor) -> None:
-        kind = self._kind(tensor)
+    def _rekind(self, key: int, kind: str) -> None:
         if kind != "other":
-            self.live["other"] -= self._sizes[key]
-            self.live[kind] += self._sizes[key]
+            self.live[self._kinds[key]] -= self._held[key][0]
+            self.live[kind] += self._held[key][0]
             self._kinds[key] = kind
-            self._predict()
 
     def _predict(self) -> None:
         for name, factors in self.factors.items():
@@ -162,10 +160,8 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
                     continue
                 storage = t.untyped_storage()
                 key = id(storage)
-                if key in self._sizes:
-                    self.live[self._kinds[key]] -= self._sizes[key]
-                    self.live["weights"] += self._sizes[key]
-                    self._kinds[key] = "weights"
+                if key in self._held:
+                    self._rekind(key, "weights")
                 else:
                     self._see(storage, t, kind="weights")
             self.factors = {}
