@@ -11,8 +11,8 @@ that ran last stays on the card for the next step's first pass (`step_copies` co
 
 On a GPU the host is the CPU's memory. On a CPU the card and the host are one memory: nothing
 moves (`separate(device)` is False) unless a simulated card tells them apart
-(`doubles/simulated_card.py` counts the bytes of live tensors as the card's, except those made
-while `allocating_on_host()` holds, and turns `simulate_on_cpu` on while it is active).
+(`doubles/simulated_card.py` counts the live tensors as the card's, except those made while
+`allocating_on_host()` holds, and turns `simulate_on_cpu` on while it is active).
 """
 from __future__ import annotations
 
