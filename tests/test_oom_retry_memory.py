@@ -33,8 +33,11 @@ def model_tok(tmp_path_factory):
     return random_llama("small", tok, "cpu", torch.float32, seed=0), tok
 
 
-def _call(model, tok, path: str, cap_beyond_weights: int | None = None, rows: int | None = None,
-          fn=lambda be: be.sample(PROMPT, **ARGS)):
+def _sample(be):
+    return be.sample(PROMPT, **ARGS)
+
+
+def _call(model, tok, path: str, cap_beyond_weights: int | None = None, rows: int | None = None, fn=_sample):
     """(result, peak bytes beyond the weights, backend) of fn(backend) on a fresh simulated card."""
     card = SimulatedCard()
     with card:
@@ -143,7 +146,7 @@ def test_each_step_moves_its_new_slot_to_the_host_and_only_waiting_parts_slots_b
                 steps[-1][2].append((id(cache), ids.shape[0]))
             return forward(ids, cache, position_ids)
         be.forward = counted
-        return be.sample(PROMPT, **ARGS)
+        return _sample(be)
 
     monkeypatch.setattr(host_memory, "to_card", count_to_card)
     monkeypatch.setattr(host_memory, "to_host", count_to_host)
@@ -166,7 +169,7 @@ def test_rows_waiting_in_host_memory_change_no_bit(model_tok, path):
     got, _, _ = _call(model, tok, path, rows=2)
     kept = HFBackend(model, tok, "m", prefix_cache_tokens=0, decode=path)
     kept.rows_per_forward = 2
-    want = kept.sample(PROMPT, **ARGS)
+    want = _sample(kept)
     for g, w in zip(got.samples, want.samples):
         assert (g.token_ids, _stats(g)) == (w.token_ids, _stats(w))
     assert np.array_equal(got.vectors, want.vectors)
