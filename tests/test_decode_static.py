@@ -17,6 +17,7 @@ from seakr_repro.doubles.llama_tokenizer import EOS, build_tokenizer
 from seakr_repro.doubles.random_llama import random_llama
 from seakr_repro.llm.hf.backend import HFBackend
 from seakr_repro.llm.hf.decode import static as static_path
+from seakr_repro.llm.hf.decode.base import slots_for
 
 PROMPTS = ["Question: Who was born first, Aristotle or Plato?\nAnswer:",
            "Question: Where did Abraham Lincoln die?\nAnswer: Lincoln died in",
@@ -228,11 +229,11 @@ def test_suffix_bytes_is_what_the_static_buffers_take_and_scales_as_rows_times_s
     card = SimulatedCard()
     with card:
         made = static_path.StaticSuffixCache(cache, rows=7, slots=11)
-        buffers = card.allocated - made.step.element_size()           # beside its step index
+        buffers = sum(card.live.values()) - made.step.element_size()     # beside its step index
     assert buffers == made.nbytes() == static_path.suffix_bytes(len(cache.layers), 7, lay.shape[1], 11,
                                                                 lay.shape[3], lay.element_size())
     d = Dims.shape(SHAPES["llama-2-7b"], 32_000, 2)
-    slots = static_path.slots_for(100)
+    slots = slots_for(100)
 
     def at(rows: int, slots: int) -> int:
         return static_path.suffix_bytes(d.layers, rows, d.kv_heads, slots, d.head_dim, d.bytes_per_value)

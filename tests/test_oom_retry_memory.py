@@ -18,6 +18,8 @@ from seakr_repro.doubles.simulated_card import SimulatedCard
 from seakr_repro.llm.hf import host_memory
 from seakr_repro.llm.hf.backend import HFBackend
 from seakr_repro.core.setting_choices import DECODE_PATHS
+from seakr_repro.llm.hf.decode.one_sync import DynamicRows
+from seakr_repro.llm.hf.decode.static import suffix_bytes
 
 PROMPT = "Question: Who was born first, Aristotle or Plato?\nAnswer: Plato was born in 428 BC and"
 ARGS = dict(k=8, max_new_tokens=24, seed=5, want_stats=True, layer=1)
@@ -31,8 +33,11 @@ def model_tok(tmp_path_factory):
     return random_llama("small", tok, "cpu", torch.float32, seed=0), tok
 
 
-def _call(model, tok, path: str, cap_beyond_weights: int | None = None, rows: int | None = None,
-          fn=lambda be: be.sample(PROMPT, **ARGS)):
+def _sample(be):
+    return be.sample(PROMPT, **ARGS)
+
+
+def _call(model, tok, path: str, cap_beyond_weights: int | None = None, rows: int | None = None, fn=_sample):
     """(result, peak bytes beyond the weights, backend) of fn(backend) on a fresh simulated card."""
     card = SimulatedCard()
     with card:
@@ -98,12 +103,73 @@ def test_rows_moved_off_the_card_are_no_longer_counted_and_come_back_the_same():
     x = torch.randn(1000)
     card = SimulatedCard()
     with card:
+        host = host_memory.host_zeros(1000, like=x)
         on = x.clone()
-        assert card.allocated == 4000
-        host = host_memory.off_card(on)
+        assert card.allocated == 4096 and host_memory.separate("cpu")
+        host_memory.to_host(host, on)
         del on
-        assert card.allocated == 0 and host_memory.separate("cpu")
+        assert card.allocated == 0
         back = host_memory.to_card(host, "cpu")
-        assert card.allocated == 4000 and torch.equal(back, x)
+        assert card.allocated == 4096 and torch.equal(back, x)
     assert not host_memory.separate("cpu")          # a plain CPU: one memory, nothing moves
-    assert host_memory.off_card(x) is x
+    assert host_memory.to_card(x, "cpu") is x
+
+
+def test_each_step_moves_its_new_slot_to_the_host_and_only_waiting_parts_slots_back(model_tok, monkeypatch):
+    """Two rows per pass (four parts) on a simulated card: each decode step copies to the host one
+    token's keys and values per live row, not the whole cache, and to the card the slots written so
+    far of every part but the one still there from the step before (host_memory.step_copies)."""
+    model, tok = model_tok
+    cfg = model.config
+    slot = suffix_bytes(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, 1,
+                        cfg.hidden_size // cfg.num_attention_heads, model.dtype.itemsize)
+    steps = []          # per decode step: [bytes to the card, bytes to the host, (cache, rows) per pass]
+    to_card, to_host, next_logits = host_memory.to_card, host_memory.to_host, DynamicRows.next_logits
+
+    def count_to_card(t, device):
+        steps[-1][0] += t.nbytes
+        return to_card(t, device)
+
+    def count_to_host(host, t):
+        steps[-1][1] += t.numel() * t.element_size()
+        to_host(host, t)
+
+    def step(self, *args):
+        steps.append([0, 0, []])
+        return next_logits(self, *args)
+
+    def sample(be):
+        forward = be.forward
+
+        def counted(ids, cache=None, position_ids=None):
+            if steps:
+                steps[-1][2].append((id(cache), ids.shape[0]))
+            return forward(ids, cache, position_ids)
+        be.forward = counted
+        return _sample(be)
+
+    monkeypatch.setattr(host_memory, "to_card", count_to_card)
+    monkeypatch.setattr(host_memory, "to_host", count_to_host)
+    monkeypatch.setattr(DynamicRows, "next_logits", step)
+    _call(model, tok, "one_sync", rows=2, fn=sample)
+    assert len(steps) >= ARGS["max_new_tokens"] // 2 and max(len(s[2]) for s in steps) == 4
+    last = None
+    for s, (card_bytes, host_bytes, passes) in enumerate(steps):
+        rows = [n for _, n in passes]
+        first_there = passes[0][0] == last
+        assert (card_bytes, host_bytes) == host_memory.step_copies(slot, rows if first_there else [0] + rows, s)
+        last = passes[-1][0]
+
+
+@pytest.mark.parametrize("path", CPU_PATHS)
+def test_rows_waiting_in_host_memory_change_no_bit(model_tok, path):
+    """The same passes (two rows each) with the waiting parts' rows in host memory (a simulated
+    card) and kept on the card (none): the same tokens, statistics and vectors, bit for bit."""
+    model, tok = model_tok
+    got, _, _ = _call(model, tok, path, rows=2)
+    kept = HFBackend(model, tok, "m", prefix_cache_tokens=0, decode=path)
+    kept.rows_per_forward = 2
+    want = _sample(kept)
+    for g, w in zip(got.samples, want.samples):
+        assert (g.token_ids, _stats(g)) == (w.token_ids, _stats(w))
+    assert np.array_equal(got.vectors, want.vectors)

@@ -257,7 +257,7 @@ def test_a_healthy_part_reads_ok_through_nvml_on_a_simulated_card(tmp_path, monk
     card = SimulatedCard(total=80 * GiB, reserve=900 * MiB, context=600 * MiB)
     monkeypatch.setitem(sys.modules, "pynvml", card.pynvml(v2=driver == "v2", hide_pids=pids == "hidden"))
     monkeypatch.setitem(parts.PARTS, "oom", parts.Part(HealthyPart(card)))
-    sampler = CardSampler(card_memory.read_card, folder=tmp_path / "torch", own_reserved=lambda: card.allocated)
+    sampler = CardSampler(card_memory.read_card, folder=tmp_path / "torch", own_reserved=lambda: card.reserved)
     opt = argparse.Namespace(device="cpu", shape="tiny", memory_cap_gib=24.0)
     got = run_part(PartRun("oom", opt, tmp_path, 60, sampler))
     report = got["card"]["outside_torch_gib"]
@@ -274,7 +274,7 @@ def test_a_library_behind_torchs_back_still_fails_the_part_on_a_simulated_card(t
     card = SimulatedCard(total=80 * GiB, reserve=900 * MiB, context=600 * MiB)
     monkeypatch.setitem(sys.modules, "pynvml", card.pynvml())
     monkeypatch.setitem(parts.PARTS, "oom", parts.Part(HealthyPart(card, behind_torch=12 * GiB)))
-    sampler = CardSampler(card_memory.read_card, folder=tmp_path / "torch", own_reserved=lambda: card.allocated)
+    sampler = CardSampler(card_memory.read_card, folder=tmp_path / "torch", own_reserved=lambda: card.reserved)
     opt = argparse.Namespace(device="cpu", shape="tiny", memory_cap_gib=24.0)
     got = judge("oom", run_part(PartRun("oom", opt, tmp_path, 60, sampler)), {})
     assert got["status"] == "failed" and "outside torch" in got["why"][0]
@@ -291,7 +291,7 @@ def test_the_process_card_is_read_capped_and_counted_as_torchs():
     card = simulated_card.activate(simulated_card.SimulatedCard(total=80 * GiB))
     try:
         x = torch.zeros(1024)
-        assert card_memory.own_torch_reserved() == 4096 == card.allocated
+        assert card_memory.own_torch_reserved() == 2 * 2**20 == card.reserved      # a 2 MiB segment
         cap = card_memory.apply_cap(24.0)      # a 24 GiB card less what is not torch's: reserve, context
         assert cap["applied"] and cap["simulated"]
         assert card.cap == pytest.approx(24 * GiB - card.reserve - card.context, abs=64)

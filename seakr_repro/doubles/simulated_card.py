@@ -1,44 +1,31 @@
 """A GPU card simulated on a CPU, for memory: what the tests, the benchmarks and the GPU rehearsal
 on CPU use to see what a card would hold, and to run out of it.
 
-Memory (`SimulatedCard`, a torch dispatch mode): every tensor made on the CPU while the card is
-active counts, by the bytes of its storage, until that storage is freed (views count once; a
-storage resized in place counts its new size). `allocated` is what is live now, `peak` the most
-since `reset_peak()`. With a `cap`, an allocation that would go over it raises
-`torch.OutOfMemoryError`, as CUDA's allocator does, and is not counted. Tensors made while
-`llm.hf.host_memory.allocating_on_host()` holds are host memory and do not count: what a decode
-call moves off the card is seen to leave it. `hold(module_or_tensors)` counts tensors made before
-the card was entered (a model built outside it).
+Memory (`SimulatedCard`, a torch dispatch mode): each tensor storage made on the CPU while the card
+is active holds a block of CUDA's caching allocator (`caching_allocator.py`) until it is freed;
+`allocated`, `reserved`, `peak_allocated` and `peak` (since `reset_peak()`) read as torch.cuda's
+memory_allocated, memory_reserved, max_memory_allocated and max_memory_reserved. A `cap` limits
+the reserved segments, as `set_per_process_memory_fraction` does. Tensors made while
+`llm.hf.host_memory.allocating_on_host()` holds are host memory: what a decode call moves off the
+card leaves it. `hold(module_or_tensors)` counts tensors made before the card was entered. A
+model's weights all freed empty the cache and start the peaks over, as `runs.pool`'s
+`free_accelerator_memory` does on a GPU: each model's peak is its own.
 
-What NVML would read (`used_bytes`, `pynvml()`): the driver's reserve (about 0.5-0.9 GiB on an
-idle card; NVML's v1 `used` counts it, v2's does not and reports it as `reserved`), one CUDA context
-per process that has used the card (made at its first allocation or `mem_get_info`, as CUDA makes
-it at first use), torch's memory (here: the live bytes; a caching allocator holds at least that)
-and what other processes hold. `pynvml()` is a stand-in of the `pynvml` module over those numbers
-(v2 where `v2=True`; process ids hidden where `hide_pids`), so the rehearsal's reader
-(`rehearsal/card_memory.py`) runs its own code against it.
+What NVML would read (`used_bytes`, `pynvml()`, a stand-in of the `pynvml` module that the
+rehearsal's reader runs against): the driver's reserve (v1's `used` counts it, v2 reports it apart),
+one CUDA context per process from its first use, torch's reserved memory, and other processes'.
 
-A model's weights all freed start the peak over (`runs.pool` frees one model before it loads the
-next and `free_accelerator_memory` resets torch's peak on a GPU then): each model's peak is its own.
+Prediction (`predict`): each counted tensor is given a kind (`llm.peak_memory.kind_of`, against the
+model last built on the card, `adopt_model`), and for each target shape the card keeps the most
+bytes the live tensors would take at that shape (`predicted`; llm/peak_memory.py says why a narrow
+run with LLaMA-2-7B's layers and vocabulary predicts LLaMA-2-7B's).
 
-Prediction (`predict`): with target shapes to predict, each counted
-tensor is also given a kind (`llm.peak_memory.kind_of`, against the dimensions of the model last
-built on the card: `doubles.random_llama` tells it, `adopt_model`), and the card keeps, for
-each target, the most bytes the live tensors would take at that shape (`predicted`, reset with the
-peak): from a run at a narrow shape with LLaMA-2-7B's layers and vocabulary, the same run's peak
-at LLaMA-2-7B's (llm/peak_memory.py says why that holds).
-
-Processes: with a `folder`, each process's card writes what it holds (context, torch bytes) to
-`<folder>/<pid>.json` every `PUBLISH_S` seconds, and a reading adds the other live processes'
-numbers, so a part's child processes are on one card with it.
-
-Public entry (the rehearsal on CPU, a benchmark): set `SEAKR_SIMULATED_CARD` (`ENV`) in a process's
-environment, e.g. `1` or `total_gib=80,reserve_mib=600,context_mib=500,folder=/tmp/card`, and call
-`activate_from_env()` at the process's start: the card is then entered for the main thread and
-`active()` returns it until `deactivate()` (the rehearsal's `card_memory` reads and caps it
-through `active()`). Or use a card as a context manager: `with SimulatedCard(cap=...) as card:`.
-A card counts the threads that entered it (a dispatch mode is per thread); the package decodes on
-the thread that calls the backend.
+Processes: with a `folder`, each process's card publishes what it holds to `<folder>/<pid>.json`
+every `PUBLISH_S` seconds and a reading adds the other live processes': one card for a part's
+processes. `SEAKR_SIMULATED_CARD` (`ENV`, e.g. `1` or `total_gib=80,cap_gib=24,folder=/tmp/card`)
+and `activate_from_env()` put a process on a card (`active()`, until `deactivate()`); or
+`with SimulatedCard(cap=...) as card:`. A dispatch mode is per thread: the package decodes on the
+thread that calls the backend.
 """
 from __future__ import annotations
 
@@ -56,6 +43,7 @@ from torch.utils._pytree import tree_flatten
 
 from . import SIMULATED_CARD_ENV as ENV
 from ..core.processes import alive
+from .caching_allocator import CachingAllocator
 from .random_llama import MODEL_BUILT, SHAPES
 from ..llm import peak_memory
 from ..llm.hf import host_memory
@@ -66,8 +54,8 @@ CUDA_CONTEXT = 500 * MiB         # one process's CUDA context and libraries' mod
 PUBLISH_S = 0.1
 
 
-class SimulatedCard(TorchDispatchMode):
-    """See the module's note. `total`: the card's size; `cap`: the most torch may hold (None: the
+class SimulatedCard(CachingAllocator, TorchDispatchMode):
+    """See the module's note. `total`: the card's size; `cap`: the most torch may reserve (None: the
     card); `reserve` and `context`: the driver's reserve and one process's CUDA context;
     `others`: {pid: bytes} other processes hold (fixed numbers, for tests); `folder`: where the
     processes on one card publish; `predict`: {name: shape} whose peaks to predict."""
@@ -75,16 +63,13 @@ class SimulatedCard(TorchDispatchMode):
     def __init__(self, total: int = 80 * GiB, cap: int | None = None, reserve: int = DRIVER_RESERVE,
                  context: int = CUDA_CONTEXT, others: dict[int, int] | None = None,
                  folder: str | Path | None = None, predict: dict[str, str | dict] | None = None):
-        super().__init__()
-        self.total, self.cap, self.reserve, self.context = int(total), cap, int(reserve), int(context)
+        TorchDispatchMode.__init__(self)
+        CachingAllocator.__init__(self, cap)
+        self.total, self.reserve, self.context = int(total), int(reserve), int(context)
         self.others = dict(others or {})
         self.folder = Path(folder) if folder else None
-        self.allocated = 0
-        self.peak = 0
-        self.peak_at = ""                # the operation whose output set the peak
         self.context_open = False
-        self.refused = 0                 # allocations refused for the cap
-        self._sizes: dict[int, int] = {}          # id(storage) -> bytes counted
+        self._held: dict[int, tuple] = {}         # id(storage) -> (its bytes, its allocator block)
         self._host: set[int] = set()              # id(storage) of host copies (not counted)
         # prediction: target name -> its shape (a random_llama.SHAPES key or entry); the dims of the model on
         # the card, each kind's live bytes, each target's factors and the most its scaled total took
@@ -106,48 +91,44 @@ class SimulatedCard(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                self._see(t.untyped_storage(), func, t)
+                self._see(t.untyped_storage(), t)
         return out
 
-    def _see(self, storage, func=None, tensor: torch.Tensor | None = None, kind: str | None = None) -> None:
+    def _see(self, storage, tensor: torch.Tensor | None = None, kind: str | None = None) -> None:
         key, size = id(storage), int(storage.nbytes())
         with self._lock:
             if key in self._host:
                 return
-            had = self._sizes.get(key)
+            had = self._held.get(key, (None,))[0]
             if had == size:
                 if self._kinds.get(key) == "other" and tensor is not None and self.dims is not None:
-                    self._rekind(key, tensor)     # a copied storage seen first as bytes (deepcopy)
+                    self._rekind(key, self._kind(tensor))     # a copied storage seen first as bytes (deepcopy)
+                    self._predict()
                 return
             if had is None and host_memory.allocating_on_host():
                 self._host.add(key)
                 weakref.finalize(storage, self._host.discard, key)
                 return
-            grow = size - (had or 0)
-            if self.cap is not None and grow > 0 and self.allocated + grow > self.cap:
-                self.refused += 1
-                raise torch.OutOfMemoryError(
-                    f"simulated card: tried to allocate {grow / MiB:.2f} MiB; {self.allocated / MiB:.2f} MiB "
-                    f"allocated of a {self.cap / MiB:.2f} MiB cap")
+            block = self.malloc(size)       # a storage resized in place: a new block, then the old freed
             if had is None:
-                weakref.finalize(storage, self._free, key)
+                weakref.finalize(storage, self._free_storage, key)
                 self._kinds[key] = kind or self._kind(tensor)
-            self._sizes[key] = size
-            self.allocated += grow
-            self.live[self._kinds[key]] += grow
-            if self.allocated > self.peak:
-                self.peak, self.peak_at = self.allocated, str(func) if func is not None else "hold"
+            else:
+                self.free(self._held[key][1])
+            self._held[key] = size, block
+            self.live[self._kinds[key]] += size - (had or 0)
             self.context_open = True
             self._predict()
 
-    def _free(self, key: int) -> None:
+    def _free_storage(self, key: int) -> None:
         with self._lock:
-            size = self._sizes.pop(key, 0)
-            self.allocated -= size
+            size, block = self._held.pop(key, (0, None))
+            self.free(block)
             kind = self._kinds.pop(key, "other")
             self.live[kind] -= size
             if kind == "weights" and self.live["weights"] == 0:
-                self.reset_peak()         # a model left the card: the next one's peak is its own
+                self.empty_cache()        # a model left the card: the next one's peak is its own
+                self.reset_peak()
 
     # ------------------------------------------------------------------ prediction
     def _kind(self, tensor: torch.Tensor | None) -> str:
@@ -155,13 +136,11 @@ class SimulatedCard(TorchDispatchMode):
             return "other"
         return peak_memory.kind_of(tuple(tensor.shape), tensor.is_floating_point(), self.dims)
 
-    def _rekind(self, key: int, tensor: torch.Tensor) -> None:
-        kind = self._kind(tensor)
+    def _rekind(self, key: int, kind: str) -> None:
         if kind != "other":
-            self.live["other"] -= self._sizes[key]
-            self.live[kind] += self._sizes[key]
+            self.live[self._kinds[key]] -= self._held[key][0]
+            self.live[kind] += self._held[key][0]
             self._kinds[key] = kind
-            self._predict()
 
     def _predict(self) -> None:
         for name, factors in self.factors.items():
@@ -181,12 +160,10 @@ class SimulatedCard(TorchDispatchMode):
                     continue
                 storage = t.untyped_storage()
                 key = id(storage)
-                if key in self._sizes:
-                    self.live[self._kinds[key]] -= self._sizes[key]
-                    self.live["weights"] += self._sizes[key]
-                    self._kinds[key] = "weights"
+                if key in self._held:
+                    self._rekind(key, "weights")
                 else:
-                    self._see(storage, None, t, kind="weights")
+                    self._see(storage, t, kind="weights")
             self.factors = {}
             for name, shape in self.targets.items():
                 try:
@@ -208,9 +185,9 @@ class SimulatedCard(TorchDispatchMode):
         return self.allocated - before
 
     def reset_peak(self) -> None:
-        """Start the peak (and each target's predicted peak) over from what is live now."""
+        """Start the peaks (and each target's predicted peak) over from what is held now."""
         with self._lock:
-            self.peak = self.allocated
+            CachingAllocator.reset_peak(self)
             self.predicted, self.predicted_live = {}, {}
             self._predict()
 
@@ -241,15 +218,15 @@ class SimulatedCard(TorchDispatchMode):
         return self.total - self.used_bytes(1), self.total
 
     def own_bytes(self) -> int:
-        """What this process holds on the card: its context and torch's memory."""
-        return (self.context if self.context_open else 0) + self.allocated
+        """What this process holds on the card: its context and torch's reserved memory."""
+        return (self.context if self.context_open else 0) + self.reserved
 
     def processes(self) -> dict[int, int]:
         """{pid: bytes} of every process on the card: this one, the fixed `others`, and the live
         processes that publish to the folder."""
         out = dict(self.others)
         out.update(_published(self.folder, os.getpid()))
-        if self.context_open or self.allocated:
+        if self.context_open or self.reserved:
             out[os.getpid()] = self.own_bytes()
         return out
 

@@ -158,7 +158,7 @@ def own_torch_reserved() -> int:
     """This process's torch reserved bytes on the card (0 where torch has not touched CUDA)."""
     card = simulated()
     if card is not None:
-        return card.allocated
+        return card.reserved
     torch = sys.modules.get("torch")
     try:
         if torch is None or not torch.cuda.is_initialized():
@@ -176,7 +176,7 @@ def outside_torch_bytes() -> int | None:
     card = simulated()
     if card is not None:
         free, total = card.mem_get_info()
-        return int(total - free - card.allocated)
+        return int(total - free - card.reserved)
     import torch
 
     free, total = torch.cuda.mem_get_info()

@@ -3,16 +3,22 @@ holds one part's suffix keys and values at a time (the out-of-memory retry's par
 `decode/one_sync.DynamicRows`, `decode/static.StaticRows`). Copies there and back are exact: the
 same bits come back, so the tokens and vectors are those of a call that kept every row on the card.
 
+A dynamic part's host copy (`HostSuffix`) is allocated once at its full length, pinned on a GPU
+machine (copies need no staging and can run behind the step), and grows one slot per step: each
+pass copies to the host only the slot it wrote, and a part coming back to the card brings the
+slots written so far. The parts run forwards on one step and backwards on the next, so the part
+that ran last stays on the card for the next step's first pass (`step_copies` counts the bytes).
+
 On a GPU the host is the CPU's memory. On a CPU the card and the host are one memory: nothing
 moves (`separate(device)` is False) unless a simulated card tells them apart
-(`doubles/simulated_card.py` counts the bytes of live tensors as the card's, except those made
-while `allocating_on_host()` holds, and turns `simulate_on_cpu` on while it is active).
+(`doubles/simulated_card.py` counts the live tensors as the card's, except those made while
+`allocating_on_host()` holds, and turns `simulate_on_cpu` on while it is active).
 """
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 
@@ -41,22 +47,18 @@ def _on_host() -> Iterator[None]:
         _STATE.host = before
 
 
-def off_card(t: torch.Tensor) -> torch.Tensor:
-    """`t`'s values in host memory (a copy; `t` itself where host and card are one memory)."""
-    if t.device.type != "cpu":
-        return t.to("cpu")
-    if not simulate_on_cpu:
-        return t
-    with _on_host():
-        return t.clone()
-
-
 def to_card(t: torch.Tensor, device) -> torch.Tensor:
-    """`t`'s values on the card (`device`): a copy of a host tensor `off_card` made."""
+    """A host tensor's values on the card (`device`): a copy, behind the step from pinned memory."""
     device = torch.device(device)
     if device.type != "cpu":
-        return t.to(device)
+        return t.to(device, non_blocking=True)
     return t.clone() if simulate_on_cpu else t
+
+
+def to_host(host: torch.Tensor, t: torch.Tensor) -> None:
+    """Copy the card's `t` into the host buffer `host` (behind the step where `host` is pinned; the
+    step's read-back waits for it before the host reads it)."""
+    host.copy_(t, non_blocking=True)
 
 
 def host_zeros(*shape: int, like: torch.Tensor) -> torch.Tensor:
@@ -68,11 +70,56 @@ def host_zeros(*shape: int, like: torch.Tensor) -> torch.Tensor:
         return torch.zeros(*shape, dtype=like.dtype)
 
 
-def move_cache(cache, move) -> None:
-    """Replace each layer's keys and values of a transformers cache by `move(tensor)` (a layer not
-    yet filled is left alone)."""
+def step_copies(slot_bytes: int, rows: Sequence[int], step: int) -> tuple[int, int]:
+    """(bytes to the card, bytes to the host) of decode step `step` (from 0) of parts of `rows`
+    rows, in the order they run, where `slot_bytes` is one row's keys and values of one token in
+    every layer: every part's new slot goes to the host; the `step` slots written so far come to
+    the card for every part but the first, which ran last on the step before and is still there."""
+    return slot_bytes * step * (sum(rows) - rows[0]), slot_bytes * sum(rows)
+
+
+class HostSuffix:
+    """One part's generated keys and values in host memory: per layer, keys and values each as
+    slots x rows x kv heads x head dim (slot-major: the slots written so far are one contiguous
+    stretch), allocated at its first slot for `slots` slots."""
+
+    def __init__(self, slots: int):
+        self.slots, self.filled, self.rows, self.bufs = slots, 0, 0, []
+
+    def _view(self, buf: torch.Tensor) -> torch.Tensor:
+        return buf[:self.slots * self.rows * self.inner.numel()].view(self.slots, self.rows, *self.inner)
+
+    def save(self, cache) -> None:
+        """Copy the slot each layer's pass just wrote (its last) to the host."""
+        if not self.bufs:
+            rows, heads, _, dim = cache.layers[0].keys.shape
+            self.rows, self.inner = rows, torch.Size((heads, dim))
+            self.bufs = [host_zeros(self.slots * rows * heads * dim, like=t)
+                         for lay in cache.layers for t in (lay.keys, lay.values)]
+        layers = [t for lay in cache.layers for t in (lay.keys, lay.values)]
+        for buf, t in zip(self.bufs, layers):
+            to_host(self._view(buf)[self.filled], t[:, :, -1])
+        self.filled += 1
+
+    def load(self, cache, device) -> None:
+        """The slots written so far back on the card as the cache's keys and values."""
+        for i, lay in enumerate(cache.layers):
+            lay.keys, lay.values = (to_card(self._view(b)[:self.filled], device).permute(1, 2, 0, 3)
+                                    for b in self.bufs[2 * i:2 * i + 2])
+
+    def keep_rows(self, local: Sequence[int]) -> None:
+        """Keep the rows at these positions of the part's, in order (the others finished)."""
+        if not self.bufs:
+            return
+        idx = torch.tensor(list(local))
+        with _on_host():
+            kept = [self._view(b)[:self.filled].index_select(1, idx) for b in self.bufs]
+            self.rows = len(local)
+            for b, k in zip(self.bufs, kept):
+                self._view(b)[:self.filled].copy_(k)
+
+
+def drop_from_card(cache) -> None:
+    """Drop a cache's keys and values from the card (its host copy has them)."""
     for lay in cache.layers:
-        for name in ("keys", "values"):
-            t = getattr(lay, name, None)
-            if isinstance(t, torch.Tensor):
-                setattr(lay, name, move(t))
+        lay.keys = lay.values = None

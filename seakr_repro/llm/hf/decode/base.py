@@ -63,6 +63,11 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(-1)
 
 
+def slots_for(max_new_tokens: int) -> int:
+    """Forward passes (suffix slots) a row of at most max_new_tokens tokens can need."""
+    return max(1, max_new_tokens - 1)
+
+
 def spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
     """(label, start, end) of each run of equal labels."""
     out: list[tuple[int, int, int]] = []
@@ -89,8 +94,8 @@ class StepDraws:
 
 
 class Batch:
-    """The rows of one decode call: their lanes, their state, and which are still live (`live`:
-    row numbers, in batch order; a finished row leaves it)."""
+    """The rows of one decode call: their lanes, their state, which are still live (`live`: row
+    numbers, in batch order; a finished row leaves it) and the suffix slots a row can need (`slots`)."""
 
     def __init__(self, backend, prefixes: Sequence[Prefix], lanes: Sequence[Lane]):
         self.backend, self.lanes = backend, lanes
@@ -107,6 +112,7 @@ class Batch:
         self.live = [r for r, li in enumerate(self.lane_of) if lanes[li].max_new_tokens > 0]
         self.prefix_of = [lanes[li].prefix for li in self.lane_of]
         self.want_stats = any(lane.want_stats for lane in lanes)
+        self.slots = slots_for(max((lanes[self.lane_of[r]].max_new_tokens for r in self.live), default=1))
 
     def first_logits(self) -> torch.Tensor:
         """The live rows' first next-token logits: their prompt's."""

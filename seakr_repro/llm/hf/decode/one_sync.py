@@ -6,8 +6,9 @@ takes a host-to-device copy of the kept rows' numbers (only on the steps where r
 
 Rows split into parts (`rows_per_forward`, what the out-of-memory retry halves) stay in lockstep:
 every step draws over all live rows, as one part would. The parts that are not running keep their
-caches in host memory (`host_memory`): the card holds one part's suffix cache at a time, so the
-retry's peak falls with the rows per pass, and the copies are exact, so nothing else changes.
+caches in host memory (`host_memory.HostSuffix`: each pass's new slot goes there, a part's slots
+come back for its pass): the card holds one part's suffix cache at a time, so the retry's peak
+falls with the rows per pass, and the copies are exact, so nothing else changes.
 """
 from __future__ import annotations
 
@@ -23,15 +24,18 @@ from .base import Batch, DecodePath, StepDraws, ForwardPasses, read_back_once
 class DynamicRows(ForwardPasses):
     """The live rows in parts of `rows_per_forward` (all when None), each part over a
     DynamicCache of its rows' generated tokens; inputs and positions from the device. With
-    several parts, a part's cache is on the card only while its pass runs (`offload`)."""
+    several parts where host and card are apart, each part's cache is in host memory, and on the
+    card only for its pass and, for the part that ran last, until the next step's first pass."""
 
     def __init__(self, backend, batch: Batch):
         from transformers import DynamicCache
 
         self.backend, self.batch = backend, batch
         cap = backend.rows_per_forward or len(batch.live)
-        self.parts = [(DynamicCache(), batch.live[i:i + cap]) for i in range(0, len(batch.live), cap)]
-        self.offload = len(self.parts) > 1 and host_memory.separate(backend.device)
+        offload = len(batch.live) > cap and host_memory.separate(backend.device)
+        self.parts = [(DynamicCache(), batch.live[i:i + cap], host_memory.HostSuffix(batch.slots) if offload else None)
+                      for i in range(0, len(batch.live), cap)]
+        self.on_card = None                  # with host memory: the cache that ran last
         self.step = 0
         self.start()
 
@@ -55,26 +59,35 @@ class DynamicRows(ForwardPasses):
         self.kept(drawn, keep)
         live = set(self.batch.live)
         dev = self.backend.device
-        parts, outs, at = [], [], 0
-        for cache, members in self.parts:    # the parts' members, in order, are the live rows
+        parts, at = [], 0
+        for cache, members, host in self.parts:    # the parts' members, in order, are the live rows
             local = [j for j, r in enumerate(members) if r in live]
             if not local:
                 continue
-            if self.offload:
-                host_memory.move_cache(cache, lambda t: host_memory.to_card(t, dev))
             if len(local) < len(members) and self.step > 0:    # drop the part's finished rows
-                cache.batch_select_indices(torch.tensor(local, device=dev))
-            members = [members[j] for j in local]
-            parts.append((cache, members))
+                if host is not None:
+                    host.keep_rows(local)
+                if host is None or cache is self.on_card:
+                    cache.batch_select_indices(torch.tensor(local, device=dev))
+            parts.append((cache, [members[j] for j in local], host, at))
+            at += len(local)
+        self.parts = [p[:3] for p in parts]
+        if all(p[0] is not self.on_card for p in parts):
+            self.on_card = None                 # its rows all finished: it leaves the card
+        outs = {}
+        for cache, members, host, at in parts[::-1] if self.step % 2 else parts:
+            if host is not None and cache is not self.on_card:
+                if self.on_card is not None:
+                    host_memory.drop_from_card(self.on_card)
+                host.load(cache, dev)
             sp.set_groups(self.batch.groups(members))
             inp, pos = self.inputs(at, members)
-            at += len(members)
-            outs.append(self.backend.forward(inp, cache, pos).logits[:, -1, :])
-            if self.offload:
-                host_memory.move_cache(cache, host_memory.off_card)
-        self.parts = parts
+            outs[at] = self.backend.forward(inp, cache, pos).logits[:, -1, :]
+            if host is not None:
+                host.save(cache)
+                self.on_card = cache
         self.step += 1
-        return torch.cat(outs)
+        return torch.cat([outs[a] for a in sorted(outs)])
 
 
 class OneSync(DecodePath):

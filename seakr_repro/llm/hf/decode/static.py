@@ -16,9 +16,10 @@ no host synchronisation inside the step, run eagerly (any device; `graph` captur
 - The rows are split into parts of `rows_per_forward` (all when None) for the whole call: each part
   is a step of its own, so an out-of-memory retry (`oom.OutOfMemoryRetry` halves the rows per
   pass) runs more, smaller steps. The parts share ONE set of suffix buffers on the card, sized for
-  one part, and each keeps its own rows' keys and values in host memory (`host_memory`), copied in
-  before its step and out after it: the card holds one part's suffix, the buffers keep their
-  addresses (a part's graph replays over them), and the copies are exact.
+  one part, and each keeps its own rows' keys and values in host memory (`host_memory`, pinned on
+  a GPU), its slots written so far copied in before its step and the slot it writes out after it:
+  the card holds one part's suffix, the buffers keep their addresses (a part's graph replays over
+  them), and the copies are exact.
 
 A "batch shape" is one call's: its rows, their prompts (the groups and the prompts' keys and values
 the attention reads in place) and the slots; the buffers are made once per call (no bucketing: a
@@ -46,11 +47,6 @@ def suffix_bytes(n_layers: int, rows: int, kv_heads: int, slots: int, head_dim: 
                  bytes_per_value: int) -> int:
     """Bytes of a static suffix cache: keys and values of every layer."""
     return 2 * n_layers * rows * kv_heads * slots * head_dim * bytes_per_value
-
-
-def slots_for(max_new_tokens: int) -> int:
-    """Forward passes (suffix slots) a row of at most max_new_tokens tokens can need."""
-    return max(1, max_new_tokens - 1)
 
 
 class StaticSuffixLayer(CacheLayerMixin):
@@ -196,10 +192,11 @@ class StaticRows(ForwardPasses):
         self.backend, self.batch, self.step_class = backend, batch, step_class
         self.rows = list(batch.live)             # row number at each batch slot, for the whole call
         self.steps: list[StaticStep] | None = None
+        self.done = 0                            # steps run: the slot each part writes next
 
     def _build(self) -> None:
         b, dev, n = self.batch, self.backend.device, len(self.rows)
-        slots = slots_for(max(b.lanes[b.lane_of[r]].max_new_tokens for r in self.rows))
+        slots = b.slots
         self.tokens = torch.zeros(n, 1, dtype=torch.long, device=dev)
         self.positions = torch.tensor(b.first_positions(self.rows), device=dev)[:, None]
         self.live_slots = torch.arange(n, device=dev)
@@ -213,7 +210,8 @@ class StaticRows(ForwardPasses):
         if len(spans) > 1 and host_memory.separate(dev):
             shared = StaticSuffixCache(like, cap, slots)         # one part's rows, on the card
             caches = [shared.first_rows(e - a) for a, e in spans]
-            self.stores = [[host_memory.host_zeros(*t.shape, like=t) for t in c.keys + c.values] for c in caches]
+            self.stores = [[host_memory.host_zeros(t.shape[2], t.shape[0], t.shape[1], t.shape[3], like=t)
+                            for t in c.keys + c.values] for c in caches]     # slot-major: slots so far, one stretch
         else:
             caches = [StaticSuffixCache(like, e - a, slots) for a, e in spans]
         self.steps = [self.step_class(self.backend, self.tokens[a:e], self.positions[a:e], cache,
@@ -221,16 +219,18 @@ class StaticRows(ForwardPasses):
                       for (a, e), cache in zip(spans, caches)]
 
     def _run(self, i: int) -> torch.Tensor:
-        """Part i's step; with host stores, its rows' keys and values copied in and out around it."""
+        """Part i's step; with host stores, its rows' slots written so far copied in before it and
+        the slot it writes copied out after it (the later slots are masked: what another part left
+        there adds nothing)."""
         step = self.steps[i]
         if self.stores is None:
             return step.run()
-        buffers = step.cache.keys + step.cache.values
+        buffers, done = step.cache.keys + step.cache.values, self.done
         for card, host in zip(buffers, self.stores[i]):
-            card.copy_(host)
+            card.permute(2, 0, 1, 3)[:done].copy_(host[:done], non_blocking=True)
         out = step.run()
         for card, host in zip(buffers, self.stores[i]):
-            host.copy_(card)
+            host_memory.to_host(host[done], card[:, :, done])
         return out
 
     def next_logits(self, drawn: StepDraws, keep: Sequence[int]) -> torch.Tensor:
@@ -242,6 +242,7 @@ class StaticRows(ForwardPasses):
             self.live_slots = torch.tensor([self.slot_of[r] for r in self.batch.live], device=self.backend.device)
             self.all_live = False
         outs = [self._run(i) for i in range(len(self.steps))]
+        self.done += 1
         logits = outs[0] if len(outs) == 1 else torch.cat(outs)
         return logits if self.all_live else logits.index_select(0, self.live_slots)
 
