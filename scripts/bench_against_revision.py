@@ -1,10 +1,8 @@
 """SeaKR seconds per question: this checkout against the package as it was at an earlier git
 revision, in one run on one machine, alternating question by question.
 
-The in-package benchmark (`python -m seakr_repro bench shared-prefix`) compares the shared-prefix
-path with the reference path of TODAY's code, which already has every other speed-up (batched
-candidates, prompt caches reused across calls). This script measures against the code itself as
-it was before, e.g. the revision an issue was filed against:
+This script measures against the code itself as it was before, e.g. the revision an issue was
+filed against:
 
     .venv/bin/python scripts/bench_against_revision.py --rev 1f04356 [-n 4] [--dataset bundled-2wiki]
 

@@ -1,12 +1,9 @@
-"""SeaKR on a few questions, timed: one run of questions on one backend (`run_seakr`), and backends
-taking turns question by question (`seakr_alternating`). The call cache is off and every run starts
-with a cold prefix cache, so each backend computes every call itself."""
+"""SeaKR on a few questions on one backend, timed. The call cache is off and every run starts with
+a cold prefix cache, so each backend computes every call itself."""
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 
 def run_seakr(cfg, backend, searcher, dataset, records, deltas, concurrency, out_dir, label) -> dict:
@@ -40,45 +37,3 @@ def run_seakr(cfg, backend, searcher, dataset, records, deltas, concurrency, out
         "em": round(100 * sum(r["em"] for r in rows) / n, 1),
     }
 
-
-def seakr_alternating(cfg, backends: dict, dataset: str, n: int) -> dict:
-    """SeaKR on the profile's first n questions of `dataset`, one question at a time with each
-    backend in turn (the order swapped every question, so a shared machine's load falls on all
-    alike; call cache off). Per backend: seconds, LLM calls, generated tokens, EM and answers per
-    question; `answers_agree`: the questions on which every backend gave the same answer."""
-    from ..core.paths import results_dir
-    from ..runs.grid import deltas_for
-    from ..steps.prepare import ensure_index, prepare_datasets
-    from ..runs.inputs import load_prepared, open_profile_searcher
-    from ..runs.runner import read_results
-
-    if not (results_dir(cfg.profile) / "data" / f"{dataset}.jsonl").is_file():
-        prepare_datasets(cfg, [dataset])
-    ensure_index(cfg)
-    searcher = open_profile_searcher(cfg)
-    records = load_prepared(cfg, dataset)[:n]
-    deltas = deltas_for(cfg)
-    for be in backends.values():                 # warm-up: first-call allocations, kernels
-        be.generate("Question: What is the capital of France?\nAnswer:", max_new_tokens=4)
-    out: dict[str, list[dict]] = {label: [] for label in backends}
-    answers: dict[str, list[str]] = {label: [] for label in backends}
-    with tempfile.TemporaryDirectory(prefix="seakr-bench-") as tmp:
-        for i, rec in enumerate(records):
-            order = list(backends.items())
-            for label, be in (order if i % 2 == 0 else order[::-1]):
-                row = run_seakr(cfg, be, searcher, dataset, [rec], deltas, 1, Path(tmp), f"{label}-{i}")
-                out[label].append(row)
-                answers[label] += [r["answer"] for r in read_results(Path(tmp) / f"{label}-{i}.jsonl")]
-    summary: dict = {}
-    for label, rows in out.items():
-        secs = [r["seconds_per_question"] for r in rows]
-        summary[label] = {
-            "seconds_per_question": round(statistics.mean(secs), 2), "per_question": secs,
-            "llm_calls_per_question": round(statistics.mean(r["llm_calls_per_question"] for r in rows), 2),
-            "generated_tokens_per_question": round(statistics.mean(
-                r["generated_tokens_per_question"] for r in rows), 1),
-            "em": round(statistics.mean(r["em"] for r in rows), 1), "answers": answers[label]}
-    summary["answers_agree"] = sum(len(set(a)) == 1 for a in zip(*answers.values()))
-    summary["questions"] = [r.id for r in records]
-    summary["dataset"] = dataset
-    return summary
