@@ -1,21 +1,10 @@
-"""Seconds per SeaKR question on the transformers and the vLLM backend, in one run, same machine.
+"""Seconds per SeaKR question on the transformers and the vLLM backend, in one run, same machine
+(docs/vllm.md has the record).
 
-Both backends run the same SeaKR (profile settings, calibrated delta, the profile's BM25 index)
-on the same first n questions of one data set, with the LLM call cache OFF. vLLM runs twice:
-one question at a time (latency, comparable with the transformers backend) and with
-`--concurrency` questions in flight (throughput: their requests share every batch); so does the
-transformers backend, its concurrent calls merged into shared-prefix batches (`llm.batching`).
-
-The two backends sample with different random streams, so a question may take a different
-number of steps on each; the table therefore also gives LLM calls and generated tokens per
-question, and seconds per 1,000 generated tokens.
-
-    python -m seakr_repro bench backends [--profile default] [--dataset bundled-2wiki] [-n 4]
-        [--concurrency 4] [--backends hf,vllm]
-
-vLLM has to be importable for its rows (`make setup-vllm`; `make bench` uses .venv-vllm when it
-exists); without it the vLLM rows are reported as skipped, with the reason.
-"""
+Both run the same SeaKR on the same first n questions, call cache off, one question at a time and
+`--concurrency` in flight. Their random streams differ, so questions take different numbers of
+steps: calls and generated tokens per question are reported too. Without vLLM importable
+(`make setup-vllm`) its rows are reported as skipped, with the reason."""
 from __future__ import annotations
 
 import argparse
