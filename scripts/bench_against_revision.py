@@ -46,8 +46,10 @@ def _child(root: str, profile: str, dataset: str, index: int, deltas: str) -> No
         from seakr_repro.core.config import load_config
         from seakr_repro.steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
         from seakr_repro.core.paths import results_dir
-        if (Path(root) / "seakr_repro" / "benchmarks").is_dir():     # since the benchmarks' room
+        if (Path(root) / "seakr_repro" / "benchmarks" / "seakr_questions.py").is_file():
             from seakr_repro.benchmarks.seakr_questions import run_seakr as _run
+        elif (Path(root) / "seakr_repro" / "benchmarks").is_dir():   # since the benchmarks' room
+            from seakr_repro.benchmarks.backends import run_seakr as _run
         else:
             from seakr_repro.tools.bench_backends import _run
     else:                                                 # the flat layout before it

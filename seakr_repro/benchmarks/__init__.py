@@ -5,8 +5,6 @@ machine, and writes what it measured to a JSON file.
 
 A benchmark's module is `seakr_repro.benchmarks.<NAME with _ for ->`, with `main(argv) -> dict`
 (the report it wrote; the scale check returns its exit status) and, for the docs' checks, `parser()`.
-What several benchmarks share lives beside them: `seakr_questions` (SeaKR on a few questions,
-timed).
 """
 from __future__ import annotations
 
