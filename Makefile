@@ -69,14 +69,8 @@ check: $(STAMP)  ## lint (ruff, rules in pyproject.toml) and the duplicate-code 
 	$(PY) -m pylint --disable=all --enable=duplicate-code --min-similarity-lines=8 --score=n seakr_repro
 
 bench: $(STAMP)  ## speed benchmarks, ratios against a baseline in the same run (one: `python -m seakr_repro bench NAME`; `bench --help` lists them)
-	# one U-evaluation: the shared pre-fill against plain generate + a vector pass
-	$(PY) -m seakr_repro bench u-evaluation --profile $(PROFILE)
 	# decode-like steps alone and beside two busy processes: torch's own thread setting vs ours
 	$(PY) -m seakr_repro bench contention
-	# shared-prefix decoding against the prompt-copying path, same run (transformers backend)
-	$(PY) -m seakr_repro bench shared-prefix --profile $(PROFILE)
-	# SeaKR per question in float32 and in bfloat16, alternating on the same questions: the ratio, answers compared
-	$(PY) -m seakr_repro bench dtypes --dtypes float32,bfloat16 --profile $(PROFILE)
 	# questions per minute on the Ray engine (1 and 2 workers) against the local engine, same run
 	$(PY) -m seakr_repro bench ray-engine --profile $(PROFILE)
 	# seconds per SeaKR question, transformers vs vLLM (vLLM rows need `make setup-vllm`)

@@ -1,10 +1,8 @@
 """SeaKR seconds per question: this checkout against the package as it was at an earlier git
 revision, in one run on one machine, alternating question by question.
 
-The in-package benchmark (`python -m seakr_repro bench shared-prefix`) compares the shared-prefix
-path with the reference path of TODAY's code, which already has every other speed-up (batched
-candidates, prompt caches reused across calls). This script measures against the code itself as
-it was before, e.g. the revision an issue was filed against:
+This script measures against the code itself as it was before, e.g. the revision an issue was
+filed against:
 
     .venv/bin/python scripts/bench_against_revision.py --rev 1f04356 [-n 4] [--dataset bundled-2wiki]
 
@@ -48,8 +46,10 @@ def _child(root: str, profile: str, dataset: str, index: int, deltas: str) -> No
         from seakr_repro.core.config import load_config
         from seakr_repro.steps.prepare import ensure_index, load_prepared, open_profile_searcher, prepare_datasets
         from seakr_repro.core.paths import results_dir
-        if (Path(root) / "seakr_repro" / "benchmarks").is_dir():     # since the benchmarks' room
+        if (Path(root) / "seakr_repro" / "benchmarks" / "seakr_questions.py").is_file():
             from seakr_repro.benchmarks.seakr_questions import run_seakr as _run
+        elif (Path(root) / "seakr_repro" / "benchmarks").is_dir():   # since the benchmarks' room
+            from seakr_repro.benchmarks.backends import run_seakr as _run
         else:
             from seakr_repro.tools.bench_backends import _run
     else:                                                 # the flat layout before it

@@ -1,16 +1,8 @@
-"""What a notebook's first code cell calls: the parameters that run and where each came from, and
-what a notebook shows inline (figures as images, Markdown files as text).
-
-The rule for each name of a notebook's `parameters` cell (README, "Notebooks"), first match wins:
-1. the command line: `reproduce --param NN:NAME=VALUE` (or `--set notebooks.<notebook>.NAME=VALUE`);
-   for PROFILE, `reproduce --profile`;
-2. a value typed into the parameters cell: one that differs from the notebook as committed (git
-   HEAD); an edit is never silently replaced by the profile;
-3. the profile's `notebooks:` entry (params/<profile>.yaml or a profile it extends); for PROFILE
-   (None in the cell), the profile `reproduce` last ran (results/last-profile), else default;
-4. the notebook's own value.
-Where a typed value meets a profile or command-line value, one sentence says which ran and why.
-"""
+"""What a notebook's first code cell calls: the parameters that run and where each came from
+(the rule, first match wins, is in docs/notebooks.md: command line, a value typed into the
+parameters cell, the profile, the notebook), and what a notebook shows inline (figures as
+images, Markdown files as text). Where a typed value meets a profile or command-line value, one
+sentence says which ran and why."""
 from __future__ import annotations
 
 import ast

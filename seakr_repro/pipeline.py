@@ -1,19 +1,10 @@
 """`make reproduce`: run the numbered notebooks in order under papermill, incrementally.
 
-Each executed notebook is kept as results/<profile>/notebooks/<name>.ipynb (the log of the run).
-A step re-runs only when one of its own inputs changed (step_graph.py over artifacts.STEPS): its
-code cells, the parameters it runs with, the profile sections and package modules it reads, or a
-step whose outputs it reads; `plan` says which and why (`reproduce --dry-run`, `status`).
-Execution goes to a temporary file that is renamed on success, so a failed run never leaves a
-fresh-looking notebook; the failed one (an error, a cell timeout, a dead kernel) is kept as
-<name>.failed.ipynb for inspection and the run ends with one paragraph, no traceback.
-One run per profile: `reproduce` holds results/<profile>/reproduce.lock (`core.runlock`), which
-names the run and the command that resumes it (`status` reads it).
-
-Cells have no time limit unless `reproduce.cell_timeout` (or `reproduce --cell-timeout`) sets one:
-the paper profile's index build and method notebooks run for days. What the kernel prints (progress
-bars, a line per question, Anserini's logs) is streamed to the terminal, throttled (`KernelEcho`).
-"""
+A step re-runs only when one of its own inputs changed (step_graph.py over artifacts.STEPS);
+`plan` says which and why (`reproduce --dry-run`, `status`). Execution goes to a temporary file
+renamed on success, so a failed run never leaves a fresh-looking notebook; the failed one is kept
+as <name>.failed.ipynb and the run ends with one paragraph. One run per profile (`core.runlock`).
+Progress, cell timeouts and the failed copies are described in docs/paper-profile.md."""
 from __future__ import annotations
 
 import contextlib

@@ -1,29 +1,11 @@
 """When a notebook step is out of date, and why (`reproduce`, `reproduce --dry-run`, `status`).
 
-A step's inputs (artifacts.STEPS declares the graph):
-- the source of its code cells (not markdown, outputs or metadata: opening a notebook in the Lab
-  changes nothing), the parameters cell aside;
-- the parameters it runs with (notebook.effective_parameters: cell, profile, command line);
-- the profile's sections it reads;
-- the package modules it imports, followed through the package's own imports;
-- the shipped data it reads (data/bundled, data/paper);
-- the content of what it reads of earlier steps' outputs (a hash per step read: the files of
-  its declared outputs, or of the one output named).
-Each is recorded in results/<profile>/stamps/<step>.json when the step finishes, with a content
-hash of every file it declares as output and the finished questions of each of its runs' files.
-A step is stale when one of its inputs differs now, or when an output it declares is missing or
-no longer matches its stamp (a run file deleted or cut short included); the differences are the
-reasons given. That an earlier step ran again is no reason by itself: `reproduce` decides each
-step after the steps it reads have finished, and `--dry-run` says "may run, if 03's outputs
-change" where one of them will run first. A step whose outputs are not declared (a new notebook)
-counts as changed whenever it runs.
-
-Files are hashed whole (sha256); a hash is remembered per (path, size, modification time) in
-results/<profile>/stamps/hashes.json, so that step 02's vectors (gigabytes at paper scale) are
-read once, not at every `status`. Provenance records (*.provenance.json: the time, the machine)
-are not outputs' content. A run file only grows (the runner appends finished questions, steps
-share files), so for it the stamp holds its number of finished lines, and fewer is a change.
-"""
+A step's inputs (artifacts.STEPS declares the graph) are its code cells, effective parameters,
+profile sections, imported package modules, shipped data and the content of what it reads of
+earlier steps; they are stamped in results/<profile>/stamps/<step>.json with a hash of each output
+it declares. docs/notebooks.md ("When a step runs again") gives the rules. A run file only grows,
+so its stamp holds its number of finished lines; hashes are remembered per (path, size, mtime) in
+stamps/hashes.json so that gigabytes of vectors are not read at every `status`."""
 from __future__ import annotations
 
 import ast

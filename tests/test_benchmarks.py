@@ -1,6 +1,6 @@
 """The benchmarks' room: one module per benchmark behind one entry (`python -m seakr_repro bench
-NAME`), the helpers they share beside them, and `make bench` / `make scale-check` calling that
-entry with options each benchmark accepts."""
+NAME`), and `make bench` / `make scale-check` calling that entry with options each benchmark
+accepts."""
 import contextlib
 import importlib.util
 import io
@@ -19,7 +19,6 @@ from seakr_repro.benchmarks import BENCHMARKS, benchmark, module_name
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOM = ROOT / "seakr_repro" / "benchmarks"
-HELPERS = {"timing", "seakr_prompt", "profile_model", "seakr_questions"}   # shared, not benchmarks
 
 
 def _present(name):
@@ -33,9 +32,9 @@ def test_every_benchmark_is_a_module_with_main_and_parser(name):
     assert module.parser().prog == f"python -m seakr_repro bench {name}"
 
 
-def test_the_room_holds_benchmarks_and_their_shared_helpers_only():
+def test_the_room_holds_benchmarks_only():
     modules = {p.stem for p in ROOM.glob("*.py")} - {"__init__"}
-    assert modules == {module_name(n).rsplit(".", 1)[1] for n in BENCHMARKS if _present(n)} | HELPERS
+    assert modules == {module_name(n).rsplit(".", 1)[1] for n in BENCHMARKS if _present(n)}
 
 
 def test_an_unknown_benchmark_is_refused_by_name():
@@ -84,9 +83,8 @@ def test_make_calls_the_entry_with_options_the_benchmarks_accept(target):
         parser = benchmark(args.name).parser()
         parser.allow_abbrev = False
         parser.parse_args(args.args)
-    if target == "bench":      # the set `make bench` ran before the room: each once
-        assert [a[1] for a in commands] == ["u-evaluation", "contention", "shared-prefix", "dtypes",
-                                            "ray-engine", "backends"]
+    if target == "bench":
+        assert [a[1] for a in commands] == ["contention", "ray-engine", "backends"]
 
 
 def test_a_benchmark_runs_end_to_end_through_the_entry(tmp_path):

@@ -387,8 +387,8 @@ def test_bad_commands_are_reported():
     assert command_problem(["python", "-m", "seakr_repro", "status", "--no-such-flag"])
     assert command_problem(["python", "-m", "seakr_repro", "status", "--profil", "paper"])
     assert command_problem(["python", "-m", "seakr_repro.no_such_module"])
-    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--dtypes", "a,b"]) is None
-    assert command_problem(["python", "-m", "seakr_repro", "bench", "dtypes", "--no-such-flag"])
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "contention", "--settings", "auto"]) is None
+    assert command_problem(["python", "-m", "seakr_repro", "bench", "contention", "--no-such-flag"])
     assert command_problem(["python", "-m", "seakr_repro", "bench", "no-such-benchmark"])
     assert command_problem(["rm", "-rf", "results"])
     assert command_problem(["SEAKR_RESULTS_DIR=r", "python", "-m", "seakr_repro", "status"]) is None

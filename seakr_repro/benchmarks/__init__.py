@@ -5,10 +5,6 @@ machine, and writes what it measured to a JSON file.
 
 A benchmark's module is `seakr_repro.benchmarks.<NAME with _ for ->`, with `main(argv) -> dict`
 (the report it wrote; the scale check returns its exit status) and, for the docs' checks, `parser()`.
-What several benchmarks share lives beside them: `timing` (repeats and alternation), `seakr_prompt`
-(the prompt and sampling settings of one U-evaluation), `profile_model` (the profile's model on the
-transformers backend, and its twins on other paths) and `seakr_questions` (SeaKR on a few
-questions, timed).
 """
 from __future__ import annotations
 
@@ -17,9 +13,6 @@ import importlib
 # name -> what it measures. Modules are imported only when their benchmark runs: most need torch,
 # and `bench --help` needs none of them.
 BENCHMARKS = {
-    "u-evaluation": "one k-sample U-evaluation: shared pre-fill against generate + a vector pass",
-    "shared-prefix": "shared-prefix decoding against copying the prompt's KV cache into every row",
-    "dtypes": "SeaKR per question in each model.dtype, alternating question by question",
     "ray-engine": "SeaKR questions per minute, the Ray engine (1 and 2 workers) against local",
     "backends": "seconds per SeaKR question, transformers against vLLM",
     "contention": "decode-like steps alone and beside busy processes, per OpenMP setting",

@@ -1,31 +1,52 @@
-"""Seconds per SeaKR question on the transformers and the vLLM backend, in one run, same machine.
+"""Seconds per SeaKR question on the transformers and the vLLM backend, in one run, same machine
+(docs/vllm.md has the record).
 
-Both backends run the same SeaKR (profile settings, calibrated delta, the profile's BM25 index)
-on the same first n questions of one data set, with the LLM call cache OFF. vLLM runs twice:
-one question at a time (latency, comparable with the transformers backend) and with
-`--concurrency` questions in flight (throughput: their requests share every batch); so does the
-transformers backend, its concurrent calls merged into shared-prefix batches (`llm.batching`).
-
-The two backends sample with different random streams, so a question may take a different
-number of steps on each; the table therefore also gives LLM calls and generated tokens per
-question, and seconds per 1,000 generated tokens.
-
-    python -m seakr_repro bench backends [--profile default] [--dataset bundled-2wiki] [-n 4]
-        [--concurrency 4] [--backends hf,vllm]
-
-vLLM has to be importable for its rows (`make setup-vllm`; `make bench` uses .venv-vllm when it
-exists); without it the vLLM rows are reported as skipped, with the reason.
-"""
+Both run the same SeaKR on the same first n questions, call cache off, one question at a time and
+`--concurrency` in flight. Their random streams differ, so questions take different numbers of
+steps: calls and generated tokens per question are reported too. Without vLLM importable
+(`make setup-vllm`) its rows are reported as skipped, with the reason."""
 from __future__ import annotations
 
 import argparse
 import os
 import platform
+import statistics
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .seakr_questions import run_seakr
+
+def run_seakr(cfg, backend, searcher, dataset, records, deltas, concurrency, out_dir, label) -> dict:
+    """SeaKR (the profile's settings, thresholds `deltas`) on `records` with `concurrency` questions
+    in flight; its run file is out_dir/<label>.jsonl. Seconds, LLM calls, generated tokens and EM
+    per question."""
+    from ..llm.cache import CachedBackend
+    from ..methods import build_method
+    from ..runs.grid import method_settings
+    from ..runs.runner import run_method
+
+    backend.reset_prefix_cache()        # every run starts cold: the runs share prompts and seeds
+    counted = CachedBackend(backend, root=out_dir / "nocache", enabled=False)   # counts only
+    method = build_method("seakr", counted, searcher, dataset, **method_settings(cfg, "seakr", deltas))
+    t0 = time.perf_counter()
+    rows = run_method(method, records, out_dir / f"{label}.jsonl", backend=counted, progress=True,
+                      desc=label, concurrency=concurrency)
+    wall = time.perf_counter() - t0
+    n = len(rows)
+    tokens = sum(r["tokens"] for r in rows)
+    return {
+        "label": label, "backend": getattr(backend, "kind", "hf"), "concurrency": concurrency,
+        "questions": n, "wall_seconds": round(wall, 2),
+        # sequential: mean latency; concurrent: wall time / questions (throughput)
+        "seconds_per_question": round(wall / n if concurrency > 1 else
+                                      statistics.mean(r["seconds"] for r in rows), 2),
+        "mean_question_latency": round(statistics.mean(r["seconds"] for r in rows), 2),
+        "llm_calls_per_question": round(sum(r["llm_calls"] for r in rows) / n, 2),
+        "generated_tokens_per_question": round(tokens / n, 1),
+        "seconds_per_1k_generated_tokens": round(1000 * wall / max(tokens, 1), 2),
+        "em": round(100 * sum(r["em"] for r in rows) / n, 1),
+    }
 
 
 def parser() -> argparse.ArgumentParser:

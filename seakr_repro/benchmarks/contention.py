@@ -1,24 +1,13 @@
 """Decode-step speed alone and beside busy processes, for torch's own thread setting and each
-candidate setting of the package's (`core/threads.py`), measured in one run.
+candidate setting of the package's (`core/threads.py`), measured in one run (docs/speed.md).
 
-The step is a decode-like loop (30 matmuls of 10 x 576 by 576 x 1,536, SmolLM2's MLP shape at ten
-rows). Each measurement runs in a fresh process, because OpenMP reads its wait policy once at
-start-up; the busy processes are plain Python loops, one core's worth of work each. Settings and
-competitor counts alternate within each repeat, so a machine that speeds up or slows down during
-the run affects both settings alike. Two figures decide a setting: its quiet speed
-against torch's own (to keep: 97% or more) and the share of its quiet speed it keeps beside two
-busy processes (to keep: 45% or more; four busy threads on two cores make 50% a fair share). Both
-are medians over repeats, each repeat a quiet and a busy measurement back to back, because this
-machine's speed drifts.
+Each measurement runs in a fresh process, because OpenMP reads its wait policy once at start-up;
+settings alternate within each repeat and the figures are medians, because the machine's speed
+drifts. A setting is kept at 97% or more of torch's quiet speed and 45% or more of its own quiet
+speed kept beside two busy processes.
 
-Settings: `unset` is torch's own (no OpenMP variables); `auto` is the package's (`threads.apply`
-in the measured process as it starts: sleeping when other tasks run, torch's own otherwise);
-`passive` waits by sleeping
-(OMP_WAIT_POLICY=PASSIVE); `spin:N` lets a waiting thread spin N times before it sleeps
-(GOMP_SPINCOUNT=N, libgomp, which torch's Linux wheels use); `threads:N` runs N threads; parts
-combine with "+" ("spin:10000+threads:1"); without `threads:N` a setting runs as many threads as
-usable cores.
-"""
+Settings: `unset` (torch's own), `auto` (`threads.apply`), `passive` (OMP_WAIT_POLICY=PASSIVE),
+`spin:N` (GOMP_SPINCOUNT=N), `threads:N`; parts combine with "+" ("spin:10000+threads:1")."""
 from __future__ import annotations
 
 import argparse

@@ -1,14 +1,8 @@
-"""SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine.
+"""SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine, in one
+run (docs/paper-profile.md has the record), with the arithmetic for 8 GPUs (`runs.cost`).
 
-Measured in one run on one machine (`make bench`: `python -m seakr_repro bench ray-engine`), with
-the arithmetic for 8 GPUs on the paper and paper-sample profiles (`runs.cost`).
-
-All three answer the same questions with the call cache off (every call computed) and must write
-the same answers; each Ray fleet's start (a local cluster, each worker loading its model) is
-timed apart from its questions. On a CPU machine the workers share its cores: 2 workers on 2
-cores run no faster than the local engine using both, so the gain shows on GPUs (one per worker),
-not here. Written to results/<profile>/bench/ray_engine.json.
-"""
+All three answer the same questions with the call cache off and must write the same answers; each
+fleet's start is timed apart. On a CPU the workers share its cores, so the gain shows on GPUs."""
 from __future__ import annotations
 
 import os

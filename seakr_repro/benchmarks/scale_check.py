@@ -1,24 +1,15 @@
 """`make scale-check`: a paper-scale dry run on a CPU, and the arithmetic to the whole profile.
 
-A synthetic backend with LLaMA-2-7B's shapes (`llm/synthetic.py`, instant deterministic outputs) and
-a synthetic corpus of `--passages` passages (100 words and a title each, in the paper profile's
-`es_best_fields` layout and indexed by the real pyserini path with that scheme) drive the PAPER
-profile's own code: every Table 1/2 method through `grid.run_grid` on a few synthetic questions
-per data set (always: the real dev sets' questions have no answer in a synthetic corpus), with the
-paper profile's official prompts and DPR top-10 passages for simple QA read from stand-ins in the
-official formats (`doubles.standins.write_standins`: the example lists' lengths of the official SEAKR/dataset.py,
-100-word passages), step 02's extraction, and step 03's per-layer reading of a synthetic vector
-store of the paper's shape. Nothing under data/raw is read (SEAKR_RAW_DIR points at the
-stand-ins). Measured: host RSS (each part in its own
-child process), disk per question (run files, call cache, vectors), Python overhead per question
-per method (the model costs nothing here: this is everything else), the index build rate.
-The extrapolation to 21,015,324 passages and the paper's question counts is arithmetic and says so;
-its disk sizes are `runs.disk_needs`'s (real-text bytes per passage, the one source of those
-figures), with the synthetic corpus's own bytes per passage beside them as a check.
+A synthetic backend of LLaMA-2-7B's shapes (`llm/synthetic.py`) and a synthetic corpus, indexed by
+the real pyserini path, drive the PAPER profile's own code on a few synthetic questions per data
+set, with stand-ins of the official prompts and top-10 files (`doubles.standins`) and nothing read
+from data/raw (docs/disk-and-memory.md, "Scale check", has what runs and what it measured).
+Measured: host RSS (each part in its own process), disk and Python overhead per question, the
+index build rate; the extrapolation to the full corpus is arithmetic and says so, its disk sizes
+`runs.disk_needs`'s.
 
 BLAS runs on one thread here: U's k x k products are too small to gain from more, and on a loaded
-machine idle BLAS threads made a 20 x 4,096 Gram product 500x slower (0.33 s against 0.64 ms).
-"""
+machine idle BLAS threads made a small Gram product hundreds of times slower."""
 from __future__ import annotations
 
 import argparse

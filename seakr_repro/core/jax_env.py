@@ -1,28 +1,13 @@
 """Keep JAX off the GPU that torch needs.
 
-bm25s (the pure-Python BM25 backend) imports JAX when it is installed and runs `jax.lax.top_k` at
-import (bm25s/selection.py). JAX, at its first use on a CUDA machine, takes 75% of the card
-(XLA_PYTHON_CLIENT_PREALLOCATE defaults to true), before any model is built, and the models then
-run out of memory (docs/measurements.md, "GPU rehearsal", has the first GPU run). On the 24 GB card
-of the paper profile that would leave about 6 GB, less than LLaMA-2-7B's weights. The package's
-only use of JAX is that top-k over a few thousand scores, which the CPU does as well.
-
-JAX reads these variables when it is imported, so `apply()` runs at `import seakr_repro`, before
-anything that can bring bm25s in; children (papermill kernels, Ray workers, the GPU rehearsal's
-parts) inherit them. The rule, chosen so a user's own JAX setup is never overruled:
-- JAX_PLATFORMS=cpu, unless the user set any JAX or XLA variable (JAX_PLATFORMS, the older
-  JAX_PLATFORM_NAME, or an XLA_PYTHON_CLIENT_* memory setting): someone who tuned JAX's GPU
-  memory wants JAX on the GPU, and their platform choice stands.
-- XLA_PYTHON_CLIENT_PREALLOCATE=false, unless the user set one of the XLA_PYTHON_CLIENT_* memory
-  variables (preallocate, mem fraction, allocator): those are their memory policy, and setting
-  preallocate beside a fraction would change what the fraction means. So a user who only chose
-  JAX_PLATFORMS=cuda gets JAX on the GPU growing on demand, not 75% of it taken up front. With
-  JAX on the CPU it changes nothing; it is there for a JAX that reaches the GPU anyway (the user's
-  platform choice, or code that sets jax_platforms itself).
-A value a parent process of the package set is inherited and kept: the same rule gives the same
-values in the child, so it needs no record of who set what (unlike core/threads.py's load-driven
-setting).
-"""
+bm25s imports JAX when it is installed, and JAX at its first use on CUDA takes 75% of the card
+before any model is built (docs/measurements.md, "GPU rehearsal"); the package uses JAX only for
+a small top-k the CPU does as well. JAX reads its variables at import, so `apply()` runs at
+`import seakr_repro`, and children inherit them. A user's own JAX setup is never overruled:
+- JAX_PLATFORMS=cpu unless any JAX or XLA variable is set (who tuned JAX wants it on the GPU);
+- XLA_PYTHON_CLIENT_PREALLOCATE=false unless an XLA_PYTHON_CLIENT_* memory variable is set
+  (preallocate beside a fraction would change what the fraction means).
+The same rule in a child gives the same values, so no record of who set what is needed."""
 from __future__ import annotations
 
 import os

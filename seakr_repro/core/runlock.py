@@ -1,16 +1,11 @@
-"""One `reproduce` per profile: the lock file results/<profile>/reproduce.lock.
+"""One `reproduce` per profile: the lock file results/<profile>/reproduce.lock (docs/paper-profile.md,
+"One run per profile").
 
-The lock is an flock on that file, held by the running process for the whole run. The kernel drops
-it when the process ends in any way (an exception, kill -9, a crash, a reboot), so a holder that is
-gone is never taken for a live one: the next run takes the lock over and says whose it was (the file
-holds the holder's pid, host, start time, working directory and command). The file is never
-deleted, only emptied on release: deleting a locked file would let a second process lock a new file
-of the same name while the first still holds the old one (two holders).
-
-A thread of the holder touches the file every `HEARTBEAT_S` seconds. Where flock does not reach
-across hosts (a results directory shared between machines), a holder on another host counts as
-alive while its heartbeat is younger than `STALE_S`. The Linux-only `fcntl` is imported lazily.
-"""
+An flock, which the kernel drops when the holder ends in any way, so a dead holder is never taken
+for a live one; the file (pid, host, start, directory, command) is emptied on release, never
+deleted: deleting a locked file would let a second process lock a new file of the same name (two
+holders). Where flock does not reach across hosts, a holder on another host counts as alive while
+its heartbeat (every `HEARTBEAT_S`) is younger than `STALE_S`. `fcntl` (Linux) is imported lazily."""
 from __future__ import annotations
 
 import contextlib

@@ -1,21 +1,12 @@
-"""CPU threads that keep a fair share of a busy machine.
+"""CPU threads that keep a fair share of a busy machine (docs/speed.md, "A fair share of a busy
+machine", has the measurements).
 
-OpenMP's default wait policy lets torch's intra-op threads spin while they wait for work; beside
-other busy processes the spinning threads take turns with the threads that have work, and a
-decode step slows far more than a fair share of the cores would explain (docs/speed.md, "A fair
-share of a busy machine", has the measurements). `OMP_WAIT_POLICY=PASSIVE` makes waiting threads
-sleep, at a price when the process runs alone, so the
-package sets it only when other tasks are running as the process starts. A thread count that
-follows the cores this process may really use (CPU affinity and the cgroup's CPU quota, not the
-machine's core count) keeps torch from starting more threads than it will be scheduled on.
-
-Both must be in the environment before the OpenMP runtime starts (the first torch, scikit-learn
-or similar import), so `apply()` runs when `seakr_repro` is imported (the command line, every
-notebook's first import, the tests); a child that imports the package decides again (papermill
-kernels), one that does not inherits the decision (vLLM's engine). A value the user already set
-in the environment always wins, which is why the kernel spec carries none: jupyter_client lets a
-kernel spec's `env` override the user's.
-"""
+OMP_WAIT_POLICY=PASSIVE (waiting threads sleep instead of spinning) only when other tasks run as
+the process starts, since sleeping costs when it runs alone; a thread count from the cores this
+process may really use (affinity, cgroup quota). OpenMP reads both at start-up, so `apply()` runs
+at `import seakr_repro`; a child that imports the package decides again, one that does not
+inherits. A value the user set always wins, which is why the kernel spec carries none
+(jupyter_client lets a kernel spec's `env` override the user's)."""
 from __future__ import annotations
 
 import math

@@ -2,31 +2,18 @@
 
 Two modes (setting `evaluation.answer_extraction`):
 
-faithful -- behaves like the official SeaKR reasoner, bugs included:
-  1. lower-case the whole text;
-  2. take the FIRST "the answer is" (optionally followed by ":") and everything up to the first
-     comma or period after it, across lines if need be: "August 25, 1963" -> "august 25",
-     "The Operation M.D." -> "the operation m", "15,140" -> "15", "3.5" -> "3";
-  3. if there is no "the answer is" followed somewhere by "," or ".", take "X is the answer" where
-     X runs back to the previous ".", "?" or "!" (which must exist);
-  4. otherwise None: the caller generates again with " So the answer is " appended
-     (see `answer_from_forced`). Quotes are kept; an empty capture returns "".
+faithful -- the official SeaKR reasoner, bugs included: lower-cased; the FIRST "the answer is"
+  (optionally ":") up to the first comma or period after it ("August 25, 1963" -> "august 25",
+  "3.5" -> "3"); else "X is the answer" back to the previous ".", "?" or "!"; else None, and the
+  caller asks again with " So the answer is " appended (`answer_from_forced`).
 
-fixed -- what the official code means to do:
-  1. case is preserved;
-  2. the LAST "the answer is" (case-insensitive) with a non-empty answer wins, so a model that
-     restates or corrects itself is scored on its final claim;
-  3. the answer runs to the end of its sentence (`_sentence_end`): a newline, or ".", "!" or "?"
-     followed by whitespace or the end of the text -- but not a period that closes an
-     abbreviation (a single letter "L.", an initialism "M.D."/"U.S.", or a listed word such as
-     "No.", "St.", "Jr."). Commas and periods inside numbers never end it. No terminator at all
-     means the answer runs to the end of the text (faithful returns None there);
-  4. surrounding quotes and whitespace are stripped, and a trailing period that is not part of an
-     abbreviation;
-  5. fallback "X is the answer" as in faithful, but the sentence may also start the text.
+fixed -- what the official code means to do: case kept; the LAST "the answer is" with a non-empty
+  answer wins (a model that corrects itself is scored on its final claim); the answer runs to the
+  end of its sentence (`_sentence_end`: a newline, or ".", "!" or "?" before whitespace or the end,
+  but not a period closing an abbreviation such as "L.", "M.D." or "No."); quotes and a trailing
+  period are stripped; "X is the answer" as fallback, also at the start of the text.
   Known limit: an answer ending in a one-letter word ("Vitamin C. It ...") runs on to the next
-  sentence end, because "C." looks like an initial.
-"""
+  sentence end, because "C." looks like an initial."""
 from __future__ import annotations
 
 import re

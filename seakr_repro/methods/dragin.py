@@ -9,11 +9,9 @@ mean entropy of its tokens. The chunk's sentences take consecutive runs of words
 at the first word whose text, joined with the run, contains the sentence; the last sentence takes
 the rest); a word's score is (attention / the sentence's total) x weight x (words in the sentence).
 
-faithful (DRAGIN's `AttnWeightRAG`, check_real_words on): the first sentence in which ANY word
-scores over the threshold triggers retrieval; only then are the flags of words that contain no
-content word (NOUN ADJ VERB PROPN NUM, substring test) cleared -- if none is left, the query's
-attention is undefined (0/0) and the ranking falls back to text order, as in the code.
-fixed: the paper's definition: only content words can trigger (the flags are cleared first).
+Trigger (docs/faithful-and-fixed.md, "DRAGIN's trigger"): faithful lets ANY word over the
+threshold trigger and clears non-content words (NOUN ADJ VERB PROPN NUM) only afterwards -- none
+left: the query falls back to text order, as in the code; fixed lets only content words trigger.
 
 Query (both modes, DRAGIN's "real_words"): the text "question + text so far + sentences before +
 the flagged sentence's words" is run through the model; for each flagged word, each of its tokens'

@@ -1,27 +1,12 @@
 """What the baselines share when they run as DRAGIN's code runs them (`baselines.mode: faithful`).
 
 SeaKR's Table 1 takes its CoT, IR-CoT, FLARE and DRAGIN rows from DRAGIN's runs, so `faithful`
-reproduces DRAGIN's `src/generate.py` + `src/eval.py` for LLaMA-2-7b-chat:
-- the prompt: every demo "Question: q\\nAnswer: s1 s2 So the answer is a." followed by "\\n" (steps
-  keep their periods), then, with documents, "Context:\\n[1] d\\n[2] d\\n" and the instruction line,
-  then "Question: q\\nAnswer:" and the text generated so far;
-- generation in chunks of `max_new_tokens` (DRAGIN's generate_max_length) with no stop string;
-- the text grows until it holds more than `max_new_tokens` tokens, stops growing, or contains
-  "the answer is";
-- scoring with DRAGIN's own extraction (`evaluation.extraction.dragin_*`), whose re-ask is a
-  20-token call on the same prompt.
-- the prompt's text: with `prompts.demos: official`, DRAGIN's own demos and question template,
-  read from the user's clone (`prompts/dragin.py`, HotpotQA's instruction line included); with
-  `paper`, the paper's figures in DRAGIN's format;
-- the text of a call as DRAGIN's code sees it (`generate`): `tokenizer.decode(ids)` of the whole
-  continuation (so the leading space after "Answer:" is gone) and each token decoded ALONE for
-  FLARE's token strings (no leading spaces); DRAGIN's words keep byte pieces by name (`<0x3B>`,
-  `Backend.piece_words`);
-- decoding as the checkpoint's generation_config.json tells DRAGIN's `model.generate` (greedy
-  unless it says do_sample), on a model loaded in float32 (`baselines.dtype`);
-- a query's last 64 tokens, decoded again, as DRAGIN's retriever does (`truncate_query`).
-Not reproduced: the EOS token DRAGIN's decode keeps at the end of a continuation ("</s>").
-"""
+reproduces DRAGIN's `src/generate.py` + `src/eval.py` for LLaMA-2-7b-chat: its prompt layout and
+demos, generation in chunks of `max_new_tokens` without stop strings until the text holds "the
+answer is" or stops growing, its text and token strings as its `tokenizer.decode` gives them, its
+decoding and dtype, its 64-token queries and its answer extraction. docs/faithful-and-fixed.md
+has one row per behaviour ("Baselines' ..."), with DRAGIN's file for each.
+Not reproduced: the EOS token DRAGIN's decode keeps at the end of a continuation ("</s>")."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -1,12 +1,9 @@
 """FLARE as DRAGIN re-implemented it for complex QA ("token" method, sentence solver "avg").
 
-faithful (DRAGIN's `TokenRAG`): the chunk's sentences are walked in order; each sentence takes the
-run of tokens its text contains, found one after another by `str.find` from a moving offset (the
-offset is relative to the previous match, as the code computes it, so the run can reach past the
-sentence), plus the token after the run; the first sentence whose mean (1 - p) over those tokens
-exceeds the threshold is the flagged one: every token over the threshold is cut out of it
-("[xxx]", then removed) and the rest is the query. The text before it is kept, the whole
-regeneration is appended.
+faithful (DRAGIN's `TokenRAG`): the first sentence of the chunk whose tokens' mean (1 - p)
+exceeds the threshold is flagged, its tokens found as the code finds them (docs/faithful-and-fixed.md,
+"FLARE's sentence test"); its tokens over the threshold are cut out and the rest is the query. The
+text before it is kept, the whole regeneration is appended.
 
 fixed (the package's step loop): a step whose mean (1 - p) over its non-blank tokens exceeds the
 threshold is regenerated with the documents retrieved by the step with its flagged tokens

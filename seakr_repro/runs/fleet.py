@@ -1,29 +1,12 @@
 """The Ray engine's driver (`runner.engine: ray`): the per-question loops (the run grid, step 02's
-extraction, notebook 11's trials) spread over Ray actors, one model each.
+extraction, notebook 11's trials) spread over Ray actors, one model each (`ray_worker.Worker`).
 
-- A `ray_worker.Worker` actor loads once: one backend (the profile's model, or the one a task names; one at a
-  time, as `pool.BackendPool`) on its own GPU (`num_gpus` = 1, or the vLLM tensor-parallel size)
-  or a share of the CPUs (`worker_plan`), and the searcher over the shared BM25 index in
-  data/cache/. It builds each method once and answers any question of any method of the profile.
-- One writer: the driver (`Fleet.map`) hands out tasks, receives each finished question and
-  writes it exactly as the local engine does (`runner.run_method`, `extraction.run_extraction`,
-  `mechanisms.run_mechanisms`): the same resumable, fsync'ed files, rows in the order they finish.
-- Same results: a question's seeds come from the profile and the call (`seed`), never from the
-  worker or the order, and a worker answers one question at a time (runner.concurrency at a
-  time where that is set), so 1 worker, N workers and the local engine write identical rows.
-- Faults: a worker that dies (out of memory, killed) is replaced and its questions go back to
-  the queue for whichever worker is free first; only a finished question's row is written, and
-  each once. A question that kills MAX_KILLS workers stops the run with its id. The driver
-  dying is the local engine's resume.
-- Lost nodes (`ray_nodes`): while it waits the driver asks Ray which nodes died. The workers of a
-  dead node are replaced where the cluster has room for them now, else dropped: the run goes on
-  with the workers it has, says so once, and never waits for a worker that cannot be placed. When
-  the driver's own node or the cluster's head dies, or no worker is left, the run stops with one
-  paragraph (`ray_nodes.ClusterLost`: what died as Ray says, the questions kept, the command that
-  resumes), recorded for `status`.
-- `results/<profile>/workers.json` says which workers run where and what each has done
-  (`workers_status`; `status` shows it).
-"""
+The driver is the one writer: it hands out tasks and writes each finished question as the local
+engine does, so 1 worker, N workers and the local engine write identical rows. A dead worker is
+replaced and its questions re-queued (MAX_KILLS per question); a dead node's workers are replaced
+where there is room, else dropped; losing the driver's node, the head or every worker stops the
+run with one paragraph (`ray_nodes.ClusterLost`). docs/paper-profile.md (the Ray engine) has the
+rules; results/<profile>/workers.json says which workers run where (`workers_status`)."""
 from __future__ import annotations
 
 import contextlib

@@ -23,12 +23,6 @@ from .plan import runs_on
 from .pool import BackendPool
 
 
-def run_order(methods: Sequence[str]) -> list[str]:
-    """SeaKR first, then the rest in the paper's order: a days-long run gives the headline number
-    first. The rendered tables keep the paper's row order (`side_by_side`)."""
-    return sorted(methods, key=lambda m: m != "seakr")
-
-
 def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
     """The profile's settings for one method: the config keys the method declares (its CONFIG),
     and SeaKR's thresholds."""

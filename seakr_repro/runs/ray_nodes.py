@@ -1,17 +1,11 @@
 """Which Ray nodes a fleet's run (`fleet.Fleet`) depends on are alive, as Ray says (`NodeWatch`),
 and the stop when one it cannot do without is gone (`ClusterLost`).
 
-Two nodes a run cannot do without: the one its driver runs on (its raylet holds the driver's
-objects and places its workers) and the cluster's head (its GCS places and reports everything).
-Ray marks a node dead when its raylet misses its health checks (a raylet killed, its runtime-env
-agent dying with it, a host out of memory, a preempted machine); a head that is gone stops
-answering at its address, and the driver's Ray then exits on its own a minute later, so the watch
-asks the head's address first. Any other node only holds workers: the fleet goes on with the
-workers it has left.
-
-A stop leaves one paragraph (`ClusterLost`): what died in Ray's words, how many questions are
-kept, the command that resumes; it is recorded in results/<profile>/last-stop.json for `status`.
-"""
+A run cannot do without its driver's node (its raylet holds the driver's objects) and the head
+(its GCS places everything); any other node only holds workers. A head that is gone stops
+answering at its address before Ray marks anything dead, so the watch asks the head's address
+first. The stop's paragraph is recorded in results/<profile>/last-stop.json for `status`
+(docs/paper-profile.md, the Ray engine)."""
 from __future__ import annotations
 
 import socket

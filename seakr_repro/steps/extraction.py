@@ -2,22 +2,15 @@
 layer, stored resumably and read back one (hook, layer) at a time.
 
 The paper tuned its hyper-parameters on NQ-train questions answered closed-book (§5.3, Figure 3).
-Here the calibration set is real: FanOutQA's single-value sub-questions (closed-book here, since the
-package does not ship their pages) plus the bundled single-hop questions. Each question gets:
-a greedy answer (correct = F1 >= 0.5 against the golds and aliases), k samples of the same context
-with the statistics every estimator of `uncertainty.registry` needs, and the forced-EOS vector
-(sequence per `uncertainty.forced_eos`) of every sample at EVERY layer for both hooks (MLP output
-and residual stream, as `llm.hooks` defines them), stored as float16. Step 03 scores the
-configured hook, layer and variant through the same registry as the methods, so delta is
-calibrated on the U that gates retrieval.
-Extraction is resumable: one .npy per question plus one JSON line, skipped when both exist.
+Here the calibration set is FanOutQA's single-value sub-questions (closed-book, since the package
+does not ship their pages) plus the bundled single-hop questions. Each gets a greedy answer
+(correct = F1 >= 0.5), k samples with the statistics every estimator of `uncertainty.registry`
+needs, and every sample's forced-EOS vector at EVERY layer for both hooks (`llm.hooks`), so that
+step 03 calibrates delta on the very U that gates retrieval.
 
-Host memory is bounded at paper scale (1,788 questions x 2 hooks x 32 layers x 20 samples x 4,096
-dims = 18.7 GB in float16): each question's vectors are ONE uncompressed float16 .npy of shape
-hooks x L x k x d, written atomically before its JSON line, and `load_extraction` returns a
-`VectorStore` that reads one (hook, layer) at a time through memory maps (q x k x d float32,
-586 MB at paper scale), never the whole set.
-"""
+Storage (docs/disk-and-memory.md, "Step 02"): one float16 .npy per question, written atomically
+before its JSON line, so a resumed run skips what both hold; `load_extraction` returns a
+`VectorStore` that memory-maps them and reads one (hook, layer) at a time, never the whole set."""
 from __future__ import annotations
 
 import json

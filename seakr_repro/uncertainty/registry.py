@@ -8,12 +8,8 @@ live backend calls, steps 02/03 from the stored extraction -- and `score` turns 
 oriented so that higher = more uncertain. Both paths build the same statistics with the same
 functions, so step 03 calibrates delta on the very U that gates retrieval.
 
-The official estimators are those of the authors' engine (a fork of vLLM 0.4.2): each output
-token list there ends with the token that ended the continuation, replaced by EOS (or the sampled
-EOS), and its perplexity drops that last entry; a continuation of fewer than 2 output tokens has
-none. "perplexity (official)" is the greedy step's (1e3 without one), "LN-entropy (official)" the
-mean perplexity of every sample that has one, empty text included, from the log-probs after
-temperature, top-k and top-p (1e3 when none has one). The true ones stay beside them.
+The "(official)" perplexity and LN-entropy are those of the authors' engine (a fork of vLLM
+0.4.2; docs/faithful-and-fixed.md has their rows); the true ones stay beside them.
 """
 from __future__ import annotations
 

@@ -19,14 +19,11 @@ answer of the one-passage prompt with the lowest U, over DPR's precomputed top 1
 (`simple_qa_passages: official`, as main_simpleqa.py) or BM25's top 10 from our corpus (`bm25`);
 an empty output competes with its U in faithful mode (eval_singlehop.ipynb), ranks last in fixed.
 
-Switches (Table 3): estimator (`uncertainty.registry`), forced_eos (replace_last: the official
-engine's forced-EOS sequence | append), self_aware_retrieval (False: every step retrieves), rerank (False:
-BM25's top unused document), reasoning (self_aware | rationales | knowledge), mode (fixed | faithful:
-the code's bugs -- last-sentence query of ASCII-only words, comma-truncating extraction, periods
-deleted from steps and replaced in the question, re-ask prompt without the first output,
-knowledge-path U from the re-ask, empty passages padding a short search, the query reading the
-token a stop string splits). replace_last also overwrites the max_tokens-th token of the greedy
-step the query is built from (`query.engine_view`).
+Switches (Table 3): estimator (`uncertainty.registry`), forced_eos (replace_last | append),
+self_aware_retrieval (False: every step retrieves), rerank (False: BM25's top unused document),
+reasoning (self_aware | rationales | knowledge), mode (fixed | faithful: the official code's bugs,
+one row each in docs/faithful-and-fixed.md). replace_last also overwrites the max_tokens-th token
+of the greedy step the query is built from (`query.engine_view`).
 """
 from __future__ import annotations
 

@@ -8,16 +8,9 @@ the gold answers with a metric E (exact match by default, as the official code).
     unknown (D-, retrieval helps)      otherwise
     discarded                          if both answers are incorrect (E = 0 for both)
 
-Ties: under the paper's rule (`ties="known"`) a question both answers get right is "known" --
-retrieval brings nothing, so the model knew it. The official code (THUNLP-MT/SKR source/skr.py)
-instead drops every equal-score question ("same"); `ties="discard"` reproduces that.
-
-The answer scored (`label_answer`): "package" extracts it as the package scores every method
-(`evaluation.extract_answer` in the profile's `evaluation.answer_extraction` mode); "official" as
-skr.py does (`official_answer`, which reads the gold).
-
-The function is pure in its inputs (backend, searcher, records, settings), so its output can be
-cached: `save_labels` / `load_labels` write and read it as one JSON object per line.
+Ties (`ties`) and the answer scored (`label_answer`) follow the paper or the official code
+(THUNLP-MT/SKR source/skr.py), one row each in docs/faithful-and-fixed.md. The labels are pure in
+their inputs, so `save_labels` / `load_labels` cache them as one JSON object per line.
 """
 from __future__ import annotations
 

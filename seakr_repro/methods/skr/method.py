@@ -2,34 +2,17 @@
 
 Per test question, elicit the model's self-knowledge (known -> answer closed-book, unknown ->
 answer with the top-3 BM25 passages of the question) by one of four strategies (section 3.2):
+skr-prompt (ask the model whether it needs more information), skr-icl (the same after labelled
+training questions), skr-cls (a classifier on the training questions) and skr-knn (a vote of the
+k nearest training questions, `knn_rule`).
 
-- skr-prompt: ask the model "Do you need additional information to answer this question?";
-- skr-icl:    the same question after labelled training questions answered "No, I don't need
-              ..." (D+) or "Yes, I need ..." (D-);
-- skr-cls:    a classifier on the training questions. The paper fine-tunes BERT-base; we fit a
-              logistic regression (softmax(W h + b), the same head and cross-entropy loss) on the
-              frozen all-MiniLM-L6-v2 embeddings -- a linear probe, because fine-tuning BERT on
-              CPU for every (model, data set) label set would dominate the default profile's budget
-              and MiniLM ships in a pip package, so it runs offline;
-- skr-knn:    the k training questions nearest by cosine similarity of sentence embeddings (the
-              paper uses SimCSE; we use MiniLM, same reason), with the paper's prior-corrected vote
-              (`knn_rule: paper`) or the official code's margin vote (`official`, source/knn.py).
-
-Sentence embeddings (`pooling`): "mean" is the encoder's own sentence-transformers pipeline (mean
-of the token states, L2-normalised); "pooler" is what THUNLP-MT/SKR's knn.py reads from its SimCSE
-encoder: the BERT pooler output (tanh of a dense layer over [CLS]), L2-normalised, training
-questions in padded batches of 64 cut at 128 tokens, each test question alone and uncut.
-
-Answers use the package's SeaKR-format CoT demos (4 by default, the paper's count) in both paths,
-and are extracted in the profile's `evaluation.answer_extraction` mode, as every method's;
-the paper's retrieval path also shows passages inside the demos, ours shows them for the test
-question only, as the package's other retrieval baselines do.
-
-Labels come from `skr_labels.build_skr_labels` (step 1); `build_skr` makes a method from them:
-
-    labels = build_skr_labels(backend, searcher, train_records, "bundled-hotpotqa")
-    method = build_skr("skr-knn", backend, searcher, "bundled-hotpotqa", labelled=labels)
-"""
+The paper fine-tunes BERT-base for skr-cls and embeds with SimCSE for skr-knn; here a logistic
+regression (the same head and loss) probes frozen all-MiniLM-L6-v2 embeddings, since fine-tuning
+per (model, data set) on CPU would dominate the default budget and MiniLM ships in pip, offline.
+`pooling` and `knn_rule` choose the official code's or the paper's way (docs/faithful-and-fixed.md).
+Answers use the package's SeaKR-format CoT demos and the profile's answer extraction, passages
+shown for the test question only, as the package's other retrieval baselines do. Labels come from
+`skr_labels.build_skr_labels` (step 1); `build_skr` makes a method from them."""
 from __future__ import annotations
 
 import importlib.util
