@@ -4,6 +4,7 @@ one, and its timings kept when a check fails or crashes."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -171,7 +172,8 @@ def simulated_graph():
 def test_the_graph_path_is_timed_over_its_replays_with_its_capture_apart(simulated_graph, monkeypatch):
     """Each timed call captures once (one part) and replays every step after the warm-up and the
     capture; a capture made slow (300 ms) shows in capture_s and the call's whole time, not in the
-    step."""
+    step: the step is at most a call's time less its capture over its replays (counts, not a
+    machine's speed, so it holds on a busy machine)."""
     import time
 
     from seakr_repro.doubles import simulated_graph as sim
@@ -186,8 +188,9 @@ def test_the_graph_path_is_timed_over_its_replays_with_its_capture_apart(simulat
     g = got["paths"]["graph"]
     assert g["captures_per_call"] == [1, 1] and g["replays_per_call"] == [12 - 2] * 2
     assert g["capture_s"] >= 0.3 and "static step eagerly" in g["simulated"]
-    assert g["ms_per_step_with_capture"] - g["ms_per_step"] >= 0.8 * 300 / 12
-    assert g["ms_per_step"] < 300 / 12 and got["ok"] is True
+    assert g["ms_per_step_with_capture"] == pytest.approx(1000 * statistics.median(g["decode_seconds"]) / 12)
+    assert g["ms_per_step"] <= max(1000 * (d - 0.3) / r for d, r in zip(g["decode_seconds"], g["replays_per_call"]))
+    assert got["ok"] is True
     assert got["checks"]["graph"]["ok"] and g["same_tokens_as_static_at_float16"]
 
 
