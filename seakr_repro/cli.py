@@ -166,7 +166,7 @@ def cmd_bench(args) -> int:
     if isinstance(got, int):          # the scale check returns its exit status
         return got
     # a benchmark whose own checks failed (different tokens, vectors out of tolerance) exits 1,
-    # so a script or the GPU rehearsal cannot read its timings as a success
+    # so a script or the card check cannot read its timings as a success
     if isinstance(got, dict) and got.get("ok") is False:
         print(f"bench {args.name}: its checks failed (\"ok\": false in its report)", file=sys.stderr)
         return 1
@@ -342,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a method setting, e.g. --method-set estimator=perplexity --method-set rerank=false")
 
     p = add("render", cmd_render, "re-render every table and figure from saved results")
+
+    from .card_check.check import add_arguments, cmd_check_card
+    add_arguments(add("check-card", cmd_check_card, "does the profile fit this GPU, how fast does it go, what would "
+                      "it cost: random weights of its model's shape under its card's cap (default profile: paper)"))
 
     from .benchmarks import BENCHMARKS
 

@@ -3,12 +3,12 @@
 bm25s (the pure-Python BM25 backend) imports JAX when it is installed and runs `jax.lax.top_k` at
 import (bm25s/selection.py). JAX, at its first use on a CUDA machine, takes 75% of the card
 (XLA_PYTHON_CLIENT_PREALLOCATE defaults to true), before any model is built, and the models then
-run out of memory (docs/measurements.md, "GPU rehearsal", has the first GPU run). On the 24 GB card
+run out of memory (docs/measurements.md, "The card check", has the first GPU run). On the 24 GB card
 of the paper profile that would leave about 6 GB, less than LLaMA-2-7B's weights. The package's
 only use of JAX is that top-k over a few thousand scores, which the CPU does as well.
 
 JAX reads these variables when it is imported, so `apply()` runs at `import seakr_repro`, before
-anything that can bring bm25s in; children (papermill kernels, Ray workers, the GPU rehearsal's
+anything that can bring bm25s in; children (papermill kernels, Ray workers, the card check's
 parts) inherit them. The rule, chosen so a user's own JAX setup is never overruled:
 - JAX_PLATFORMS=cpu, unless the user set any JAX or XLA variable (JAX_PLATFORMS, the older
   JAX_PLATFORM_NAME, or an XLA_PYTHON_CLIENT_* memory setting): someone who tuned JAX's GPU
