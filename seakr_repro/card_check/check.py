@@ -263,7 +263,7 @@ def paragraph(report: dict, opt: dict) -> str:
     pace = measured_pace(report)
     if pace:
         hours, unpriced = profile_hours(opt["profile"], pace)
-        s.append(f"At this pace the {opt['profile']} profile's question-runs would take about {hours:,.0f} hours "
+        s.append(f"At this pace the {opt['profile']} profile's question-runs would take about {hours:,.1f} hours "
                  f"on this card (cost's arithmetic)" + (f", {', '.join(unpriced)} not priced (not measured)"
                                                         if unpriced else "") + ".")
     failed = {p: e["error"] for p, e in parts.items() if e.get("error")}
