@@ -118,9 +118,9 @@ def seakr(run: Run) -> dict:
             out["questions"][d] = _question(cfg, d, "seakr")
             out["peak_bytes"] = card.peak_bytes(run.device)
             run.keep(out)
+        out.update(_predicted(run, "seakr", dtype))       # before the model is freed, which starts it over
     finally:
         pool.close()
-    out.update(_predicted(run, "seakr", dtype))
     return out
 
 
