@@ -254,10 +254,12 @@ def paragraph(report: dict, opt: dict) -> str:
     if om.get("runs"):
         r = om["runs"][-1]
         s.append(f"The out-of-memory retry {'ran' if om.get('retry_ran') else 'did NOT prove itself'}: under a "
-                 f"cap of {_gib(r['cap_bytes'])} (uncapped peak {_gib(om['uncapped_peak_bytes'])}) it retried "
-                 f"{r['oom_retries']} time(s) to {r['rows_per_forward']} rows per pass"
-                 + (f", {'the same' if r.get('same_tokens') else 'OTHER'} tokens as an uncapped run at that width"
-                    if r.get("ok") else f" and failed: {r.get('error')}") + ".")
+                 f"cap of {_gib(r['cap_bytes'])} (uncapped peak {_gib(om['uncapped_peak_bytes'])}) "
+                 + (f"it failed: {r.get('error')}" if not r.get("ok") else
+                    "the call finished without running out of memory" if not r["oom_retries"] else
+                    f"it retried {r['oom_retries']} time(s) to {r['rows_per_forward']} rows per pass, "
+                    f"{'the same' if r.get('same_tokens') else 'OTHER'} tokens as an uncapped run at that width")
+                 + ".")
     elif om.get("why"):
         s.append(f"The out-of-memory retry could not run: {om['why']}.")
     pace = measured_pace(report)
