@@ -116,6 +116,25 @@ def test_the_check_on_a_cpu_runs_every_part_and_writes_its_paces_elsewhere(tmp_p
     assert MEASURED_PACE.read_bytes() == committed
 
 
+def test_a_check_stopped_at_its_limit_keeps_what_it_measured_and_names_the_rest(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "seakr_repro", "check-card", "--device", "cpu", "--shape", "tiny",
+                           "--profile", "paper-tiny", "--passages", "300", "--limit", "20", "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["not_run"] and rep["seconds"] < 60 and set(rep["parts"]) | set(rep["not_run"]) == set(plan.PARTS)
+    for part, why in rep["not_run"].items():       # stopped, or not started for want of margin
+        assert why == rep.get("stopped") == "stopped at the 20 s limit" or "10 s of margin" in why, why
+        assert f"{part} ({why})" in rep["paragraph"]
+    # the part the stop cut short keeps what it had written (SeaKR's path checks come first)
+    assert [p for p, e in rep["parts"].items() if e.get("running")] in ([], [list(rep["parts"])[-1]])
+    if "seakr" in rep["parts"]:
+        assert rep["parts"]["seakr"]["path_checks"]["graph"]["ok"]
+    assert rep["paragraph"] in proc.stdout
+    done = (rep["parts"].get("seakr") or {}).get("questions") or {}
+    assert proc.returncode == (0 if len(done) == 2 else 1)
+
+
 @pytest.mark.heavy
 @pytest.mark.timeout(3600)
 def test_the_check_at_llama_2_7bs_layers_predicts_every_peak_and_prices_the_profile(tmp_path):
