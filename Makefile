@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 .DEFAULT_GOAL := help
 VENV_VLLM := .venv-vllm
 VLLM_STAMP := $(VENV_VLLM)/.setup-stamp
-.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-heavy test-all test-vllm check smoke bench scale-check gpu-rehearsal gpu-rehearsal-pack gpu-rehearsal-cold-start figures tables lab clean clean-results
+.PHONY: help setup setup-vllm reproduce reproduce-vllm test test-heavy test-all test-vllm check smoke bench scale-check gpu-check gpu-check-pack figures tables lab clean clean-results
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -55,7 +55,7 @@ smoke: $(STAMP)  ## the whole pipeline at smoke size (6.4 min the first time in 
 test: $(STAMP)  ## fast tests, notebook smoke runs included (slow and GPU tests skipped)
 	$(PY) -m pytest -q
 
-test-heavy: $(STAMP)  ## end-to-end runs of minutes each, CI's second step: the paper profile on stand-ins, the GPU rehearsal's call on CPU, a crash mid-notebook, a lost Ray node
+test-heavy: $(STAMP)  ## end-to-end runs of minutes each, CI's second step: the paper profile on stand-ins, check-card at LLaMA-2-7B's layers on CPU, a crash mid-notebook, a lost Ray node
 	$(PY) -m pytest -q -m heavy
 
 test-all: $(STAMP)  ## every test, slow ones too (GPU tests still need a GPU)
@@ -80,15 +80,12 @@ bench: $(STAMP)  ## speed benchmarks, ratios against a baseline in the same run 
 scale-check: $(STAMP)  ## paper-scale dry run on CPU (synthetic LLaMA-2-7B shapes, 1M passages): RSS, disk, hours
 	$(PY) -m seakr_repro bench scale-check $(SCALE_CHECK_ARGS)
 
-REHEARSAL_OUT ?= results/gpu-rehearsal
-gpu-rehearsal:  ## the GPU rehearsal's first device call: run "bash scripts/gpu_rehearsal.sh $OUT", carry .gpu-rehearsal, timeout_s 398, then its report's next_call (docs/measurements.md; python -m seakr_repro.rehearsal.plan); DEVICE=cpu runs every part here
-	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_rehearsal.sh $(REHEARSAL_OUT)
+GPU_CHECK_OUT ?= results/gpu-check
+gpu-check:  ## the one GPU call: "bash scripts/gpu_check.sh $OUT", carry .gpu-pack, timeout_s 420 (docs/measurements.md, "The card check"); DEVICE=cpu runs the check here over a simulated card
+	PY=$${PY:-$$( [ -x $(PY) ] && echo $(PY) || echo python3 )} bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
 
-gpu-rehearsal-cold-start: $(STAMP)  ## here, with the machine idle: time the parts' process start, imports and bytecode compile from a pack without bytecode into data/measured/rehearsal_cold_start.json (plan.py reads it; then python -m seakr_repro.rehearsal.plan)
-	$(PY) -m seakr_repro.rehearsal.cold_start
-
-gpu-rehearsal-pack: $(STAMP)  ## here, on CPU, before the GPU call: pack what a GPU machine lacks (Ray among them) and the commit into .gpu-rehearsal/; RAY=auto leaves Ray out if it does not fit
-	PY="$(PY)" PIP="$(PY) -m pip" bash scripts/gpu_rehearsal_pack.sh
+gpu-check-pack: $(STAMP)  ## here, on CPU, before the GPU call: pack what a GPU machine lacks (Ray among them) and the commit into .gpu-pack/; RAY=auto leaves Ray out if it does not fit
+	PY="$(PY)" PIP="$(PY) -m pip" bash scripts/gpu_check_pack.sh
 
 figures: $(STAMP)  ## re-render every table and figure of PROFILE from saved results
 	$(PY) -m seakr_repro render --profile $(PROFILE)

@@ -166,7 +166,7 @@ def cmd_bench(args) -> int:
     if isinstance(got, int):          # the scale check returns its exit status
         return got
     # a benchmark whose own checks failed (different tokens, vectors out of tolerance) exits 1,
-    # so a script or the GPU rehearsal cannot read its timings as a success
+    # so a script or the card check cannot read its timings as a success
     if isinstance(got, dict) and got.get("ok") is False:
         print(f"bench {args.name}: its checks failed (\"ok\": false in its report)", file=sys.stderr)
         return 1
@@ -339,11 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m seakr_repro", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
-    for name, (func, help_text, arguments) in COMMANDS.items():
+
+    def add(name, func, help_text, arguments=()):
         p = sub.add_parser(name, help=help_text, description=help_text)
-        for flags, kwargs in PROFILE_ARGS + arguments:
+        for flags, kwargs in PROFILE_ARGS + list(arguments):
             p.add_argument(*flags, **kwargs)
         p.set_defaults(func=func)
+        return p
+
+    for name, (func, help_text, arguments) in COMMANDS.items():
+        add(name, func, help_text, arguments)
+    from .card_check.check import add_arguments, cmd_check_card
+    add_arguments(add("check-card", cmd_check_card, "does the profile fit this GPU, how fast does it go, what "
+                      "would it cost: random weights of its model's shape under its card's cap (default "
+                      "profile: paper)"))
 
     text = "a developers' benchmark: bench NAME [its options] (bench NAME --help gives them)"
     p = sub.add_parser("bench", help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter,

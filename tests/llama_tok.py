@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-# one definition, in the package (the GPU rehearsal builds its models' tokenizer with it too)
+# one definition, in the package (the card check builds its models' tokenizer with it too)
 from seakr_repro.doubles.llama_tokenizer import BOS, EOS, build_tokenizer  # noqa: F401
 
 

@@ -400,7 +400,7 @@ def test_bad_commands_are_reported():
     assert command_problem(["python", "-m", "seakr_repro.benchmarks.decode", "--device", "cpu"]) == \
         "seakr_repro.benchmarks.decode does not run as a program (no __main__ guard)"
     assert command_problem(["python", "-m", "seakr_repro.tools.<module>"]) == "no module seakr_repro.tools"
-    assert command_problem(["python", "-m", "seakr_repro.rehearsal.pack", "commit", "x"]) is None
+    assert command_problem(["python", "-m", "seakr_repro.card_check.pack", "commit", "x"]) is None
 
 
 def test_unknown_settings_are_reported():
@@ -461,7 +461,7 @@ def record_problems(text):
 
 def test_every_recorded_run_names_its_code_machine_and_use():
     text = (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8")
-    assert len(run_tables(text)) >= 4      # full default runs, one notebook, smoke runs, GPU rehearsals
+    assert len(run_tables(text)) >= 4      # full default runs, one notebook, smoke runs, GPU runs
     assert record_problems(text) == []
 
 

@@ -163,7 +163,7 @@ def test_run_grid_loads_each_model_once_over_all_data_sets(monkeypatch, tmp_path
 @pytest.mark.parametrize("derive_rows", [True, False])
 def test_run_grid_derives_rows_only_where_the_profile_says(monkeypatch, tmp_path, derive_rows):
     """runner.derive_rows: true writes what another run's file answers before running the rest
-    (runs/derived.py); false runs every row (the rehearsal's Ray part, which must compute)."""
+    (runs/derived.py); false runs every row (a run that must compute every call)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))

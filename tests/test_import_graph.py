@@ -241,7 +241,7 @@ def test_runs_never_imports_a_step():
 
 # ------------------------------------------------------------------------------ private names
 # A room is a folder (or top-level module) of the package: core, llm, runs, commands, benchmarks,
-# rehearsal, doubles, ... A room that needs another's internals asks for a public name, so a
+# card_check, doubles, ... A room that needs another's internals asks for a public name, so a
 # leading underscore keeps meaning "only this room relies on it".
 def _room(module: str) -> str:
     parts = module.split(".")

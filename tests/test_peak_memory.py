@@ -90,7 +90,7 @@ def test_a_model_leaving_the_card_starts_the_peak_over(tok):
 def test_the_committed_predictions_hold_7bs_weights_and_add_up():
     import json
 
-    from seakr_repro.rehearsal.peak_prediction import PREDICTIONS
+    from seakr_repro.card_check.peak_prediction import PREDICTIONS
 
     doc = json.loads(PREDICTIONS.read_text())
     seen = 0
@@ -105,23 +105,18 @@ def test_the_committed_predictions_hold_7bs_weights_and_add_up():
     assert seen >= 10 and {"paper-tiny", "paper"} <= set(doc["profiles"])
 
 
-def test_the_methods_part_reports_a_prediction_beside_its_peak(tok):
-    from types import SimpleNamespace
-
+def test_the_check_reports_a_prediction_beside_each_peak(tok):
     from seakr_repro.doubles import simulated_card
-    from seakr_repro.rehearsal.peak_prediction import peak_fields, predicted
+    from seakr_repro.card_check.peak_prediction import peak_fields, predicted
 
-    ctx = SimpleNamespace(device="cpu", paper_shape=False)
     committed = predicted("paper-tiny", "seakr", "float16")
-    got = peak_fields(ctx, "paper-tiny", "seakr", "float16")
-    assert got["peak_bytes"] is None and got["predicted_7b"]["peak_bytes"] == committed["predicted_peak_bytes"]
-    assert committed["commit"] in got["predicted_7b"]["from"]
-    assert "no prediction" in peak_fields(ctx, "paper-tiny", "seakr", "bfloat16")["predicted_7b"]["why"]
+    got = peak_fields("paper-tiny", "seakr", "float16")
+    assert got["peak_bytes"] == committed["predicted_peak_bytes"] and committed["commit"] in got["from"]
+    assert "no prediction" in peak_fields("paper-tiny", "seakr", "bfloat16")["why"]
     card = simulated_card.activate(SimulatedCard(predict={"llama-2-7b": "llama-2-7b"}))
     try:
         model = rl.random_llama("tiny", tok, "cpu", torch.float32)             # 2 layers, not 32
-        live = peak_fields(ctx, "paper-tiny", "seakr", "float32")
-        assert live["peak_bytes"] == card.peak > 0 and "layer count" in live["predicted_7b"]["why"]
+        assert card.peak > 0 and "layer count" in peak_fields("paper-tiny", "seakr", "float32")["why"]
     finally:
         simulated_card.deactivate()
     assert model is not None

@@ -106,7 +106,7 @@ def test_a_small_gpu_is_named(bare_machine, monkeypatch):
     assert "baselines.dtype: float16" in gpu[0] and "baselines.dtype_when_too_large: float16" in gpu[0]
     cfg = _paper(bare_machine, **{"baselines.dtype": "float16", "baselines.dtype_when_too_large": None})
     assert not any(p.startswith("GPU") for p in preflight.run_checks(cfg).problems)
-    # a 40 GiB card, capped at 24 GiB (the GPU rehearsal's cap): the cap decides
+    # a 40 GiB card, capped at 24 GiB (the card check's cap): the cap decides
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=40 * GiB))
     report = preflight.run_checks(_paper(bare_machine))
     assert not any(p.startswith("GPU") for p in report.problems)

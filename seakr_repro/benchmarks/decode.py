@@ -20,14 +20,15 @@
   1. at `--dtype` and the full shape, on the timed model: each path against the first one (`python`
      by default): its greedy and sampled tokens (reported: a path that rounds differently may draw
      differently after a near tie), and the statistics (log-probs before each row's first
-     differing token, entropies and logsumexps up to it: the same context on both paths) within
-     HALF_STATS_REL of the position's logsumexp (the size of its logits);
+     differing token, entropies and logsumexps up to it: the same context on both paths) over
+     the position's logsumexp (the size of its logits), REPORTED, not judged: after 32 random
+     layers two kernels' float16 rounding drifts by percents, which says nothing of either path;
   2. at float32 on the SAME weights at fewer layers (the embedding, the first `--check-layers`
      layers, the final norm and the LM head, copied from the timed model: ~4.3 GB at 7B for 4
      layers, beside the 12.55 GiB float16 model), each path against the reference path
      (`shared_prefix=False`, the prompt's cache copied into every row): the same greedy and sampled
      tokens, log-probabilities within 1e-4, vectors within 1e-4 relative (the shared-prefix tests'
-     bounds).
+     bounds): the path's verdict.
 Random weights run every row to its limit (no stop string is given), so each step has all rows.
 
 Writes one JSON (`--out`, and returns it): commit, device, torch, the floor, each path's times,
@@ -50,7 +51,6 @@ from pathlib import Path
 
 F32_LOGPROB_ABS = 1e-4           # tests/test_llm_shared_prefix.py's bounds at float32
 F32_VECTOR_REL = 1e-4
-HALF_STATS_REL = 1e-2            # half precision: statistics in the same context, over the logits' size
 
 
 def _rel(a, b) -> float:
@@ -191,7 +191,7 @@ def check_same_dtype(got, want, against: str) -> dict:
     same = [s.token_ids == w.token_ids for s, w in zip(got[1].samples, want[1].samples)]
     return {"against": against, "greedy_tokens_equal": got[0].token_ids == want[0].token_ids,
             "sampled_rows_equal": f"{sum(same)}/{len(same)}", "stats_max_abs_diff": diff,
-            "stats_max_diff_over_logsumexp": scaled, "ok": scaled <= HALF_STATS_REL}
+            "stats_max_diff_over_logsumexp": scaled}
 
 
 def check_float32(path: str, m32, tok, prompt: str, rows: int, new_tokens: int, seed: int) -> dict:
@@ -326,7 +326,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--paths", default=None, help="decode paths, comma-separated (default: every one "
                     "the device runs: graph on CUDA only)")
-    ap.add_argument("--check-rows", type=int, default=4)
+    ap.add_argument("--check-rows", type=int, default=4, help="rows of the checks (0: time only, no checks)")
     ap.add_argument("--check-tokens", type=int, default=16)
     ap.add_argument("--check-layers", type=int, default=4,
                     help="layers of the float32 copy the float32 checks run on (the same weights)")
@@ -409,6 +409,9 @@ def main(argv=None) -> dict:
     _write(report, a.out)
 
     # 3. the checks (the module's note): each path on its own, its error kept if it fails
+    if a.check_rows == 0:
+        report["ok"] = all("error" not in r for r in report["paths"].values())
+        return report
     timed = [p for p in paths if "error" not in report["paths"][p]]
     first = timed[0] if timed else paths[0]
     args = (tok, prompt, a.check_rows, a.check_tokens, a.seed)
@@ -423,7 +426,7 @@ def main(argv=None) -> dict:
             if m32 is None:
                 m32 = fewer_layers_float32(model, a.check_layers)
             c["float32"] = check_float32(p, m32, *args)
-            c["ok"] = c[f"at_{a.dtype}"]["ok"] and c["float32"]["ok"]
+            c["ok"] = c["float32"]["ok"]
         except Exception as e:              # noqa: BLE001 - kept in the report, the others go on
             c.update(ok=False, error=_error(e))
         _write(report, a.out)

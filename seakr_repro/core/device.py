@@ -31,7 +31,7 @@ def _gpu_driver_files() -> bool:
 
 def usable_gpu_bytes(index: int = 0) -> int | None:
     """GPU memory this process may use: the card's total, or the share a
-    `torch.cuda.set_per_process_memory_fraction` cap allows (the GPU rehearsal's 24 GiB). None
+    `torch.cuda.set_per_process_memory_fraction` cap allows (the card check's 24 GiB). None
     where torch sees no CUDA GPU. The card's size, not what is free now: a decision taken on it
     (`llm.gpu_fit.dtype_that_fits`) does not change with what else happens to run on the card."""
     if not cuda_available():

@@ -1,7 +1,7 @@
 """Keep JAX off the GPU that torch needs.
 
 bm25s imports JAX when it is installed, and JAX at its first use on CUDA takes 75% of the card
-before any model is built (docs/measurements.md, "GPU rehearsal"); the package uses JAX only for
+before any model is built (docs/measurements.md, "The card check"); the package uses JAX only for
 a small top-k the CPU does as well. JAX reads its variables at import, so `apply()` runs at
 `import seakr_repro`, and children inherit them. A user's own JAX setup is never overruled:
 - JAX_PLATFORMS=cpu unless any JAX or XLA variable is set (who tuned JAX wants it on the GPU);

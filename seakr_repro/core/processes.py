@@ -1,5 +1,5 @@
-"""Whether a process is alive, by its id (the readers of files that live processes write: the GPU
-rehearsal's torch reports, a simulated card's processes)."""
+"""Whether a process is alive, by its id (the readers of files that live processes write: a
+simulated card's processes)."""
 from __future__ import annotations
 
 import os

@@ -3,8 +3,8 @@ checks them without importing the modules that act on them, which sit above core
 
 - `runner.engine`: which engine answers a profile's questions (`runs.engine_choice` opens it);
 - `model.decode`: the transformers backend's decode path (`llm.hf.decode`, one module per path;
-  `auto` is DECODE_AUTO, why in `llm.hf.decode`). The rehearsal's driver reads them here too:
-  it runs where numpy and torch may not import."""
+  `auto` is DECODE_AUTO, why in `llm.hf.decode`). Here, so a reader needs neither
+  numpy nor torch."""
 from __future__ import annotations
 
 # runner.engine: each engine, and what it is (an unknown one is answered with these)

@@ -73,7 +73,7 @@ def _load_backend(cfg: Config, name: str, dtype: str | None = None):
 def free_accelerator_memory() -> None:
     """Collect what was dropped, hand the CUDA caching allocator's free blocks back and start the
     peak-memory count over: the next model's peak is its own, not the one before it plus it (a peak
-    read without it counted the previous model: docs/measurements.md, "GPU rehearsal")."""
+    read without it counted the previous model: docs/measurements.md, "The card check")."""
     import gc
 
     gc.collect()

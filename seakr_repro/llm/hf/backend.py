@@ -178,7 +178,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
     def forward(self, ids: torch.Tensor, cache=None, position_ids=None):
         """The model's pass over `ids` (rows x tokens) on top of `cache`: the ONE entry point of
         every pre-fill and decode pass (every decode path's steps included; the forced-EOS and
-        scoring passes call the model directly), so wrapping it sees them all (the GPU rehearsal
+        scoring passes call the model directly), so wrapping it sees them all (a test
         injects out-of-memory errors here). It tells the out-of-memory retry how many rows the
         pass runs (`oom.note_rows`): a wrapper that raises before calling it calls
         `backend.oom.note_rows(ids.shape[0])` first, so the retry halves from that width.

@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 import torch
 
 _STATE = threading.local()
-# set by a simulated card while it counts a CPU's tensors as a card's (tests, rehearsal on CPU)
+# set by a simulated card while it counts a CPU's tensors as a card's (tests, the card check on CPU)
 simulate_on_cpu = False
 
 

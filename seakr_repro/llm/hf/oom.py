@@ -14,7 +14,7 @@ torch's cached blocks), shrinks what it runs at once and runs again:
 Results do not change: sampling does not depend on how rows are split into passes, and each
 context draws from its own generator. `retries` counts the recoveries and `seconds` the time the
 failed attempts took (what the retries cost); the runner copies both into each result row. A
-caller that wants each attempt's record (the GPU rehearsal's oom part) sets `attempts` to a list,
+caller that wants each attempt's record (the card check's oom part) sets `attempts` to a list,
 and `before_attempt`/`after_attempt(record)` to read its memory around each attempt.
 """
 from __future__ import annotations

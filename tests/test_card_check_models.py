@@ -1,4 +1,4 @@
-"""The rehearsal's random models stand for LLaMA-2-7B: every part's model has its 32,000-token
+"""The card check's random models stand for LLaMA-2-7B: every model has its 32,000-token
 vocabulary (the embedding and LM head a 7B card holds), Self-RAG's with its reflection tokens added,
 as its checkpoint has them; the small test tokenizer's ids are a part of it, and the models decode
 only those (their texts as long as a real tokenizer's)."""
@@ -9,7 +9,7 @@ import torch
 
 from seakr_repro.doubles.random_llama import LLAMA_2_VOCAB
 from seakr_repro.llm.reflection_tokens import SCORED_TOKENS
-from seakr_repro.rehearsal.stand_ins import RandomLlamaLoader, tokenizer_dir
+from seakr_repro.card_check.stand_ins import RandomLlamaLoader, tokenizer_dir
 
 SETTINGS = {"model.dtype": "float32", "cache.enabled": False}
 
@@ -34,11 +34,3 @@ def test_the_loaders_models_have_llama_2s_vocabulary_and_decode_the_tokenizers_i
     assert len(drawn) > 50 and max(drawn) < len(backend.tokenizer)
     with torch.no_grad():               # the tokenizer's ids still spread over its part of the head
         assert backend.model.lm_head.weight[:len(backend.tokenizer)].abs().sum(-1).min() > 0
-
-
-def test_gpu_checks_model_has_llama_2s_vocabulary(tok_dir):
-    from seakr_repro.rehearsal.parts.gpu_check import measure
-
-    got = measure(tok_dir, k=2, prompt_tokens=20, max_new_tokens=2, rows="2", device="cpu", dtype="float32",
-                  shape="tiny")
-    assert got["vocab"] == LLAMA_2_VOCAB and got["runs"][0]["max_batch_rows"] == 2

@@ -1,12 +1,11 @@
-"""What the rehearsal's parts load in place of what cannot travel to a lent GPU: the LLaMA-style
-tokenizer and random-weight models of a real shape, and the paper profile on stand-in data.
+"""What the card check loads in place of the real model and data: the LLaMA-style tokenizer and
+random-weight models of a real shape, and the profile on stand-in data.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from .device import model_dtype
 
 
 def tokenizer_dir(work: Path) -> Path:
@@ -21,8 +20,7 @@ def tokenizer_dir(work: Path) -> Path:
 class RandomLlamaLoader:
     """`runs.pool.BackendPool`'s (and the Ray workers') loader: any model name gives a random LLaMA
     of `shape` on `device` (Self-RAG's with its reflection tokens added), wrapped as
-    `llm.load_backend` wraps a real one. Picklable, so a Ray worker builds its own. `builds` holds
-    each model's name, dtype and seconds to build (in the process that built it)."""
+    `llm.load_backend` wraps a real one. `builds` holds each model's name, dtype and seconds to build."""
 
     def __init__(self, shape: str, device: str, tok_dir: str | Path):
         self.shape, self.device, self.tok_dir = shape, device, str(tok_dir)
@@ -63,13 +61,9 @@ class RandomLlamaLoader:
         return CachedBackend(backend, vectors=cfg.get("cache.vectors", "gram"))
 
 
-def model_overrides(device: str) -> dict:
-    return {"model.device": device, "model.dtype": model_dtype(device)}
-
-
 def profile_inputs(profile: str, overrides: dict, questions: int, passages: int) -> tuple:
     """The profile on stand-in data: (cfg, searcher). Writes, under SEAKR_RAW_DIR /
-    SEAKR_CACHE_DIR / SEAKR_RESULTS_DIR (the part's process points them into the call's folder):
+    SEAKR_CACHE_DIR / SEAKR_RESULTS_DIR (the check's process points them into its folder):
     synthetic questions as step 00's prepared files, the official clones' and top-10 files'
     stand-ins, a synthetic corpus and its bm25s index (the profile's own paths:
     `prepare.ensure_index`). Retrieval is bm25s (Lucene needs Java, which cannot travel; bm25s has

@@ -1,21 +1,21 @@
-"""What the GPU rehearsal carries to a lent GPU machine, whether it fits one call, and which commit
-it describes.
+"""What the GPU call (scripts/gpu_check.sh) carries to a lent GPU machine, whether it fits one
+call, and which commit it describes.
 
-scripts/gpu_rehearsal_pack.sh packs into .gpu-rehearsal/ (git-ignored, named in the call's
-`carry`): site.tar.xz (the packages the rehearsal needs that the machine lacks) and ray.tar.xz
+scripts/gpu_check_pack.sh packs into .gpu-pack/ (git-ignored, named in the call's `carry`):
+site.tar.xz (the packages the check needs that the machine lacks) and ray.tar.xz
 (Ray, stripped to what a local `ray.init` and the Ray engine need, with the dependencies of Ray
-the machine lacks). A call carries `assumptions.CARRIED_MIB` in all: the checkout's files
+the machine lacks). A call carries `CARRIED_MIB` in all: the checkout's files
 (tracked, and untracked ones git does not ignore) plus the carried paths. This module holds the
 one list of the Ray folders left out, the check of a stripped Ray tree, the size accounting
-(PACK/sizes.json, which the ray part quotes when Ray is not there), and the commit the pack was
+(PACK/sizes.json), and the commit the pack was
 made at (PACK/commit.json: the commit and every tracked file's git blob id, so a checkout that
 travelled without `.git` still names its commit, and the files that differ from it).
 
-    python -m seakr_repro.rehearsal.pack ray-drops           # the folders to delete
-    python -m seakr_repro.rehearsal.pack check-ray SITE      # a stripped tree still runs
-    python -m seakr_repro.rehearsal.pack account PACK --tree BYTES --untracked BYTES --ray MODE
-    python -m seakr_repro.rehearsal.pack commit PACK         # (again after a new commit: seconds)
-    python -m seakr_repro.rehearsal.pack python              # the machine's Python (the wheels')
+    python -m seakr_repro.card_check.pack ray-drops           # the folders to delete
+    python -m seakr_repro.card_check.pack check-ray SITE      # a stripped tree still runs
+    python -m seakr_repro.card_check.pack account PACK --tree BYTES --untracked BYTES --ray MODE
+    python -m seakr_repro.card_check.pack commit PACK         # (again after a new commit: seconds)
+    python -m seakr_repro.card_check.pack python              # the machine's Python (the wheels')
 """
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ from pathlib import Path
 
 from ..core.io import write_json
 from ..core.paths import REPO_ROOT
-from . import assumptions as lent
 
 MIB = 2**20
-LIMIT = lent.CARRIED_MIB * MIB          # what one device call carries: the checkout's files and the carried paths
+CARRIED_MIB = 64        # what one device call carries: the checkout's files and the carried paths
+LIMIT = CARRIED_MIB * MIB
+PYTHON = "3.12"         # the lent machine's python3, the one holding its torch: the wheels are for it
 
 # Folders of the ray package that a local ray.init, its workers and runs/engine.py never import
 # or run: Java workers' jars, the dashboard's web client (the dashboard is off; its agent stays),
@@ -41,8 +42,8 @@ RAY_DROPPED = ("jars", "dashboard/client", "rllib", "data", "serve", "train", "t
 # What must be there and executable after the stripping (ray.init starts these processes).
 RAY_EXECUTABLES = ("core/src/ray/raylet/raylet", "core/src/ray/gcs/gcs_server")
 # The archives of a pack, by component: what is carried (the manifests, python-version and
-# commit.json are counted with the rehearsal's packages).
-REHEARSAL_FILES = ("site.tar.xz", "manifest.txt", "python-version", "commit.json")
+# commit.json are counted with the site's packages).
+SITE_FILES = ("site.tar.xz", "manifest.txt", "python-version", "commit.json")
 RAY_FILES = ("ray.tar.xz", "ray-manifest.txt")
 RAY_MODES = ("1", "auto")
 COMMIT_FILE = "commit.json"
@@ -68,13 +69,12 @@ def check_ray_tree(site: Path) -> list[str]:
 
 
 def account(sizes: dict[str, int], ray_mode: str = "1", limit: int = LIMIT) -> dict:
-    """The verdict on carrying `sizes` (bytes of "rehearsal", "ray", "tracked", "untracked";
+    """The verdict on carrying `sizes` (bytes of "site", "ray", "tracked", "untracked";
     "ray" absent or None = no Ray was packed) in one call of `limit` bytes.
 
     ray_mode "1": everything must fit, else the pack fails. "auto": when everything does not fit
-    but all but Ray does, Ray is left out and the verdict says so with the sizes (the ray part
-    then reports "not run" with them). Returns {"sizes", "total", "limit", "ray_carried",
-    "ok", "why", "lines"}; `total` is what is carried."""
+    but all but Ray does, Ray is left out and the verdict says so with the sizes. Returns {"sizes",
+    "total", "limit", "ray_carried", "ok", "why", "lines"}; `total` is what is carried."""
     if ray_mode not in RAY_MODES:
         raise ValueError(f"RAY={ray_mode!r}: use 1 (Ray must fit) or auto (leave it out if it does not)")
     bad = {k: v for k, v in sizes.items() if v is not None and (not isinstance(v, int) or v < 0)}
@@ -147,12 +147,12 @@ def _files_size(pack: Path, names) -> int | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m seakr_repro.rehearsal.pack", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m seakr_repro.card_check.pack", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("ray-drops", help="the ray/ folders the pack deletes, one a line")
     c = sub.add_parser("check-ray", help="check a stripped Ray under SITE")
     c.add_argument("site", type=Path)
-    a = sub.add_parser("account", help=f"sizes of PACK and the checkout against one call's {lent.CARRIED_MIB} MiB; "
+    a = sub.add_parser("account", help=f"sizes of PACK and the checkout against one call's {CARRIED_MIB} MiB; "
                                        "writes PACK/sizes.json")
     a.add_argument("pack", type=Path)
     a.add_argument("--tree", type=int, required=True, help="bytes of the tracked files")
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         print("\n".join(RAY_DROPPED))
         return 0
     if args.cmd == "python":
-        print(lent.PYTHON)
+        print(PYTHON)
         return 0
     if args.cmd == "commit":
         doc = write_commit(args.pack)
@@ -177,15 +177,15 @@ def main(argv=None) -> int:
         for line in problems:
             print(f"[pack] {line}", file=sys.stderr)
         return 1 if problems else 0
-    sizes = {"rehearsal": _files_size(args.pack, REHEARSAL_FILES), "ray": _files_size(args.pack, RAY_FILES),
+    sizes = {"site": _files_size(args.pack, SITE_FILES), "ray": _files_size(args.pack, RAY_FILES),
              "tracked": args.tree, "untracked": args.untracked}
     doc = account(sizes, args.ray)
     for line in doc["lines"]:
         print(f"[pack] {line}")
     if not doc["ok"]:
         print(f"[pack] TOO LARGE for one call: {doc['why']}. Fix: drop more of Ray "
-              "(seakr_repro/rehearsal/pack.py, RAY_DROPPED), or RAY=auto to carry the rest without "
-              "Ray (the ray part then reports not run with these sizes)", file=sys.stderr)
+              "(seakr_repro/card_check/pack.py, RAY_DROPPED), or RAY=auto to carry the rest without "
+              "Ray (the optional Ray call then has none)", file=sys.stderr)
         return 1
     if sizes["ray"] is not None and not doc["ray_carried"]:
         for name in RAY_FILES:
