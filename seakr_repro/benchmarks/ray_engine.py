@@ -1,7 +1,7 @@
 """SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine.
 
 Measured in one run on one machine (`make bench`: `python -m seakr_repro bench ray-engine`), with
-the arithmetic for 8 GPUs on the paper and paper-sample profiles (`runs.cost`).
+the arithmetic for 8 GPUs on the paper and paper-sample profiles (`runs.preflight`).
 
 All three answer the same questions with the call cache off (every call computed) and must write
 the same answers; each Ray fleet's start (a local cluster, each worker loading its model) is
@@ -84,9 +84,10 @@ def _row(engine: str, workers: int, start: float, wall: float, rows: list[dict])
 
 def arithmetic(gpus: int = 8, profiles=("paper", "paper-sample")) -> list[dict]:
     """Hours of each profile's paper tables at the paper's Table 7 pace, and over `gpus` Ray
-    workers (`cost.spread`): ARITHMETIC, nothing measured."""
+    workers (`preflight.spread`): ARITHMETIC, nothing measured."""
     from ..core.config import load_config
-    from ..runs.cost import question_runs, spread, totals, with_hours
+    from ..runs.plan import question_runs
+    from ..runs.preflight import spread, totals, with_hours
 
     out = []
     for p in profiles:

@@ -10,7 +10,7 @@ import sys
 # Modules that moved to seakr_repro.runs: a notebook or script written before the move still
 # imports them by their old names. Resolved only when asked for, so a step's imports (which the
 # step graph follows) stay its own.
-MOVED = ("cost", "disk_needs", "engine", "grid", "plan", "ray_worker", "runner")
+MOVED = ("disk_needs", "engine", "grid", "plan", "ray_worker", "runner")
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

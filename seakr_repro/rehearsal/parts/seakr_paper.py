@@ -42,7 +42,7 @@ def run(ctx) -> dict:
     from ...llm.hf.decode import graph, paths
     from ...llm.hf.decode.names import resolve
     from ...runs import grid
-    from ...runs.cost import with_hours
+    from ...runs.preflight import with_hours
     from ...runs.disk_needs import estimate_needs
     from ...runs.plan import question_runs
 

@@ -1,20 +1,7 @@
-"""What a profile costs before it runs, and beside what a run did.
-
-Every step with model calls (02-11) is priced per notebook, table, method and data set: its
-question-runs, the model calls it makes, the calls unique to it (computed: the others the call
-cache serves, from an earlier row or step), the prompt tokens those unique calls pre-fill and the
-tokens they generate (all rows, samples included), and hours at a pace (`runs.paces`): this
-machine's recorded run of the same profile on a CPU (seconds per computed call, per step), else
-the paper's Table 7 for the methods it timed on its own model, else a GPU card this package
-measured (seconds per call), else plainly none.
-
-The work comes from `cost`'s dry run (`commands.dry_run`: the profile's own steps on the synthetic
-model, replaying the real model's calls a cache holds), as `commands.recorded_work` counts it per
-unit; `scale` takes a sampled dry run to the profile's real sizes, `price` prices it, `notebooks`
-sums it per notebook and `beside` puts a run's recorded work and time beside the prediction.
-
-Beside it, the quick arithmetic `preflight` prints before any dry run: `question_runs` (Tables 1-4
-and 7) and their hours at the paper's Table 7 pace per question (`with_hours`, `totals`).
+"""What a profile's work costs: `scale` takes the dry run's work (`work.recorded_work`'s units,
+a sampled dry run scaled to the profile's sizes), `price` prices it at each pace that applies
+(`paces`), `notebooks` sums it per notebook and `beside` puts a run's recorded work and time
+beside the prediction.
 """
 from __future__ import annotations
 
@@ -24,20 +11,13 @@ import statistics
 import pandas as pd
 
 from ..core.config import Config
-from .paces import (  # noqa: F401  (importable from here as before)
-    MEASURED_COLUMNS,
-    MEASURED_PACE,
-    PACE_TABLE,
-    measured_paces,
-    pace_applies,
-    paper_pace,
-)
-from .plan import RUN_FOLDERS, notebook_parameter, question_runs  # noqa: F401  (what `cost` prices)
+from ..runs.plan import RUN_FOLDERS, notebook_parameter, question_runs, work_keys
+from .paces import PER_CALL
 
 UNIT = ["step", "table", "run", "method", "dataset"]
-# a unit's work, as `price` reports it: calls made, calls computed (unique), and the computed
-# calls' prompt tokens (pre-filled) and generated tokens
-WORK = ["calls", "unique", "prompt_tokens", "generated_tokens"]
+# a unit's work, as `price` reports it: calls made, calls computed (unique), the computed calls'
+# prompt tokens (pre-filled) and generated tokens, and the rows written from another run's file
+WORK = ["calls", "unique", "prompt_tokens", "generated_tokens", "derived"]
 TIMED = "09-efficiency"                         # Table 7's own step: the call cache off
 
 
@@ -47,7 +27,8 @@ def _per_question(work: pd.DataFrame) -> pd.DataFrame:
     n = work["questions"].where(work["questions"] > 0)
     out = pd.DataFrame({
         "calls": work["llm_calls"] / n, "unique": (work["llm_calls"] - work["llm_cache_hits"]) / n,
-        "prompt_tokens": work["computed_prompt_tokens"] / n, "generated_tokens": work["computed_tokens"] / n})
+        "prompt_tokens": work["computed_prompt_tokens"] / n, "generated_tokens": work["computed_tokens"] / n,
+        "derived": work["derived"] / n})
     for col, sq in (("calls", "calls_sq"), ("unique", "computed_sq")):
         var = (work[sq] / n - out[col] ** 2).clip(lower=0) * n / (n - 1).where(n > 1)
         out[f"{col}_se"] = (var / n) ** 0.5
@@ -100,7 +81,6 @@ def answered_for(cfg: Config, work: pd.DataFrame, stand_ins: dict[str, str] | No
     theirs); as they are without look-alikes."""
     if not stand_ins:
         return work
-    from .plan import work_keys
 
     planned = work_keys(cfg)
     parts = [work[~work["dataset"].isin(set(stand_ins.values()))]]
@@ -130,7 +110,8 @@ def scale(cfg: Config, work: pd.DataFrame, calibration: dict[str, int] | None = 
     out["planned"], out["dry_questions"] = units["planned"], units["questions"]
     for col in WORK:
         exact = {"calls": units["llm_calls"], "unique": units["llm_calls"] - units["llm_cache_hits"],
-                 "prompt_tokens": units["computed_prompt_tokens"], "generated_tokens": units["computed_tokens"]}[col]
+                 "prompt_tokens": units["computed_prompt_tokens"], "generated_tokens": units["computed_tokens"],
+                 "derived": units["derived"]}[col]
         out[col] = (per[col] * units["planned"]).where(units["planned"] > 0, 0.0) if sampled else exact
     for col in ("calls", "unique"):
         # the sampled units' uncertainty; a unit run whole has none from sampling
@@ -160,22 +141,17 @@ def _table7_per_call(units: pd.DataFrame, table7: dict) -> dict[tuple[str, str],
 
 def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
     """Each unit's seconds at a recorded CPU run (`paces.cpu_paces`): its step's seconds per
-    computed call times its computed calls; a step recorded without its calls gives its seconds
-    as they are, shared among its units by their computed calls (else their calls, else evenly).
-    NaN where the record has no such step."""
-    out = pd.Series(float("nan"), index=units.index)
-    for step, idx in units.groupby("step").groups.items():
-        rec = cpu["steps"].get(step)
-        if rec is None:
-            continue
-        part = units.loc[idx]
-        if rec["computed_calls"] == rec["computed_calls"] and rec["computed_calls"] > 0:
-            out[idx] = part["unique"] * rec["seconds"] / rec["computed_calls"]
-            continue
-        weight = next((w for w in (part["unique"], part["calls"]) if w.sum() > 0),
-                      pd.Series(1.0, index=idx))
-        out[idx] = rec["seconds"] * weight / weight.sum()
-    return out
+    computed call times the unit's computed calls. NaN where the record has no pace for the step
+    (not recorded, or recorded without computed calls)."""
+    per = {s: r["seconds"] / r["units"] for s, r in cpu["steps"].items() if r["unit"] == PER_CALL}
+    return units["unique"] * units["step"].map(per)
+
+
+def _per_call(per_call: dict, method: str, dataset: str) -> float:
+    """A card's seconds per call of `method` on `dataset`: that set's row, else the mean of the
+    method's sets (NaN where the card has no row of the method)."""
+    own = [s for (m, _), s in per_call.items() if m == method]
+    return per_call.get((method, dataset), statistics.mean(own) if own else float("nan"))
 
 
 HOURS = "hours: "               # a priced unit's column of each pace: "hours: <pace>"
@@ -188,8 +164,9 @@ def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict
     The paces: the CPU record `cpu` (`paces.cpu_paces`, the profile on a CPU: `_cpu_seconds`;
     the steps without calls at their recorded seconds, rows of their own); Table 7 (`table7`, on
     the paper's model: the methods it timed, SeaKR's rows at SeaKR's, per call); each card of
-    `cards` (`paces.measured_paces`) that counts its calls (every computed call at its mean
-    seconds per call). Each pace is summed apart (`notebooks`): they are not one machine's."""
+    `cards` (`paces.measured_paces`) that counts its calls: a method's computed calls at that
+    method's seconds per call there (its data set's, else the mean of its sets'), no other
+    method's. Each pace is summed apart (`notebooks`): they are not one machine's."""
     out = units.copy()
     seconds: dict[str, pd.Series] = {}
     if cpu is not None:
@@ -200,17 +177,18 @@ def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict
                                         zip(out["method"], out["dataset"], out["unique"])], index=out.index)
     for name, got in (cards or {}).items():
         if got.get("per_call"):
-            seconds[f"GPU: {name}"] = out["unique"] * statistics.mean(got["per_call"].values())
+            seconds[f"GPU: {name}"] = out["unique"] * pd.Series(
+                [_per_call(got["per_call"], m, d) for m, d in zip(out["method"], out["dataset"])], index=out.index)
     for name, secs in seconds.items():
         out[HOURS + name] = secs / 3600
     out["pace"] = [", ".join(n for n, secs in seconds.items() if secs[i] == secs[i]) or "no pace"
                    for i in out.index]
-    if cpu is not None:         # the steps without model calls: their recorded time
+    if cpu is not None:         # the steps without model calls: their recorded time, per step
         fixed = [{"step": s, "table": "", "run": "(no model calls)", "method": "", "dataset": "",
                   "question_runs": 0, HOURS + f"CPU: {cpu['run']}": rec["seconds"] / 3600,
                   "pace": f"CPU: {cpu['run']}",
                   **dict.fromkeys(WORK + ["planned", "dry_questions", "calls_se", "unique_se"], 0.0)}
-                 for s, rec in cpu["steps"].items() if s not in set(out["step"])]
+                 for s, rec in cpu["steps"].items() if s not in set(out["step"]) and rec["unit"] != PER_CALL]
         out = pd.concat([out, pd.DataFrame(fixed)], ignore_index=True).sort_values("step", kind="stable",
                                                                                  ignore_index=True)
     return out
@@ -236,67 +214,28 @@ def notebooks(priced: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def totals(runs: pd.DataFrame) -> tuple[int, int, float]:
-    """(question-runs, those with a pace, their hours) of `with_hours`' rows; the last two 0
-    without hours."""
-    if "hours" not in runs:
-        return int(runs["questions"].sum()), 0, 0.0
-    timed = runs["hours"].notna()
-    return int(runs["questions"].sum()), int(runs.loc[timed, "questions"].sum()), float(runs["hours"].sum())
-
-
 def beside(predicted: pd.DataFrame, actual: pd.DataFrame, seconds: dict[str, float]) -> pd.DataFrame:
     """Per notebook, the prediction (`notebooks(price(...))`) beside what a run's files record
-    (`recorded_work`, summed per step) and its stamps' seconds: calls made and unique, predicted
-    and actual, and the actual over the predicted. Seconds predicted at the prediction's first
+    (`recorded_work`, summed per step) and its stamps' seconds: calls made and unique and rows
+    derived from another run's file, predicted and actual, and the actual over the predicted. Seconds predicted at the prediction's first
     pace (the CPU record, on a CPU); a step the run has not finished has no time."""
-    act = actual.groupby("step").agg(questions=("questions", "sum"), calls=("llm_calls", "sum"),
-                                     hits=("llm_cache_hits", "sum"))
+    act = actual.groupby("step").agg(calls=("llm_calls", "sum"), hits=("llm_cache_hits", "sum"),
+                                     derived=("derived", "sum"))
     act["unique"] = act["calls"] - act["hits"]
-    steps = sorted(set(predicted["step"]) | set(act.index) | set(seconds))
     pred = predicted.set_index("step")
     hours = pace_columns(predicted)
     rows = []
-    for step in steps:
+    for step in sorted(set(pred.index) | set(act.index) | set(seconds)):
         p = pred.loc[step] if step in pred.index else None
         a = act.loc[step] if step in act.index else None
-        row = {"step": step,
-               "calls predicted": p["calls"] if p is not None else 0.0,
-               "calls actual": a["calls"] if a is not None else 0.0,
-               "unique predicted": p["unique"] if p is not None else 0.0,
-               "unique actual": a["unique"] if a is not None else 0.0,
-               "seconds predicted": p[hours[0]] * 3600 if p is not None and hours else float("nan"),
-               "seconds actual": seconds.get(step, float("nan"))}
-        for what in ("calls", "unique", "seconds"):
+        row = {"step": step}
+        for what in ("calls", "unique", "derived"):
+            row[f"{what} predicted"] = p[what] if p is not None else 0.0
+            row[f"{what} actual"] = a[what] if a is not None else 0.0
+        row["seconds predicted"] = p[hours[0]] * 3600 if p is not None and hours else float("nan")
+        row["seconds actual"] = seconds.get(step, float("nan"))
+        for what in ("calls", "unique", "derived", "seconds"):
             pr, ac = row[f"{what} predicted"], row[f"{what} actual"]
             row[f"{what} actual/predicted"] = ac / pr if pr and pr == pr and ac == ac else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------------------ preflight's arithmetic
-def with_hours(runs: pd.DataFrame, pace: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
-    """`runs` (`question_runs`) plus seconds_per_question (the paper's Table 7: every SeaKR-family
-    row at SeaKR's, a set the paper did not time at the mean of its two; NaN where it timed no such
-    method) and hours = questions x seconds / 3,600: the arithmetic `preflight` prints."""
-    pace = paper_pace() if pace is None else pace
-    by_method: dict[str, list[float]] = {}
-    for (m, _), s in pace.items():
-        by_method.setdefault(m, []).append(s)
-    out = runs.copy()
-    out["seconds_per_question"] = [
-        pace.get((m, d), statistics.mean(by_method[m]) if m in by_method else float("nan"))
-        for m, d in zip(out["method"], out["dataset"])]
-    out["hours"] = out["questions"] * out["seconds_per_question"] / 3600
-    return out
-
-
-def spread(hours: float, workers: int) -> float:
-    """Wall-clock hours of `hours` of question-runs over `workers` Ray workers (runner.engine:
-    ray): hours / workers. ARITHMETIC: it assumes each worker keeps the pace the hours were
-    computed at and that the questions divide evenly (they are handed out one at a time, so the
-    last few questions of a run are the only idle time); nothing here measured it."""
-    if workers < 1:
-        from ..core.errors import UserError
-        raise UserError(f"--workers is {workers}", setting="--workers", fix="give 1 or more workers")
-    return hours / workers

@@ -1,6 +1,7 @@
 """The model work a profile's run recorded in its files, per notebook step and unit of work: its
 questions, its model calls (the call cache's hits among them; the rest were computed) and their
-prompt and generated tokens, all and computed (`llm.cache.ROW_FIELDS`).
+prompt and generated tokens, all and computed (`llm.cache.ROW_FIELDS`), and its rows written from
+another run's file (`runs.derived`: no call made, none counted).
 
 Where each step records its calls, one question at a time, so a resumed step keeps the counts of
 the questions it had finished:
@@ -31,19 +32,23 @@ COUNTS = list(ROW_FIELDS)
 # sums of squares of each question's calls and computed calls (how much questions differ: the
 # uncertainty of a sample's mean)
 SPREAD = ["calls_sq", "computed_sq"]
-COLUMNS = UNIT + ["questions"] + COUNTS + SPREAD
+COLUMNS = UNIT + ["questions"] + COUNTS + SPREAD + ["derived"]
 CALIBRATION = "calibration"          # the data set column of a calibration unit (02, 07)
 
 
 def _unit(step, table, run, method, dataset, questions=0, counts=None) -> dict:
     spread = dict.fromkeys(SPREAD, 0 if counts is None else float("nan"))
     return {"step": step, "table": table, "run": run, "method": method, "dataset": dataset,
-            "questions": questions, **(counts or dict.fromkeys(COUNTS, 0)), **spread}
+            "questions": questions, **(counts or dict.fromkeys(COUNTS, 0)), **spread, "derived": 0}
 
 
 def _add(unit: dict, counts: dict | None) -> None:
-    """One question's counts into its unit (a question without counts makes them unknown)."""
+    """One question's counts into its unit (a question without counts makes them unknown; a row
+    derived from another run's file counts as derived, its calls the source's)."""
     unit["questions"] += 1
+    if counts and counts.get("derived_from"):
+        unit["derived"] += 1
+        return
     nan = float("nan")
     for f in COUNTS:
         unit[f] += counts.get(f, nan) if counts else nan
@@ -190,3 +195,28 @@ def step_seconds(res: Path) -> dict[str, float]:
         if isinstance(seconds, (int, float)):
             out[stamp.stem] = float(seconds)
     return out
+
+
+def decisions(res: Path) -> dict | None:
+    """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as a run's files in `res`
+    record the real model's, over every row's trace: the share of SeaKR's steps whose U passed
+    its threshold (retrieve_rate), and over the steps of a reasoning loop (SeaKR's, IRCoT's, CoT's)
+    the share that states an answer and their mean words. None without such records."""
+    import re
+
+    answer, loop = re.compile(r"answer is", re.IGNORECASE), {"pseudo_step", "step", "cot"}
+    retrieved, outputs = [], []
+    for path in sorted((Path(res) / "runs").glob("*/*.jsonl")):
+        for row in _jsonl(path):
+            if row.get("derived_from"):
+                continue
+            for entry in row.get("trace") or []:
+                if "retrieve" in entry:
+                    retrieved.append(bool(entry["retrieve"]))
+                if entry.get("kind") in loop and isinstance(entry.get("output"), str):
+                    outputs.append(entry["output"])
+    if not retrieved or not outputs:
+        return None
+    return {"retrieve_rate": sum(retrieved) / len(retrieved),
+            "answer_rate": sum(bool(answer.search(o)) for o in outputs) / len(outputs),
+            "words": sum(len(o.split()) for o in outputs) / len(outputs)}

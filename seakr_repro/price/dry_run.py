@@ -13,7 +13,8 @@ they are in the real run; `cost` scales each unit up to its real size).
 
 What it cannot know: the synthetic model decides where the real one would, so the calls that
 follow a decision (whether SeaKR's U passes its threshold, when an answer appears, how long a
-generation runs, which rows fail) are the synthetic model's, and so are the tokens each call
+generation runs, which rows fail) are the synthetic model's, at the rates a finished run of the
+profile recorded where there is one (`work.decisions`), and so are the tokens each call
 generates. Steps 00, 01, 03, 08 and 90 make no model calls. KBAE's LoRA training is not run (the
 synthetic model has no weights): its examples are built and counted, and a synthetic model of its
 own answers its row (`methods.taikc.kbae`).
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from ..core.config import Config
 from ..llm.replay import REPLAY_ENV
+from ..llm.synthetic import DECISIONS_ENV
 
 # the steps with model calls, in notebook order (the others: no call to count)
 STEPS = ("02-extract-hidden-states", "03-uncertainty-estimators", "04-complex-qa", "05-simple-qa",
@@ -128,10 +130,11 @@ def _link_built_inputs(cache: Path) -> None:
 
 
 def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = None,
-        quiet: bool = True) -> dict:
+        quiet: bool = True, decisions: dict | None = None) -> dict:
     """The dry run of profile `cfg.profile` with the command line's `overrides` (--set), in a
     child process, replaying the real model's calls that the call cache `replay` holds
-    (`llm.replay`; None: none); where the profile's inputs are not here (`runs_here`), on their
+    (`llm.replay`; None: none), the synthetic model deciding at the rates `decisions` (`work.decisions`;
+    None: its own); where the profile's inputs are not here (`runs_here`), on their
     look-alikes (`stand_ins`, demonstrations of the official lengths: `doubles.standins`):
     {"work": recorded_work's rows, "seconds": {step: seconds of the dry run}, "replay":
     {"replayed": n, "synthetic": n}, "sample": sample, "stand_ins": {data set: look-alike} or
@@ -152,10 +155,11 @@ def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | 
         env.pop(REPLAY_ENV, None)
         if replay is not None:
             env[REPLAY_ENV] = str(Path(replay).resolve())
+        env[DECISIONS_ENV] = json.dumps(decisions or {})
         from ..core.paths import kernel_environment
         env.update(kernel_environment())          # this package, whichever clone runs it
         out = work / "dry_run.json"
-        args = [sys.executable, "-m", "seakr_repro.commands.dry_run", "--profile", cfg.profile,
+        args = [sys.executable, "-m", "seakr_repro.price.dry_run", "--profile", cfg.profile,
                 "--overrides", json.dumps({**overrides, **sample_overrides(cfg, sample)}), "--out", str(out)]
         got = subprocess.run(args, env=env, capture_output=quiet, text=True)
         if got.returncode != 0:
@@ -239,7 +243,7 @@ def child(profile: str, overrides: dict, out: Path) -> None:
     from ..llm.replay import replay_counts
     from ..runs.plan import with_parameters
     from ..steps import prepare
-    from .recorded_work import recorded_work
+    from .work import recorded_work
 
     notebooks = {k: v for k, v in overrides.items() if k.startswith("notebooks.")}
     settings = {k: v for k, v in overrides.items() if not k.startswith("notebooks.")}
@@ -266,7 +270,7 @@ def child(profile: str, overrides: dict, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m seakr_repro.commands.dry_run", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m seakr_repro.price.dry_run", description=__doc__.split("\n")[0])
     ap.add_argument("--profile", required=True)
     ap.add_argument("--overrides", default="{}", help="JSON {setting: value}; notebooks.<step>.<NAME> too")
     ap.add_argument("--out", required=True)
