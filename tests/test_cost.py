@@ -70,7 +70,7 @@ def test_a_step_adds_only_the_questions_an_earlier_step_did_not_ask_of_a_shared_
     cfg = load_config("paper")
     units = pd.DataFrame([{"step": s, "run": "seakr", "dataset": "2wiki", "questions": 3} for s in
                           ("04-complex-qa", "06-ablations", "09-efficiency", "10-seed-methods")])
-    got = dict(zip(units["step"], estimate.planned_questions(cfg, units, {})))
+    got = dict(zip(units["step"], estimate.planned_questions(cfg, units, {})[0]))
     assert got == {"04-complex-qa": 12_576, "06-ablations": 0, "09-efficiency": 100, "10-seed-methods": 0}
 
 

@@ -89,22 +89,18 @@ def latest_prediction(profile: str) -> dict | None:
         return None
 
 
-def _skipped_here(cfg: Config, units: pd.DataFrame) -> dict[int, str]:
-    """{unit index: why it will be skipped on this machine}: a row whose model (Self-RAG's
-    checkpoint, a Table 4 backbone) is not here, when the profile's own model is (else the whole
-    profile is a projection and every row is priced)."""
+def _skipped_here(cfg: Config, units: pd.DataFrame) -> list[str]:
+    """Per unit, why it will be skipped on this machine ("" where it runs): a row whose model
+    (Self-RAG's checkpoint, a Table 4 backbone's) is not here, when the profile's own model is
+    (else the whole profile is a projection and every row is priced)."""
     from ..artifacts import SELF_RAG_MODEL
     from ..runs.preflight import missing_models
 
     problems = missing_models(cfg)
     if cfg["model.name"] in problems:
-        return {}
-    out = {}
-    for i, method, run in zip(units.index, units["method"], units["run"]):
-        model = SELF_RAG_MODEL if method == "self_rag" else run.split(":", 1)[-1]   # a backbone's row
-        if problems.get(model):
-            out[i] = problems[model]
-    return out
+        return [""] * len(units)
+    return [problems.get(SELF_RAG_MODEL if method == "self_rag" else run.split(":", 1)[-1]) or ""  # a backbone's row
+            for method, run in zip(units["method"], units["run"])]
 
 
 def priced(cfg: Config, got: dict) -> tuple[pd.DataFrame, dict]:
@@ -115,8 +111,7 @@ def priced(cfg: Config, got: dict) -> tuple[pd.DataFrame, dict]:
 
     work = cost.answered_for(cfg, pd.DataFrame(got["work"]), got.get("stand_ins"))
     units = cost.scale(cfg, work, got.get("calibration"))
-    skipped = _skipped_here(cfg, units)
-    units["skipped here"] = [skipped.get(i, "") for i in units.index]
+    units["skipped here"] = _skipped_here(cfg, units)
     on_cpu = paces.on_cpu(cfg)
     cpu = paces.cpu_paces(cfg.profile) if on_cpu else None
     cards = {} if on_cpu else paces.measured_paces("paper-tiny" if cfg.profile == "paper-tiny" else "paper")

@@ -33,6 +33,7 @@ from pathlib import Path
 from ..core.config import Config
 from ..llm.replay import REPLAY_ENV
 from ..llm.synthetic import DECISIONS_ENV
+from ..runs.plan import notebook_parameter
 
 # the steps with model calls, in notebook order (the others: no call to count)
 STEPS = ("02-extract-hidden-states", "03-uncertainty-estimators", "04-complex-qa", "05-simple-qa",
@@ -47,8 +48,6 @@ SIZES = {"02-extract-hidden-states": ("N_FANOUT", "N_BUNDLED"), "04-complex-qa":
 def sample_overrides(cfg: Config, sample: int | None) -> dict:
     """The settings that cap every step's questions at `sample` (none without a sample): the
     prepared sets, Tables 3/4's sample, and each notebook's sizes (a 0 stays 0)."""
-    from ..runs.plan import notebook_parameter
-
     if sample is None:
         return {}
     capped = lambda v: sample if v is None else min(int(v), sample)   # noqa: E731
@@ -110,8 +109,6 @@ def stand_in_overrides(cfg: Config) -> dict:
 
 
 def _mechanisms_set(cfg: Config) -> str:
-    from ..runs.plan import notebook_parameter
-
     return notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
 
 
@@ -172,22 +169,16 @@ def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | 
 
 
 # ------------------------------------------------------------------------------ the child
-def _parameter(cfg: Config, step: str, name: str):
-    from ..runs.plan import notebook_parameter
-
-    return notebook_parameter(cfg, step, name)
-
-
 def _extract(cfg: Config) -> None:
     from ..runs.engine import close_backend, open_backend
     from ..steps import extraction
 
     step = "02-extract-hidden-states"
-    records = extraction.calibration_records(_parameter(cfg, step, "N_FANOUT"), _parameter(cfg, step, "N_BUNDLED"),
+    records = extraction.calibration_records(notebook_parameter(cfg, step, "N_FANOUT"), notebook_parameter(cfg, step, "N_BUNDLED"),
                                              seed=cfg["seed"])
     backend = open_backend(cfg)
     try:
-        extraction.run_extraction(backend, records, cfg, _parameter(cfg, step, "N_SHOT"), progress=False)
+        extraction.run_extraction(backend, records, cfg, notebook_parameter(cfg, step, "N_SHOT"), progress=False)
     finally:
         close_backend(backend)
 
@@ -202,8 +193,8 @@ def _calibrate(cfg: Config) -> None:
     layer = estimators.u_layer(cfg, vectors.n_layers)
     scores = estimators.estimator_scores(rows, vectors.layer(cfg["uncertainty.hook"], layer), estimators.u_params(cfg))
     correct = np.array([bool(r["correct"]) for r in rows], dtype=int)
-    estimators.calibrate_thresholds(cfg, scores, correct, _parameter(cfg, step, "CALIBRATION_RULE"),
-                                    _parameter(cfg, step, "CALIBRATION_TARGET"))
+    estimators.calibrate_thresholds(cfg, scores, correct, notebook_parameter(cfg, step, "CALIBRATION_RULE"),
+                                    notebook_parameter(cfg, step, "CALIBRATION_TARGET"))
 
 
 def _step_calls(cfg: Config) -> dict:
@@ -211,7 +202,7 @@ def _step_calls(cfg: Config) -> dict:
     from ..steps import mechanisms, seed_methods, tables
 
     def p(step, name):
-        return _parameter(cfg, step, name)
+        return notebook_parameter(cfg, step, name)
 
     seeds = "10-seed-methods"
     kbae = {"r": 16, "alpha": 32, "lr": p(seeds, "KBAE_LR"), "epochs": p(seeds, "KBAE_EPOCHS"), "batch_size": 16}

@@ -6,12 +6,12 @@ beside the prediction.
 from __future__ import annotations
 
 import math
-import statistics
 
 import pandas as pd
 
 from ..core.config import Config
 from ..runs.plan import RUN_FOLDERS, notebook_parameter, question_runs, work_keys
+from ..runs.preflight import method_pace
 from .paces import PER_CALL
 
 UNIT = ["step", "table", "run", "method", "dataset"]
@@ -21,57 +21,40 @@ WORK = ["calls", "unique", "prompt_tokens", "generated_tokens", "derived"]
 TIMED = "09-efficiency"                         # Table 7's own step: the call cache off
 
 
-def _per_question(work: pd.DataFrame) -> pd.DataFrame:
-    """A recorded unit's work per question (`WORK`), and the standard error of its calls' and
-    unique calls' means over the questions it ran."""
-    n = work["questions"].where(work["questions"] > 0)
-    out = pd.DataFrame({
-        "calls": work["llm_calls"] / n, "unique": (work["llm_calls"] - work["llm_cache_hits"]) / n,
-        "prompt_tokens": work["computed_prompt_tokens"] / n, "generated_tokens": work["computed_tokens"] / n,
-        "derived": work["derived"] / n})
-    for col, sq in (("calls", "calls_sq"), ("unique", "computed_sq")):
-        var = (work[sq] / n - out[col] ** 2).clip(lower=0) * n / (n - 1).where(n > 1)
-        out[f"{col}_se"] = (var / n) ** 0.5
-    return out
+def _work(units: pd.DataFrame) -> pd.DataFrame:
+    """A recorded unit's `WORK`, from its counts (`work.COLUMNS`)."""
+    return pd.DataFrame({"calls": units["llm_calls"], "unique": units["llm_calls"] - units["llm_cache_hits"],
+                         "prompt_tokens": units["computed_prompt_tokens"],
+                         "generated_tokens": units["computed_tokens"], "derived": units["derived"]})
 
 
-def planned_questions(cfg: Config, units: pd.DataFrame, calibration: dict[str, int]) -> pd.Series:
-    """The questions each unit has at the profile's real sizes: a run's the ones its step adds to
-    its run file (a step asks the first n of one seeded shuffle of a set, so a run file shared with
-    an earlier step gains max(0, n - the most that step asked)); a calibration set's
-    (`calibration`: {unit run: questions}, step 02's and each other backbone's); step 10's training
-    questions (N_TRAIN per set, N_KBAE); step 11's N_QUESTIONS. Where the profile does not fix a
-    number (a whole training split, every question with a gold passage), the dry run's own count."""
+def planned_questions(cfg: Config, units: pd.DataFrame, calibration: dict[str, int] | None) -> tuple[pd.Series, pd.Series]:
+    """(the questions each unit has at the profile's real sizes (its dry run's, `calibration`
+    None), the question-runs it stands for). A run's questions: the ones its step adds to its run file (a step asks the first n of one
+    seeded shuffle of a set, so a run file shared with an earlier step gains max(0, n - the most
+    that step asked)), its question-runs the table row's; a calibration set's (`calibration`:
+    {unit run: questions}, step 02's and each other backbone's); step 10's training questions
+    (N_TRAIN per set, N_KBAE); step 11's N_QUESTIONS. Where the profile does not fix a number (a
+    whole training split, every question with a gold passage), the dry run's own count."""
     runs = question_runs(cfg, as_run=True)
     asked: dict[tuple, int] = {}
     new: dict[tuple, int] = {}
+    table: dict[tuple, int] = {}
     for nb, label, dataset, n in zip(runs["notebook"], runs["run"], runs["dataset"], runs["questions"]):
         key = (RUN_FOLDERS.get(nb, "runs"), label, dataset)
         new[(nb, label, dataset)] = max(0, int(n) - asked.get(key, 0))
         asked[key] = max(asked.get(key, 0), int(n))
-    out = []
-    for step, run, dataset, dry in zip(units["step"], units["run"], units["dataset"], units["questions"]):
-        if (step, run, dataset) in new:
-            out.append(new[(step, run, dataset)])
-        elif run in calibration:
-            out.append(calibration[run])
-        else:
-            size = {"skr-labels": ("10-seed-methods", "N_TRAIN"), "kbae-data": ("10-seed-methods", "N_KBAE"),
-                    "trials": ("11-mechanisms", "N_QUESTIONS")}.get(run)
-            given = notebook_parameter(cfg, *size) if size else None
-            out.append(int(given) if given is not None else int(dry))
-    return pd.Series(out, index=units.index, dtype=float)
-
-
-def question_runs_of(cfg: Config, units: pd.DataFrame) -> pd.Series:
-    """The question-runs each unit stands for (a table row's questions, whether or not its step
-    computes them; a calibration or training set's questions)."""
-    runs = question_runs(cfg, as_run=True)
-    table = {(nb, label, d): int(n) for nb, label, d, n in
-             zip(runs["notebook"], runs["run"], runs["dataset"], runs["questions"])}
-    return pd.Series([table.get((s, r, d), q) for s, r, d, q in
-                      zip(units["step"], units["run"], units["dataset"], units["planned"])],
-                     index=units.index, dtype=float)
+        table[(nb, label, dataset)] = int(n)
+    sizes = {"skr-labels": ("10-seed-methods", "N_TRAIN"), "kbae-data": ("10-seed-methods", "N_KBAE"),
+             "trials": ("11-mechanisms", "N_QUESTIONS")}
+    keys = list(zip(units["step"], units["run"], units["dataset"]))
+    planned = units["questions"].astype(float)
+    if calibration is not None:
+        given = [notebook_parameter(cfg, *sizes[k[1]]) if k[1] in sizes else None for k in keys]
+        planned = pd.Series([new[k] if k in new else calibration[k[1]] if k[1] in calibration else
+                             int(g) if g is not None else int(dry) for k, g, dry in zip(keys, given, planned)],
+                            index=units.index, dtype=float)
+    return planned, pd.Series([table.get(k, q) for k, q in zip(keys, planned)], index=units.index, dtype=float)
 
 
 def answered_for(cfg: Config, work: pd.DataFrame, stand_ins: dict[str, str] | None) -> pd.DataFrame:
@@ -97,46 +80,32 @@ def scale(cfg: Config, work: pd.DataFrame, calibration: dict[str, int] | None = 
     the dry run counted it (a whole one, `calibration` None).
     Columns: `UNIT`, question_runs, planned, dry_questions, `WORK`, calls_se, unique_se (the
     sample's standard error, in calls, of the unit's totals)."""
-    units = work.copy()
     sampled = calibration is not None
-    units["planned"] = planned_questions(cfg, units, calibration) if sampled else units["questions"].astype(float)
-    per = _per_question(units)
+    planned, runs = planned_questions(cfg, work, calibration)
+    n = work["questions"].where(work["questions"] > 0)
+    per = _work(work).div(n, axis=0)
+    for col, sq in (("calls", "calls_sq"), ("unique", "computed_sq")):     # the standard error of the mean
+        var = (work[sq] / n - per[col] ** 2).clip(lower=0) * n / (n - 1).where(n > 1)
+        per[f"{col}_se"] = (var / n) ** 0.5
     # a unit the sample did not reach (its questions an earlier step's there): its run file's rate
-    for col in per.columns:
-        fill = per.groupby([units["run"], units["dataset"]])[col].transform("mean")
-        per[col] = per[col].fillna(fill)
-    out = units[UNIT].copy()
-    out["question_runs"] = question_runs_of(cfg, units.assign(planned=units["planned"]))
-    out["planned"], out["dry_questions"] = units["planned"], units["questions"]
-    for col in WORK:
-        exact = {"calls": units["llm_calls"], "unique": units["llm_calls"] - units["llm_cache_hits"],
-                 "prompt_tokens": units["computed_prompt_tokens"], "generated_tokens": units["computed_tokens"],
-                 "derived": units["derived"]}[col]
-        out[col] = (per[col] * units["planned"]).where(units["planned"] > 0, 0.0) if sampled else exact
-    for col in ("calls", "unique"):
-        # the sampled units' uncertainty; a unit run whole has none from sampling
-        whole = units["planned"] <= units["questions"]
-        out[f"{col}_se"] = (per[f"{col}_se"] * units["planned"]).where(~whole, 0.0).fillna(0.0)
+    per = per.fillna(per.groupby([work["run"], work["dataset"]]).transform("mean"))
+    out = work[UNIT].assign(question_runs=runs, planned=planned, dry_questions=work["questions"])
+    out[WORK] = per[WORK].mul(planned, axis=0).where(planned > 0, 0.0) if sampled else _work(work)
+    whole = planned <= work["questions"]          # a unit run whole has no error from sampling
+    for col in ("calls_se", "unique_se"):
+        out[col] = (per[col] * planned).where(~whole, 0.0).fillna(0.0)
     return out
 
 
 # ------------------------------------------------------------------------------ paces and prices
 def _table7_per_call(units: pd.DataFrame, table7: dict) -> dict[tuple[str, str], float]:
     """Table 7's seconds per question over the calls per question this profile's Table 7 step
-    makes (the call cache off, as the paper timed): seconds per call of each timed method and set,
-    a set the paper did not time at the mean of its two."""
-    timed = units[units["step"] == TIMED]
-    calls = {(m, d): c / q for m, d, c, q in zip(timed["method"], timed["dataset"], timed["calls"],
-                                                 timed["planned"]) if q > 0 and c > 0}
-    out = {}
-    for method in {m for m, _ in table7}:
-        paper = {d: s for (m, d), s in table7.items() if m == method}
-        ours = {d: c for (m, d), c in calls.items() if m == method}
-        for d, c in ours.items():
-            out[(method, d)] = paper.get(d, statistics.mean(paper.values())) / c
-        if ours:       # any other set: the mean of this method's per-call paces
-            out[(method, "*")] = statistics.mean(out[(method, d)] for d in ours)
-    return out
+    makes (the call cache off, as the paper timed): seconds per call of each timed method and set
+    (a set the paper did not time at the mean of its two)."""
+    timed = units[(units["step"] == TIMED) & (units["planned"] > 0) & (units["calls"] > 0)]
+    out = {(m, d): method_pace(table7, m, d) * q / c for m, d, c, q in
+           zip(timed["method"], timed["dataset"], timed["calls"], timed["planned"])}
+    return {k: v for k, v in out.items() if v == v}        # the methods Table 7 timed
 
 
 def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
@@ -145,13 +114,6 @@ def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
     (not recorded, or recorded without computed calls)."""
     per = {s: r["seconds"] / r["units"] for s, r in cpu["steps"].items() if r["unit"] == PER_CALL}
     return units["unique"] * units["step"].map(per)
-
-
-def _per_call(per_call: dict, method: str, dataset: str) -> float:
-    """A card's seconds per call of `method` on `dataset`: that set's row, else the mean of the
-    method's sets (NaN where the card has no row of the method)."""
-    own = [s for (m, _), s in per_call.items() if m == method]
-    return per_call.get((method, dataset), statistics.mean(own) if own else float("nan"))
 
 
 HOURS = "hours: "               # a priced unit's column of each pace: "hours: <pace>"
@@ -165,20 +127,17 @@ def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict
     the steps without calls at their recorded seconds, rows of their own); Table 7 (`table7`, on
     the paper's model: the methods it timed, SeaKR's rows at SeaKR's, per call); each card of
     `cards` (`paces.measured_paces`) that counts its calls: a method's computed calls at that
-    method's seconds per call there (its data set's, else the mean of its sets'), no other
-    method's. Each pace is summed apart (`notebooks`): they are not one machine's."""
+    method's seconds per call there (`method_pace`), no other method's. Each pace is summed apart (`notebooks`): they are not one machine's."""
     out = units.copy()
     seconds: dict[str, pd.Series] = {}
     if cpu is not None:
         seconds[f"CPU: {cpu['run']}"] = _cpu_seconds(out, cpu)
-    t7 = _table7_per_call(units, table7) if table7 else {}
-    if t7:
-        seconds["Table 7"] = pd.Series([u * t7.get((m, d), t7.get((m, "*"), float("nan"))) for m, d, u in
-                                        zip(out["method"], out["dataset"], out["unique"])], index=out.index)
-    for name, got in (cards or {}).items():
-        if got.get("per_call"):
-            seconds[f"GPU: {name}"] = out["unique"] * pd.Series(
-                [_per_call(got["per_call"], m, d) for m, d in zip(out["method"], out["dataset"])], index=out.index)
+    per_call = {"Table 7": _table7_per_call(units, table7) if table7 else {},
+                **{f"GPU: {name}": got["per_call"] for name, got in (cards or {}).items()}}
+    for name, got in per_call.items():
+        if got:
+            seconds[name] = out["unique"] * pd.Series([method_pace(got, m, d) for m, d in
+                                                       zip(out["method"], out["dataset"])], index=out.index)
     for name, secs in seconds.items():
         out[HOURS + name] = secs / 3600
     out["pace"] = [", ".join(n for n, secs in seconds.items() if secs[i] == secs[i]) or "no pace"

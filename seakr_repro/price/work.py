@@ -49,13 +49,11 @@ def _add(unit: dict, counts: dict | None) -> None:
     if counts and counts.get("derived_from"):
         unit["derived"] += 1
         return
-    nan = float("nan")
+    got = {f: (counts or {}).get(f, float("nan")) for f in COUNTS}
     for f in COUNTS:
-        unit[f] += counts.get(f, nan) if counts else nan
-    calls = counts.get("llm_calls", nan) if counts else nan
-    computed = calls - counts.get("llm_cache_hits", nan) if counts else nan
-    unit["calls_sq"] += calls ** 2
-    unit["computed_sq"] += computed ** 2
+        unit[f] += got[f]
+    unit["calls_sq"] += got["llm_calls"] ** 2
+    unit["computed_sq"] += (got["llm_calls"] - got["llm_cache_hits"]) ** 2
 
 
 def _prepared_ids(res: Path, dataset: str) -> list[str]:
@@ -130,10 +128,10 @@ def calibration_sizes(cfg: Config) -> dict[str, int]:
 
 
 def _extraction_unit(cfg: Config, res: Path, step: str, run: str, tag: str | None, fanout: str,
-                     bundled: str, shot_step: str) -> dict:
+                     bundled: str) -> dict:
     from ..steps.extraction import extraction_dir
 
-    ids = _calibration_ids(cfg, shot_step, fanout, bundled)
+    ids = _calibration_ids(cfg, step, fanout, bundled)
     unit = _unit(step, "table4" if tag else CALIBRATION, run, "extraction", CALIBRATION)
     seen = set()
     for row in _jsonl(extraction_dir(cfg, tag, res) / "questions.jsonl"):
@@ -145,13 +143,12 @@ def _extraction_unit(cfg: Config, res: Path, step: str, run: str, tag: str | Non
 
 def calibration_units(cfg: Config, res: Path) -> list[dict]:
     """Step 02's calibration set, and each other backbone's calibration in step 07."""
-    units = [_extraction_unit(cfg, res, "02-extract-hidden-states", "extraction", None, "N_FANOUT",
-                              "N_BUNDLED", "02-extract-hidden-states")]
+    units = [_extraction_unit(cfg, res, "02-extract-hidden-states", "extraction", None, "N_FANOUT", "N_BUNDLED")]
     primary = cfg["model.name"]
     for model in cfg.get("backbones.models", []) or []:
         if model != primary:         # the profile's own model takes step 03's delta
             units.append(_extraction_unit(cfg, res, "07-backbones", f"calibration:{model}", model,
-                                          "N_CAL_FANOUT", "N_CAL_BUNDLED", "07-backbones"))
+                                          "N_CAL_FANOUT", "N_CAL_BUNDLED"))
     return units
 
 

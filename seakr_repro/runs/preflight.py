@@ -385,20 +385,20 @@ def pace_applies(cfg: Config) -> bool:
     return cfg["model.name"] in set(load_paper_table(PACE_TABLE)["model"])
 
 
+def method_pace(pace: dict[tuple[str, str], float], method: str, dataset: str) -> float:
+    """`pace`'s seconds of `method` on `dataset`: that set's, else the mean of the method's sets
+    (NaN where it has no row of the method)."""
+    own = [s for (m, _), s in pace.items() if m == method]
+    return pace.get((method, dataset), sum(own) / len(own) if own else float("nan"))
+
+
 def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
     """`runs` (`plan.question_runs`) plus seconds_per_question (the paper's Table 7: every
     SeaKR-family row at SeaKR's, a set the paper did not time at the mean of its two; NaN where it
     timed no such method) and hours = questions x seconds / 3,600."""
-    import statistics
-
     pace = paper_pace() if pace is None else pace
-    by_method: dict[str, list[float]] = {}
-    for (m, _), s in pace.items():
-        by_method.setdefault(m, []).append(s)
     out = runs.copy()
-    out["seconds_per_question"] = [
-        pace.get((m, d), statistics.mean(by_method[m]) if m in by_method else float("nan"))
-        for m, d in zip(out["method"], out["dataset"])]
+    out["seconds_per_question"] = [method_pace(pace, m, d) for m, d in zip(out["method"], out["dataset"])]
     out["hours"] = out["questions"] * out["seconds_per_question"] / 3600
     return out
 
