@@ -438,13 +438,13 @@ def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_p
     from seakr_repro.price.work import decisions
 
     assert decisions(tmp_path) is None
-    steps = [{"kind": "pseudo_step", "output": "a b c d", "retrieve": True},
+    steps = [{"kind": "pseudo_step", "output": "a b c d", "retrieve": True}, {"kind": "rerank", "output": "a b c"},
              {"kind": "pseudo_step", "output": "So the answer is X.", "retrieve": False},
              {"kind": "step", "output": "e f"}, {"kind": "final_knowledge", "output": "The answer is Y."}]
     _write(tmp_path / "runs" / "2wiki" / "seakr-abc.jsonl", [{"id": "q0", "trace": steps},
                                                               {"id": "q1", "trace": steps, "derived_from": {}}])
     got = decisions(tmp_path)
-    assert got == {"retrieve_rate": 0.5, "answer_rate": pytest.approx(1 / 3), "words": pytest.approx(11 / 3)}
+    assert got == {"retrieve_rate": 0.5, "answer_rate": pytest.approx(1 / 3), "words": pytest.approx(10 / 3)}
     monkeypatch.setenv(DECISIONS_ENV, json.dumps({"retrieve_rate": 0.0, "answer_rate": 1.0}))
     model = SyntheticBackend()
     assert all(model.generate(f"q{i}", max_new_tokens=64).text.rstrip(".").split()[-3:-1] == ["answer", "is"]

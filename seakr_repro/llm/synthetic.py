@@ -192,6 +192,9 @@ class SyntheticBackend:
         samples = [self._generation(rng, prompt, texts[0 if tight else i], stop, max_new_tokens,
                                     want_stats, False) for i in range(k)]
         for g in samples:            # no sampler here: the warped log-probs are the raw ones
+            if tight:                # a confident model is confident by every estimator: they agree
+                g.logprobs = [x * 0.1 for x in g.logprobs]
+                g.entropies = None if g.entropies is None else [x * 0.1 for x in g.entropies]
             g.warped_logprobs = list(g.logprobs)
         return SampleSet(samples=samples, vectors=self._vectors(rng, k, tight), layer=layer, hook=hook)
 

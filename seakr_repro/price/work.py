@@ -197,11 +197,12 @@ def step_seconds(res: Path) -> dict[str, float]:
 def decisions(res: Path) -> dict | None:
     """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as a run's files in `res`
     record the real model's, over every row's trace: the share of SeaKR's steps whose U passed
-    its threshold (retrieve_rate), and over the steps of a reasoning loop (SeaKR's, IRCoT's, CoT's)
-    the share that states an answer and their mean words. None without such records."""
+    its threshold (retrieve_rate), and over the steps a reasoning loop keeps (CoT's, IRCoT's,
+    FLARE's, DRAGIN's; SeaKR's step regenerated after retrieval, else its pseudo step) the share
+    that states an answer and their mean words. None without such records."""
     import re
 
-    answer, loop = re.compile(r"answer is", re.IGNORECASE), {"pseudo_step", "step", "cot"}
+    answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
     retrieved, outputs = [], []
     for path in sorted((Path(res) / "runs").glob("*/*.jsonl")):
         for row in _jsonl(path):
@@ -210,7 +211,8 @@ def decisions(res: Path) -> dict | None:
             for entry in row.get("trace") or []:
                 if "retrieve" in entry:
                     retrieved.append(bool(entry["retrieve"]))
-                if entry.get("kind") in loop and isinstance(entry.get("output"), str):
+                kept = entry.get("kind") in loop or entry.get("retrieve") is False
+                if kept and isinstance(entry.get("output"), str):
                     outputs.append(entry["output"])
     if not retrieved or not outputs:
         return None
