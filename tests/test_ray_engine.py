@@ -368,11 +368,11 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
 
 def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic():
     """`cost --workers` prints the division (tests/test_cost.py)."""
-    from seakr_repro.runs import cost
+    from seakr_repro.runs.preflight import spread
 
-    assert cost.spread(550.0, 8) == 68.75
+    assert spread(550.0, 8) == 68.75
     with pytest.raises(UserError):
-        cost.spread(10.0, 0)
+        spread(10.0, 0)
 
 
 def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, monkeypatch):

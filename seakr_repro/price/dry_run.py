@@ -34,6 +34,7 @@ from ..core.config import Config
 from ..llm.replay import REPLAY_ENV
 from ..llm.synthetic import DECISIONS_ENV
 from ..runs.plan import notebook_parameter
+from .work import mechanisms_set, recorded_work
 
 # the steps with model calls, in notebook order (the others: no call to count)
 STEPS = ("02-extract-hidden-states", "03-uncertainty-estimators", "04-complex-qa", "05-simple-qa",
@@ -85,7 +86,7 @@ def stand_ins(cfg: Config) -> dict[str, str]:
     from ..data.registry import DATASETS
     from ..runs.inputs import profile_datasets
 
-    names = profile_datasets(cfg) + [_mechanisms_set(cfg)]
+    names = profile_datasets(cfg) + [mechanisms_set(cfg)]
     out = {}
     for name in dict.fromkeys(names):
         kind = DATASETS[name].kind if name in DATASETS else "simple"
@@ -104,12 +105,8 @@ def stand_in_overrides(cfg: Config) -> dict:
            "seakr.simple_qa_passages": "bm25", "skr.train_results": {}}
     if cfg.get("analysis.datasets"):
         out["analysis.datasets"] = pick(cfg["analysis.datasets"])
-    out["notebooks.11-mechanisms.DATASET"] = mapping[_mechanisms_set(cfg)]
+    out["notebooks.11-mechanisms.DATASET"] = mapping[mechanisms_set(cfg)]
     return out
-
-
-def _mechanisms_set(cfg: Config) -> str:
-    return notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
 
 
 def _link_built_inputs(cache: Path) -> None:
@@ -234,7 +231,6 @@ def child(profile: str, overrides: dict, out: Path) -> None:
     from ..llm.replay import replay_counts
     from ..runs.plan import with_parameters
     from ..steps import prepare
-    from .work import recorded_work
 
     notebooks = {k: v for k, v in overrides.items() if k.startswith("notebooks.")}
     settings = {k: v for k, v in overrides.items() if not k.startswith("notebooks.")}

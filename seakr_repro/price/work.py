@@ -162,10 +162,14 @@ def training_units(res: Path) -> list[dict]:
                   {f: r.get(f, float("nan")) for f in COUNTS}) for r in records]
 
 
+def mechanisms_set(cfg: Config) -> str:
+    """The data set step 11 asks its questions of."""
+    return notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
+
+
 def trial_units(cfg: Config, res: Path) -> list[dict]:
     """Step 11's trials (one per question of its data set)."""
-    dataset = notebook_parameter(cfg, "11-mechanisms", "DATASET") or cfg["datasets.simple"][0]
-    unit = _unit("11-mechanisms", "mechanisms", "trials", "mechanisms", dataset)
+    unit = _unit("11-mechanisms", "mechanisms", "trials", "mechanisms", mechanisms_set(cfg))
     for row in _jsonl(res / "11-mechanisms" / "trials.jsonl"):
         _add(unit, row.get("calls"))
     return [unit]
