@@ -1,6 +1,7 @@
 """What a profile costs (seakr_repro/price/): its question-runs, the units of work a run's files
-record per step, their sizes at the profile's scale, their paces, and the prediction beside a run. The dry run itself, and the smoke prediction
-against a real smoke run, are in tests/test_cost_against_run.py (slow)."""
+record per step, their sizes at the profile's scale, their paces, and the prediction beside a
+run. The dry run itself, and the smoke prediction against real smoke runs, are in
+tests/test_cost_against_run.py (slow)."""
 import json
 import math
 from pathlib import Path

@@ -72,7 +72,8 @@ def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Pat
         got.update(key=key, profile=cfg.profile, made=time.strftime("%Y-%m-%d %H:%M:%S"),
                    commit=checkout_commit(), dry_run_seconds=round(time.perf_counter() - t0, 1),
                    replay_cache=str(replay) if replay and got["replay"]["replayed"] else None,
-                   overrides=overrides, decisions=rates, calibration=calibration_sizes(cfg) if sample is not None else None)
+                   overrides=overrides, decisions=rates,
+                   calibration=calibration_sizes(cfg) if sample is not None else None)
         write_json(path, got)
     write_json(CACHE_DIR / PREDICTIONS / f"latest-{cfg.profile}.json", got)
     return got

@@ -171,7 +171,8 @@ def _extract(cfg: Config) -> None:
     from ..steps import extraction
 
     step = "02-extract-hidden-states"
-    records = extraction.calibration_records(notebook_parameter(cfg, step, "N_FANOUT"), notebook_parameter(cfg, step, "N_BUNDLED"),
+    records = extraction.calibration_records(notebook_parameter(cfg, step, "N_FANOUT"),
+                                             notebook_parameter(cfg, step, "N_BUNDLED"),
                                              seed=cfg["seed"])
     backend = open_backend(cfg)
     try:

@@ -28,14 +28,16 @@ def _work(units: pd.DataFrame) -> pd.DataFrame:
                          "generated_tokens": units["computed_tokens"], "derived": units["derived"]})
 
 
-def planned_questions(cfg: Config, units: pd.DataFrame, calibration: dict[str, int] | None) -> tuple[pd.Series, pd.Series]:
+def planned_questions(cfg: Config, units: pd.DataFrame,
+                      calibration: dict[str, int] | None) -> tuple[pd.Series, pd.Series]:
     """(the questions each unit has at the profile's real sizes (its dry run's, `calibration`
-    None), the question-runs it stands for). A run's questions: the ones its step adds to its run file (a step asks the first n of one
-    seeded shuffle of a set, so a run file shared with an earlier step gains max(0, n - the most
-    that step asked)), its question-runs the table row's; a calibration set's (`calibration`:
-    {unit run: questions}, step 02's and each other backbone's); step 10's training questions
-    (N_TRAIN per set, N_KBAE); step 11's N_QUESTIONS. Where the profile does not fix a number (a
-    whole training split, every question with a gold passage), the dry run's own count."""
+    None), the question-runs it stands for). A run's questions: the ones its step adds to its run
+    file (a step asks the first n of one seeded shuffle of a set, so a run file shared with an
+    earlier step gains max(0, n - the most that step asked)), its question-runs the table row's;
+    a calibration set's (`calibration`: {unit run: questions}, step 02's and each other
+    backbone's); step 10's training questions (N_TRAIN per set, N_KBAE); step 11's N_QUESTIONS.
+    Where the profile does not fix a number (a whole training split, every question with a gold
+    passage), the dry run's own count."""
     runs = question_runs(cfg, as_run=True)
     asked: dict[tuple, int] = {}
     new: dict[tuple, int] = {}
@@ -127,7 +129,8 @@ def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict
     the steps without calls at their recorded seconds, rows of their own); Table 7 (`table7`, on
     the paper's model: the methods it timed, SeaKR's rows at SeaKR's, per call); each card of
     `cards` (`paces.measured_paces`) that counts its calls: a method's computed calls at that
-    method's seconds per call there (`method_pace`), no other method's. Each pace is summed apart (`notebooks`): they are not one machine's."""
+    method's seconds per call there (`method_pace`), no other method's. Each pace is summed apart
+    (`notebooks`): they are not one machine's."""
     out = units.copy()
     seconds: dict[str, pd.Series] = {}
     if cpu is not None:
@@ -176,25 +179,21 @@ def notebooks(priced: pd.DataFrame) -> pd.DataFrame:
 def beside(predicted: pd.DataFrame, actual: pd.DataFrame, seconds: dict[str, float]) -> pd.DataFrame:
     """Per notebook, the prediction (`notebooks(price(...))`) beside what a run's files record
     (`recorded_work`, summed per step) and its stamps' seconds: calls made and unique and rows
-    derived from another run's file, predicted and actual, and the actual over the predicted. Seconds predicted at the prediction's first
-    pace (the CPU record, on a CPU); a step the run has not finished has no time."""
-    act = actual.groupby("step").agg(calls=("llm_calls", "sum"), hits=("llm_cache_hits", "sum"),
-                                     derived=("derived", "sum"))
-    act["unique"] = act["calls"] - act["hits"]
+    derived from another run's file, predicted and actual, and the actual over the predicted.
+    Seconds predicted at the prediction's first pace (the CPU record, on a CPU); a step the run
+    has not finished has no time."""
+    act = actual.assign(calls=actual["llm_calls"], unique=actual["llm_calls"] - actual["llm_cache_hits"]) \
+        .groupby("step")[["calls", "unique", "derived"]].sum()
     pred = predicted.set_index("step")
     hours = pace_columns(predicted)
-    rows = []
-    for step in sorted(set(pred.index) | set(act.index) | set(seconds)):
-        p = pred.loc[step] if step in pred.index else None
-        a = act.loc[step] if step in act.index else None
-        row = {"step": step}
-        for what in ("calls", "unique", "derived"):
-            row[f"{what} predicted"] = p[what] if p is not None else 0.0
-            row[f"{what} actual"] = a[what] if a is not None else 0.0
-        row["seconds predicted"] = p[hours[0]] * 3600 if p is not None and hours else float("nan")
-        row["seconds actual"] = seconds.get(step, float("nan"))
-        for what in ("calls", "unique", "derived", "seconds"):
-            pr, ac = row[f"{what} predicted"], row[f"{what} actual"]
-            row[f"{what} actual/predicted"] = ac / pr if pr and pr == pr and ac == ac else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows)
+    steps = sorted(set(pred.index) | set(act.index) | set(seconds))
+    out = pd.DataFrame({"step": steps})
+    for what in ("calls", "unique", "derived"):
+        out[f"{what} predicted"] = pred[what].reindex(steps, fill_value=0.0).to_numpy()
+        out[f"{what} actual"] = act[what].reindex(steps, fill_value=0.0).to_numpy()
+    out["seconds predicted"] = (pred[hours[0]] * 3600).reindex(steps).to_numpy() if hours else float("nan")
+    out["seconds actual"] = [seconds.get(step, float("nan")) for step in steps]
+    for what in ("calls", "unique", "derived", "seconds"):
+        pr, ac = out[f"{what} predicted"], out[f"{what} actual"]
+        out[f"{what} actual/predicted"] = (ac / pr).where((pr != 0) & pr.notna() & ac.notna())
+    return out
