@@ -44,8 +44,7 @@ def checkout_commit() -> str:
 def _key(cfg: Config, overrides: dict, sample: int | None, replay: Path | None, decisions: dict | None) -> str:
     blob = json.dumps({"profile": cfg.profile, "config": cfg.data, "overrides": overrides, "sample": sample,
                        "replay": str(replay) if replay else None, "decisions": decisions,
-                       "code": _code_fingerprint()},
-                      sort_keys=True, default=str)
+                       "code": _code_fingerprint()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -130,9 +129,7 @@ def _int(x) -> str:
 
 
 def _hours(h) -> str:
-    if h != h:
-        return "no pace"
-    return f"{h:,.2f}" if h < 10 else f"{h:,.1f}"
+    return "no pace" if h != h else f"{h:,.2f}" if h < 10 else f"{h:,.1f}"
 
 
 def summary_table(units: pd.DataFrame) -> pd.DataFrame:

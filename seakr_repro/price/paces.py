@@ -104,13 +104,11 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
     recorded before was off on this run's own work (seconds over that pace times these units)."""
     from .work import recorded_work, step_seconds
 
-    res = RESULTS_ROOT / cfg.profile
-    seconds = step_seconds(res)
+    seconds = step_seconds(res := RESULTS_ROOT / cfg.profile)
     if not seconds:
         raise UserError(f"no finished step of profile '{cfg.profile}' in {res}",
                         setting="--record-pace", fix="run `make reproduce` for the profile first")
-    work = recorded_work(cfg, res)
-    work["computed"] = work["llm_calls"] - work["llm_cache_hits"]
+    work = recorded_work(cfg, res).eval("computed = llm_calls - llm_cache_hits")
     done = work[work["step"].isin(seconds)].groupby("step")[["computed", "computed_prompt_tokens",
                                                               "computed_tokens"]].sum(min_count=1)
     if done.isna().any(axis=None):
@@ -120,8 +118,7 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
     rows = []
     for step, secs in sorted(seconds.items()):
         calls = float(done["computed"].get(step, 0.0))
-        unit = PER_CALL if calls > 0 else PER_STEP
-        units = calls if unit == PER_CALL else 1.0
+        unit, units = (PER_CALL, calls) if calls > 0 else (PER_STEP, 1.0)
         old = (before or {"steps": {}})["steps"].get(step)
         off = "first record of this step" if old is None or old["unit"] != unit else \
             f"{secs / (old['seconds'] / old['units'] * units) - 1:+.0%} against {before['run']}"

@@ -58,10 +58,8 @@ def _add(unit: dict, counts: dict | None) -> None:
 
 def _prepared_ids(res: Path, dataset: str) -> list[str]:
     path = res / "data" / f"{dataset}.jsonl"
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line)["id"] for line in fh if line.strip()]
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return [json.loads(line)["id"] for line in lines if line.strip()]
 
 
 def _jsonl(path: Path) -> list[dict]:
