@@ -214,7 +214,7 @@ PAPER_DELTA_MODELS = ("llama-2-7b",)   # models on whose U scale the paper's del
 # it writes, as globs under results/<profile>/ ("tables/..." and "figures/...": under
 # tables/<profile>/ and figures/<profile>/; None: not declared, so a step reading it re-runs
 # whenever it ran); `dry_run`: the notebook parameters that size its work where `cost`'s dry run
-# runs it (commands.dry_run; None: a step it does not run, having no model calls). The runs a step
+# runs it (price.dry_run; None: a step it does not run, having no model calls). The runs a step
 # writes (one file each under results/<profile>/runs/) follow from TABLES and METHODS
 # (runs.plan.planned_runs). Each step's folder name is spelled here only; other modules take it
 # from STEPS, a table's `step` or these names.

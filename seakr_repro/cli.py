@@ -177,13 +177,14 @@ def cmd_cost(args):
     import json
     from pathlib import Path
 
-    from .commands import cost
     from .core.config import parse_override
     from .core.paths import CACHE_DIR, repo_relative
+    from .price import command as cost
+    from .price.paces import record_pace
 
     cfg = _config(args)
     if args.record_pace:
-        path = cost.record_pace(cfg, args.record_pace, args.machine)
+        path = record_pace(cfg, args.record_pace, args.machine, cost.checkout_commit())
         print(f"[cost] recorded the run of profile {cfg.profile} in {repo_relative(path)}")
         return
     overrides = dict(parse_override(s) for s in (args.set or []))
@@ -317,8 +318,8 @@ COMMANDS = {
         _arg("--refresh", action="store_true", help="run the dry run again, not its kept result"),
         _arg("--verbose", action="store_true", help="show the dry run's steps as they run"),
         _arg("--record-pace", default=None, metavar="NOTE",
-             help="record the profile's finished run (seconds, computed calls per step) in "
-                  "data/measured/cpu_pace.csv, with this note; no prediction"),
+             help="record the profile's finished run (seconds, computed calls and tokens per step) "
+                  "in data/measured/cpu_pace.csv, with this note; no prediction"),
         _arg("--machine", default="this machine", help="the machine --record-pace names")]),
     "run": (cmd_run, "run one method on one data set (resumable), print EM/F1 and costs", [
         _arg("--method", required=True,

@@ -1,7 +1,7 @@
-"""What a profile costs (runs/cost.py, runs/paces.py, commands/cost.py, commands/recorded_work.py):
-its question-runs, the units of work a run's files record per step, their sizes at the profile's
-scale, their paces, and the prediction beside a run. The dry run itself, and the smoke prediction
-against a real smoke run, are in tests/test_cost_against_run.py (slow)."""
+"""What a profile costs (seakr_repro/price/): its question-runs, the units of work a run's files
+record per step, their sizes at the profile's scale, their paces, and the prediction beside a
+run. The dry run itself, and the smoke prediction against real smoke runs, are in
+tests/test_cost_against_run.py (slow)."""
 import json
 import math
 from pathlib import Path
@@ -13,7 +13,8 @@ from seakr_repro.artifacts import ABLATIONS, REASONING_ABLATIONS, methods
 from seakr_repro.cli import main
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
-from seakr_repro.runs import cost, paces, plan
+from seakr_repro.price import estimate, paces
+from seakr_repro.runs import plan
 
 CANNED = Path(__file__).parent / "fixtures" / "cost" / "smoke_dry_run.json"
 
@@ -21,7 +22,7 @@ CANNED = Path(__file__).parent / "fixtures" / "cost" / "smoke_dry_run.json"
 # ------------------------------------------------------------------------------ the plan's counts
 def test_default_profile_counts_follow_the_declarations():
     cfg = load_config("default")
-    runs = cost.question_runs(cfg)
+    runs = plan.question_runs(cfg)
     t1 = runs[runs["table"] == "table1"]
     assert sorted(set(t1["run"])) == sorted(methods("table1"))
     assert len(t1) == len(methods("table1")) * len(cfg["datasets.complex"])
@@ -38,7 +39,7 @@ def test_default_profile_counts_follow_the_declarations():
 
 def test_as_run_the_plan_adds_notebook_10_and_keeps_notebook_09s_methods():
     smoke = load_config("smoke")
-    runs = cost.question_runs(smoke, as_run=True)
+    runs = plan.question_runs(smoke, as_run=True)
     assert set(runs.loc[runs["table"] == "table7", "run"]) == {"cot", "seakr"}     # smoke's METHODS
     seed = runs[runs["table"] == "seed"]
     assert set(seed["notebook"]) == {"10-seed-methods"} and set(seed["questions"]) == {1}
@@ -46,12 +47,12 @@ def test_as_run_the_plan_adds_notebook_10_and_keeps_notebook_09s_methods():
 
 
 def test_paper_profiles_use_table_6_sizes_and_their_samples():
-    paper = cost.question_runs(load_config("paper"))
+    paper = plan.question_runs(load_config("paper"))
     sizes = dict(zip(paper.loc[paper["table"] == "table1", "dataset"],
                      paper.loc[paper["table"] == "table1", "questions"]))
     assert sizes == {"2wiki": 12_576, "hotpotqa": 7_405, "iirc": 954}
     assert set(paper.loc[paper["table"] == "table3", "questions"]) == {500}
-    sample = cost.question_runs(load_config("paper-sample"))
+    sample = plan.question_runs(load_config("paper-sample"))
     sizes = dict(zip(sample.loc[sample["table"] == "table1", "dataset"],
                      sample.loc[sample["table"] == "table1", "questions"]))
     assert sizes == {"2wiki": 1000, "hotpotqa": 1000, "iirc": 954}     # IIRC's dev set is smaller
@@ -70,7 +71,7 @@ def test_a_step_adds_only_the_questions_an_earlier_step_did_not_ask_of_a_shared_
     cfg = load_config("paper")
     units = pd.DataFrame([{"step": s, "run": "seakr", "dataset": "2wiki", "questions": 3} for s in
                           ("04-complex-qa", "06-ablations", "09-efficiency", "10-seed-methods")])
-    got = dict(zip(units["step"], cost.planned_questions(cfg, units, {})))
+    got = dict(zip(units["step"], estimate.planned_questions(cfg, units, {})[0]))
     assert got == {"04-complex-qa": 12_576, "06-ablations": 0, "09-efficiency": 100, "10-seed-methods": 0}
 
 
@@ -94,7 +95,7 @@ def _write(path: Path, rows: list[dict]) -> None:
 def test_a_shared_run_files_rows_belong_to_the_first_step_that_asked_for_them(tmp_path):
     """In smoke, 04 asks one question of bundled-2wiki and 06 one (seeded: maybe another); SeaKR's
     file holds both, and each row counts once, for the first step whose questions include it."""
-    from seakr_repro.commands.recorded_work import recorded_work
+    from seakr_repro.price.work import recorded_work
     from seakr_repro.data.records import sample
 
     cfg = load_config("smoke")
@@ -115,7 +116,7 @@ def test_a_shared_run_files_rows_belong_to_the_first_step_that_asked_for_them(tm
 
 
 def test_steps_02_10_and_11_count_their_calls_in_their_own_files(tmp_path):
-    from seakr_repro.commands.recorded_work import calibration_sizes, recorded_work
+    from seakr_repro.price.work import calibration_sizes, recorded_work
     from seakr_repro.steps.extraction import calibration_records
 
     cfg = load_config("smoke")
@@ -144,7 +145,7 @@ def _canned():
 def test_a_whole_dry_run_is_taken_as_it_counted_and_a_sample_is_scaled_with_its_error():
     cfg = load_config("smoke")
     work = pd.DataFrame(_canned()["work"])
-    whole = cost.scale(cfg, work)
+    whole = estimate.scale(cfg, work)
     assert whole["calls"].sum() == work["llm_calls"].sum() and (whole["calls_se"] == 0).all()
     # the same work read as a sample of a profile 10 times the size: 10 times the calls, with an error
     unit = work[(work["step"] == "04-complex-qa") & (work["run"] == "seakr")].iloc[[0]]
@@ -152,7 +153,7 @@ def test_a_whole_dry_run_is_taken_as_it_counted_and_a_sample_is_scaled_with_its_
                                         calls_sq=unit["calls_sq"] * 2 + unit["llm_calls"] ** 2 * 3)])
     unit = unit.iloc[[1]].assign(calls_sq=unit["llm_calls"].iloc[0] ** 2 * 5)    # two questions, 1x and 2x
     big = load_config("smoke", {"datasets.n_questions": None, "notebooks.04-complex-qa.N_QUESTIONS": 20})
-    got = cost.scale(big, unit, {}).iloc[0]
+    got = estimate.scale(big, unit, {}).iloc[0]
     per = unit["llm_calls"].iloc[0] / 2
     assert got["planned"] == 20 and got["calls"] == pytest.approx(per * 20) and got["calls_se"] > 0
 
@@ -165,7 +166,7 @@ def test_look_alike_units_stand_for_each_set_the_profile_plans_them_on():
         {"step": "10-seed-methods", "run": "skr-labels", "dataset": "bundled-single", "questions": 2}])
     stand = {"2wiki": "bundled-2wiki", "iirc": "bundled-2wiki", "nq": "bundled-single",
              "triviaqa": "bundled-single", "nq-dev-gold": "bundled-single"}
-    got = set(zip(*[cost.answered_for(cfg, work, stand)[c] for c in ("step", "run", "dataset")]))
+    got = set(zip(*[estimate.answered_for(cfg, work, stand)[c] for c in ("step", "run", "dataset")]))
     assert got == {("04-complex-qa", "seakr", "2wiki"), ("04-complex-qa", "seakr", "iirc"),
                    ("11-mechanisms", "trials", "nq-dev-gold"),           # 11 answers its own set only
                    ("10-seed-methods", "skr-labels", "nq"), ("10-seed-methods", "skr-labels", "triviaqa")}
@@ -174,45 +175,72 @@ def test_look_alike_units_stand_for_each_set_the_profile_plans_them_on():
 def _units(**cols):
     base = {"step": "04-complex-qa", "table": "table1", "run": "seakr", "method": "seakr", "dataset": "2wiki",
             "question_runs": 10, "calls": 40.0, "unique": 20.0, "prompt_tokens": 0.0, "generated_tokens": 0.0,
-            "planned": 10.0, "dry_questions": 10.0, "calls_se": 0.0, "unique_se": 0.0}
+            "derived": 0.0, "planned": 10.0, "dry_questions": 10.0, "calls_se": 0.0, "unique_se": 0.0}
     return pd.DataFrame([{**base, **c} for c in cols.get("rows", [{}])])
 
 
-def test_a_cpu_record_prices_each_step_by_its_calls_or_shares_its_seconds():
-    counted = {"run": "r", "steps": {"04-complex-qa": {"seconds": 100.0, "computed_calls": 50.0},
-                                     "00-prepare-data": {"seconds": 7.0, "computed_calls": float("nan")}}}
-    units = _units(rows=[{"unique": 20.0}, {"run": "cot", "method": "cot", "unique": 5.0}])
-    got = cost.price(load_config("smoke"), units, counted)
-    # 00 as recorded; 2 s per computed call
-    assert list(got["hours: CPU: r"] * 3600) == pytest.approx([7.0, 40.0, 10.0])
-    seconds_only = {"run": "r", "steps": {"04-complex-qa": {"seconds": 100.0, "computed_calls": float("nan")}}}
-    got = cost.price(load_config("smoke"), units, seconds_only)["hours: CPU: r"] * 3600
-    assert got.sum() == pytest.approx(100.0) and got.iloc[0] == pytest.approx(80.0)
+def _cpu(**steps):
+    return {"run": "r", "steps": {s: {"seconds": sec, "unit": unit, "units": n, "off": "not checked"}
+                                  for s, (sec, unit, n) in steps.items()}}
 
 
-def test_table_7_prices_the_methods_it_timed_per_call_and_a_card_the_rest():
+def test_a_cpu_record_prices_each_computed_call_at_its_steps_pace():
+    cpu = _cpu(**{"04-complex-qa": (100.0, paces.PER_CALL, 50.0), "00-prepare-data": (7.0, paces.PER_STEP, 1.0),
+                  "05-simple-qa": (9.0, paces.PER_STEP, 1.0)})
+    units = _units(rows=[{"unique": 20.0}, {"run": "cot", "method": "cot", "unique": 5.0},
+                         {"step": "05-simple-qa", "unique": 4.0}])
+    got = estimate.price(load_config("smoke"), units, cpu).set_index(["step", "run"])
+    # 00 as recorded (no calls); 2 s per computed call in 04; 05 was recorded without a computed call
+    assert got.loc[("00-prepare-data", "(no model calls)"), "hours: CPU: r"] * 3600 == pytest.approx(7.0)
+    assert list(got.loc["04-complex-qa", "hours: CPU: r"] * 3600) == pytest.approx([40.0, 10.0])
+    assert got.loc[("05-simple-qa", "seakr"), "pace"] == "no pace"
+
+
+def test_doubling_the_questions_doubles_the_hours_of_the_steps_it_reaches():
+    """The canned smoke dry run read as a sample of the profile with twice its questions: the
+    steps whose questions `datasets.n_questions` sizes (04, 05: every question of their sets)
+    take twice the hours at the CPU pace; step 02's calibration set does not move."""
+    from seakr_repro.price.work import calibration_sizes
+
+    work = pd.DataFrame(_canned()["work"])
+    cpu = _cpu(**{s: (10.0, paces.PER_CALL, 10.0) for s in set(work["step"])})
+    hours = {}
+    for n in (2, 4):
+        cfg = load_config("smoke", {"datasets.n_questions": n, "notebooks.04-complex-qa.N_QUESTIONS": None,
+                                    "notebooks.05-simple-qa.N_QUESTIONS": None})
+        priced = estimate.price(cfg, estimate.scale(cfg, work, calibration_sizes(cfg)), cpu)
+        hours[n] = estimate.notebooks(priced).set_index("step")["hours: CPU: r"]
+    ratio = hours[4] / hours[2]
+    assert ratio[["04-complex-qa", "05-simple-qa"]].tolist() == pytest.approx([2.0, 2.0], rel=0.1)
+    assert ratio["02-extract-hidden-states"] == pytest.approx(1.0)
+
+
+def test_table_7_and_a_card_price_only_the_methods_they_timed():
     table7 = {("seakr", "2wiki"): 5.0, ("seakr", "hotpotqa"): 7.0}
     timed = {"step": "09-efficiency", "table": "table7", "calls": 20.0, "unique": 20.0, "planned": 2.0}
     units = _units(rows=[{}, timed, {"run": "cot", "method": "cot"}])
     cards = {"Card A": {"per_call": {("seakr", "2wiki"): 3.0}, "rows": []}}
-    got = cost.price(load_config("paper"), units, None, cards, table7)
-    # Table 7: 5 s per question over 10 calls per question (09's) = 0.5 s per call; the card: every call
-    assert list(got["pace"]) == ["Table 7, GPU: Card A", "Table 7, GPU: Card A", "GPU: Card A"]
+    got = estimate.price(load_config("paper"), units, None, cards, table7)
+    # Table 7: 5 s per question over 10 calls per question (09's) = 0.5 s per call; the card: SeaKR's
+    # calls at its SeaKR row (another set at the mean of its sets), CoT's at none
+    assert list(got["pace"]) == ["Table 7, GPU: Card A", "Table 7, GPU: Card A", "no pace"]
     assert list(got["hours: Table 7"].fillna(-1) * 3600) == pytest.approx([20 * 0.5, 20 * 0.5, -3600])
-    assert list(got["hours: GPU: Card A"] * 3600) == pytest.approx([20 * 3.0] * 3)
-    assert cost.price(load_config("paper"), units, None, {}, table7)["pace"].iloc[2] == "no pace"
-    nb = cost.notebooks(got).set_index("step")          # each pace summed apart, with what it prices
+    assert list(got["hours: GPU: Card A"].fillna(-1) * 3600) == pytest.approx([20 * 3.0, 20 * 3.0, -3600])
+    nb = estimate.notebooks(got).set_index("step")          # each pace summed apart, with what it prices
     assert nb.loc["04-complex-qa", "question-runs at Table 7"] == 10 < nb.loc["04-complex-qa", "question_runs"]
-    assert nb.loc["04-complex-qa", "question-runs at GPU: Card A"] == 20
+    assert nb.loc["04-complex-qa", "question-runs at GPU: Card A"] == 10
 
 
 def test_beside_puts_a_runs_recorded_calls_and_seconds_next_to_the_prediction():
-    predicted = pd.DataFrame([{"step": "04-complex-qa", "calls": 100.0, "unique": 50.0, "hours: CPU: r": 0.1}])
-    actual = pd.DataFrame([{"step": "04-complex-qa", "questions": 2, "llm_calls": 90, "llm_cache_hits": 45}])
-    row = cost.beside(predicted, actual, {"04-complex-qa": 400.0, "00-prepare-data": 5.0}).set_index("step")
+    predicted = pd.DataFrame([{"step": "04-complex-qa", "calls": 100.0, "unique": 50.0, "derived": 1.0,
+                               "hours: CPU: r": 0.1}])
+    actual = pd.DataFrame([{"step": "04-complex-qa", "questions": 2, "llm_calls": 90, "llm_cache_hits": 45,
+                            "derived": 1}])
+    row = estimate.beside(predicted, actual, {"04-complex-qa": 400.0, "00-prepare-data": 5.0}).set_index("step")
     assert row.loc["04-complex-qa", "calls actual/predicted"] == pytest.approx(0.9)
     assert row.loc["04-complex-qa", "unique actual/predicted"] == pytest.approx(0.9)
     assert row.loc["04-complex-qa", "seconds actual/predicted"] == pytest.approx(400 / 360)
+    assert row.loc["04-complex-qa", "derived actual/predicted"] == 1.0
     assert row.loc["00-prepare-data", "seconds actual"] == 5.0
 
 
@@ -253,6 +281,17 @@ def test_each_cards_newest_row_per_method_and_set_gives_its_pace(pace_path):
     assert list(tiny) == ["Card A"] and tiny["Card A"]["pace"] == {("seakr", "2wiki"): 9.0}
 
 
+def test_a_decode_path_column_makes_each_path_a_pace_of_its_own(pace_path):
+    lines = [",".join(paces.MEASURED_COLUMNS + (paces.CALLS_COLUMN, paces.PATH_COLUMN))]
+    lines += [f"Card A,2026-01-01,aaaaaaa,2.11,float16,random,a test row,paper,seakr,2wiki,{s},made up,10,{p}"
+              for s, p in ((30.0, "one_sync"), (20.0, "fused"), (40.0, ""))]
+    pace_path.write_text("\n".join(lines) + "\n")
+    got = paces.measured_paces()
+    assert {k: v["per_call"] for k, v in got.items()} == {
+        "Card A": {("seakr", "2wiki"): 4.0}, "Card A, fused": {("seakr", "2wiki"): 2.0},
+        "Card A, one_sync": {("seakr", "2wiki"): 3.0}}
+
+
 def test_a_pace_file_missing_or_without_its_columns_is_one_clear_error(pace_path, tmp_path):
     with pytest.raises(DataMissingError, match="measured GPU pace file is missing"):
         paces.measured_paces()
@@ -283,12 +322,20 @@ def test_the_committed_pace_files_give_every_row_they_hold():
 
 # ------------------------------------------------------------------------------ the command
 @pytest.fixture
-def canned(monkeypatch):
-    """`cost` on a canned smoke dry run (the real one: tests/test_cost_against_run.py)."""
-    from seakr_repro.commands import cost as command
+def canned(monkeypatch, tmp_path):
+    """`cost` on a canned smoke dry run (the real one: tests/test_cost_against_run.py), at a CPU
+    pace of its own: 1 s per computed call, 2 s for each step without calls."""
+    from seakr_repro.price import command
 
     got = _canned()
     monkeypatch.setattr(command, "predict", lambda cfg, overrides, **kw: got)
+    steps = {w["step"]: (100, paces.PER_CALL, 100) for w in got["work"]}
+    steps.update({"00-prepare-data": (2, paces.PER_STEP, 0), "90-render": (2, paces.PER_STEP, 0)})
+    path = tmp_path / "cpu_pace.csv"
+    path.write_text(",".join(paces.CPU_COLUMNS) + "\n" + "".join(
+        f"smoke,smoke test,abc1234,a test machine,{s},{sec},{unit},{calls},0,0,first record of this step,made up\n"
+        for s, (sec, unit, calls) in steps.items()))
+    monkeypatch.setattr(paces, "CPU_PACE", path)
     return got
 
 
@@ -301,7 +348,8 @@ def test_cost_prints_every_step_with_calls_what_it_covers_and_what_it_leaves_out
     for step in ("02-extract-hidden-states", "06-ablations", "10-seed-methods", "11-mechanisms"):
         assert f"| {step}" in out
     assert "00-prepare-data" in out                            # timed at the recorded CPU run
-    assert "the call cache serves the other" in out and "[cost] pace: CPU: smoke 643b4a0" in out
+    assert "the call cache serves the other" in out and "[cost] pace: CPU: smoke test" in out
+    assert "s per computed call (off: " in out and "derived rows" in out
 
 
 def test_cost_json_gives_the_same_figures_per_notebook_and_in_all(canned, capsys):
@@ -329,8 +377,8 @@ def test_cost_divides_its_hours_over_ray_workers_and_says_it_is_arithmetic(canne
 
 
 def test_status_shows_the_prediction_beside_the_run(canned, tmp_path, monkeypatch):
-    from seakr_repro.commands import cost as command
     from seakr_repro.commands import status
+    from seakr_repro.price import command
 
     monkeypatch.setattr(command, "latest_prediction", lambda profile: canned)
     res = tmp_path / "smoke"
@@ -343,11 +391,10 @@ def test_status_shows_the_prediction_beside_the_run(canned, tmp_path, monkeypatc
     assert "cost --profile smoke" in status.predicted_beside_actual(load_config("smoke"))
 
 
-def test_record_pace_keeps_a_finished_runs_seconds_and_computed_calls(tmp_path, monkeypatch):
-    """`cost --record-pace` appends one row per finished step; a step whose files count no calls
-    stops it (a pace needs both)."""
-    from seakr_repro.commands import cost as command
-
+def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_off(tmp_path, monkeypatch):
+    """`cost --record-pace` appends one row per finished step, with its unit and how far the
+    pace recorded before was off on this run's work; a step whose files count no calls stops it
+    (a pace needs both)."""
     res = tmp_path / "smoke"
     (res / "stamps").mkdir(parents=True)
     for step, secs in (("00-prepare-data", 6.0), ("04-complex-qa", 40.0)):
@@ -358,22 +405,59 @@ def test_record_pace_keeps_a_finished_runs_seconds_and_computed_calls(tmp_path, 
              "computed_prompt_tokens": 6, "computed_tokens": 2}])
     pace_file = tmp_path / "cpu_pace.csv"
     pace_file.write_text(",".join(paces.CPU_COLUMNS) + "\n")
-    monkeypatch.setattr(command, "RESULTS_ROOT", tmp_path)
+    monkeypatch.setattr(paces, "RESULTS_ROOT", tmp_path)
     monkeypatch.setattr(paces, "CPU_PACE", pace_file)
-    command.record_pace(load_config("smoke"), "a test", "a test machine")
+    paces.record_pace(load_config("smoke"), "a test", "a test machine", "abc1234")
     rec = paces.cpu_paces("smoke")
-    assert rec["steps"] == {"00-prepare-data": {"seconds": 6.0, "computed_calls": 0.0},
-                            "04-complex-qa": {"seconds": 40.0, "computed_calls": 2.0}}
-    assert rec["machine"] == "a test machine" and rec["calls_from"] == "counted in the run's files"
+    assert rec["steps"]["04-complex-qa"] == {"seconds": 40.0, "unit": "computed call", "units": 2.0,
+                                             "off": "first record of this step"}
+    assert rec["steps"]["00-prepare-data"]["unit"] == "step" and rec["machine"] == "a test machine"
+    (res / "stamps" / "04-complex-qa.json").write_text(json.dumps({"seconds": 50.0}))
+    paces.record_pace(load_config("smoke"), "a test", "a test machine", "abc1234")
+    assert paces.cpu_paces("smoke")["steps"]["04-complex-qa"]["off"].startswith("+25% against smoke abc1234")
     _write(res / "11-mechanisms" / "trials.jsonl", [{"id": "t1"}])          # a trial without its count
+    (res / "stamps" / "11-mechanisms.json").write_text(json.dumps({"seconds": 5.0}))
     with pytest.raises(UserError, match="do not count the calls of 11-mechanisms"):
-        command.record_pace(load_config("smoke"), "a test", "a test machine")
+        paces.record_pace(load_config("smoke"), "a test", "a test machine", "abc1234")
+
+
+def test_a_derived_row_is_counted_as_derived_not_as_calls(tmp_path):
+    from seakr_repro.price.work import recorded_work
+
+    cfg = load_config("smoke")
+    _write(tmp_path / "data" / "bundled-2wiki.jsonl", [{"id": "q0"}])
+    row = {"id": "q0", "llm_calls": 3, "llm_cache_hits": 3, "prompt_tokens": 9, "tokens": 2,
+           "computed_prompt_tokens": 0, "computed_tokens": 0, "derived_from": {"file": "seakr-x.jsonl"}}
+    _write(tmp_path / "runs" / "bundled-2wiki" / "seakr-abc.jsonl", [row])
+    unit = recorded_work(cfg, tmp_path).set_index(["step", "run", "dataset"]).loc[
+        ("04-complex-qa", "seakr", "bundled-2wiki")]
+    assert (unit["questions"], unit["derived"], unit["llm_calls"], unit["llm_cache_hits"]) == (1, 1, 0, 0)
+
+
+def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_path, monkeypatch):
+    from seakr_repro.llm.synthetic import DECISIONS_ENV, SyntheticBackend
+    from seakr_repro.price.work import decisions
+
+    assert decisions(tmp_path) is None
+    steps = [{"kind": "pseudo_step", "output": "a b c d", "retrieve": True}, {"kind": "rerank", "output": "a b c"},
+             {"kind": "pseudo_step", "output": "So the answer is X.", "retrieve": False},
+             {"kind": "step", "output": "e f"}, {"kind": "final_knowledge", "output": "The answer is Y."}]
+    _write(tmp_path / "runs" / "2wiki" / "seakr-abc.jsonl", [{"id": "q0", "trace": steps},
+                                                              {"id": "q1", "trace": steps, "derived_from": {}}])
+    got = decisions(tmp_path)
+    assert got == {"retrieve_rate": 0.5, "answer_rate": pytest.approx(1 / 3), "words": pytest.approx(10 / 3)}
+    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"retrieve_rate": 0.0, "answer_rate": 1.0}))
+    model = SyntheticBackend()
+    assert all(model.generate(f"q{i}", max_new_tokens=64).text.rstrip(".").split()[-3:-1] == ["answer", "is"]
+               for i in range(5))
+    assert all(model.sample(f"q{i}", k=3, max_new_tokens=8).vectors.std(axis=0).max() < 0.01   # tight: no retrieval
+               for i in range(5))
 
 
 def test_the_first_line_names_the_rows_the_dry_run_could_not_answer():
-    from seakr_repro.commands.cost import leaves_out
+    from seakr_repro.price.command import leaves_out
 
     units = _units(rows=[{}, {"run": "skr-knn", "method": "skr-knn", "calls": float("nan"), "question_runs": 7}])
     units["skipped here"] = ""
-    (line,) = [x for x in leaves_out(units) if "could not answer" in x]
+    (line,) = [x for x in leaves_out(units, {}) if "could not answer" in x]
     assert line.startswith("7 question-runs") and "skr-knn" in line and "seakr" not in line

@@ -86,7 +86,7 @@ def test_per_question_needs_follow_the_profile_s_question_counts(tmp_path, monke
     questions as the cost count has them (datasets.n_questions, a notebook's N_QUESTIONS, the
     analysis sample), not the paper's full sets."""
     from seakr_repro.core.config import load_config
-    from seakr_repro.runs.cost import question_runs
+    from seakr_repro.runs.plan import question_runs
 
     monkeypatch.setattr(inputs, "CACHE_DIR", tmp_path)
 

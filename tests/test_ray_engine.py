@@ -368,11 +368,11 @@ def test_a_full_disk_in_a_worker_says_the_drivers_resume_command_and_is_recorded
 
 def test_cost_divides_the_hours_over_workers_and_says_it_is_arithmetic():
     """`cost --workers` prints the division (tests/test_cost.py)."""
-    from seakr_repro.runs import cost
+    from seakr_repro.runs.preflight import spread
 
-    assert cost.spread(550.0, 8) == 68.75
+    assert spread(550.0, 8) == 68.75
     with pytest.raises(UserError):
-        cost.spread(10.0, 0)
+        spread(10.0, 0)
 
 
 def test_status_lists_the_workers_and_says_when_their_driver_is_gone(tmp_path, monkeypatch):
@@ -430,11 +430,12 @@ def test_preflight_surveys_a_joined_cluster(cluster, tmp_path, monkeypatch):
 
 
 def test_the_benchmark_arithmetic_for_8_gpus_comes_from_the_cost_count():
-    from seakr_repro.runs import cost
     from seakr_repro.benchmarks import ray_engine
+    from seakr_repro.runs.plan import question_runs
+    from seakr_repro.runs.preflight import totals, with_hours
 
     rows = {r["profile"]: r for r in ray_engine.arithmetic(8)}
-    hours = cost.totals(cost.with_hours(cost.question_runs(load_config("paper"))))[2]
+    hours = totals(with_hours(question_runs(load_config("paper"))))[2]
     assert rows["paper"]["hours_over_workers"] == round(hours / 8, 1)
     assert rows["paper-sample"]["question_runs"] < rows["paper"]["question_runs"]
 

@@ -206,3 +206,13 @@ def test_a_runs_total_is_the_one_the_last_reproduce_asked_for(results):
     write_json(results / LAST_RUN, {"overrides": {}, "parameters": {"04-complex-qa": {"N_QUESTIONS": 2}}})
     seakr = _files(load_config("default")).loc["seakr"]
     assert (seakr["done"], seakr["total"], seakr["eta"]) == (4, 2, "done")
+
+
+def test_derived_rows_have_a_column_of_their_own_and_leave_the_pace_alone(results):
+    """Two rows computed at 2 s and two written from another run's file at 0 s: the pace is the
+    computed rows' 2 s, so the 6 questions left take 12 s (not 6 s at a pace of 1 s)."""
+    rows = [_row(i, True) for i in range(2)] + [{**_row(i, True, 0.0), "derived_from": {"file": "x"}}
+                                                for i in (2, 3)]
+    (results / "runs" / "bundled-2wiki" / "seakr-abc123.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seakr = _files(load_config("default")).loc["seakr"]
+    assert (seakr["done"], seakr["derived"], seakr["s/question"], seakr["eta"]) == (4, 2, "2.00", "12s")

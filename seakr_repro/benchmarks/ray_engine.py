@@ -1,5 +1,5 @@
 """SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine, in one
-run (docs/paper-profile.md has the record), with the arithmetic for 8 GPUs (`runs.cost`).
+run (docs/paper-profile.md has the record), with the arithmetic for 8 GPUs (`runs.preflight`).
 
 All three answer the same questions with the call cache off and must write the same answers; each
 fleet's start is timed apart. On a CPU the workers share its cores, so the gain shows on GPUs."""
@@ -78,9 +78,10 @@ def _row(engine: str, workers: int, start: float, wall: float, rows: list[dict])
 
 def arithmetic(gpus: int = 8, profiles=("paper", "paper-sample")) -> list[dict]:
     """Hours of each profile's paper tables at the paper's Table 7 pace, and over `gpus` Ray
-    workers (`cost.spread`): ARITHMETIC, nothing measured."""
+    workers (`preflight.spread`): ARITHMETIC, nothing measured."""
     from ..core.config import load_config
-    from ..runs.cost import question_runs, spread, totals, with_hours
+    from ..runs.plan import question_runs
+    from ..runs.preflight import spread, totals, with_hours
 
     out = []
     for p in profiles:

@@ -12,7 +12,7 @@ LLaMA-2-7B's layers and vocabulary at narrow widths, which predicts each method'
 It ends in one paragraph (each method's peak against the cap, seconds per question and ms per
 step per path, the profile's hours at this pace from `cost`'s arithmetic, what did not run and
 why), writes OUT/report.json, and appends its seconds per question to the measured paces
-(runs/paces.py's format, with the decode path; `--paces`, on a GPU data/measured/gpu_pace.csv).
+(price/paces.py's format, with the decode path; `--paces`, on a GPU data/measured/gpu_pace.csv).
 Exit status 1 when SeaKR did not answer a question on every set.
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ def cmd_check_card(args) -> int:
             if part not in report["parts"] and part not in report["not_run"]:
                 report["not_run"][part] = stopped
     report["paragraph"] = paragraph(report, opt)
-    from ..runs.paces import MEASURED_PACE
+    from ..price.paces import MEASURED_PACE
 
     paces = args.paces or (MEASURED_PACE if device == "cuda" else None)
     if paces is not None:
@@ -204,9 +204,9 @@ def measured_pace(report: dict) -> dict[tuple[str, str], float]:
 
 def profile_hours(profile: str, pace: dict) -> tuple[float, list[str]]:
     """(hours of the profile's question-runs priced at `pace`, the methods left unpriced): cost's
-    arithmetic (runs.cost.with_hours over runs.plan.question_runs)."""
+    arithmetic (runs.preflight.with_hours over runs.plan.question_runs)."""
     from ..core.config import load_config
-    from ..runs.cost import with_hours
+    from ..runs.preflight import with_hours
     from ..runs.plan import question_runs
 
     runs = with_hours(question_runs(load_config(profile)), pace)
@@ -276,7 +276,7 @@ def paragraph(report: dict, opt: dict) -> str:
 
 
 def pace_rows(report: dict, opt: dict) -> list[dict]:
-    """The check's seconds per question as rows of the measured paces (runs/paces.py's columns)."""
+    """The check's seconds per question as rows of the measured paces (price/paces.py's columns)."""
     import datetime
 
     import torch

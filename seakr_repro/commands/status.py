@@ -10,12 +10,14 @@ Two tables from what is on disk, read-only and while the run goes on:
   the run is gone: a crash, kill -9, a reboot), failed (<name>.failed.ipynb) or not run;
 - predicted beside actual: per notebook, the model calls (made and unique) and the seconds `cost`
   last predicted for the profile, beside what the run's files and stamps record
-  (`commands.cost.beside_run`);
+  (`price.command.beside_run`);
 - runs: every run the profile plans (`runs.plan.planned_runs`: a table row on a data set; its
   file results/<p>/runs/<dataset>/<label>-<hash>.jsonl), a run with no file as 0 of its total
   (missing), then every other run file (an older configuration of a row: not the file its
-  latest run wrote, `runner.mark_current`): questions done of the total, running EM/F1 with
-  bootstrap intervals, seconds per question, the time left at that pace, and its size on disk.
+  latest run wrote, `runner.mark_current`): questions done of the total and how many of them were
+  derived from another run's file (`runs.derived`), running EM/F1 with bootstrap intervals,
+  seconds per question computed (derived rows apart), the time left at that pace, and its size on
+  disk.
 A torn last line (a write in progress) is ignored as the runner does; a file damaged elsewhere is
 listed as unreadable instead of stopping the report.
 """
@@ -176,7 +178,7 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
         if path is None:              # planned, no file: deleted, not run yet, or skipped by its step
             why = _skipped(res, run.step).get(run.label)
             rows.append({"dataset": run.dataset, "run": run.label, "config": "skipped" if why else "missing",
-                         "done": 0,
+                         "done": 0, "derived": "",
                          "total": _planned_total(cfg, run, sizes), "em": "", "f1": "", "s/question": "",
                          "eta": "", "disk": "", "file": f"{run.folder}/{run.label}-*.jsonl"})
             continue
@@ -187,7 +189,7 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
         # an older configuration's questions are not this run's: no total, no time left
         total = "-" if config == "older" else _planned_total(cfg, run, sizes) if run is not None else \
             run_total(cfg, dataset, label, sizes)
-        row = {"dataset": dataset, "run": label, "config": config, "done": 0, "total": total,
+        row = {"dataset": dataset, "run": label, "config": config, "done": 0, "derived": 0, "total": total,
                "em": "", "f1": "",
                "s/question": "", "eta": "", "disk": human_bytes(path.stat().st_size),
                "file": str(path.relative_to(res))}
@@ -204,13 +206,17 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
                                       seed=cfg.get("seed", 0))
             for m in ("em", "f1"):
                 row[m] = f"{score[m]:.1f} [{score[m + '_low']:.1f}, {score[m + '_high']:.1f}]"
-            # concurrent questions overlap in time: the pace is seconds / questions in flight
-            pace = sum(r.get("seconds", 0.0) / max(1, r.get("concurrency", 1)) for r in done) / len(done)
-            row["s/question"] = f"{pace:.2f}"
+            # concurrent questions overlap in time: the pace is seconds / questions in flight; a
+            # derived row took no model time, so only the computed ones give the pace
+            computed = [r for r in done if not r.get("derived_from")]
+            row["derived"] = len(done) - len(computed)
+            pace = sum(r.get("seconds", 0.0) / max(1, r.get("concurrency", 1)) for r in computed) / len(computed) \
+                if computed else float("nan")
+            row["s/question"] = f"{pace:.2f}" if computed else ""
             row["eta"] = "-" if config == "older" else "done" if total is not None and len(done) >= total else \
                 _duration(pace * (total - len(done))) if total is not None else "?"
         rows.append(row)
-    return pd.DataFrame(rows, columns=["dataset", "run", "config", "done", "total", "em", "f1", "s/question",
+    return pd.DataFrame(rows, columns=["dataset", "run", "config", "done", "derived", "total", "em", "f1", "s/question",
                                        "eta", "disk", "file"])
 
 
@@ -233,7 +239,7 @@ def disk_status(cfg: Config, cache: bool = False) -> str:
 def predicted_beside_actual(cfg: Config) -> str:
     """Per notebook, what `cost` last predicted for the profile beside what the run's files
     record (calls made and unique, seconds); how to get a prediction when there is none."""
-    from .cost import beside_run, beside_text, latest_prediction, priced
+    from ..price.command import beside_run, beside_text, latest_prediction, priced
 
     got = latest_prediction(cfg.profile)
     if got is None:
@@ -268,7 +274,8 @@ def report(cfg: Config, cache: bool = False, notebooks_dir: Path = NOTEBOOKS_DIR
     else:
         conf = 100 * cfg.get("evaluation.confidence", 0.95)
         parts += [f"runs (every run the profile plans, then older files; EM/F1 in % with {conf:g}% "
-                  "bootstrap intervals; eta at the pace so far; config: current = the file the row's "
+                  "bootstrap intervals; derived: rows written from another run's file, no model call; "
+                  "s/question and eta at the computed rows' pace so far; config: current = the file the row's "
                   "latest run wrote, older = an earlier configuration's file, missing = no file: "
                   "not run yet or deleted, `reproduce` runs it, skipped = its step skipped the row "
                   "and says why in <step>/skipped.json):",

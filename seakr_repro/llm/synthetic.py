@@ -10,11 +10,14 @@ same call always gives the same answer. Texts are sentences of words (the synthe
 vocabulary, so queries retrieve something), ending in "So the answer is X." about a third of the
 time, so the methods' loops both continue and stop. Sample vectors are, per context, either tight
 (all samples near one point: U below the official delta = -6, "no retrieval") or spread out, so
-both branches of SeaKR run.
+both branches of SeaKR run. How often each happens, and how many words a generation runs, are its
+`DECISIONS`; `cost`'s dry run sets them from a finished run's records (`DECISIONS_ENV`).
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 from functools import lru_cache
 from typing import Sequence
@@ -29,7 +32,10 @@ from .reflection_tokens import SKIPPED_IN_TEXT
 WORDS = ("river city army king film album band court bridge island novel church school war prize "
          "station museum league party north south old new great first second early late red blue "
          "stone green black white").split()
-ANSWER_RATE = 0.35           # share of generations that end with "So the answer is X."
+# answer_rate: the share of generations that end with "So the answer is X."; retrieve_rate: the
+# share of sample sets spread out (SeaKR's U above its threshold); words: a generation's mean words
+DECISIONS = {"answer_rate": 0.35, "retrieve_rate": 0.5, "words": 16.0}
+DECISIONS_ENV = "SEAKR_SYNTHETIC_DECISIONS"     # JSON of some of DECISIONS, in cost's dry run
 _TOKEN = re.compile(r"\s*\S+|\n")
 
 
@@ -60,6 +66,7 @@ class SyntheticBackend:
                  vocab: int = 5000):
         self.name, self.n_layers, self.hidden_size = name, int(n_layers), int(hidden_size)
         self.eos_token_id, self.vocab = 2, int(vocab)
+        self.decisions = {**DECISIONS, **json.loads(os.environ.get(DECISIONS_ENV) or "{}")}
         self._pieces: dict[int, str] = {}       # token id -> its text, for `words`
 
     max_context = 4096           # LLaMA-2's context
@@ -113,11 +120,13 @@ class SyntheticBackend:
 
     def _text(self, rng: np.random.Generator, max_new_tokens: int) -> str:
         words = []
+        per = self.decisions["words"] / 1.5          # one or two sentences: 1.5 on average
+        low = max(1, round(per * 0.6))
         for _ in range(int(rng.integers(1, 3))):
-            n = int(rng.integers(6, 16))
+            n = int(rng.integers(low, max(low + 1, round(per * 1.4) + 1)))
             sentence = " ".join(synthetic_word(int(i)) for i in rng.zipf(1.3, n) % self.vocab)
             words.append(sentence[:1].upper() + sentence[1:] + ".")
-        if rng.random() < ANSWER_RATE:
+        if rng.random() < self.decisions["answer_rate"]:
             words.append(f"So the answer is {synthetic_word(int(rng.integers(0, 200))).title()}.")
         return " ".join(words)[: 8 * max_new_tokens]
 
@@ -178,11 +187,14 @@ class SyntheticBackend:
         layer = middle_layer(self.n_layers) if layer is None else layer
         rng = _rng("sample", prompt, k, max_new_tokens, temperature, top_k, top_p, seed, layer, hook,
                    check_forced_eos(forced_eos))
-        tight = bool(rng.random() < 0.5)
+        tight = bool(rng.random() < 1 - self.decisions["retrieve_rate"])
         texts = [self._text(rng, max_new_tokens) for _ in range(1 if tight else k)]
         samples = [self._generation(rng, prompt, texts[0 if tight else i], stop, max_new_tokens,
                                     want_stats, False) for i in range(k)]
         for g in samples:            # no sampler here: the warped log-probs are the raw ones
+            if tight:                # a confident model is confident by every estimator: they agree
+                g.logprobs = [x * 0.1 for x in g.logprobs]
+                g.entropies = None if g.entropies is None else [x * 0.1 for x in g.entropies]
             g.warped_logprobs = list(g.logprobs)
         return SampleSet(samples=samples, vectors=self._vectors(rng, k, tight), layer=layer, hook=hook)
 

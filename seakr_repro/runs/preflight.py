@@ -367,10 +367,64 @@ def check_cluster(cfg: Config, report: Report) -> None:
                          "(data/ on a shared filesystem, or `python -m seakr_repro index` on each node)")
 
 
+PACE_TABLE = "seakr_table7"
+
+
+def paper_pace() -> dict[tuple[str, str], float]:
+    """{(method, data set): seconds per question} from the paper's Table 7."""
+    from ..reporting.paper_numbers import load_paper_table
+
+    df = load_paper_table(PACE_TABLE)
+    return {(m, d): float(v) for m, d, v in zip(df["method"], df["dataset"], df["value"])}
+
+
+def pace_applies(cfg: Config) -> bool:
+    """Whether the profile runs the model the paper timed (its hours mean something there)."""
+    from ..reporting.paper_numbers import load_paper_table
+
+    return cfg["model.name"] in set(load_paper_table(PACE_TABLE)["model"])
+
+
+def method_pace(pace: dict[tuple[str, str], float], method: str, dataset: str) -> float:
+    """`pace`'s seconds of `method` on `dataset`: that set's, else the mean of the method's sets
+    (NaN where it has no row of the method)."""
+    own = [s for (m, _), s in pace.items() if m == method]
+    return pace.get((method, dataset), sum(own) / len(own) if own else float("nan"))
+
+
+def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
+    """`runs` (`plan.question_runs`) plus seconds_per_question (the paper's Table 7: every
+    SeaKR-family row at SeaKR's, a set the paper did not time at the mean of its two; NaN where it
+    timed no such method) and hours = questions x seconds / 3,600."""
+    pace = paper_pace() if pace is None else pace
+    out = runs.copy()
+    out["seconds_per_question"] = [method_pace(pace, m, d) for m, d in zip(out["method"], out["dataset"])]
+    out["hours"] = out["questions"] * out["seconds_per_question"] / 3600
+    return out
+
+
+def totals(runs) -> tuple[int, int, float]:
+    """(question-runs, those with a pace, their hours) of `with_hours`' rows; the last two 0
+    without hours."""
+    if "hours" not in runs:
+        return int(runs["questions"].sum()), 0, 0.0
+    timed = runs["hours"].notna()
+    return int(runs["questions"].sum()), int(runs.loc[timed, "questions"].sum()), float(runs["hours"].sum())
+
+
+def spread(hours: float, workers: int) -> float:
+    """Wall-clock hours of `hours` of question-runs over `workers` Ray workers (runner.engine:
+    ray): hours / workers. ARITHMETIC: it assumes each worker keeps the pace the hours were
+    computed at and that the questions divide evenly; nothing here measured it."""
+    if workers < 1:
+        raise UserError(f"--workers is {workers}", setting="--workers", fix="give 1 or more workers")
+    return hours / workers
+
+
 def note_work(cfg: Config, report: Report) -> None:
-    """How much the paper tables amount to (`runs.cost`): question-runs, and hours at the paper's
-    Table 7 pace for the methods it timed. Information, never a problem."""
-    from .cost import pace_applies, question_runs, totals, with_hours
+    """How much the paper tables amount to: question-runs, and hours at the paper's Table 7 pace
+    for the methods it timed. Information, never a problem."""
+    from .plan import question_runs
 
     try:
         paced = pace_applies(cfg)   # the paper's pace is for its model only

@@ -87,7 +87,7 @@ def reasked_answers(backend, prompts: Sequence[str], greedy: Sequence, mode: str
 
 def extract_question(backend, record, cfg: Config, n_shot: int) -> tuple[dict, dict]:
     """All step-02 measurements of one question, closed-book: (JSON row, arrays); the row's
-    `calls` are the question's model calls, counted as a run's rows count theirs (`runs.cost`
+    `calls` are the question's model calls, counted as a run's rows count theirs (`price.work`
     reads them)."""
     from ..llm.cache import with_call_counts
 

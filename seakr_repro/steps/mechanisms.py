@@ -84,7 +84,7 @@ def trial(record, gold, searcher, backend, cfg, n_candidates: int, n_shot: int,
 
     cands, rank, bm25_gold = candidates(record, gold, searcher, n_candidates)
     at = [c.id for c in cands].index(gold.id)
-    # the question's model calls go into its line, as a run's rows carry theirs (`runs.cost`)
+    # the question's model calls go into its line, as a run's rows carry theirs (`price.work`)
     measured, calls = with_call_counts(backend, lambda: extract_contexts(
         backend, record, cfg, n_shot, [()] + [(h.text,) for h in cands],
         [True] + [i == at for i in range(len(cands))]))

@@ -17,7 +17,7 @@ from ..runs.pool import BackendPool
 
 
 # The model calls of step 10's training work (KBAE's data, SKR's labels per data set), one record
-# each with its questions and counts as a run's rows give theirs; `runs.cost` reads it.
+# each with its questions and counts as a run's rows give theirs; `price.work` reads it.
 TRAINING_CALLS = "training_calls.json"
 
 

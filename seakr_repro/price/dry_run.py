@@ -13,7 +13,8 @@ they are in the real run; `cost` scales each unit up to its real size).
 
 What it cannot know: the synthetic model decides where the real one would, so the calls that
 follow a decision (whether SeaKR's U passes its threshold, when an answer appears, how long a
-generation runs, which rows fail) are the synthetic model's, and so are the tokens each call
+generation runs, which rows fail) are the synthetic model's, at the rates a finished run of the
+profile recorded where there is one (`work.decisions`), and so are the tokens each call
 generates. Steps 00, 01, 03, 08 and 90 make no model calls. KBAE's LoRA training is not run (the
 synthetic model has no weights): its examples are built and counted, and a synthetic model of its
 own answers its row (`methods.taikc.kbae`).
@@ -32,13 +33,14 @@ from pathlib import Path
 from ..artifacts import CALIBRATION, EXTRACTION, MECHANISMS, SEED_STEP, STEPS, table
 from ..core.config import Config
 from ..llm.replay import REPLAY_ENV
+from ..llm.synthetic import DECISIONS_ENV
+from ..runs.plan import notebook_parameter
+from .work import mechanisms_set, recorded_work
 
 
 def sample_overrides(cfg: Config, sample: int | None) -> dict:
     """The settings that cap every step's questions at `sample` (none without a sample): the
     prepared sets, Tables 3/4's sample, and each notebook's sizes (a 0 stays 0)."""
-    from ..runs.plan import notebook_parameter
-
     if sample is None:
         return {}
     capped = lambda v: sample if v is None else min(int(v), sample)   # noqa: E731
@@ -76,7 +78,7 @@ def stand_ins(cfg: Config) -> dict[str, str]:
     from ..data.registry import DATASETS
     from ..runs.inputs import profile_datasets
 
-    names = profile_datasets(cfg) + [_mechanisms_set(cfg)]
+    names = profile_datasets(cfg) + [mechanisms_set(cfg)]
     out = {}
     for name in dict.fromkeys(names):
         kind = DATASETS[name].kind if name in DATASETS else "simple"
@@ -95,14 +97,8 @@ def stand_in_overrides(cfg: Config) -> dict:
            "seakr.simple_qa_passages": "bm25", "skr.train_results": {}}
     if cfg.get("analysis.datasets"):
         out["analysis.datasets"] = pick(cfg["analysis.datasets"])
-    out[f"notebooks.{MECHANISMS}.DATASET"] = mapping[_mechanisms_set(cfg)]
+    out[f"notebooks.{MECHANISMS}.DATASET"] = mapping[mechanisms_set(cfg)]
     return out
-
-
-def _mechanisms_set(cfg: Config) -> str:
-    from ..runs.plan import notebook_parameter
-
-    return notebook_parameter(cfg, MECHANISMS, "DATASET") or cfg["datasets.simple"][0]
 
 
 def _link_built_inputs(cache: Path) -> None:
@@ -120,10 +116,11 @@ def _link_built_inputs(cache: Path) -> None:
 
 
 def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = None,
-        quiet: bool = True) -> dict:
+        quiet: bool = True, decisions: dict | None = None) -> dict:
     """The dry run of profile `cfg.profile` with the command line's `overrides` (--set), in a
     child process, replaying the real model's calls that the call cache `replay` holds
-    (`llm.replay`; None: none); where the profile's inputs are not here (`runs_here`), on their
+    (`llm.replay`; None: none), the synthetic model deciding at the rates `decisions` (`work.decisions`;
+    None: its own); where the profile's inputs are not here (`runs_here`), on their
     look-alikes (`stand_ins`, demonstrations of the official lengths: `doubles.standins`):
     {"work": recorded_work's rows, "seconds": {step: seconds of the dry run}, "replay":
     {"replayed": n, "synthetic": n}, "sample": sample, "stand_ins": {data set: look-alike} or
@@ -144,10 +141,11 @@ def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | 
         env.pop(REPLAY_ENV, None)
         if replay is not None:
             env[REPLAY_ENV] = str(Path(replay).resolve())
+        env[DECISIONS_ENV] = json.dumps(decisions or {})
         from ..core.paths import kernel_environment
         env.update(kernel_environment())          # this package, whichever clone runs it
         out = work / "dry_run.json"
-        args = [sys.executable, "-m", "seakr_repro.commands.dry_run", "--profile", cfg.profile,
+        args = [sys.executable, "-m", "seakr_repro.price.dry_run", "--profile", cfg.profile,
                 "--overrides", json.dumps({**overrides, **sample_overrides(cfg, sample)}), "--out", str(out)]
         got = subprocess.run(args, env=env, capture_output=quiet, text=True)
         if got.returncode != 0:
@@ -160,22 +158,17 @@ def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | 
 
 
 # ------------------------------------------------------------------------------ the child
-def _parameter(cfg: Config, step: str, name: str):
-    from ..runs.plan import notebook_parameter
-
-    return notebook_parameter(cfg, step, name)
-
-
 def _extract(cfg: Config) -> None:
     from ..runs.engine import close_backend, open_backend
     from ..steps import extraction
 
     step = EXTRACTION
-    records = extraction.calibration_records(_parameter(cfg, step, "N_FANOUT"), _parameter(cfg, step, "N_BUNDLED"),
+    records = extraction.calibration_records(notebook_parameter(cfg, step, "N_FANOUT"),
+                                             notebook_parameter(cfg, step, "N_BUNDLED"),
                                              seed=cfg["seed"])
     backend = open_backend(cfg)
     try:
-        extraction.run_extraction(backend, records, cfg, _parameter(cfg, step, "N_SHOT"), progress=False)
+        extraction.run_extraction(backend, records, cfg, notebook_parameter(cfg, step, "N_SHOT"), progress=False)
     finally:
         close_backend(backend)
 
@@ -190,8 +183,8 @@ def _calibrate(cfg: Config) -> None:
     layer = estimators.u_layer(cfg, vectors.n_layers)
     scores = estimators.estimator_scores(rows, vectors.layer(cfg["uncertainty.hook"], layer), estimators.u_params(cfg))
     correct = np.array([bool(r["correct"]) for r in rows], dtype=int)
-    estimators.calibrate_thresholds(cfg, scores, correct, _parameter(cfg, step, "CALIBRATION_RULE"),
-                                    _parameter(cfg, step, "CALIBRATION_TARGET"))
+    estimators.calibrate_thresholds(cfg, scores, correct, notebook_parameter(cfg, step, "CALIBRATION_RULE"),
+                                    notebook_parameter(cfg, step, "CALIBRATION_TARGET"))
 
 
 def _step_calls(cfg: Config) -> dict:
@@ -199,7 +192,7 @@ def _step_calls(cfg: Config) -> dict:
     from ..steps import mechanisms, seed_methods, tables
 
     def p(step, name):
-        return _parameter(cfg, step, name)
+        return notebook_parameter(cfg, step, name)
 
     seeds, mech = SEED_STEP, MECHANISMS
     t1, t2, t3, t4, t7 = (table(key).step for key in ("table1", "table2", "table3", "table4", "table7"))
@@ -230,7 +223,6 @@ def child(profile: str, overrides: dict, out: Path) -> None:
     from ..llm.replay import replay_counts
     from ..runs.plan import with_parameters
     from ..steps import prepare
-    from .recorded_work import recorded_work
 
     notebooks = {k: v for k, v in overrides.items() if k.startswith("notebooks.")}
     settings = {k: v for k, v in overrides.items() if not k.startswith("notebooks.")}
@@ -257,7 +249,7 @@ def child(profile: str, overrides: dict, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m seakr_repro.commands.dry_run", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m seakr_repro.price.dry_run", description=__doc__.split("\n")[0])
     ap.add_argument("--profile", required=True)
     ap.add_argument("--overrides", default="{}", help="JSON {setting: value}; notebooks.<step>.<NAME> too")
     ap.add_argument("--out", required=True)

@@ -2,11 +2,11 @@
 calls (02-11) per notebook, table, method and data set, before it runs; beside what a run did,
 once its files are there.
 
-The work comes from the dry run (`commands.dry_run`), kept under <cache>/cost/ for the same
-profile, settings, sample, replayed cache and package code (`--refresh` runs it again); the
-prices from `runs.cost` and `runs.paces`. A prediction made here is what `status` puts beside a
-run (`latest_prediction`). `--record-pace` adds a finished CPU run's seconds and computed calls
-per step to data/measured/cpu_pace.csv, the pace of the next prediction.
+The work comes from the dry run (`dry_run`), kept under <cache>/cost/ for the same profile,
+settings, sample, replayed cache, decisions and package code (`--refresh` runs it again); the
+prices from `estimate` and `paces`. A prediction made here is what `status` puts beside a run
+(`latest_prediction`). `--record-pace` adds a finished CPU run's seconds and work per step to
+data/measured/cpu_pace.csv (`paces.record_pace`), the pace of the next prediction.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _commit() -> str:
+def checkout_commit() -> str:
     """The checkout's short commit, "+changes" when its code differs from it."""
     from ..core.provenance import git_revision
 
@@ -41,35 +41,38 @@ def _commit() -> str:
     return rev["revision"][:7] + ("+changes" if rev["dirty"] else "")
 
 
-def _key(cfg: Config, overrides: dict, sample: int | None, replay: Path | None) -> str:
+def _key(cfg: Config, overrides: dict, sample: int | None, replay: Path | None, decisions: dict | None) -> str:
     blob = json.dumps({"profile": cfg.profile, "config": cfg.data, "overrides": overrides, "sample": sample,
-                       "replay": str(replay) if replay else None, "code": _code_fingerprint()},
-                      sort_keys=True, default=str)
+                       "replay": str(replay) if replay else None, "decisions": decisions,
+                       "code": _code_fingerprint()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
 def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = CACHE_DIR,
             refresh: bool = False, verbose: bool = False) -> dict:
     """The dry run's work for `cfg` (kept under <cache>/cost/<key>.json), with its key, the
-    commit and time it was made, and the calibration sizes a sampled run is scaled with."""
+    commit and time it was made, the calibration sizes a sampled run is scaled with, and the
+    decisions the synthetic model took from the profile's run files here (`work.decisions`)."""
     from ..core.io import read_json, write_json
     from . import dry_run
-    from .recorded_work import calibration_sizes
+    from .work import calibration_sizes, decisions
 
     if sample is None and not dry_run.runs_here(cfg):
         sample = STAND_IN_SAMPLE       # look-alikes: a sample, scaled to the profile's sizes
-    key = _key(cfg, overrides, sample, replay)
+    rates = decisions(RESULTS_ROOT / cfg.profile)
+    key = _key(cfg, overrides, sample, replay, rates)
     path = CACHE_DIR / PREDICTIONS / f"{key}.json"
     if path.is_file() and not refresh:
         got = read_json(path)
     else:
         t0 = time.perf_counter()
         got = dry_run.run(cfg, overrides, sample, replay if replay and Path(replay).is_dir() else None,
-                          quiet=not verbose)
+                          quiet=not verbose, decisions=rates)
         got.update(key=key, profile=cfg.profile, made=time.strftime("%Y-%m-%d %H:%M:%S"),
-                   commit=_commit(), dry_run_seconds=round(time.perf_counter() - t0, 1),
+                   commit=checkout_commit(), dry_run_seconds=round(time.perf_counter() - t0, 1),
                    replay_cache=str(replay) if replay and got["replay"]["replayed"] else None,
-                   overrides=overrides, calibration=calibration_sizes(cfg) if sample is not None else None)
+                   overrides=overrides, decisions=rates,
+                   calibration=calibration_sizes(cfg) if sample is not None else None)
         write_json(path, got)
     write_json(CACHE_DIR / PREDICTIONS / f"latest-{cfg.profile}.json", got)
     return got
@@ -86,36 +89,33 @@ def latest_prediction(profile: str) -> dict | None:
         return None
 
 
-def _skipped_here(cfg: Config, units: pd.DataFrame) -> dict[int, str]:
-    """{unit index: why it will be skipped on this machine}: a row whose model (Self-RAG's
-    checkpoint, a Table 4 backbone) is not here, when the profile's own model is (else the whole
-    profile is a projection and every row is priced)."""
+def _skipped_here(cfg: Config, units: pd.DataFrame) -> list[str]:
+    """Per unit, why it will be skipped on this machine ("" where it runs): a row whose model
+    (Self-RAG's checkpoint, a Table 4 backbone's) is not here, when the profile's own model is
+    (else the whole profile is a projection and every row is priced)."""
     from ..artifacts import SELF_RAG_MODEL
     from ..runs.preflight import missing_models
 
     problems = missing_models(cfg)
     if cfg["model.name"] in problems:
-        return {}
-    out = {}
-    for i, method, run in zip(units.index, units["method"], units["run"]):
-        model = SELF_RAG_MODEL if method == "self_rag" else run.split(":", 1)[-1]   # a backbone's row
-        if problems.get(model):
-            out[i] = problems[model]
-    return out
+        return [""] * len(units)
+    return [problems.get(SELF_RAG_MODEL if method == "self_rag" else run.split(":", 1)[-1]) or ""  # a backbone's row
+            for method, run in zip(units["method"], units["run"])]
 
 
 def priced(cfg: Config, got: dict) -> tuple[pd.DataFrame, dict]:
     """(every unit priced, what priced them: {"cpu", "cards", "table7"})."""
-    from ..runs import cost, paces
+    from ..runs.preflight import pace_applies, paper_pace
+    from . import estimate as cost
+    from . import paces
 
     work = cost.answered_for(cfg, pd.DataFrame(got["work"]), got.get("stand_ins"))
     units = cost.scale(cfg, work, got.get("calibration"))
-    skipped = _skipped_here(cfg, units)
-    units["skipped here"] = [skipped.get(i, "") for i in units.index]
+    units["skipped here"] = _skipped_here(cfg, units)
     on_cpu = paces.on_cpu(cfg)
     cpu = paces.cpu_paces(cfg.profile) if on_cpu else None
     cards = {} if on_cpu else paces.measured_paces("paper-tiny" if cfg.profile == "paper-tiny" else "paper")
-    table7 = paces.paper_pace() if paces.pace_applies(cfg) and not on_cpu else None
+    table7 = paper_pace() if pace_applies(cfg) and not on_cpu else None
     # a skipped row costs nothing here (a recorded run skipped it too: its seconds are the others')
     run = cost.price(cfg, units[units["skipped here"] == ""], cpu, cards, table7)
     skipped = units[units["skipped here"] != ""].assign(pace="skipped here")
@@ -129,35 +129,27 @@ def _int(x) -> str:
 
 
 def _hours(h) -> str:
-    if h != h:
-        return "no pace"
-    return f"{h:,.2f}" if h < 10 else f"{h:,.1f}"
-
-
-def _priced_hours(nb: pd.DataFrame, col: str) -> list[str]:
-    """A notebook's hours at one pace, with the question-runs it prices where that is not all."""
-    from ..runs.cost import HOURS
-
-    at = nb["question-runs at " + col[len(HOURS):]]
-    return [_hours(h) + (f" ({a:,.0f} of {q:,.0f} q-runs)" if h == h and a < q else "")
-            for h, a, q in zip(nb[col], at, nb["question_runs"])]
+    return "no pace" if h != h else f"{h:,.2f}" if h < 10 else f"{h:,.1f}"
 
 
 def summary_table(units: pd.DataFrame) -> pd.DataFrame:
-    from ..runs.cost import notebooks, pace_columns
+    """Per notebook: question-runs, the work, and each pace's hours (with the question-runs it
+    prices where that is not all)."""
+    from .estimate import HOURS, notebooks, pace_columns
 
-    run = units[units["skipped here"] == ""]
-    nb = notebooks(run)
+    nb = notebooks(units[units["skipped here"] == ""])
+    with_se = lambda c, e: f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)   # noqa: E731
     out = pd.DataFrame({"notebook": nb["step"], "question-runs": nb["question_runs"].map(_int),
-                        "calls": [f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)
-                                  for c, e in zip(nb["calls"], nb["calls_se"])],
-                        "unique": [f"{c:,.0f} ± {e:,.0f}" if e >= 0.5 else _int(c)
-                                   for c, e in zip(nb["unique"], nb["unique_se"])],
+                        "calls": list(map(with_se, nb["calls"], nb["calls_se"])),
+                        "unique": list(map(with_se, nb["unique"], nb["unique_se"])),
+                        "derived rows": nb["derived"].map(_int),
                         "prompt tokens": nb["prompt_tokens"].map(_int),
                         "generated tokens": nb["generated_tokens"].map(_int)})
-    for col in pace_columns(run):
-        out[col] = _priced_hours(nb, col)
-    if not pace_columns(run):
+    for col in pace_columns(nb):
+        at = nb["question-runs at " + col[len(HOURS):]]
+        out[col] = [_hours(h) + (f" ({a:,.0f} of {q:,.0f} q-runs)" if h == h and a < q else "")
+                    for h, a, q in zip(nb[col], at, nb["question_runs"])]
+    if not pace_columns(nb):
         out["hours"] = "no pace"
     return out
 
@@ -165,35 +157,36 @@ def summary_table(units: pd.DataFrame) -> pd.DataFrame:
 def as_json(cfg: Config, got: dict, units: pd.DataFrame, used: dict) -> dict:
     """The same figures as the text, as JSON: per notebook and in all (each pace's hours apart,
     with the question-runs it prices)."""
-    from ..runs.cost import HOURS, notebooks, pace_columns
+    from .estimate import HOURS, WORK, notebooks, pace_columns
 
     run = units[units["skipped here"] == ""]
-    nb = notebooks(run)
-    total = {k: float(run[k].sum()) for k in ["question_runs", "calls", "unique", "prompt_tokens",
-                                                "generated_tokens"]}
+    total = {k: float(run[k].sum()) for k in ["question_runs"] + WORK}
     total["calls_saved_by_sharing"] = total["calls"] - total["unique"]
     total["hours"] = {col[len(HOURS):]: {"hours": float(run[col].sum()),
                                          "question_runs": float(run["question_runs"].where(run[col].notna(), 0).sum())}
                       for col in pace_columns(run)}
-    return {"profile": cfg.profile, "covers": COVERS, "leaves_out": leaves_out(units),
+    return {"profile": cfg.profile, "covers": COVERS, "leaves_out": leaves_out(units, used),
             "made": got.get("made"), "commit": got.get("commit"), "sample": got.get("sample"),
             "replay": got.get("replay"), "replay_cache": got.get("replay_cache"),
-            "paces": pace_notes(used),
-            "notebooks": json.loads(nb.to_json(orient="records")),
+            "decisions": got.get("decisions"), "paces": pace_notes(used, units),
+            "notebooks": json.loads(notebooks(run).to_json(orient="records")),
             "units": json.loads(units.to_json(orient="records")), "total": total}
 
 
 COVERS = ("every step with model calls (02-11) per notebook, table, method and data set: question-runs, "
-          "model calls made, calls unique (computed; the rest the call cache serves), prompt tokens "
-          "pre-filled and tokens generated by the unique calls, hours at a pace")
+          "model calls made, calls unique (computed; the rest the call cache serves), rows derived from "
+          "another run's file (no call made), prompt tokens pre-filled and tokens generated by the unique "
+          "calls, hours at a pace")
 
 
-def leaves_out(units: pd.DataFrame) -> list[str]:
-    out = ["steps 00, 01, 03, 08 and 90 make no model calls: timed only where a CPU pace recorded them",
+def leaves_out(units: pd.DataFrame, used: dict) -> list[str]:
+    out = ["steps 00, 01, 03, 08 and 90 make no model calls: " + (
+               "each at its recorded seconds" if used.get("cpu") else
+               "no pace prices them (on a GPU: step 01's BM25 index of the corpus, a CPU job of its own)"),
            "make setup (installing the environment)",
            "the hidden states step 02 and 11 read at every layer (one forward pass per sample, not a "
-           "counted call; its time is in the step's pace)", "KBAE's LoRA training (notebook 10: its "
-           "time is in the step's pace)"]
+           "counted call; on a CPU its time is in the step's pace per call)",
+           "KBAE's LoRA training (notebook 10: on a CPU in the step's pace per call; no GPU pace)"]
     skipped = sorted({f"{r} ({why.split(' (fix')[0]})" for r, why in zip(units["run"], units["skipped here"]) if why})
     if skipped:
         out.append("rows this machine will skip, for a model it lacks: " + "; ".join(skipped))
@@ -205,28 +198,39 @@ def leaves_out(units: pd.DataFrame) -> list[str]:
     return out
 
 
-def pace_notes(used: dict) -> list[str]:
+def pace_notes(used: dict, units: pd.DataFrame) -> list[str]:
+    """What each pace is, and what it prices."""
+    from .estimate import HOURS
+
     notes = []
     cpu = used.get("cpu")
     if cpu:
-        notes.append(f"CPU: {cpu['run']} ({cpu['machine']}; calls: {cpu['calls_from']}): each step's "
-                     f"seconds per computed call (data/measured/cpu_pace.csv)")
+        steps = "; ".join(f"{s} {r['seconds'] / r['units']:.3g} s per {r['unit']} (off: {r['off']})"
+                          for s, r in cpu["steps"].items())
+        notes.append(f"CPU: {cpu['run']} ({cpu['machine']}; data/measured/cpu_pace.csv): {steps}")
     if used.get("table7"):
         notes.append("Table 7: the paper's seconds per question of FLARE, DRAGIN and SeaKR (4x GeForce "
                      "3090, vLLM; ARITHMETIC, not measured here) over the calls per question this "
-                     "profile's step 09 makes; SeaKR's rows at SeaKR's")
+                     "profile's step 09 makes; those three methods only")
     for card, got in (used.get("cards") or {}).items():
-        if got.get("per_call"):
-            commits = ", ".join(sorted({str(r["commit"]) for r in got["rows"]}))
-            notes.append(f"GPU: {card}: {', '.join(f'{m} {d} {s:.2f} s/call' for (m, d), s in got['per_call'].items())}"
-                         f" (commit {commits}, transformers backend, random weights: an upper bound; "
-                         f"data/measured/gpu_pace.csv): every computed call, whatever its method")
+        if not got.get("per_call"):
+            continue
+        col = units.get(HOURS + f"GPU: {card}", pd.Series(dtype=float))
+        none = sorted(set(units.loc[col.isna() & (units["skipped here"] == ""), "method"]) - {""})
+        commits = ", ".join(sorted({str(r["commit"]) for r in got["rows"]}))
+        notes.append(f"GPU: {card}: {', '.join(f'{m} {d} {s:.2f} s/call' for (m, d), s in got['per_call'].items())}"
+                     f" (commit {commits}, data/measured/gpu_pace.csv; random weights run every generation to "
+                     "its limit, so each call's seconds are an upper bound, the total is not): each method's "
+                     "calls at its own rows only; no GPU pace: " + (", ".join(none) or "none"))
     return notes or ["none: no CPU run of this profile is recorded and no GPU pace applies"]
 
 
 def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool = False,
            workers: int | None = None) -> str:
     """The text `cost` prints."""
+    from ..runs.preflight import spread
+    from .estimate import pace_columns
+
     j = as_json(cfg, got, units, used)
     t = j["total"]
     made = sum((got.get("replay") or {}).values())
@@ -234,6 +238,11 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
     src = (f"{replayed:,} of its {made:,} computed calls replayed from the real model's call cache "
            f"({repo_relative(got['replay_cache'])}), the other {made - replayed:,} the synthetic model's"
            if got.get("replay_cache") else "every computed call the synthetic model's")
+    rates = got.get("decisions")
+    src += (" (its decisions at the rates the profile's run files here record: U past its threshold "
+            f"{rates['retrieve_rate']:.0%} of SeaKR's steps, an answer in {rates['answer_rate']:.0%} of "
+            f"reasoning steps, {rates['words']:.0f} words a step)" if rates else " (its decisions at its own "
+            "rates: no run files of the profile here)")
     sample = ("every question of every step" if got.get("sample") is None else
               f"at most {got['sample']} questions per data set and step, scaled to the profile's sizes "
               "(± one standard error of that sample)")
@@ -241,40 +250,34 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
              f"steps on the synthetic model behind the real call cache; {sample}; {src}). Left out: "
              + "; ".join(j["leaves_out"]) + ".", ""]
     if runs:
-        from ..runs.cost import pace_columns
-        cols = ["step", "table", "run", "method", "dataset", "question_runs", "calls", "unique", "prompt_tokens",
-                "generated_tokens", *pace_columns(units), "pace", "skipped here"]
+        cols = ["step", "table", "run", "method", "dataset", "question_runs", "calls", "unique", "derived",
+                "prompt_tokens", "generated_tokens", *pace_columns(units), "pace", "skipped here"]
         parts += [units[cols].round(3).to_markdown(index=False), ""]
     parts.append(summary_table(units).to_markdown(index=False))
     line = (f"\n[cost] in all: {t['question_runs']:,.0f} question-runs, {t['calls']:,.0f} model calls, "
             f"{t['unique']:,.0f} unique (the call cache serves the other {t['calls_saved_by_sharing']:,.0f}: "
-            f"work two rows or steps share, counted once), {t['prompt_tokens']:,.0f} prompt tokens pre-filled, "
-            f"{t['generated_tokens']:,.0f} tokens generated; hours, each pace apart: ")
+            f"work two rows or steps share, counted once), {t['derived']:,.0f} rows derived, "
+            f"{t['prompt_tokens']:,.0f} prompt tokens pre-filled, {t['generated_tokens']:,.0f} tokens "
+            "generated; hours, each pace apart: ")
     at = []
     for name, got_h in t["hours"].items():
         of = "" if got_h["question_runs"] >= t["question_runs"] else \
             f" for {got_h['question_runs']:,.0f} of the {t['question_runs']:,.0f} question-runs"
         text = f"{name}: {got_h['hours']:,.2f} hours ({got_h['hours'] * 60:,.0f} minutes){of}"
         if workers:
-            from ..runs.cost import spread
             text += (f", over {workers} Ray workers {spread(got_h['hours'], workers):,.2f} hours of wall time "
                      "(ARITHMETIC: each worker assumed to keep the pace, the questions divided evenly)")
         at.append(text)
-    line += "; ".join(at) if at else "no pace applies (\"no pace\" above)"
-    parts.append(line)
+    parts.append(line + ("; ".join(at) if at else "no pace applies (\"no pace\" above)"))
     parts += ["[cost] pace: " + p for p in j["paces"]]
-    parts.append("[cost] what the dry run cannot know: the synthetic model decides where the real one would "
-                 "(whether SeaKR's U passes its threshold, when an answer appears, how long a generation "
-                 "runs), so the calls that follow its decisions are a guess wherever no real call was "
-                 "replayed; the more of them replayed, the closer the count.")
     return "\n".join(parts)
 
 
 def beside_run(cfg: Config, units: pd.DataFrame) -> pd.DataFrame | None:
-    """Predicted beside actual per notebook (`runs.cost.beside`), when the profile's run has files
+    """Predicted beside actual per notebook (`estimate.beside`), when the profile's run has files
     here; None when it has none."""
-    from ..runs.cost import beside, notebooks
-    from .recorded_work import recorded_work, step_seconds
+    from .estimate import beside, notebooks
+    from .work import recorded_work, step_seconds
 
     res = RESULTS_ROOT / cfg.profile
     if not (res / "stamps").is_dir() and not (res / "runs").is_dir():
@@ -288,33 +291,5 @@ def beside_text(cfg: Config, got: dict, table: pd.DataFrame) -> str:
         shown[col] = [("" if v != v else f"{v:.2f}") if "/" in col else _int(v) for v in shown[col]]
     return (f"[cost] predicted ({got.get('made')}, commit {got.get('commit')}) beside what the run in "
             f"{repo_relative(RESULTS_ROOT / cfg.profile)} recorded (its run files' llm_calls and "
-            "llm_cache_hits, steps 02 and 11's per-question counts, step 10's training_calls.json; seconds "
-            "from its step stamps):\n" + shown.to_markdown(index=False))
-
-
-def record_pace(cfg: Config, note: str, machine: str) -> Path:
-    """Append the finished run of `cfg.profile` (results/<profile>/) to data/measured/cpu_pace.csv:
-    per step, its stamp's seconds and the calls it computed (its files' counts)."""
-    from ..core.errors import UserError
-    from ..runs.paces import CPU_COLUMNS, CPU_PACE
-    from .recorded_work import recorded_work, step_seconds
-
-    res = RESULTS_ROOT / cfg.profile
-    seconds = step_seconds(res)
-    if not seconds:
-        raise UserError(f"no finished step of profile '{cfg.profile}' in {repo_relative(res)}",
-                        setting="--record-pace", fix="run `make reproduce` for the profile first")
-    work = recorded_work(cfg, res)
-    computed = (work["llm_calls"] - work["llm_cache_hits"]).groupby(work["step"]).sum(min_count=1)
-    if computed.isna().any():
-        raise UserError("the run's files do not count the calls of "
-                        + ", ".join(sorted(computed[computed.isna()].index)),
-                        setting="--record-pace", fix="record a run made by this version of the package")
-    commit = _commit()
-    run = f"{cfg.profile} {commit} {time.strftime('%Y-%m-%d')}"
-    rows = [{"profile": cfg.profile, "run": run, "commit": commit, "machine": machine, "step": step,
-             "seconds": secs, "computed_calls": int(computed.get(step, 0)), "calls_from": "counted in the run's files",
-             "note": note} for step, secs in sorted(seconds.items())]
-    old = pd.read_csv(CPU_PACE, dtype={"commit": str}) if CPU_PACE.is_file() else pd.DataFrame(columns=CPU_COLUMNS)
-    pd.concat([old, pd.DataFrame(rows)], ignore_index=True)[list(CPU_COLUMNS)].to_csv(CPU_PACE, index=False)
-    return CPU_PACE
+            "llm_cache_hits, rows derived from another run's file apart, steps 02 and 11's per-question "
+            "counts, step 10's training_calls.json; seconds from its step stamps):\n" + shown.to_markdown(index=False))

@@ -1,6 +1,7 @@
 """The model work a profile's run recorded in its files, per notebook step and unit of work: its
 questions, its model calls (the call cache's hits among them; the rest were computed) and their
-prompt and generated tokens, all and computed (`llm.cache.ROW_FIELDS`).
+prompt and generated tokens, all and computed (`llm.cache.ROW_FIELDS`), and its rows written from
+another run's file (`runs.derived`: no call made, none counted).
 
 Where each step records its calls, one question at a time, so a resumed step keeps the counts of
 the questions it had finished:
@@ -32,34 +33,34 @@ COUNTS = list(ROW_FIELDS)
 # sums of squares of each question's calls and computed calls (how much questions differ: the
 # uncertainty of a sample's mean)
 SPREAD = ["calls_sq", "computed_sq"]
-COLUMNS = UNIT + ["questions"] + COUNTS + SPREAD
+COLUMNS = UNIT + ["questions"] + COUNTS + SPREAD + ["derived"]
 CALIBRATION = "calibration"          # the data set column of a calibration unit (02, 07)
 
 
 def _unit(step, table, run, method, dataset, questions=0, counts=None) -> dict:
     spread = dict.fromkeys(SPREAD, 0 if counts is None else float("nan"))
     return {"step": step, "table": table, "run": run, "method": method, "dataset": dataset,
-            "questions": questions, **(counts or dict.fromkeys(COUNTS, 0)), **spread}
+            "questions": questions, **(counts or dict.fromkeys(COUNTS, 0)), **spread, "derived": 0}
 
 
 def _add(unit: dict, counts: dict | None) -> None:
-    """One question's counts into its unit (a question without counts makes them unknown)."""
+    """One question's counts into its unit (a question without counts makes them unknown; a row
+    derived from another run's file counts as derived, its calls the source's)."""
     unit["questions"] += 1
-    nan = float("nan")
+    if counts and counts.get("derived_from"):
+        unit["derived"] += 1
+        return
+    got = {f: (counts or {}).get(f, float("nan")) for f in COUNTS}
     for f in COUNTS:
-        unit[f] += counts.get(f, nan) if counts else nan
-    calls = counts.get("llm_calls", nan) if counts else nan
-    computed = calls - counts.get("llm_cache_hits", nan) if counts else nan
-    unit["calls_sq"] += calls ** 2
-    unit["computed_sq"] += computed ** 2
+        unit[f] += got[f]
+    unit["calls_sq"] += got["llm_calls"] ** 2
+    unit["computed_sq"] += (got["llm_calls"] - got["llm_cache_hits"]) ** 2
 
 
 def _prepared_ids(res: Path, dataset: str) -> list[str]:
     path = res / "data" / f"{dataset}.jsonl"
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line)["id"] for line in fh if line.strip()]
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return [json.loads(line)["id"] for line in lines if line.strip()]
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -126,10 +127,10 @@ def calibration_sizes(cfg: Config) -> dict[str, int]:
 
 
 def _extraction_unit(cfg: Config, res: Path, step: str, run: str, tag: str | None, fanout: str,
-                     bundled: str, shot_step: str) -> dict:
+                     bundled: str) -> dict:
     from ..steps.extraction import extraction_dir
 
-    ids = _calibration_ids(cfg, shot_step, fanout, bundled)
+    ids = _calibration_ids(cfg, step, fanout, bundled)
     unit = _unit(step, "table4" if tag else CALIBRATION, run, "extraction", CALIBRATION)
     seen = set()
     for row in _jsonl(extraction_dir(cfg, tag, res) / "questions.jsonl"):
@@ -141,13 +142,13 @@ def _extraction_unit(cfg: Config, res: Path, step: str, run: str, tag: str | Non
 
 def calibration_units(cfg: Config, res: Path) -> list[dict]:
     """Step 02's calibration set, and each other backbone's calibration in step 07."""
-    units = [_extraction_unit(cfg, res, EXTRACTION, "extraction", None, "N_FANOUT", "N_BUNDLED", EXTRACTION)]
+    units = [_extraction_unit(cfg, res, EXTRACTION, "extraction", None, "N_FANOUT", "N_BUNDLED")]
     backbones = table("table4").step
     primary = cfg["model.name"]
     for model in cfg.get("backbones.models", []) or []:
         if model != primary:         # the profile's own model takes step 03's delta
             units.append(_extraction_unit(cfg, res, backbones, f"calibration:{model}", model,
-                                          "N_CAL_FANOUT", "N_CAL_BUNDLED", backbones))
+                                          "N_CAL_FANOUT", "N_CAL_BUNDLED"))
     return units
 
 
@@ -161,10 +162,14 @@ def training_units(res: Path) -> list[dict]:
                   {f: r.get(f, float("nan")) for f in COUNTS}) for r in records]
 
 
+def mechanisms_set(cfg: Config) -> str:
+    """The data set step 11 asks its questions of."""
+    return notebook_parameter(cfg, MECHANISMS, "DATASET") or cfg["datasets.simple"][0]
+
+
 def trial_units(cfg: Config, res: Path) -> list[dict]:
     """Step 11's trials (one per question of its data set)."""
-    dataset = notebook_parameter(cfg, MECHANISMS, "DATASET") or cfg["datasets.simple"][0]
-    unit = _unit(MECHANISMS, "mechanisms", "trials", "mechanisms", dataset)
+    unit = _unit(MECHANISMS, "mechanisms", "trials", "mechanisms", mechanisms_set(cfg))
     for row in _jsonl(res / MECHANISMS / "trials.jsonl"):
         _add(unit, row.get("calls"))
     return [unit]
@@ -191,3 +196,30 @@ def step_seconds(res: Path) -> dict[str, float]:
         if isinstance(seconds, (int, float)):
             out[stamp.stem] = float(seconds)
     return out
+
+
+def decisions(res: Path) -> dict | None:
+    """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as a run's files in `res`
+    record the real model's, over every row's trace: the share of SeaKR's steps whose U passed
+    its threshold (retrieve_rate), and over the steps a reasoning loop keeps (CoT's, IRCoT's,
+    FLARE's, DRAGIN's; SeaKR's step regenerated after retrieval, else its pseudo step) the share
+    that states an answer and their mean words. None without such records."""
+    import re
+
+    answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
+    retrieved, outputs = [], []
+    for path in sorted((Path(res) / "runs").glob("*/*.jsonl")):
+        for row in _jsonl(path):
+            if row.get("derived_from"):
+                continue
+            for entry in row.get("trace") or []:
+                if "retrieve" in entry:
+                    retrieved.append(bool(entry["retrieve"]))
+                kept = entry.get("kind") in loop or entry.get("retrieve") is False
+                if kept and isinstance(entry.get("output"), str):
+                    outputs.append(entry["output"])
+    if not retrieved or not outputs:
+        return None
+    return {"retrieve_rate": sum(retrieved) / len(retrieved),
+            "answer_rate": sum(bool(answer.search(o)) for o in outputs) / len(outputs),
+            "words": sum(len(o.split()) for o in outputs) / len(outputs)}

@@ -1,0 +1,131 @@
+"""The paces `cost` prices a profile's work at, each with where it was measured:
+
+- the paper's Table 7 (`runs.preflight.paper_pace`): the methods it timed, on its model only;
+- the GPU paces this package measured (`data/measured/gpu_pace.csv`: one row per card, commit,
+  method and data set, and decode path where the row names one): a row that counts its model calls
+  per question gives its method's seconds per call on that card and decode path, and prices that
+  method's calls only;
+- the CPU paces of this package's own runs (`data/measured/cpu_pace.csv`: one row per profile,
+  run and step): each step's seconds with the work its files record (computed calls, their prompt
+  and generated tokens) and the unit its pace is per: a computed call, or the step itself where
+  it makes no model call. `record_pace` adds a finished run's rows, each with how far the pace
+  recorded before it was off on this run's own work.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.config import Config
+from ..core.errors import DataMissingError, UserError
+from ..core.paths import DATA_DIR, RESULTS_ROOT
+
+# The committed files of measured paces (a test points these at files of its own, so a row a run
+# appends never changes what it checks)
+MEASURED_PACE = DATA_DIR / "measured" / "gpu_pace.csv"
+MEASURED_COLUMNS = ("card", "commit_date", "commit", "torch", "dtype", "weights", "what_ran", "settings",
+                    "method", "dataset", "seconds_per_question", "note")
+CALLS_COLUMN = "llm_calls_per_question"       # optional: the model calls of the row's questions
+PATH_COLUMN = "decode_path"                   # optional: the decode loop the row ran
+CPU_PACE = DATA_DIR / "measured" / "cpu_pace.csv"
+CPU_COLUMNS = ("profile", "run", "commit", "machine", "step", "seconds", "unit", "computed_calls",
+               "prompt_tokens", "generated_tokens", "off", "note")
+PER_CALL, PER_STEP = "computed call", "step"  # a CPU pace's units
+
+
+def _read(path, columns: tuple, what: str) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, dtype={"commit": str})
+    except FileNotFoundError:
+        raise DataMissingError(f"the {what} file is missing", path=path,
+                               fix="restore it from git (git checkout -- data/measured)") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise UserError(f"columns {missing} are missing", path=path,
+                        fix=f"give it the columns {', '.join(columns)}")
+    return df
+
+
+def measured_paces(settings: str = "paper", path=None) -> dict[str, dict]:
+    """{card (", decode path" where the row names one): {"pace": {(method, data set): seconds per
+    question}, "per_call": {(method, data set): seconds per model call, where the row counts its
+    calls}, "rows": provenance records}} from the measured-pace file: each card's newest row (by
+    commit date, then file order) per method and data set at `settings` (the profile whose
+    per-question settings the row ran)."""
+    df = _read(MEASURED_PACE if path is None else path, MEASURED_COLUMNS, "measured GPU pace")
+    df = df[df["settings"] == settings].sort_values("commit_date", kind="stable")
+    calls = df[CALLS_COLUMN] if CALLS_COLUMN in df else pd.Series(float("nan"), index=df.index)
+    paths = df[PATH_COLUMN].fillna("") if PATH_COLUMN in df else pd.Series("", index=df.index)
+    out: dict[str, dict] = {}
+    for (card, decode), rows in df.groupby([df["card"], paths], sort=True):
+        rows = rows.drop_duplicates(["method", "dataset"], keep="last")
+        keys = list(zip(rows["method"], rows["dataset"]))
+        out[f"{card}, {decode}" if decode else card] = {
+            "pace": {k: float(v) for k, v in zip(keys, rows["seconds_per_question"])},
+            "per_call": {k: float(s) / float(c) for k, s, c in
+                         zip(keys, rows["seconds_per_question"], calls[rows.index]) if c == c and c > 0},
+            "rows": rows.to_dict("records")}
+    return out
+
+
+def cpu_paces(profile: str, path=None) -> dict | None:
+    """The newest recorded run of `profile` on a CPU (`CPU_PACE`): {"run", "commit", "machine",
+    "note", "steps": {step: {"seconds", "unit", "units", "off"}}} (units: the computed calls, or 1
+    for a step without model calls), or None."""
+    df = _read(CPU_PACE if path is None else path, CPU_COLUMNS, "measured CPU pace")
+    df = df[df["profile"] == profile]
+    if df.empty:
+        return None
+    rows = df[df["run"] == df["run"].iloc[-1]]              # the last run recorded, all its steps
+    first = rows.iloc[0]
+    return {"run": first["run"], "commit": str(first["commit"]), "machine": first["machine"], "note": first["note"],
+            "steps": {s: {"seconds": float(sec), "unit": u, "units": float(c) if u == PER_CALL else 1.0,
+                          "off": o if o == o else "not checked"}
+                      for s, sec, u, c, o in zip(rows["step"], rows["seconds"], rows["unit"],
+                                                 rows["computed_calls"], rows["off"])}}
+
+
+def on_cpu(cfg: Config) -> bool:
+    """Whether the profile's model runs on a CPU: `model.device` cpu, or auto on a machine whose
+    torch sees no GPU (a profile set to cuda runs on a GPU, wherever it is priced)."""
+    device = cfg.get("model.device", "auto")
+    if device != "auto":
+        return device == "cpu"
+    from ..core.device import resolve_device
+
+    return resolve_device(device) == "cpu"
+
+
+def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
+    """Append the finished run of `cfg.profile` (results/<profile>/) to `CPU_PACE`: per step, its
+    stamp's seconds, the work its files record, the unit its pace is per, and how far the pace
+    recorded before was off on this run's own work (seconds over that pace times these units)."""
+    from .work import recorded_work, step_seconds
+
+    seconds = step_seconds(res := RESULTS_ROOT / cfg.profile)
+    if not seconds:
+        raise UserError(f"no finished step of profile '{cfg.profile}' in {res}",
+                        setting="--record-pace", fix="run `make reproduce` for the profile first")
+    work = recorded_work(cfg, res).eval("computed = llm_calls - llm_cache_hits")
+    done = work[work["step"].isin(seconds)].groupby("step")[["computed", "computed_prompt_tokens",
+                                                              "computed_tokens"]].sum(min_count=1)
+    if done.isna().any(axis=None):
+        raise UserError("the run's files do not count the calls of " + ", ".join(done.index[done.isna().any(axis=1)]),
+                        setting="--record-pace", fix="record a run made by this version of the package")
+    before = cpu_paces(cfg.profile)
+    rows = []
+    for step, secs in sorted(seconds.items()):
+        calls = float(done["computed"].get(step, 0.0))
+        unit, units = (PER_CALL, calls) if calls > 0 else (PER_STEP, 1.0)
+        old = (before or {"steps": {}})["steps"].get(step)
+        off = "first record of this step" if old is None or old["unit"] != unit else \
+            f"{secs / (old['seconds'] / old['units'] * units) - 1:+.0%} against {before['run']}"
+        rows.append({"profile": cfg.profile, "run": f"{cfg.profile} {commit} {time.strftime('%Y-%m-%d')}",
+                     "commit": commit, "machine": machine, "step": step, "seconds": secs, "unit": unit,
+                     "computed_calls": int(calls), "prompt_tokens": int(done["computed_prompt_tokens"].get(step, 0)),
+                     "generated_tokens": int(done["computed_tokens"].get(step, 0)), "off": off, "note": note})
+    old = pd.read_csv(CPU_PACE, dtype={"commit": str}) if CPU_PACE.is_file() else pd.DataFrame(columns=CPU_COLUMNS)
+    pd.concat([old, pd.DataFrame(rows)], ignore_index=True)[list(CPU_COLUMNS)].to_csv(CPU_PACE, index=False)
+    return CPU_PACE
