@@ -59,11 +59,11 @@ def test_fused_attention_kernels_on_cuda(dtype_name):
     dtype = getattr(torch, dtype_name)
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 4, n, 128, generator=g, device="cuda").to(dtype) for n in (7, 1500, 1500))
-    o, lse = _attend(q, k, v, 128 ** -0.5)
+    o, logsumexp = _attend(q, k, v, 128 ** -0.5)
     s = (q.float() @ k.float().transpose(-1, -2)) * 128 ** -0.5
     tol = 1e-4 if dtype == torch.float32 else 1e-2
-    assert lse.shape == (2, 4, 7)
-    torch.testing.assert_close(lse.float(), s.logsumexp(-1), atol=tol, rtol=tol)
+    assert logsumexp.shape == (2, 4, 7)
+    torch.testing.assert_close(logsumexp.float(), s.logsumexp(-1), atol=tol, rtol=tol)
     torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)
 
 

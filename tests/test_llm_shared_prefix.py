@@ -401,9 +401,9 @@ def test_fused_attention_kernel_returns_softmax_and_logsumexp(dtype):
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, n, 16, generator=g).to(dtype) for n in (5, 37, 37))
-    o, lse = _attend(q, k, v, 0.25)
+    o, logsumexp = _attend(q, k, v, 0.25)
     s = (q.float() @ k.float().transpose(-1, -2)) * 0.25
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    assert lse.dtype == torch.float32 and lse.shape == (2, 3, 5)
-    torch.testing.assert_close(lse, s.logsumexp(-1), atol=tol, rtol=tol)
+    assert logsumexp.dtype == torch.float32 and logsumexp.shape == (2, 3, 5)
+    torch.testing.assert_close(logsumexp, s.logsumexp(-1), atol=tol, rtol=tol)
     torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)

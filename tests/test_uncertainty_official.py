@@ -144,11 +144,11 @@ def _vllm_backend(tokenizer, engine, monkeypatch):
     return b
 
 
-def _output(ids, finish, stop_reason=None, lps=None, wlse=0.0):
+def _output(ids, finish, stop_reason=None, lps=None, warped_logsumexp=0.0):
     lps = lps or [-0.5] * len(ids)
     out = SimpleNamespace(token_ids=ids, logprobs=[{t: SimpleNamespace(logprob=lp)} for t, lp in zip(ids, lps)],
                           finish_reason=finish, stop_reason=stop_reason)
-    return SimpleNamespace(outputs=[out]), {"stats": [(1.0, 3.0, wlse)] * len(ids)}
+    return SimpleNamespace(outputs=[out]), {"stats": [(1.0, 3.0, warped_logsumexp)] * len(ids)}
 
 
 def test_vllm_a_dot_space_stop_keeps_the_period_before_eos(tokenizer, monkeypatch):

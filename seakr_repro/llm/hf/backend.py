@@ -304,12 +304,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
         ids = torch.tensor([p_ids + c_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
-        logp, ent, lse = token_stats(logits)
+        logp, ent, logsumexp = token_stats(logits)
         tgt = torch.tensor(c_ids, device=self.device)
         return Generation(
             text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
-            entropies=ent.tolist(), logsumexp=lse.tolist(),
+            entropies=ent.tolist(), logsumexp=logsumexp.tolist(),
             finish_reason="stop", n_prompt_tokens=len(p_ids))
 
     @torch.inference_mode()
