@@ -3,7 +3,7 @@ demonstrations, SeaKR's stop strings for a first, non-final step, and the profil
 settings for it."""
 from __future__ import annotations
 
-from ..llm import defaults
+from ..llm.sampling_settings import Sampling
 
 # Realistic multi-hop demonstrations in SeaKR's format ("... So the answer is X.").
 DEMOS = [
@@ -45,15 +45,15 @@ def build_prompt(n_shot: int = 10, question: str = QUESTION) -> str:
     return demos + f"Answer in the same format as before. \nQuestion: {question}\nAnswer:"
 
 
-def sample_settings(cfg, n_layers: int, k: int) -> dict:
-    """`Backend.sample`'s keyword arguments for one U-evaluation of `k` samples: the profile's
+def sample_settings(cfg, n_layers: int, k: int) -> Sampling:
+    """`Backend.sample`'s settings for one U-evaluation of `k` samples: the profile's
     uncertainty settings (its layer resolved for a model of `n_layers`), SeaKR's stops."""
     from ..llm.model_info import middle_layer
 
     layer_cfg = cfg.get("uncertainty.layer", "middle")
-    return dict(k=k, max_new_tokens=int(cfg["uncertainty.max_tokens"]), stop=STOP,
-                temperature=float(cfg["uncertainty.temperature"]),
-                top_k=int(cfg["uncertainty.top_k"]), top_p=float(cfg["uncertainty.top_p"]),
-                seed=int(cfg.get("seed", defaults.SEED)),
-                layer=middle_layer(n_layers) if layer_cfg == "middle" else int(layer_cfg),
-                hook=cfg.get("uncertainty.hook", "mlp_out"))
+    return Sampling(k=k, max_new_tokens=int(cfg["uncertainty.max_tokens"]), stop=STOP,
+                    temperature=float(cfg["uncertainty.temperature"]),
+                    top_k=int(cfg["uncertainty.top_k"]), top_p=float(cfg["uncertainty.top_p"]),
+                    seed=int(cfg.get("seed", Sampling.seed)),
+                    layer=middle_layer(n_layers) if layer_cfg == "middle" else int(layer_cfg),
+                    hook=cfg.get("uncertainty.hook", "mlp_out"))

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..llm import defaults
+from ..llm.sampling_settings import Sampling
 from .profile_model import decode_twin, profile_hf, reference_twin
 from .seakr_prompt import build_prompt, sample_settings
 from .seakr_questions import seakr_alternating
@@ -207,7 +207,7 @@ def _micro(args, cfg, new, ref, report, save) -> None:
 
     name = new.name
     # 1. one k = 20 uncertainty evaluation of the 10-shot prompt, cold prefix cache each time
-    params = sample_settings(cfg, new.n_layers, defaults.K)
+    params = sample_settings(cfg, new.n_layers, Sampling.k)
     prompt = build_prompt(args.n_shot)
 
     results = {}
@@ -215,7 +215,7 @@ def _micro(args, cfg, new, ref, report, save) -> None:
     def cold(label, be):
         be.reset_prefix_cache()
         t0 = time.perf_counter()
-        results[label] = be.sample(prompt, **params)
+        results[label] = be.sample(prompt, params)
         return time.perf_counter() - t0
     ts = alternate({"reference": lambda: cold("reference", ref),
                      "shared_prefix": lambda: cold("shared_prefix", new)}, args.repeats)

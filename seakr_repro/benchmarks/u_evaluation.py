@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
           f"{args.n_shot}-shot prompt of {n_prompt} tokens; k={params['k']}, "
           f"max_new_tokens={params['max_new_tokens']}, layer {params['layer']} {params['hook']}")
 
-    t_shared, shared = timed(lambda: backend.sample(prompt, **params), args.repeats)
+    t_shared, shared = timed(lambda: backend.sample(prompt, params), args.repeats)
     t_base, (base_compl, base_vec) = timed(lambda: baseline(backend, prompt, **params), args.repeats)
     check = backend.eos_vectors(backend.prefill(backend.encode(prompt))[0], base_compl,
                                  params["layer"], params["hook"])

@@ -38,6 +38,7 @@ def measure(tokenizer: str | Path, k: int = 20, prompt_tokens: int = 1500, max_n
     from ...doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ...llm.hf.backend import HFBackend
     from ...llm.model_info import resolve_dtype
+    from ...llm.sampling_settings import Sampling
 
     tok = AutoTokenizer.from_pretrained(tokenizer)
     torch_dtype = resolve_dtype(dtype)
@@ -59,8 +60,8 @@ def measure(tokenizer: str | Path, k: int = 20, prompt_tokens: int = 1500, max_n
         backend = HFBackend(model, tok, f"{shape}-random", max_batch_rows=n, prefix_cache_tokens=4096)
         reset_peak(device)
         t0 = time.perf_counter()
-        ss = backend.sample(prompt, k=k, max_new_tokens=max_new_tokens, stop=[". "], seed=42, layer=layer,
-                            hook="mlp_out")
+        ss = backend.sample(prompt, Sampling(k=k, max_new_tokens=max_new_tokens, stop=[". "], seed=42, layer=layer,
+                                             hook="mlp_out"))
         if is_cuda(device):
             torch.cuda.synchronize()
         report["runs"].append({"max_batch_rows": n, "seconds": round(time.perf_counter() - t0, 2),

@@ -94,6 +94,7 @@ def _run(ctx, card: Card) -> dict:
     from ...doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ...llm.hf.backend import HFBackend
     from ...llm.model_info import resolve_dtype
+    from ...llm.sampling_settings import Sampling
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir(ctx.work))
     model = random_llama(ctx.shape, tok, ctx.device, resolve_dtype(model_dtype(ctx.device)),
@@ -102,8 +103,8 @@ def _run(ctx, card: Card) -> dict:
         card.sim.hold(model)
     words = ("Question: Who directed the film? Answer: The film was directed by Ada. " * 300).split()
     prompt = tok.decode(tok(" ".join(words))["input_ids"][:1500 if ctx.paper_shape else 300], skip_special_tokens=True)
-    args = dict(k=K, max_new_tokens=100 if ctx.paper_shape else 20, seed=42,
-                layer=model.config.num_hidden_layers // 2 - 1, hook="mlp_out")
+    args = Sampling(k=K, max_new_tokens=100 if ctx.paper_shape else 20, seed=42,
+                    layer=model.config.num_hidden_layers // 2 - 1, hook="mlp_out")
 
     def fresh(rows: int | None = None):
         be = HFBackend(model, tok, "oom-rehearsal", prefix_cache_tokens=0)
@@ -112,7 +113,7 @@ def _run(ctx, card: Card) -> dict:
 
     def measured(be):
         card.reset()
-        got = be.sample(prompt, **args)
+        got = be.sample(prompt, args)
         return got, card.peak()
 
     weights = card.allocated()
@@ -138,7 +139,7 @@ def _run(ctx, card: Card) -> dict:
         entry: dict = {"cap_bytes": cap, "cap_fraction": frac, "attempts": be.oom.attempts}
         card.cap(cap)
         try:
-            got = be.sample(prompt, **args)
+            got = be.sample(prompt, args)
             entry.update(ok=True, **_same(got, ref))
         except torch.OutOfMemoryError as e:
             entry.update(ok=False, error=str(e)[:300])
