@@ -77,10 +77,10 @@ class FakeBackend:
         out = self.respond(prompt, list(stop))
         return out if isinstance(out, Generation) else gen(out)
 
-    def sample(self, prompt, *, k, max_new_tokens, stop=(), temperature=1.0, top_k=50, top_p=0.9,
-               seed=42, layer=None, hook="mlp_out", want_stats=False, forced_eos="append"):
+    def sample(self, prompt, settings):
+        k, layer, stop, hook = settings.k, settings.layer, settings.stop, settings.hook
         self.sample_calls.append({"prompt": prompt, "k": k, "layer": layer, "stop": list(stop),
-                                  "hook": hook, "forced_eos": forced_eos})
+                                  "hook": hook, "forced_eos": settings.forced_eos})
         takes_stop = self.level.__code__.co_argcount - len(self.level.__defaults__ or ()) >= 2
         level = self.level(prompt, list(stop)) if takes_stop else self.level(prompt)
         rng = np.random.default_rng(zlib.crc32(prompt.encode()))
@@ -96,8 +96,8 @@ class FakeBackend:
         samples = [gen("sample text") for _ in range(k)]
         return SampleSet(samples, vecs.astype(np.float32), layer or 0, hook)
 
-    def sample_many(self, prompts, **kw):
-        return [self.sample(p, **kw) for p in prompts]
+    def sample_many(self, prompts, settings):
+        return [self.sample(p, settings) for p in prompts]
 
     def score(self, prompt, continuation):
         self.score_calls.append((prompt, continuation))

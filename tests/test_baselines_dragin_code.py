@@ -14,6 +14,7 @@ from seakr_repro.methods import build_method
 from seakr_repro.methods.base import _QUESTION
 from seakr_repro.methods.dragin import attention_query
 from seakr_repro.runs import grid
+from seakr_repro.llm.sampling_settings import Sampling
 
 Q = QuestionRecord(id="q1", question="Who directed the film Zorro Nights?", answers=["Ann Lee"])
 DOCS = [hit("d1", "Zorro Nights was directed by Ann Lee."), hit("d2", "Ann Lee is a director."),
@@ -205,8 +206,8 @@ def test_faithful_baselines_decode_as_the_checkpoints_generation_config_in_float
     dec = {"do_sample": True, "temperature": 0.6, "top_k": 50, "top_p": 0.9}
     assert r.extra["decoding"] == dec and r.extra["dtype"] == "float32"
     m = build_method("cot", backend, FakeSearcher(DOCS), "bundled-2wiki", **faithful())
-    want = backend.sample(m.dragin_prompt[0] + m.dragin_prompt[1].case(Q.question), k=1,
-                          max_new_tokens=64, seed=0, temperature=0.6, top_k=50, top_p=0.9).samples[0]
+    want = backend.sample(m.dragin_prompt[0] + m.dragin_prompt[1].case(Q.question), Sampling(k=1,
+                          max_new_tokens=64, seed=0, temperature=0.6, top_k=50, top_p=0.9)).samples[0]
     greedy = backend.generate(m.dragin_prompt[0] + m.dragin_prompt[1].case(Q.question),
                               max_new_tokens=64)
     assert r.extra["text"] == backend.decode(want.token_ids) != backend.decode(greedy.token_ids)

@@ -82,18 +82,18 @@ def test_a_broken_static_step_fails_its_checks(monkeypatch):
     assert got["paths"]["static"]["ms_per_step"] > 0 and got["ok"] is False
 
 
-def _gen(ids, lse, ent=1.0, lp=-1.0):
+def _gen(ids, logsumexp, ent=1.0, lp=-1.0):
     from seakr_repro.llm.base import Generation
 
     return Generation(text="", token_ids=list(ids), logprobs=[lp] * len(ids), entropies=[ent] * len(ids),
-                      logsumexp=[lse] * len(ids))
+                      logsumexp=[logsumexp] * len(ids))
 
 
 def test_the_same_dtype_check_compares_statistics_in_the_same_context_only():
     from seakr_repro.llm.base import SampleSet
 
-    def pair(ids, lse, **kw):
-        g = _gen(ids, lse, **kw)
+    def pair(ids, logsumexp, **kw):
+        g = _gen(ids, logsumexp, **kw)
         return g, SampleSet(samples=[g, g], vectors=None, layer=0, hook="mlp_out")
     want = pair([5, 6, 7, 8], 30.0)
     # statistics after the first differing token (another context) are not compared

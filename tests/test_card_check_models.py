@@ -10,6 +10,7 @@ import torch
 from seakr_repro.doubles.random_llama import LLAMA_2_VOCAB
 from seakr_repro.llm.reflection_tokens import SCORED_TOKENS
 from seakr_repro.card_check.stand_ins import RandomLlamaLoader, tokenizer_dir
+from seakr_repro.llm.sampling_settings import Sampling
 
 SETTINGS = {"model.dtype": "float32", "cache.enabled": False}
 
@@ -28,7 +29,7 @@ def test_the_loaders_models_have_llama_2s_vocabulary_and_decode_the_tokenizers_i
     assert vocab == LLAMA_2_VOCAB + extra == loader.builds[-1]["vocab"] == backend.model.lm_head.weight.shape[0]
     assert len(backend.tokenizer) < 2000
     prompt = "Question: Who directed the film? Answer:"
-    ss = backend.sample(prompt, k=20, max_new_tokens=12, seed=3)
+    ss = backend.sample(prompt, Sampling(k=20, max_new_tokens=12, seed=3))
     greedy = backend.generate(prompt, max_new_tokens=12)
     drawn = {t for s in ss.samples for t in s.all_token_ids} | set(greedy.all_token_ids)
     assert len(drawn) > 50 and max(drawn) < len(backend.tokenizer)

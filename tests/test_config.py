@@ -147,14 +147,14 @@ def test_a_wrong_declared_type_in_base_itself_fails(params):
 
 def test_base_yaml_states_the_code_constants():
     """SeaKR's constants have one definition in the code; base.yaml repeats them for users."""
-    from seakr_repro.llm import defaults
+    from seakr_repro.llm.sampling_settings import Sampling
     from seakr_repro.uncertainty.eigenscore import OFFICIAL_DELTA
 
     base = yaml.safe_load((PARAMS_DIR / "base.yaml").read_text())
-    u = base["uncertainty"]
-    assert (u["k"], u["temperature"], u["top_k"], u["top_p"]) == (
-        defaults.K, defaults.TEMPERATURE, defaults.TOP_K, defaults.TOP_P)
-    assert base["seed"] == defaults.SEED and u["delta"] == OFFICIAL_DELTA
+    u, s = base["uncertainty"], Sampling(max_new_tokens=1)
+    assert (u["k"], u["temperature"], u["top_k"], u["top_p"], u["hook"], u["forced_eos"]) == (
+        s.k, s.temperature, s.top_k, s.top_p, s.hook, s.forced_eos)
+    assert base["seed"] == s.seed and u["delta"] == OFFICIAL_DELTA
 
 
 def test_runner_engine_is_one_the_engine_module_opens():

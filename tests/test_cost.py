@@ -14,6 +14,7 @@ from seakr_repro.cli import main
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.price import estimate, paces
+from seakr_repro.llm.sampling_settings import Sampling
 from seakr_repro.runs import plan
 
 CANNED = Path(__file__).parent / "fixtures" / "cost" / "smoke_dry_run.json"
@@ -450,7 +451,7 @@ def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_p
     model = SyntheticBackend()
     assert all(model.generate(f"q{i}", max_new_tokens=64).text.rstrip(".").split()[-3:-1] == ["answer", "is"]
                for i in range(5))
-    assert all(model.sample(f"q{i}", k=3, max_new_tokens=8).vectors.std(axis=0).max() < 0.01   # tight: no retrieval
+    assert all(model.sample(f"q{i}", Sampling(k=3, max_new_tokens=8)).vectors.std(axis=0).max() < 0.01   # tight: no retrieval
                for i in range(5))
 
 

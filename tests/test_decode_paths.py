@@ -15,6 +15,7 @@ from seakr_repro.core.errors import UserError
 from seakr_repro.llm.hf.decode import paths
 from seakr_repro.core.setting_choices import DECODE_PATHS, DECODE_SETTINGS, resolve_decode
 from seakr_repro.llm.hf.oom import OutOfMemoryRetry
+from seakr_repro.llm.sampling_settings import Sampling
 
 
 def test_every_decode_path_name_has_its_strategy():
@@ -69,9 +70,9 @@ def test_a_new_decode_path_is_a_new_strategy_not_a_branch(tiny, monkeypatch):
     monkeypatch.setitem(paths.STRATEGIES, "probe", Probe())
     model, tok = tiny
     be = HFBackend(model, tok, "tiny")
-    want = be.sample(PROMPT, k=3, max_new_tokens=5, seed=2)
+    want = be.sample(PROMPT, Sampling(k=3, max_new_tokens=5, seed=2))
     be.decode_path = "probe"
-    got = be.sample(PROMPT, k=3, max_new_tokens=5, seed=2)
+    got = be.sample(PROMPT, Sampling(k=3, max_new_tokens=5, seed=2))
     assert Probe.draws >= 1
     assert [s.token_ids for s in got.samples] == [s.token_ids for s in want.samples]
 
@@ -84,7 +85,7 @@ def test_the_forward_entry_point_sees_every_prefill_and_decode_pass(tiny):
     widths = []
     real = be.forward
     be.forward = lambda ids, cache=None, position_ids=None: widths.append(ids.shape) or real(ids, cache, position_ids)
-    be.sample(PROMPT, k=4, max_new_tokens=3, seed=1)
+    be.sample(PROMPT, Sampling(k=4, max_new_tokens=3, seed=1))
     n_prompt = be.count_tokens(PROMPT)
     assert widths[0] == (1, n_prompt)                       # the pre-fill
     assert widths[1:] == [(4, 1), (4, 1)]                   # two decode steps of the four rows

@@ -18,6 +18,7 @@ from seakr_repro.doubles.random_llama import random_llama
 from seakr_repro.llm.hf.backend import HFBackend
 from seakr_repro.llm.hf.decode import static as static_path
 from seakr_repro.llm.hf.decode.base import slots_for
+from seakr_repro.llm.sampling_settings import Sampling
 
 PROMPTS = ["Question: Who was born first, Aristotle or Plato?\nAnswer:",
            "Question: Where did Abraham Lincoln die?\nAnswer: Lincoln died in",
@@ -64,14 +65,14 @@ def _ended_at_different_steps(sets) -> None:
 
 def test_sample_same_tokens_statistics_and_vectors(pair):
     default, static = pair
-    got, want = static.sample(PROMPTS[0], **SAMPLE), default.sample(PROMPTS[0], **SAMPLE)
+    got, want = static.sample(PROMPTS[0], Sampling(**SAMPLE)), default.sample(PROMPTS[0], Sampling(**SAMPLE))
     _same_sets(got, want)
     assert len({tuple(s.token_ids) for s in got.samples}) > 1
 
 
 def test_sample_many_over_several_prompts(pair):
     default, static = pair
-    got, want = static.sample_many(PROMPTS, **SAMPLE), default.sample_many(PROMPTS, **SAMPLE)
+    got, want = static.sample_many(PROMPTS, Sampling(**SAMPLE)), default.sample_many(PROMPTS, Sampling(**SAMPLE))
     for g, w in zip(got, want):
         _same_sets(g, w)
     _ended_at_different_steps(got)
@@ -89,7 +90,8 @@ def test_generate_and_sample_many_a_greedy_lane_beside_sample_lanes(pair):
     default, static = pair
     gens = [dict(max_new_tokens=10, stop=STOP, want_stats=True), dict(max_new_tokens=7, want_stats=False),
             dict(max_new_tokens=12, stop=[" the"], want_stats=True)]
-    smps = [SAMPLE, dict(SAMPLE, k=4, seed=9, stop=[" the"]), dict(SAMPLE, k=3, max_new_tokens=6)]
+    smps = [Sampling(**SAMPLE), Sampling(**dict(SAMPLE, k=4, seed=9, stop=[" the"])),
+            Sampling(**dict(SAMPLE, k=3, max_new_tokens=6))]
     got = static.generate_and_sample_many(PROMPTS, generate=gens, sample=smps)
     want = default.generate_and_sample_many(PROMPTS, generate=gens, sample=smps)
     for (g, ss), (wg, wss) in zip(got, want):
@@ -102,14 +104,14 @@ def test_rows_split_into_parts_and_chunks_give_the_same_result(pair):
     """rows_per_forward (what the out-of-memory retry halves) splits the call into several static
     steps; max_batch_rows into several calls."""
     default, static = pair
-    want = default.sample_many(PROMPTS[:2], **SAMPLE)
+    want = default.sample_many(PROMPTS[:2], Sampling(**SAMPLE))
     try:
         static.rows_per_forward = 5
-        got = static.sample_many(PROMPTS[:2], **SAMPLE)
+        got = static.sample_many(PROMPTS[:2], Sampling(**SAMPLE))
         static.rows_per_forward, static.max_batch_rows = None, 4
-        chunked = static.sample_many(PROMPTS[:2], **SAMPLE)
+        chunked = static.sample_many(PROMPTS[:2], Sampling(**SAMPLE))
         default.max_batch_rows = 4
-        chunked_want = default.sample_many(PROMPTS[:2], **SAMPLE)
+        chunked_want = default.sample_many(PROMPTS[:2], Sampling(**SAMPLE))
     finally:
         static.rows_per_forward = static.max_batch_rows = default.max_batch_rows = None
     for g, w in zip(got + chunked, want + chunked_want):
@@ -118,7 +120,7 @@ def test_rows_split_into_parts_and_chunks_give_the_same_result(pair):
 
 def test_out_of_memory_retry_runs_smaller_static_steps_with_the_same_result(pair):
     default, _ = pair
-    want = default.sample(PROMPTS[1], **SAMPLE)
+    want = default.sample(PROMPTS[1], Sampling(**SAMPLE))
     be = HFBackend(default.model, default.tokenizer, "static-oom", decode="static")
     widths = []
     real = be.forward
@@ -131,7 +133,7 @@ def test_out_of_memory_retry_runs_smaller_static_steps_with_the_same_result(pair
         return real(ids, cache, position_ids)
     be.forward = fail_wide
     with pytest.warns(UserWarning, match="out of memory with 6 rows in one pass; retrying with 3"):
-        got = be.sample(PROMPTS[1], **SAMPLE)
+        got = be.sample(PROMPTS[1], Sampling(**SAMPLE))
     assert be.stats()["oom_retries"] == 2 and be.rows_per_forward == 1
     after = widths[max(i for i, w in enumerate(widths) if w > 2) + 1:]
     assert len(after) > 6 and set(after) == {1}       # after the retries: steps of one row
@@ -149,9 +151,9 @@ def test_no_host_synchronisation_inside_the_step(pair, monkeypatch):
         seen.append(len(guard.ops))
         return out
     monkeypatch.setattr(static_path.StaticStep, "run", guarded)
-    got = static.sample_many(PROMPTS, **SAMPLE)
+    got = static.sample_many(PROMPTS, Sampling(**SAMPLE))
     assert len(seen) >= 5 and min(seen) > 50          # the steps ran, under the guard
-    for g, w in zip(got, default.sample_many(PROMPTS, **SAMPLE)):
+    for g, w in zip(got, default.sample_many(PROMPTS, Sampling(**SAMPLE))):
         _same_sets(g, w)
 
 
@@ -174,7 +176,7 @@ def test_the_step_buffers_keep_their_addresses(pair, monkeypatch):
         addresses[id(self)].append({k: t.data_ptr() for k, t in self.buffers().items()})
         return real(self)
     monkeypatch.setattr(static_path.StaticStep, "run", recording)
-    static.sample_many(PROMPTS, **SAMPLE)
+    static.sample_many(PROMPTS, Sampling(**SAMPLE))
     (steps,) = addresses.values()           # one part: one step object for the call
     assert len(steps) == SAMPLE["max_new_tokens"] - 1
     assert len(steps[0]) == 3 + 2 * static.n_layers
@@ -190,7 +192,7 @@ def test_graph_is_refused_on_a_cpu(pair):
     be = HFBackend(default.model, default.tokenizer, "g")
     be.decode_path = "graph"                      # never run eagerly in its place
     with pytest.raises(UserError, match="CUDA"):
-        be.sample(PROMPTS[0], **SAMPLE)
+        be.sample(PROMPTS[0], Sampling(**SAMPLE))
 
 
 def test_gemma3_sliding_window_layers_on_the_static_path(pair):
@@ -207,8 +209,8 @@ def test_gemma3_sliding_window_layers_on_the_static_path(pair):
                            initializer_range=0.3, max_position_embeddings=4096)
     model = Gemma3ForCausalLM(cfg).eval()
     args = dict(k=5, max_new_tokens=14, seed=3, want_stats=True, layer=1)
-    got = HFBackend(model, tok, "g3", decode="static").sample(PROMPTS[0], **args)
-    want = HFBackend(model, tok, "g3").sample(PROMPTS[0], **args)
+    got = HFBackend(model, tok, "g3", decode="static").sample(PROMPTS[0], Sampling(**args))
+    want = HFBackend(model, tok, "g3").sample(PROMPTS[0], Sampling(**args))
     assert max(len(s.token_ids) for s in want.samples) > 8       # past the window
     _same_sets(got, want)
 

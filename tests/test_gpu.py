@@ -2,6 +2,7 @@
 model agrees with float32, and sampling is reproducible on the GPU."""
 import numpy as np
 import pytest
+from seakr_repro.llm.sampling_settings import Sampling
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +38,7 @@ def test_bf16_vectors_track_float32_and_sampling_is_reproducible(tiny_llama):
     prompt = " ".join(f"w{i % 400}" for i in range(300))
     f32, bf16 = _backend(model, tok, torch.float32), _backend(model, tok, torch.bfloat16)
     args = dict(k=6, max_new_tokens=12, seed=3, layer=1, hook="mlp_out")
-    a, b = f32.sample(prompt, **args), f32.sample(prompt, **args)
+    a, b = f32.sample(prompt, Sampling(**args)), f32.sample(prompt, Sampling(**args))
     assert [s.token_ids for s in a.samples] == [s.token_ids for s in b.samples]
     np.testing.assert_array_equal(a.vectors, b.vectors)
     # bf16 samples may diverge; compare the vectors of the same completions instead
@@ -59,11 +60,11 @@ def test_fused_attention_kernels_on_cuda(dtype_name):
     dtype = getattr(torch, dtype_name)
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 4, n, 128, generator=g, device="cuda").to(dtype) for n in (7, 1500, 1500))
-    o, lse = _attend(q, k, v, 128 ** -0.5)
+    o, logsumexp = _attend(q, k, v, 128 ** -0.5)
     s = (q.float() @ k.float().transpose(-1, -2)) * 128 ** -0.5
     tol = 1e-4 if dtype == torch.float32 else 1e-2
-    assert lse.shape == (2, 4, 7)
-    torch.testing.assert_close(lse.float(), s.logsumexp(-1), atol=tol, rtol=tol)
+    assert logsumexp.shape == (2, 4, 7)
+    torch.testing.assert_close(logsumexp.float(), s.logsumexp(-1), atol=tol, rtol=tol)
     torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)
 
 
@@ -76,9 +77,9 @@ def test_decode_paths_agree_on_cuda(tiny_llama):
     b = _backend(model, tok, torch.float32, decode="fused")
     assert b.decode_path == "fused"
     args = dict(k=6, max_new_tokens=12, seed=3, layer=1, hook="mlp_out", want_stats=True)
-    got = b.sample(prompt, **args)
+    got = b.sample(prompt, Sampling(**args))
     b.decode_path = "python"
-    want = b.sample(prompt, **args)
+    want = b.sample(prompt, Sampling(**args))
     assert [s.token_ids for s in got.samples] == [s.token_ids for s in want.samples]
     np.testing.assert_allclose(got.vectors, want.vectors, rtol=1e-4, atol=1e-5)
 
@@ -125,15 +126,15 @@ def test_graph_path_captures_once_replays_and_matches_static_and_one_sync(tiny_l
         return out
     monkeypatch.setattr(static_path.StaticRows, "next_logits", logged)
     monkeypatch.setattr(graph_path.GraphStep, "_capture", lambda self: captures.append(1) or real_capture(self))
-    got = b.sample(GRAPH_PROMPT, **GRAPH_ARGS)
+    got = b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS))
     graph_log = list(log)
     assert captures == [1]
     assert any(replayed and live < rows for live, rows, replayed in graph_log), graph_log
     assert len({len(s.all_token_ids) for s in got.samples}) > 1
     b.decode_path = "static"
-    eager = b.sample(GRAPH_PROMPT, **GRAPH_ARGS)
+    eager = b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS))
     b.decode_path = "one_sync"
-    default = b.sample(GRAPH_PROMPT, **GRAPH_ARGS)
+    default = b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS))
     if dtype_name == "float32":
         _same_samples(got, eager, 1e-5)
         _same_samples(got, default, 1e-5)
@@ -145,7 +146,7 @@ def test_graph_path_captures_once_replays_and_matches_static_and_one_sync(tiny_l
         same = [g.token_ids == w.token_ids for g, w in zip(got.samples, default.samples)]
         assert sum(same) >= len(same) - 1, same
     b.decode_path = "graph"                    # a second call captures again (its own prompts)
-    _same_samples(b.sample(GRAPH_PROMPT, **GRAPH_ARGS), got, 0.0)
+    _same_samples(b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS)), got, 0.0)
     assert captures == [1, 1]
 
 
@@ -159,9 +160,9 @@ def test_graph_path_over_several_parts_and_prompts(tiny_llama):
     prompts = [GRAPH_PROMPT, " ".join(f"w{(7 * i) % 500}" for i in range(200))]
     gen = dict(max_new_tokens=12, stop=["w1"], want_stats=True)
     b.rows_per_forward = 3
-    got = b.generate_and_sample_many(prompts, generate=gen, sample=GRAPH_ARGS)
+    got = b.generate_and_sample_many(prompts, generate=gen, sample=Sampling(**GRAPH_ARGS))
     b.rows_per_forward, b.decode_path = None, "static"
-    want = b.generate_and_sample_many(prompts, generate=gen, sample=GRAPH_ARGS)
+    want = b.generate_and_sample_many(prompts, generate=gen, sample=Sampling(**GRAPH_ARGS))
     for (g, ss), (wg, wss) in zip(got, want):
         assert g.token_ids == wg.token_ids
         _same_samples(ss, wss, 1e-5, vectors_rel=1e-4)
@@ -174,7 +175,7 @@ def test_out_of_memory_while_capturing_reaches_the_retry(tiny_llama):
 
     model, tok = tiny_llama
     b = _backend(model, tok, torch.float32, decode="graph")
-    want = b.sample(GRAPH_PROMPT, **GRAPH_ARGS)
+    want = b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS))
     real = b.forward
 
     def fail_wide_capture(ids, cache=None, position_ids=None):
@@ -184,7 +185,7 @@ def test_out_of_memory_while_capturing_reaches_the_retry(tiny_llama):
         return real(ids, cache, position_ids)
     b.forward = fail_wide_capture
     with pytest.warns(UserWarning, match="out of memory with 8 rows in one pass"):
-        got = b.sample(GRAPH_PROMPT, **GRAPH_ARGS)
+        got = b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS))
     assert b.stats()["oom_retries"] == 2 and b.rows_per_forward == 2
     _same_samples(got, want, 1e-5, vectors_rel=1e-4)
 
@@ -206,7 +207,7 @@ def test_the_retrys_fewer_rows_per_pass_lower_the_peak_on_cuda(tiny_llama, path)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        got = b.sample(GRAPH_PROMPT, **args)
+        got = b.sample(GRAPH_PROMPT, Sampling(**args))
         torch.cuda.synchronize()
         return got, torch.cuda.max_memory_allocated() - base
     want, whole = peak(None)
@@ -232,5 +233,5 @@ def test_static_step_has_no_host_synchronisation_on_cuda(tiny_llama, monkeypatch
         seen.append(len(guard.ops))
         return out
     monkeypatch.setattr(static_path.StaticStep, "run", guarded)
-    b.sample(GRAPH_PROMPT, **GRAPH_ARGS)
+    b.sample(GRAPH_PROMPT, Sampling(**GRAPH_ARGS))
     assert len(seen) >= 5 and min(seen) > 50

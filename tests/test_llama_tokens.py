@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import llama_tok  # noqa: E402
 from fakes import FakeSearcher, hit  # noqa: E402
 from llama_tok import BOS, EOS, scripted  # noqa: E402
+from seakr_repro.llm.sampling_settings import Sampling
 
 PROMPT = "Question: Who directed Maddalena?\nAnswer: The film came out in 1959."
 
@@ -90,7 +91,7 @@ def test_bos_and_eos(backend, tok):
     cont = ids_of(tok, "Rome")
     with scripted(backend, [(cont, None)]):
         gen = backend.generate("Question: x\nAnswer:", max_new_tokens=10)
-        s = backend.sample("Question: x\nAnswer:", k=2, max_new_tokens=10, temperature=0.0)
+        s = backend.sample("Question: x\nAnswer:", Sampling(k=2, max_new_tokens=10, temperature=0.0))
     assert gen.finish_reason == "eos" and EOS not in gen.token_ids and gen.text == " Rome"
     assert [g.text for g in s.samples] == [" Rome", " Rome"] and s.vectors.shape == (2, 32)
 

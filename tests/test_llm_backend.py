@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from seakr_repro.llm.sampling_settings import Sampling
 
 PROMPT = ("Question: What is the capital of France?\nAnswer: Paris is the capital of France. "
           "So the answer is Paris.\n\nQuestion: Who wrote Hamlet?\nAnswer:")
@@ -28,7 +29,7 @@ def backend():
 @pytest.fixture(scope="module")
 def samples(backend):
     """sample() at both hooks and two layers, all with seed 7 (so the same samples each time)."""
-    return {(layer, hook): backend.sample(PROMPT, seed=7, layer=layer, hook=hook, **SAMPLE_ARGS)
+    return {(layer, hook): backend.sample(PROMPT, Sampling(seed=7, layer=layer, hook=hook, **SAMPLE_ARGS))
             for layer in LAYERS for hook in ("mlp_out", "residual")}
 
 
@@ -62,17 +63,17 @@ def test_eos_vectors_equal_an_independent_full_forward(backend, samples):
 def test_sample_sets_report_layer_hook_and_default_middle_layer(backend, samples):
     s = samples[(14, "residual")]
     assert (s.layer, s.hook, s.vectors.shape) == (14, "residual", (3, backend.hidden_size))
-    tiny = backend.sample("Question: 2+2?\nAnswer:", k=2, max_new_tokens=2, seed=1)
+    tiny = backend.sample("Question: 2+2?\nAnswer:", Sampling(k=2, max_new_tokens=2, seed=1))
     assert tiny.layer == 14 and tiny.hook == "mlp_out"   # 30 // 2 - 1
     assert all(g.finish_reason in ("stop", "eos", "length") for g in tiny.samples)
 
 
 def test_same_seed_same_samples_and_vectors_other_seed_differs(backend, samples):
     first = samples[(14, "mlp_out")]
-    again = backend.sample(PROMPT, seed=7, layer=14, hook="mlp_out", **SAMPLE_ARGS)
+    again = backend.sample(PROMPT, Sampling(seed=7, layer=14, hook="mlp_out", **SAMPLE_ARGS))
     assert [g.token_ids for g in again.samples] == [g.token_ids for g in first.samples]
     assert np.array_equal(again.vectors, first.vectors)
-    other = backend.sample(PROMPT, seed=8, layer=14, hook="mlp_out", **SAMPLE_ARGS)
+    other = backend.sample(PROMPT, Sampling(seed=8, layer=14, hook="mlp_out", **SAMPLE_ARGS))
     assert [g.token_ids for g in other.samples] != [g.token_ids for g in first.samples]
     # the samples of one call are not all the same either (the rows draw independently)
     assert len({tuple(g.token_ids) for g in first.samples + other.samples}) > 1
@@ -146,8 +147,8 @@ def test_cached_backend_returns_identical_results_and_counts_hits(backend, tmp_p
     from seakr_repro.llm.cache import CachedBackend
     cached = CachedBackend(backend, tmp_path)
     args = dict(k=2, max_new_tokens=4, stop=STOP, seed=3, layer=5)
-    first = cached.sample(PROMPT, **args)
-    again = cached.sample(PROMPT, **args)
+    first = cached.sample(PROMPT, Sampling(**args))
+    again = cached.sample(PROMPT, Sampling(**args))
     assert (cached.calls, cached.hits, cached.misses) == (2, 1, 1)
     # the cache keeps the Gram factor (cache.vectors: gram): a hit gives stand-in vectors of the
     # same shape whose U is the fresh one's
@@ -160,7 +161,7 @@ def test_cached_backend_returns_identical_results_and_counts_hits(backend, tmp_p
     g1 = cached.generate(PROMPT, max_new_tokens=4, stop=STOP, want_stats=True)
     g2 = cached.generate(PROMPT, max_new_tokens=4, stop=STOP, want_stats=True)
     assert g1 == g2 and cached.hits == 2
-    cached.sample(PROMPT, **{**args, "seed": 4})          # another seed is another entry
+    cached.sample(PROMPT, Sampling(**{**args, "seed": 4}))          # another seed is another entry
     assert cached.misses == 3
     assert cached.stats()["prompt_tokens"] == 5 * backend.count_tokens(PROMPT)
 
@@ -168,7 +169,7 @@ def test_cached_backend_returns_identical_results_and_counts_hits(backend, tmp_p
 def test_chunked_rows_give_the_same_vectors_as_a_full_forward(backend):
     from seakr_repro.llm.hf.backend import HFBackend
     chunked = HFBackend(backend.model, backend.tokenizer, backend.name, max_batch_rows=2)
-    s = chunked.sample(PROMPT, seed=11, layer=14, hook="mlp_out", **SAMPLE_ARGS)
+    s = chunked.sample(PROMPT, Sampling(seed=11, layer=14, hook="mlp_out", **SAMPLE_ARGS))
     assert len(s.samples) == s.vectors.shape[0] == SAMPLE_ARGS["k"]
     for gen, vec in zip(s.samples, s.vectors):
         np.testing.assert_allclose(vec, _reference_vectors(backend, gen.token_ids, 14)[0],

@@ -10,6 +10,7 @@ import torch
 from seakr_repro.data.records import QuestionRecord
 from seakr_repro.llm.base import Generation, SampleSet, unwrap
 from seakr_repro.llm.batching import ThreadBatcher, find_batcher, worker
+from seakr_repro.llm.sampling_settings import Sampling
 
 from fakes import FakeSearcher, hit
 
@@ -33,8 +34,8 @@ class Recording:
             raise RuntimeError("boom")
         return [Generation(text=p.upper()) for p in prompts]
 
-    def sample_many(self, prompts, **kw):
-        self.calls.append(("sample_many", list(prompts), kw))
+    def sample_many(self, prompts, settings):
+        self.calls.append(("sample_many", list(prompts), settings))
         import numpy as np
         return [SampleSet([Generation(text=p)], np.zeros((1, 4), np.float32), 1, "mlp_out") for p in prompts]
 
@@ -82,7 +83,7 @@ def test_greedy_steps_with_their_samples_from_several_threads_are_one_call():
     global batcher
     inner = Recording()
     batcher = ThreadBatcher(inner)
-    gen, smp = dict(max_new_tokens=4, stop=["\n"]), dict(k=1, max_new_tokens=3, stop=[". "])
+    gen, smp = dict(max_new_tokens=4, stop=["\n"]), Sampling(k=1, max_new_tokens=3, stop=[". "])
     out, errors = _together(3, lambda i: batcher.generate_and_sample_many(
         [f"q{i}"], generate=gen, sample=smp))
     assert errors == [None] * 3
@@ -101,12 +102,12 @@ def test_step_calls_with_different_stops_still_share_one_batch():
     class PerPrompt(Recording):
         def generate_and_sample_many(self, prompts, *, generate, sample):
             self.calls.append(("both", list(prompts), {"generate": generate, "sample": sample}))
-            return list(zip(self.generate_many(prompts), self.sample_many(prompts)))
+            return list(zip(self.generate_many(prompts), self.sample_many(prompts, sample[0])))
 
     inner = PerPrompt()
     batcher = ThreadBatcher(inner)
     out, errors = _together(3, lambda i: batcher.generate_and_sample_many(
-        [f"q{i}"], generate=dict(max_new_tokens=4, stop=[f"s{i}"]), sample=dict(k=1, max_new_tokens=3)))
+        [f"q{i}"], generate=dict(max_new_tokens=4, stop=[f"s{i}"]), sample=Sampling(k=1, max_new_tokens=3)))
     assert errors == [None] * 3 and [pairs[0][0].text for pairs in out] == ["Q0", "Q1", "Q2"]
     both = [c for c in inner.calls if c[0] == "both"]
     assert len(both) == 1 and batcher.batches == 1
@@ -123,7 +124,7 @@ def test_different_settings_go_in_separate_calls_and_attention_runs_alone():
         if i == 2:
             return batcher.generate("att", max_new_tokens=4, want_attention=True).text
         if i == 3:
-            return batcher.sample_many(["s"], k=2, max_new_tokens=3, stop=["."])[0].samples[0].text
+            return batcher.sample_many(["s"], Sampling(k=2, max_new_tokens=3, stop=["."]))[0].samples[0].text
         return batcher.generate(f"g{i}", max_new_tokens=4 + i).text   # two settings
 
     out, errors = _together(4, call)

@@ -4,6 +4,7 @@ import pytest
 
 from seakr_repro.llm.base import Generation, SampleSet
 from seakr_repro.llm.cache import CachedBackend, LLMCache, call_key
+from seakr_repro.llm.sampling_settings import Sampling
 
 
 class Scripted:
@@ -17,12 +18,11 @@ class Scripted:
         return Generation(text=f" {prompt}{self.n}", token_ids=[5, 6], tokens=[" a", "b"],
                           logprobs=[-0.1, -1 / 3], n_prompt_tokens=7)
 
-    def sample(self, prompt, *, k, max_new_tokens, stop=(), temperature=1.0, top_k=50,
-               top_p=0.9, seed=42, layer=None, hook="mlp_out", want_stats=False):
+    def sample(self, prompt, s):
         self.n += 1
-        vec = np.random.default_rng(seed).standard_normal((k, 3)).astype(np.float32)
+        vec = np.random.default_rng(s.seed).standard_normal((s.k, 3)).astype(np.float32)
         return SampleSet([Generation(text=str(i), token_ids=[i], n_prompt_tokens=7)
-                          for i in range(k)], vec, layer if layer is not None else 1, hook)
+                          for i in range(s.k)], vec, s.layer if s.layer is not None else 1, s.hook)
 
     def score(self, prompt, continuation):
         self.n += 1
@@ -38,14 +38,14 @@ def test_hits_return_the_stored_values_and_skip_the_backend(tmp_path):
     a = cb.generate("p", max_new_tokens=3, stop=["\n"])
     b = cb.generate("p", max_new_tokens=3, stop=["\n"])
     assert a == b and inner.n == 1 and cb.hits == 1
-    s1 = cb.sample("p", k=3, max_new_tokens=5, seed=9)
-    s2 = CachedBackend(Scripted(), tmp_path).sample("p", k=3, max_new_tokens=5, seed=9)  # new process
+    s1 = cb.sample("p", Sampling(k=3, max_new_tokens=5, seed=9))
+    s2 = CachedBackend(Scripted(), tmp_path).sample("p", Sampling(k=3, max_new_tokens=5, seed=9))  # new process
     # k = d = 3 leaves no room for a k x k factor: this entry holds the float16 vectors
     assert s2.vectors_form == "float16" and s1.samples == s2.samples
     np.testing.assert_allclose(s1.vectors, s2.vectors, atol=2e-3)
     assert s2.layer == 1 and s2.hook == "mlp_out"
     # defaults are filled in: an explicit default parameter hits the same entry
-    cb.sample("p", k=3, max_new_tokens=5, seed=9, top_p=0.9, layer=1)
+    cb.sample("p", Sampling(k=3, max_new_tokens=5, seed=9, top_p=0.9, layer=1))
     assert inner.n == 2 and cb.stats() == {"llm_calls": 4, "cache_hits": 2, "cache_misses": 2,
                                            "prompt_tokens": 28, "generated_tokens": 10,
                                            "computed_prompt_tokens": 14, "computed_generated_tokens": 5}
@@ -141,8 +141,8 @@ def test_the_vector_form_is_part_of_the_key_and_checked(tmp_path):
     from seakr_repro.core.errors import UserError
 
     inner = Scripted()
-    CachedBackend(inner, tmp_path, vectors="gram").sample("p", k=2, max_new_tokens=5)
-    CachedBackend(inner, tmp_path, vectors="float16").sample("p", k=2, max_new_tokens=5)
+    CachedBackend(inner, tmp_path, vectors="gram").sample("p", Sampling(k=2, max_new_tokens=5))
+    CachedBackend(inner, tmp_path, vectors="float16").sample("p", Sampling(k=2, max_new_tokens=5))
     assert inner.n == 2
     with pytest.raises(UserError, match="cache.vectors"):
         LLMCache(tmp_path, vectors="float8")

@@ -1,5 +1,7 @@
-"""Statistics are not part of the call cache's key: a call that asks for them and one that does
-not share one computed call, and each receives exactly what its own computation gives."""
+"""Statistics in the call cache: where they are nearly free they are not part of the key (a call that
+asks for them and one that does not share one computed call, and each receives exactly what its own
+computation gives); on another engine they are. Either way an entry is written once, and the cache
+keys of earlier formats keep finding their entries."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +12,7 @@ import torch
 
 from seakr_repro.llm.cache import CachedBackend, has_stats, without_stats
 from seakr_repro.llm.synthetic import SyntheticBackend
+from seakr_repro.llm.sampling_settings import Sampling
 
 PROMPT = "Question: Who was born first, Aristotle or Plato?\nAnswer:"
 GEN = dict(max_new_tokens=12, stop=["\n"])
@@ -23,7 +26,7 @@ class Counting:
         self.inner, self.computed = inner, []
         if kind:
             self.kind = kind
-        for attr in ("name", "n_layers", "hidden_size", "eos_token_id"):
+        for attr in ("name", "fingerprint", "n_layers", "hidden_size", "eos_token_id"):
             setattr(self, attr, getattr(inner, attr))
 
     def generate(self, prompt, **kw):
@@ -34,12 +37,12 @@ class Counting:
         self.computed += [("generate", kw.get("want_stats", False))] * len(prompts)
         return [self.inner.generate(p, **kw) for p in prompts]
 
-    def sample(self, prompt, **kw):
-        self.computed.append(("sample", kw.get("want_stats", False)))
-        return self.inner.sample(prompt, **kw)
+    def sample(self, prompt, settings):
+        self.computed.append(("sample", settings.want_stats))
+        return self.inner.sample(prompt, settings)
 
-    def sample_many(self, prompts, **kw):
-        return [self.sample(p, **kw) for p in prompts]
+    def sample_many(self, prompts, settings):
+        return [self.sample(p, settings) for p in prompts]
 
 
 def _gram(vectors):
@@ -65,11 +68,11 @@ def test_a_call_with_statistics_and_one_without_are_computed_once(tmp_path, stat
     cached = CachedBackend(inner, tmp_path)
     order = (True, False) if stats_first else (False, True)
     got = {w: cached.generate(PROMPT, want_stats=w, **GEN) for w in order}
-    got_s = {w: cached.sample(PROMPT, want_stats=w, **SAMPLE) for w in order}
+    got_s = {w: cached.sample(PROMPT, Sampling(want_stats=w, **SAMPLE)) for w in order}
     assert len(inner.computed) == 2 and cached.hits == 2          # one generate, one sample
     for w in (True, False):      # each as the backend gives it to a call that asks so
         _same(got[w], plain.generate(PROMPT, want_stats=w, **GEN))
-        _same(got_s[w], plain.sample(PROMPT, want_stats=w, **SAMPLE))
+        _same(got_s[w], plain.sample(PROMPT, Sampling(want_stats=w, **SAMPLE)))
     assert has_stats(got[True]) and got[False].entropies is None and got[False].logsumexp is None
 
 
@@ -80,23 +83,78 @@ def test_the_batched_paths_share_the_entries_of_the_single_calls(tmp_path):
     cached = CachedBackend(inner, tmp_path)
     prompts = [PROMPT, PROMPT + " Plato"]
     cached.generate_many(prompts, want_stats=False, **GEN)
-    cached.sample_many(prompts, want_stats=False, **SAMPLE)
+    cached.sample_many(prompts, Sampling(want_stats=False, **SAMPLE))
     n = len(inner.computed)
     pairs = generate_and_sample_many(cached, prompts, generate={**GEN, "want_stats": True},
-                                     sample={**SAMPLE, "want_stats": True})
+                                     sample=Sampling(**SAMPLE, want_stats=True))
     assert len(inner.computed) == n == 4 and all(has_stats(g) and has_stats(s) for g, s in pairs)
 
 
-def test_a_backend_of_another_engine_computes_what_it_is_asked(tmp_path):
-    """Where statistics are not nearly free (another engine, `kind`), a call computes what it
-    asks; a later call that asks for them computes again and its entry then serves both."""
-    inner = Counting(SyntheticBackend("syn", n_layers=4, hidden_size=16), kind="vllm")
+class Drifting(Counting):
+    """Each computation answers differently (as vLLM's greedy tokens can with the batch around them)."""
+
+    def generate(self, prompt, **kw):
+        gen = super().generate(prompt, **kw)
+        return dataclasses.replace(gen, text=f"{gen.text} #{len(self.computed)}")
+
+
+def test_on_another_engine_a_call_with_statistics_never_replaces_one_without(tmp_path):
+    """Where statistics are not nearly free (another engine, `kind`), they are part of the key:
+    each call computes what it asks once, and a call without them keeps its own answer."""
+    inner = Drifting(SyntheticBackend("syn", n_layers=4, hidden_size=16), kind="vllm")
     cached = CachedBackend(inner, tmp_path)
-    cached.generate(PROMPT, want_stats=False, **GEN)
+    first = cached.generate(PROMPT, want_stats=False, **GEN)
     with_stats = cached.generate(PROMPT, want_stats=True, **GEN)
-    again = cached.generate(PROMPT, want_stats=False, **GEN)
     assert inner.computed == [("generate", False), ("generate", True)] and has_stats(with_stats)
-    assert again == without_stats(with_stats) and cached.hits == 1
+    assert with_stats.text != first.text          # the two computations differ here
+    assert cached.generate(PROMPT, want_stats=False, **GEN) == first
+    assert cached.generate(PROMPT, want_stats=True, **GEN) == with_stats and cached.hits == 2
+
+
+def test_a_call_that_needs_statistics_an_entry_lacks_leaves_the_entry_as_it_is(tmp_path):
+    """An entry is written once: one without statistics (stored by an earlier version) under the
+    key a call with statistics would store under is not replaced by that call's computation."""
+    from seakr_repro.llm.cache import _generate_params, call_key
+
+    inner = Drifting(SyntheticBackend("syn", n_layers=4, hidden_size=16))
+    cached = CachedBackend(inner, tmp_path)
+    stored = SyntheticBackend("syn", n_layers=4, hidden_size=16).generate(PROMPT, **GEN)
+    key = call_key("syn", cached.fingerprint, "generate", PROMPT, _generate_params(**GEN))
+    cached.cache.put(key, stored)
+    before = cached.cache.path(key).read_bytes()
+    assert has_stats(cached.generate(PROMPT, want_stats=True, **GEN)) and len(inner.computed) == 1
+    assert cached.cache.path(key).read_bytes() == before
+    assert cached.generate(PROMPT, want_stats=False, **GEN) == stored and len(inner.computed) == 1
+
+
+# keys of these calls as the code at c6a7370 computed them (the format without `want_stats`,
+# sample settings passed as keywords): a user's computed calls under them must keep being found
+CURRENT_FORMAT_KEYS = [
+    ("generate", "b4ef97d5eaaea93ae880cde834a0c1fa19c6e662e60b1ea8fba74cb158fb81a0"),
+    (Sampling(k=4, max_new_tokens=10), "4bbf204fb6e50e1a65b63f8daf225eeeb2e617a02fb1cb01417d00cf654840d5"),
+    (Sampling(k=3, max_new_tokens=6, stop=("\n", ". "), temperature=0.7, top_k=40, top_p=0.95, seed=7,
+              layer=2, hook="residual", forced_eos="replace_last", want_stats=True),
+     "ead2a985bdf9ea43e3af04278b71679edc8fbd3ddeeeab156c02c3eeb3dea241"),
+]
+
+
+@pytest.mark.parametrize("kind", [None, "vllm"])
+@pytest.mark.parametrize("call, key", CURRENT_FORMAT_KEYS)
+def test_entries_under_the_current_key_format_are_found(tmp_path, call, key, kind):
+    """Entries stored under the keys of the format before `Sampling` (recorded above) answer the
+    same calls now, on either kind of backend, without computing anything."""
+    plain = SyntheticBackend("syn", n_layers=4, hidden_size=16)
+    inner = Counting(SyntheticBackend("syn", n_layers=4, hidden_size=16), kind=kind)
+    cached = CachedBackend(inner, tmp_path)
+    if call == "generate":
+        stored = plain.generate(PROMPT, want_stats=True, max_new_tokens=12, stop=["\n"])
+        cached.cache.put(key, stored)
+        assert cached.generate(PROMPT, want_stats=True, max_new_tokens=12, stop=["\n"]) == stored
+    else:
+        stored = plain.sample(PROMPT, dataclasses.replace(call, want_stats=True))
+        cached.cache.put(key, stored)
+        assert cached.sample(PROMPT, call).samples == (stored if call.want_stats else without_stats(stored)).samples
+    assert not inner.computed and cached.hits == 1
 
 
 def test_the_counts_keep_computed_tokens_apart_from_all(tmp_path):
@@ -134,12 +192,12 @@ def test_the_transformers_backend_gives_the_same_tokens_with_or_without_statisti
     assert [without_stats(g) for g in stats] == plain and all(has_stats(g) for g in stats)
     many = be.generate_many(prompts, max_new_tokens=12, want_stats=True)
     assert [without_stats(g) for g in many] == be.generate_many(prompts, max_new_tokens=12)
-    s_plain = be.sample(PROMPT, k=4, max_new_tokens=10, seed=3, layer=1, want_stats=False)
-    s_stats = be.sample(PROMPT, k=4, max_new_tokens=10, seed=3, layer=1, want_stats=True)
+    s_plain = be.sample(PROMPT, Sampling(k=4, max_new_tokens=10, seed=3, layer=1, want_stats=False))
+    s_stats = be.sample(PROMPT, Sampling(k=4, max_new_tokens=10, seed=3, layer=1, want_stats=True))
     assert without_stats(s_stats).samples == s_plain.samples
     np.testing.assert_array_equal(s_stats.vectors, s_plain.vectors)
     both = {w: generate_and_sample_many(be, prompts, generate=dict(max_new_tokens=12, want_stats=w),
-                                        sample=dict(k=4, max_new_tokens=10, seed=3, layer=1, want_stats=w))
+                                        sample=Sampling(k=4, max_new_tokens=10, seed=3, layer=1, want_stats=w))
             for w in (False, True)}
     for (g0, s0), (g1, s1) in zip(both[False], both[True]):
         assert without_stats(g1) == g0 and without_stats(s1).samples == s0.samples

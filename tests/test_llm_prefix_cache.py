@@ -5,6 +5,7 @@ import torch
 
 from seakr_repro.prompts import demos_for
 from seakr_repro.prompts.seakr import build_prompt, stop_strings
+from seakr_repro.llm.sampling_settings import Sampling
 
 ARGS = dict(k=3, max_new_tokens=8, stop=stop_strings(False, False), seed=11, layer=5)
 
@@ -32,12 +33,12 @@ def test_reused_prefix_gives_identical_samples_and_vectors(backends):
     reuse, plain = backends
     p1, p2 = prompts()
     assert reuse.count_tokens(p1) > 300
-    first = reuse.sample(p1, **ARGS)
+    first = reuse.sample(p1, Sampling(**ARGS))
     hits_before = reuse.prefix_hits
-    second = reuse.sample(p2, **ARGS)              # shares the demos with p1
+    second = reuse.sample(p2, Sampling(**ARGS))              # shares the demos with p1
     assert reuse.prefix_hits > hits_before, "the shared demonstrations were not reused"
     for got, prompt in ((first, p1), (second, p2)):
-        ref = plain.sample(prompt, **ARGS)
+        ref = plain.sample(prompt, Sampling(**ARGS))
         assert [s.token_ids for s in got.samples] == [s.token_ids for s in ref.samples]
         np.testing.assert_array_equal(got.vectors, ref.vectors)
 
@@ -68,6 +69,6 @@ def test_a_whole_prompt_seen_before_is_not_prefilled_again_and_stays_pristine(ba
         assert calls == []
     finally:
         del reuse.forward
-    got, ref = reuse.sample(p2, **ARGS), plain.sample(p2, **ARGS)
+    got, ref = reuse.sample(p2, Sampling(**ARGS)), plain.sample(p2, Sampling(**ARGS))
     assert [s.token_ids for s in got.samples] == [s.token_ids for s in ref.samples]
     np.testing.assert_array_equal(got.vectors, ref.vectors)

@@ -4,6 +4,7 @@ import pytest
 from seakr_repro.core.config import load_config
 from seakr_repro.core.errors import DataMissingError, UserError
 from seakr_repro.llm import model_info, registry
+from seakr_repro.llm.sampling_settings import Sampling
 
 
 def test_middle_layer_is_the_official_choice():
@@ -118,5 +119,5 @@ def test_gemma_loads_from_its_pip_packages_or_says_why_not():
         assert "gemma" in str(e).lower()
         pytest.skip(str(e))
     assert (b.n_layers, b.hidden_size) == (18, 640)
-    s = b.sample("Question: Who wrote Hamlet?\nAnswer:", k=2, max_new_tokens=4, seed=1)
+    s = b.sample("Question: Who wrote Hamlet?\nAnswer:", Sampling(k=2, max_new_tokens=4, seed=1))
     assert s.vectors.shape == (2, 640) and s.layer == 8

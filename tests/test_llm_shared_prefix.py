@@ -9,6 +9,7 @@ import torch
 from seakr_repro.prompts import demos_for
 from seakr_repro.prompts.seakr import build_prompt, stop_strings
 from seakr_repro.uncertainty.eigenscore import eigen_score, identical_vectors_score
+from seakr_repro.llm.sampling_settings import Sampling
 
 ARGS = dict(k=8, max_new_tokens=12, stop=stop_strings(False, False), seed=5, layer=14)
 
@@ -45,7 +46,7 @@ def test_same_tokens_and_vectors_as_the_reference_path(pair, hook):
     new, ref = pair
     p = _prompts()[0]
     assert new.count_tokens(p) > 300
-    got, want = new.sample(p, hook=hook, **ARGS), ref.sample(p, hook=hook, **ARGS)
+    got, want = new.sample(p, Sampling(hook=hook, **ARGS)), ref.sample(p, Sampling(hook=hook, **ARGS))
     assert _ids(got) == _ids(want)
     assert len({tuple(i) for i in _ids(got)}) > 1, "the samples should differ from each other"
     flat = lambda ss: [x for s in ss.samples for x in s.logprobs]   # noqa: E731
@@ -58,7 +59,7 @@ def test_chunked_rows_match_the_chunked_reference(pair):
     p = _prompts()[1]
     try:
         new.max_batch_rows = ref.max_batch_rows = 3
-        got, want = new.sample(p, **ARGS), ref.sample(p, **ARGS)
+        got, want = new.sample(p, Sampling(**ARGS)), ref.sample(p, Sampling(**ARGS))
     finally:
         new.max_batch_rows = ref.max_batch_rows = None
     assert _ids(got) == _ids(want)
@@ -68,9 +69,9 @@ def test_chunked_rows_match_the_chunked_reference(pair):
 def test_sample_many_equals_sample_one_after_another(pair):
     new, _ = pair
     prompts = _prompts()
-    together = new.sample_many(prompts, **ARGS)
+    together = new.sample_many(prompts, Sampling(**ARGS))
     for ss, p in zip(together, prompts):
-        alone = new.sample(p, **ARGS)
+        alone = new.sample(p, Sampling(**ARGS))
         assert _ids(ss) == _ids(alone)
         assert [s.text for s in ss.samples] == [s.text for s in alone.samples]
         assert _rel(ss.vectors, alone.vectors) < 1e-5
@@ -106,30 +107,30 @@ def test_generate_and_sample_many_equals_the_two_calls(pair, tmp_path):
     new, ref = pair
     prompts = _prompts()
     gen = dict(max_new_tokens=20, stop=stop_strings(False, True), want_stats=True)  # not ARGS' stops
-    merged = new.generate_and_sample_many(prompts, generate=gen, sample=ARGS)
+    merged = new.generate_and_sample_many(prompts, generate=gen, sample=Sampling(**ARGS))
     assert len(merged) == len(prompts) and all(g.token_ids for g, _ in merged)
     for (g, ss), p in zip(merged, prompts):
         alone = new.generate(p, **gen)
         assert (g.token_ids, g.text, g.finish_reason) == (alone.token_ids, alone.text, alone.finish_reason)
         assert max(abs(a - b) for a, b in zip(g.entropies, alone.entropies)) < 1e-4
-        want = new.sample(p, **ARGS)
+        want = new.sample(p, Sampling(**ARGS))
         assert _ids(ss) == _ids(want)
         assert _rel(ss.vectors, want.vectors) < 1e-5
     # the reference path and any backend without the method: the two calls, same results
-    for g, ss in [*ref.generate_and_sample_many(prompts[:1], generate=gen, sample=ARGS)]:
+    for g, ss in [*ref.generate_and_sample_many(prompts[:1], generate=gen, sample=Sampling(**ARGS))]:
         assert g.token_ids == merged[0][0].token_ids and _ids(ss) == _ids(merged[0][1])
     # through the call cache: stored and counted as the two calls (a later single call hits)
     cached = CachedBackend(new, root=tmp_path)
-    got = generate_and_sample_many(cached, prompts, generate=gen, sample=ARGS)
+    got = generate_and_sample_many(cached, prompts, generate=gen, sample=Sampling(**ARGS))
     assert [g.text for g, _ in got] == [g.text for g, _ in merged]
     assert (cached.calls, cached.hits) == (2 * len(prompts), 0)
     assert cached.generate(prompts[1], **gen).text == merged[1][0].text
-    assert _ids(cached.sample(prompts[2], **ARGS)) == _ids(merged[2][1])
+    assert _ids(cached.sample(prompts[2], Sampling(**ARGS))) == _ids(merged[2][1])
     assert cached.hits == 2
     # half cached: the missing half alone is computed
     cached2 = CachedBackend(new, root=tmp_path / "b")
     cached2.generate(prompts[0], **gen)
-    got = cached2.generate_and_sample_many(prompts[:1], generate=gen, sample=ARGS)
+    got = cached2.generate_and_sample_many(prompts[:1], generate=gen, sample=Sampling(**ARGS))
     assert _ids(got[0][1]) == _ids(merged[0][1]) and (cached2.calls, cached2.hits) == (3, 1)
 
 
@@ -144,19 +145,19 @@ def test_generate_and_sample_many_with_settings_per_prompt(pair, tmp_path):
     prompts = _prompts()[:2]
     gens = [dict(max_new_tokens=16, stop=stop_strings(True, False), want_stats=True),
             dict(max_new_tokens=9, stop=stop_strings(False, True), want_stats=False)]
-    smps = [dict(ARGS, seed=1), dict(ARGS, k=5, stop=stop_strings(False, True))]
+    smps = [Sampling(**dict(ARGS, seed=1)), Sampling(**dict(ARGS, k=5, stop=stop_strings(False, True)))]
     merged = new.generate_and_sample_many(prompts, generate=gens, sample=smps)
     for (g, ss), p, gk, sk in zip(merged, prompts, gens, smps):
         alone = new.generate(p, **gk)
         assert (g.token_ids, g.text, g.finish_reason) == (alone.token_ids, alone.text, alone.finish_reason)
         assert (g.entropies is None) == (not gk["want_stats"])
-        want = new.sample(p, **sk)
-        assert _ids(ss) == _ids(want) and len(ss.samples) == sk["k"]
+        want = new.sample(p, sk)
+        assert _ids(ss) == _ids(want) and len(ss.samples) == sk.k
         assert _rel(ss.vectors, want.vectors) < 1e-5
     cached = CachedBackend(new, root=tmp_path)
     got = generate_and_sample_many(cached, prompts, generate=gens, sample=smps)
     assert [(g.text, _ids(ss)) for g, ss in got] == [(g.text, _ids(ss)) for g, ss in merged]
-    assert cached.sample(prompts[1], **smps[1]) is not None and cached.hits == 1
+    assert cached.sample(prompts[1], smps[1]) is not None and cached.hits == 1
 
     class Plain:       # a backend with only the two calls: grouped by settings, same results
         def __init__(self, inner):
@@ -165,8 +166,8 @@ def test_generate_and_sample_many_with_settings_per_prompt(pair, tmp_path):
         def generate_many(self, ps, **kw):
             return self.inner.generate_many(ps, **kw)
 
-        def sample_many(self, ps, **kw):
-            return self.inner.sample_many(ps, **kw)
+        def sample_many(self, ps, settings):
+            return self.inner.sample_many(ps, settings)
 
     plain = generate_and_sample_many(Plain(new), prompts, generate=gens, sample=smps)
     assert [(g.text, _ids(ss)) for g, ss in plain] == [(g.text, _ids(ss)) for g, ss in merged]
@@ -180,7 +181,7 @@ def test_identical_completions_get_identical_vectors_and_the_floor_of_u(pair, dt
     be = HFBackend(model, new.tokenizer, new.name)
     p = _prompts()[0]
     # greedy "sampling": twenty identical completions through the whole decoding path
-    ss = be.sample(p, **{**ARGS, "k": 20, "temperature": 0.0})
+    ss = be.sample(p, Sampling(**{**ARGS, "k": 20, "temperature": 0.0}))
     assert len({tuple(i) for i in _ids(ss)}) == 1 and ss.samples[0].token_ids
     assert (ss.vectors == ss.vectors[0]).all(), "identical samples must get identical vectors"
     z = ss.vectors[0].astype(np.float64)
@@ -202,7 +203,7 @@ def test_out_of_memory_halves_the_rows_and_gives_the_same_result(pair):
     new, _ = pair
     be = HFBackend(new.model, new.tokenizer, new.name)
     p = _prompts()[2]
-    want = be.sample(p, **ARGS)
+    want = be.sample(p, Sampling(**ARGS))
     fired = []
 
     def fail_once(_module, args, kwargs):
@@ -214,7 +215,7 @@ def test_out_of_memory_halves_the_rows_and_gives_the_same_result(pair):
     handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
     try:
         with pytest.warns(UserWarning, match="out of memory"):
-            got = be.sample(p, **ARGS)
+            got = be.sample(p, Sampling(**ARGS))
     finally:
         handle.remove()
     assert fired == [8]
@@ -245,7 +246,7 @@ def test_out_of_memory_retries_reach_the_run_row(pair, tmp_path):
 
         def run(self, record):
             state["armed"] = record.id == "b"
-            ss = cached.sample(record.question, k=4, max_new_tokens=3, seed=1)
+            ss = cached.sample(record.question, Sampling(k=4, max_new_tokens=3, seed=1))
             return MethodResult(answer=ss.samples[0].text, raw_output="")
 
     handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
@@ -271,7 +272,7 @@ def test_unsupported_architecture_falls_back_visibly(pair):
     with pytest.warns(UserWarning, match="shared-prefix decoding is off"):
         be = HFBackend(Qwen2ForCausalLM(cfg), new.tokenizer, "tiny-qwen2")
     assert not be.shared_prefix and be.shared_prefix_unsupported
-    ss = be.sample("Question: hi?\nAnswer:", k=3, max_new_tokens=3, seed=1, layer=0)
+    ss = be.sample("Question: hi?\nAnswer:", Sampling(k=3, max_new_tokens=3, seed=1, layer=0))
     assert ss.vectors.shape == (3, 16)
 
 
@@ -301,12 +302,12 @@ def test_gemma3_sliding_window_layers_decode_shared_with_the_reference_results(p
     prompt = "Question: " + "Who was born first, Aristotle or Plato? " * 3 + "\nAnswer:"
     assert 24 < shared.count_tokens(prompt) < 60
     args = dict(k=6, max_new_tokens=12, seed=3, layer=1)
-    got, want = shared.sample(prompt, **args), ref.sample(prompt, **args)
+    got, want = shared.sample(prompt, Sampling(**args)), ref.sample(prompt, Sampling(**args))
     assert _ids(got) == _ids(want)
     assert max(len(i) for i in _ids(got)) > 1
     assert _rel(got.vectors, want.vectors) < 1e-4
     g = dict(max_new_tokens=12, want_stats=True)
-    (greedy, ss), = shared.generate_and_sample_many([prompt], generate=g, sample=args)
+    (greedy, ss), = shared.generate_and_sample_many([prompt], generate=g, sample=Sampling(**args))
     assert greedy.token_ids == ref.generate(prompt, **g).token_ids and _ids(ss) == _ids(want)
 
 
@@ -324,7 +325,7 @@ def test_out_of_memory_on_the_reference_path_shrinks_its_chunks(pair):
     handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
     try:
         with pytest.warns(UserWarning, match="out of memory"):
-            got = be.sample(_prompts()[2], **ARGS)
+            got = be.sample(_prompts()[2], Sampling(**ARGS))
     finally:
         handle.remove()
     assert fired == [8] and be.stats()["oom_retries"] == 1 and len(got.samples) == 8
@@ -338,7 +339,7 @@ def test_out_of_memory_with_several_contexts_halves_the_contexts_and_gives_the_s
     from seakr_repro.llm.hf.backend import HFBackend
     new, _ = pair
     prompts = _prompts()[:3]
-    want = HFBackend(new.model, new.tokenizer, new.name).sample_many(prompts, **ARGS)
+    want = HFBackend(new.model, new.tokenizer, new.name).sample_many(prompts, Sampling(**ARGS))
     be = HFBackend(new.model, new.tokenizer, new.name)
     fired = []
 
@@ -351,7 +352,7 @@ def test_out_of_memory_with_several_contexts_halves_the_contexts_and_gives_the_s
     handle = be.model.model.register_forward_pre_hook(fail_once, with_kwargs=True)
     try:
         with pytest.warns(UserWarning, match="3 contexts in one batch"):
-            got = be.sample_many(prompts, **ARGS)
+            got = be.sample_many(prompts, Sampling(**ARGS))
     finally:
         handle.remove()
     assert fired == [3 * ARGS["k"]] and be.contexts_per_batch == 1 and be.stats()["oom_retries"] == 1
@@ -359,7 +360,7 @@ def test_out_of_memory_with_several_contexts_halves_the_contexts_and_gives_the_s
         assert _ids(g) == _ids(w) and _rel(g.vectors, w.vectors) < 1e-5
     # the setting gives the same batches from the start, for greedy steps too
     one = HFBackend(new.model, new.tokenizer, new.name, max_batch_contexts=1)
-    assert [_ids(s) for s in one.sample_many(prompts, **ARGS)] == [_ids(w) for w in want]
+    assert [_ids(s) for s in one.sample_many(prompts, Sampling(**ARGS))] == [_ids(w) for w in want]
     greedy = dict(max_new_tokens=5, stop=["\n"])
     assert [g.token_ids for g in one.generate_many(prompts, **greedy)] == \
         [g.token_ids for g in be.generate_many(prompts, **greedy)]
@@ -372,7 +373,7 @@ def test_decode_paths_one_sync_bit_identical_and_fused_same_tokens(pair, tmp_pat
     new, _ = pair
     assert new.decode_path == "one_sync"
     p = _prompts()[:2]
-    smp = {**ARGS, "want_stats": True}
+    smp = Sampling(**ARGS, want_stats=True)
     got = {}
     try:
         for path in ("python", "one_sync", "fused"):
@@ -401,9 +402,9 @@ def test_fused_attention_kernel_returns_softmax_and_logsumexp(dtype):
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, n, 16, generator=g).to(dtype) for n in (5, 37, 37))
-    o, lse = _attend(q, k, v, 0.25)
+    o, logsumexp = _attend(q, k, v, 0.25)
     s = (q.float() @ k.float().transpose(-1, -2)) * 0.25
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    assert lse.dtype == torch.float32 and lse.shape == (2, 3, 5)
-    torch.testing.assert_close(lse, s.logsumexp(-1), atol=tol, rtol=tol)
+    assert logsumexp.dtype == torch.float32 and logsumexp.shape == (2, 3, 5)
+    torch.testing.assert_close(logsumexp, s.logsumexp(-1), atol=tol, rtol=tol)
     torch.testing.assert_close(o.float(), s.softmax(-1) @ v.float(), atol=tol, rtol=tol)

@@ -101,9 +101,9 @@ def test_concurrent_backend_scores_candidates_side_by_side_with_the_same_result(
             time.sleep(0.01)
             return super().generate(prompt, **kw)
 
-        def sample_many(self, prompts, **kw):
+        def sample_many(self, prompts, settings):
             self.batches.append(len(prompts))
-            return super().sample_many(prompts, **kw)
+            return super().sample_many(prompts, settings)
 
     seq, _, _ = make(respond, level)
     backend = Concurrent(respond, level)

@@ -20,6 +20,7 @@ from seakr_repro.llm.hf.backend import HFBackend
 from seakr_repro.core.setting_choices import DECODE_PATHS
 from seakr_repro.llm.hf.decode.one_sync import DynamicRows
 from seakr_repro.llm.hf.decode.static import suffix_bytes
+from seakr_repro.llm.sampling_settings import Sampling
 
 PROMPT = "Question: Who was born first, Aristotle or Plato?\nAnswer: Plato was born in 428 BC and"
 ARGS = dict(k=8, max_new_tokens=24, seed=5, want_stats=True, layer=1)
@@ -34,7 +35,7 @@ def model_tok(tmp_path_factory):
 
 
 def _sample(be):
-    return be.sample(PROMPT, **ARGS)
+    return be.sample(PROMPT, Sampling(**ARGS))
 
 
 def _call(model, tok, path: str, cap_beyond_weights: int | None = None, rows: int | None = None, fn=_sample):
@@ -90,7 +91,7 @@ def test_a_step_of_several_contexts_retries_under_its_cap_with_the_same_results(
 
     def step(be):
         return be.generate_and_sample_many(prompts, generate=dict(max_new_tokens=16, want_stats=True),
-                                           sample=ARGS)
+                                           sample=Sampling(**ARGS))
     want, need, _ = _call(model, tok, "one_sync", fn=step)
     got, peak, be = _call(model, tok, "one_sync", cap_beyond_weights=int(0.45 * need), fn=step)
     assert be.contexts_per_batch == 1 and be.rows_per_forward < ARGS["k"] and peak <= 0.45 * need

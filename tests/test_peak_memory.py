@@ -10,6 +10,7 @@ import torch
 from seakr_repro.doubles import random_llama as rl
 from seakr_repro.doubles.llama_tokenizer import build_tokenizer
 from seakr_repro.doubles.simulated_card import SimulatedCard
+from seakr_repro.llm.sampling_settings import Sampling
 from seakr_repro.llm.hf.backend import HFBackend
 from seakr_repro.llm.peak_memory import Dims, kind_of, scales
 
@@ -55,7 +56,7 @@ def _seakr_step(shape: str, tok, dtype, predict: dict) -> dict:
         be = HFBackend(model, tok, "m", prefix_cache_tokens=4096)
         card.reset_peak()
         (_, ss), = be.generate_and_sample_many([prompt], generate=dict(max_new_tokens=8),
-                                               sample=dict(k=6, max_new_tokens=10, seed=1))
+                                               sample=Sampling(k=6, max_new_tokens=10, seed=1))
         got = {"peak": card.peak_allocated, "weights": card.live["weights"], "predicted": dict(card.predicted),
                "predicted_live": dict(card.predicted_live)}
     assert {len(s.all_token_ids) for s in ss.samples} == {10}      # the same work at both widths

@@ -16,6 +16,7 @@ from seakr_repro.data.records import QuestionRecord  # noqa: E402
 from seakr_repro.llm.tokenizing import ContextOverflowError  # noqa: E402
 from seakr_repro.methods import build_method  # noqa: E402
 from seakr_repro.prompts import TWOWIKI, PromptFitter, build_prompt  # noqa: E402
+from seakr_repro.llm.sampling_settings import Sampling  # noqa: E402
 
 Q = QuestionRecord(id="q1", question="Who directed the film Zorro Nights?", answers=["Ann Lee"])
 LONG = " ".join(["filler"] * 60)
@@ -37,9 +38,9 @@ class SmallContext(FakeBackend):
         self._check(prompt, max_new_tokens)
         return super().generate(prompt, max_new_tokens=max_new_tokens, **kw)
 
-    def sample(self, prompt, *, k, max_new_tokens, **kw):
-        self._check(prompt, max_new_tokens + 1)
-        return super().sample(prompt, k=k, max_new_tokens=max_new_tokens, **kw)
+    def sample(self, prompt, settings):
+        self._check(prompt, settings.max_new_tokens + 1)
+        return super().sample(prompt, settings)
 
 
 def words(text):
@@ -119,14 +120,14 @@ def test_the_transformers_backend_refuses_a_prompt_over_its_context(tiny):
     with pytest.raises(ContextOverflowError, match="160-token context of tiny-llama"):
         tiny.generate(long_prompt, max_new_tokens=4)
     with pytest.raises(ContextOverflowError):
-        tiny.sample(long_prompt, k=2, max_new_tokens=4)
+        tiny.sample(long_prompt, Sampling(k=2, max_new_tokens=4))
     with pytest.raises(ContextOverflowError):
         tiny.score(long_prompt, " Paris")
     short = "Question: Who directed the film?\nAnswer:"
     n = tiny.count_tokens(short)
     assert tiny.generate(short, max_new_tokens=160 - n).n_prompt_tokens == n     # exactly full
     with pytest.raises(ContextOverflowError):
-        tiny.sample(short, k=1, max_new_tokens=160 - n)                      # + the forced EOS
+        tiny.sample(short, Sampling(k=1, max_new_tokens=160 - n))                      # + the forced EOS
 
 
 def test_the_vllm_backend_refuses_it_the_same_way():

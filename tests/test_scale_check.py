@@ -7,6 +7,7 @@ from seakr_repro.benchmarks import scale_check
 from seakr_repro.llm.base import Backend
 from seakr_repro.llm.registry import synthetic_backend
 from seakr_repro.llm.synthetic import synthetic_passages
+from seakr_repro.llm.sampling_settings import Sampling
 
 
 def test_synthetic_backend_is_a_deterministic_llama_shaped_backend():
@@ -17,10 +18,10 @@ def test_synthetic_backend_is_a_deterministic_llama_shaped_backend():
     assert len(g.tokens) == len(g.logprobs) == len(g.entropies) == len(g.attention) <= 50
     texts = [b.generate(f"q{i}", max_new_tokens=100).text for i in range(40)]
     assert 3 < sum("So the answer is" in t for t in texts) < 30
-    ss = b.sample("p", k=20, max_new_tokens=30, layer=15)
+    ss = b.sample("p", Sampling(k=20, max_new_tokens=30, layer=15))
     assert ss.vectors.shape == (20, 4096) and len(ss.samples) == 20
     from seakr_repro.uncertainty import u_from_sampleset
-    us = [u_from_sampleset(b.sample(f"p{i}", k=20, max_new_tokens=30)) for i in range(20)]
+    us = [u_from_sampleset(b.sample(f"p{i}", Sampling(k=20, max_new_tokens=30))) for i in range(20)]
     assert min(us) < -6 < max(us)                     # both of SeaKR's branches are exercised
     v = b.eos_vectors_all_layers("p", [[5, 6]] * 3)
     assert v["mlp_out"].shape == v["residual"].shape == (32, 3, 4096)

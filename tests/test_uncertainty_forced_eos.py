@@ -10,6 +10,7 @@ import torch
 
 from seakr_repro.core.errors import UserError
 from seakr_repro.llm.stops import cut_at_stop, find_stop, forced_eos_ids, forced_eos_of, stop_end
+from seakr_repro.llm.sampling_settings import Sampling
 
 PROMPT = ("Question: What is the capital of France?\nAnswer: Paris is the capital of France. "
           "So the answer is Paris.\n\nQuestion: Who wrote Hamlet?\nAnswer:")
@@ -84,8 +85,8 @@ def test_a_sampled_eos_is_used_as_is():
 # ------------------------------------------------------------------ the transformers backend
 def test_backend_vector_after_a_dot_space_stop_is_taken_after_the_period(backend):
     args = dict(k=2, max_new_tokens=30, stop=[". "], temperature=0.0, layer=LAYER, hook="mlp_out")
-    faithful = backend.sample(PROMPT, forced_eos="replace_last", **args)
-    fixed = backend.sample(PROMPT, forced_eos="append", **args)
+    faithful = backend.sample(PROMPT, Sampling(forced_eos="replace_last", **args))
+    fixed = backend.sample(PROMPT, Sampling(forced_eos="append", **args))
     g = faithful.samples[0]
     assert g.finish_reason == "stop" and g.text.endswith("Shakespeare")
     # the uncut ids end with the token that completed ". " (greedy: "." then " So")
@@ -99,8 +100,8 @@ def test_backend_vector_after_a_dot_space_stop_is_taken_after_the_period(backend
 
 
 def test_backend_at_max_tokens_replaces_the_last_token(backend):
-    ss = backend.sample(PROMPT, k=1, max_new_tokens=4, stop=[], temperature=0.0, layer=LAYER,
-                        forced_eos="replace_last")
+    ss = backend.sample(PROMPT, Sampling(k=1, max_new_tokens=4, stop=[], temperature=0.0, layer=LAYER,
+                        forced_eos="replace_last"))
     g = ss.samples[0]
     assert g.finish_reason == "length" and len(g.all_token_ids) == 4 == len(g.token_ids)
     seq = g.all_token_ids[:3] + [backend.eos_token_id]
@@ -111,8 +112,8 @@ def test_backend_uses_a_sampled_eos_as_is(backend, monkeypatch):
     greedy = backend.generate(PROMPT, max_new_tokens=3)
     # make the greedy third token the model's EOS: decoding then "samples EOS" at step 3
     monkeypatch.setattr(backend, "eos_token_id", greedy.token_ids[2])
-    ss = backend.sample(PROMPT, k=1, max_new_tokens=10, stop=[], temperature=0.0, layer=LAYER,
-                        forced_eos="replace_last")
+    ss = backend.sample(PROMPT, Sampling(k=1, max_new_tokens=10, stop=[], temperature=0.0, layer=LAYER,
+                        forced_eos="replace_last"))
     g = ss.samples[0]
     assert g.finish_reason == "eos" and g.all_token_ids == greedy.token_ids[:2]
     np.testing.assert_allclose(ss.vectors[0], _reference(backend, greedy.token_ids[:3]),
@@ -121,8 +122,8 @@ def test_backend_uses_a_sampled_eos_as_is(backend, monkeypatch):
 
 def test_step02_vectors_use_the_same_forced_sequence(backend):
     from seakr_repro.steps import extraction
-    ss = backend.sample(PROMPT, k=2, max_new_tokens=30, stop=[". "], temperature=0.0, layer=LAYER,
-                        forced_eos="replace_last")
+    ss = backend.sample(PROMPT, Sampling(k=2, max_new_tokens=30, stop=[". "], temperature=0.0, layer=LAYER,
+                        forced_eos="replace_last"))
     prefixes = extraction.forced_eos_prefixes(ss.samples, backend.eos_token_id, "replace_last")
     allv = extraction.eos_vectors_all_layers(backend, PROMPT, prefixes)
     np.testing.assert_allclose(allv["mlp_out"][LAYER], ss.vectors, atol=1e-5, rtol=1e-5)
@@ -132,7 +133,7 @@ def test_the_cache_key_includes_the_forced_eos_mode(tmp_path):
     from seakr_repro.llm.cache import CachedBackend
     from fakes import FakeBackend
     cb = CachedBackend(FakeBackend(lambda p, s: "x"), tmp_path)
-    a = cb._sample_params({"k": 3, "max_new_tokens": 4})
-    b = cb._sample_params({"k": 3, "max_new_tokens": 4, "forced_eos": "append"})
-    c = cb._sample_params({"k": 3, "max_new_tokens": 4, "forced_eos": "replace_last"})
+    a = cb._sample_params(Sampling(k=3, max_new_tokens=4))
+    b = cb._sample_params(Sampling(k=3, max_new_tokens=4, forced_eos="append"))
+    c = cb._sample_params(Sampling(k=3, max_new_tokens=4, forced_eos="replace_last"))
     assert a == b and a != c

@@ -14,6 +14,7 @@ import torch
 from seakr_repro.llm.base import Generation
 from seakr_repro.llm.sampling import sample_tokens, warp_logits, warped_logsumexp
 from seakr_repro.uncertainty import registry
+from seakr_repro.llm.sampling_settings import Sampling
 
 LP = [math.log(0.5), math.log(0.25), math.log(0.125)]
 
@@ -91,7 +92,7 @@ def test_hf_samples_carry_warped_log_probs_from_the_sampler():
     torch.set_num_threads(1)
     b = HFBackend.from_dir(model_dir("smollm2-135m-instruct"), name="smollm2-135m-instruct")
     prompt = "Question: Who wrote Hamlet?\nAnswer:"
-    ss = b.sample(prompt, k=2, max_new_tokens=5, stop=[], temperature=1.0, top_k=50, top_p=0.9, seed=3)
+    ss = b.sample(prompt, Sampling(k=2, max_new_tokens=5, stop=[], temperature=1.0, top_k=50, top_p=0.9, seed=3))
     for g in ss.samples:
         ids = b._encode(prompt) + g.all_token_ids
         with torch.inference_mode():
@@ -144,11 +145,11 @@ def _vllm_backend(tokenizer, engine, monkeypatch):
     return b
 
 
-def _output(ids, finish, stop_reason=None, lps=None, wlse=0.0):
+def _output(ids, finish, stop_reason=None, lps=None, warped_logsumexp=0.0):
     lps = lps or [-0.5] * len(ids)
     out = SimpleNamespace(token_ids=ids, logprobs=[{t: SimpleNamespace(logprob=lp)} for t, lp in zip(ids, lps)],
                           finish_reason=finish, stop_reason=stop_reason)
-    return SimpleNamespace(outputs=[out]), {"stats": [(1.0, 3.0, wlse)] * len(ids)}
+    return SimpleNamespace(outputs=[out]), {"stats": [(1.0, 3.0, warped_logsumexp)] * len(ids)}
 
 
 def test_vllm_a_dot_space_stop_keeps_the_period_before_eos(tokenizer, monkeypatch):
@@ -157,7 +158,7 @@ def test_vllm_a_dot_space_stop_keeps_the_period_before_eos(tokenizer, monkeypatc
     # vLLM reports every token it generated; the one that completed ". " is the last
     eng = _Engine([_output(ids[:stop_at], "stop", ". "), _output(ids[:stop_at], "stop", ". ")])
     b = _vllm_backend(tokenizer, eng, monkeypatch)
-    ss = b.sample("Q:", k=2, max_new_tokens=20, stop=[". "], forced_eos="replace_last")
+    ss = b.sample("Q:", Sampling(k=2, max_new_tokens=20, stop=[". "], forced_eos="replace_last"))
     g = ss.samples[0]
     assert g.text == "He was born in 1959" and tokenizer.decode(g.all_token_ids).endswith("1959. I")
     p = b._encode("Q:")
@@ -172,13 +173,13 @@ def test_vllm_a_dot_space_stop_keeps_the_period_before_eos(tokenizer, monkeypatc
 def test_vllm_at_max_tokens_the_last_token_is_replaced_and_a_sampled_eos_used(tokenizer, monkeypatch):
     eng = _Engine([_output([11, 12, 13, 14], "length"), _output([11, 12, 2], "stop", 2)])
     b = _vllm_backend(tokenizer, eng, monkeypatch)
-    ss = b.sample("Q:", k=2, max_new_tokens=4, stop=[], forced_eos="replace_last")
+    ss = b.sample("Q:", Sampling(k=2, max_new_tokens=4, stop=[], forced_eos="replace_last"))
     p = b._encode("Q:")
     assert sorted(eng.requests[1]) == sorted([p + [11, 12, 13, 2], p + [11, 12, 2]])
     assert ss.samples[1].finish_reason == "eos" and ss.samples[1].all_token_ids == [11, 12]
     eng2 = _Engine([_output([11, 12, 13, 14], "length")])
-    _vllm_backend(tokenizer, eng2, monkeypatch).sample("Q:", k=1, max_new_tokens=4, stop=[],
-                                                       forced_eos="append")
+    _vllm_backend(tokenizer, eng2, monkeypatch).sample("Q:", Sampling(k=1, max_new_tokens=4, stop=[],
+                                                       forced_eos="append"))
     assert eng2.requests[1] == [p + [11, 12, 13, 14, 2]]
 
 
@@ -187,5 +188,5 @@ def test_vllm_stops_where_our_decoding_finds_the_stop(tokenizer, monkeypatch):
     # the engine ran on past the stop (it did not see it): the uncut ids end where it would have
     eng = _Engine([_output(ids, "length")])
     b = _vllm_backend(tokenizer, eng, monkeypatch)
-    g = b.sample("Q:", k=1, max_new_tokens=30, stop=[". "], forced_eos="replace_last").samples[0]
+    g = b.sample("Q:", Sampling(k=1, max_new_tokens=30, stop=[". "], forced_eos="replace_last")).samples[0]
     assert g.finish_reason == "stop" and tokenizer.decode(g.all_token_ids).endswith("1959. I")

@@ -27,16 +27,16 @@ class Float16Storage:
         self.inner, self.memo = backend, {}
         self.n_layers, self.eos_token_id, self.name = backend.n_layers, backend.eos_token_id, backend.name
 
-    def sample(self, prompt, **kw):
-        key = (prompt, repr(sorted(kw.items())))
+    def sample(self, prompt, settings):
+        key = (prompt, settings)
         if key not in self.memo:
-            ss = self.inner.sample(prompt, **kw)
+            ss = self.inner.sample(prompt, settings)
             self.memo[key] = SampleSet(ss.samples, ss.vectors.astype(np.float16).astype(np.float32),
                                        ss.layer, ss.hook)
         return self.memo[key]
 
-    def sample_many(self, prompts, **kw):
-        return [self.sample(p, **kw) for p in prompts]
+    def sample_many(self, prompts, settings):
+        return [self.sample(p, settings) for p in prompts]
 
     def __getattr__(self, attr):
         return getattr(self.__dict__["inner"], attr)

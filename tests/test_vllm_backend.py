@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from seakr_repro.llm.vllm.backend import vllm_available
+from seakr_repro.llm.sampling_settings import Sampling
 
 WHY = vllm_available()
 pytestmark = [pytest.mark.vllm,
@@ -51,7 +52,7 @@ def _rel(a, b):
 def testeos_vectors_and_eigen_scores_match_transformers(pair, layer, hook):
     from seakr_repro.uncertainty.eigenscore import eigen_score
     v, hf = pair
-    ss = v.sample(PROMPT, seed=3, layer=layer, hook=hook, **ARGS)
+    ss = v.sample(PROMPT, Sampling(seed=3, layer=layer, hook=hook, **ARGS))
     assert ss.vectors.shape == (ARGS["k"], v.hidden_size) and ss.layer == (14 if layer is None else layer)
     ref = _hf_vectors(hf, PROMPT, ss.samples, ss.layer, hook)
     assert _rel(ss.vectors, ref) < 1e-4
@@ -66,8 +67,8 @@ def testeos_vectors_and_eigen_scores_match_transformers(pair, layer, hook):
 
 def test_samples_are_cut_like_the_transformers_backend_and_reproducible(pair):
     v, hf = pair
-    a = v.sample(PROMPT, seed=11, want_stats=True, **ARGS)
-    b = v.sample(PROMPT, seed=11, want_stats=True, **ARGS)
+    a = v.sample(PROMPT, Sampling(seed=11, want_stats=True, **ARGS))
+    b = v.sample(PROMPT, Sampling(seed=11, want_stats=True, **ARGS))
     assert [g.token_ids for g in a.samples] == [g.token_ids for g in b.samples]
     for g in a.samples:
         assert not any(s in g.text for s in STOP)
@@ -80,7 +81,7 @@ def test_samples_are_cut_like_the_transformers_backend_and_reproducible(pair):
             if ref.token_ids == g.token_ids:     # the text re-encodes to the same tokens
                 np.testing.assert_allclose(g.logprobs, ref.logprobs, atol=1e-3)
                 np.testing.assert_allclose(g.entropies, ref.entropies, atol=1e-3)
-    c = v.sample(PROMPT, seed=12, **ARGS)
+    c = v.sample(PROMPT, Sampling(seed=12, **ARGS))
     assert [g.token_ids for g in c.samples] != [g.token_ids for g in a.samples]
 
 
@@ -101,6 +102,31 @@ def test_greedy_generation_and_scores_match_transformers(pair):
     np.testing.assert_allclose(v.score(PROMPT, " William Shakespeare").logprobs, a.logprobs, atol=1e-6)
 
 
+def test_greedy_tokens_are_the_same_with_or_without_statistics(pair, tmp_path):
+    """Statistics come from a hook on the logits: asking for them changes no token, greedy or
+    sampled, alone or beside a call without them in one batch. The call cache still keeps the two
+    kinds of call apart on vLLM (its greedy tokens can depend on the batch), so neither replaces
+    the entry the other stored."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seakr_repro.llm.cache import CachedBackend, has_stats
+    v, _ = pair
+    kw = dict(max_new_tokens=16, stop=STOP)
+    plain = [v.generate(p, **kw) for p in (PROMPT, PROMPT2)]
+    stats = [v.generate(p, want_stats=True, **kw) for p in (PROMPT, PROMPT2)]
+    with ThreadPoolExecutor(2) as pool:        # side by side: one batch, one call of each kind
+        mixed = list(pool.map(lambda i: v.generate((PROMPT, PROMPT2)[i], want_stats=bool(i), **kw), (0, 1)))
+    for got in (stats, mixed):
+        assert [g.token_ids for g in got] == [g.token_ids for g in plain]
+        np.testing.assert_allclose(got[0].logprobs, plain[0].logprobs, atol=1e-5)
+    s_plain, s_stats = (v.sample(PROMPT, Sampling(seed=5, want_stats=w, **ARGS)) for w in (False, True))
+    assert [g.token_ids for g in s_stats.samples] == [g.token_ids for g in s_plain.samples]
+    cached = CachedBackend(v, tmp_path)
+    first = cached.generate(PROMPT, **kw)
+    assert has_stats(cached.generate(PROMPT, want_stats=True, **kw)) and cached.misses == 2
+    assert cached.generate(PROMPT, **kw) == first and cached.hits == 1
+
+
 def test_read_logprobs_matches_transformers(pair):
     """Self-RAG's reads: the log-prob of chosen tokens at chosen positions of a continuation given
     as ids (here the greedy one; the reads include tokens it did not generate), as transformers
@@ -117,7 +143,7 @@ def test_read_logprobs_matches_transformers(pair):
 
 def test_sample_many_batches_contexts_and_keeps_them_apart(pair):
     v, hf = pair
-    sets = v.sample_many([PROMPT, PROMPT2], seed=5, **ARGS)
+    sets = v.sample_many([PROMPT, PROMPT2], Sampling(seed=5, **ARGS))
     assert len(sets) == 2
     for prompt, ss in zip([PROMPT, PROMPT2], sets):
         assert all(g.n_prompt_tokens == v.count_tokens(prompt) for g in ss.samples)
@@ -157,7 +183,7 @@ def test_dragin_attention_matches_transformers(pair):
 def test_all_layer_vectors_match_transformers_step_02(pair):
     from seakr_repro.steps.extraction import eos_vectors_all_layers
     v, hf = pair
-    ss = v.sample(PROMPT, seed=9, **ARGS)
+    ss = v.sample(PROMPT, Sampling(seed=9, **ARGS))
     comps = [g.token_ids for g in ss.samples]
     got = eos_vectors_all_layers(v, PROMPT, comps)
     ref = eos_vectors_all_layers(hf, PROMPT, comps)
@@ -167,7 +193,7 @@ def test_all_layer_vectors_match_transformers_step_02(pair):
             assert _rel(got[hook][layer], ref[hook][layer]) < 1e-4, (hook, layer)
     assert _rel(got["mlp_out"][ss.layer], ss.vectors) < 1e-5
     # the methods' single-layer capture gives the same last-layer residual (before the final norm)
-    top = v.sample(PROMPT, seed=9, layer=v.n_layers - 1, hook="residual", **ARGS)
+    top = v.sample(PROMPT, Sampling(seed=9, layer=v.n_layers - 1, hook="residual", **ARGS))
     assert [g.token_ids for g in top.samples] == comps
     assert _rel(got["residual"][-1], top.vectors) < 1e-5
 
@@ -201,7 +227,7 @@ def test_k_samples_share_the_prompt_blocks(pair):
     v._engine.call(install)
     prompt = PROMPT2 + " " + " ".join(f"Note {i}: the planet count is eight." for i in range(40))
     n_prompt, k, new = v.count_tokens(prompt), 8, 6
-    ss = v.sample(prompt, k=k, max_new_tokens=new, stop=[], seed=1)
+    ss = v.sample(prompt, Sampling(k=k, max_new_tokens=new, stop=[], seed=1))
     rows = v._engine.call(take)[0]
     generated = sum(len(g.token_ids) for g in ss.samples)
     bound = n_prompt + k * (32 + new + 32 + 1) + generated

@@ -45,8 +45,8 @@ def _worker(specs: list[dict], lengths: list[int]):
 def _reference(logits: torch.Tensor):
     p = torch.softmax(logits.double(), dim=-1)
     entropy = -(p * torch.log(p)).sum(-1)
-    lse = torch.log(torch.exp(logits.double()).sum(-1))
-    return entropy, lse
+    logsumexp = torch.log(torch.exp(logits.double()).sum(-1))
+    return entropy, logsumexp
 
 
 def test_stats_hook_records_entropy_and_logsumexp_per_tagged_request():
@@ -56,9 +56,9 @@ def test_stats_hook_records_entropy_and_logsumexp_per_tagged_request():
     logits = torch.randn(2, VOCAB) * 3
     model.logits_processor(logits)
     got = vllm_worker.fetch(w, ["a", "b"])
-    ent, lse = _reference(logits[0])
+    ent, logsumexp = _reference(logits[0])
     (e, s), = got["a"]["stats"]
-    assert abs(e - float(ent)) < 1e-5 and abs(s - float(lse)) < 1e-5
+    assert abs(e - float(ent)) < 1e-5 and abs(s - float(logsumexp)) < 1e-5
     assert "stats" not in got["b"]
 
 
@@ -71,8 +71,8 @@ def test_score_fetch_turns_hidden_states_into_logprobs_entropies_logsumexps():
     cont = [3, 7, 1]
     got = vllm_worker.fetch(w, ["s"], score={"s": (2, cont)})["s"]
     logits = model.compute_logits(h[1:4]).detach()       # positions n_prompt - 1 .. predict cont
-    ent, lse = _reference(logits)
+    ent, logsumexp = _reference(logits)
     logp = torch.log_softmax(logits.double(), dim=-1)[torch.arange(3), cont]
     assert np.allclose(got["logprobs"], logp.numpy(), atol=1e-5)
     assert np.allclose(got["entropies"], ent.numpy(), atol=1e-5)
-    assert np.allclose(got["logsumexp"], lse.numpy(), atol=1e-5)
+    assert np.allclose(got["logsumexp"], logsumexp.numpy(), atol=1e-5)

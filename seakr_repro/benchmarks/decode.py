@@ -158,9 +158,10 @@ def fewer_layers_float32(model, n_layers: int):
     return small.eval()
 
 
-def _sample_args(model, rows: int, new_tokens: int, seed: int) -> dict:
-    return dict(k=rows, max_new_tokens=new_tokens, seed=seed, want_stats=True, hook="mlp_out",
-                layer=max(0, model.config.num_hidden_layers // 2 - 1))
+def _sample_args(model, rows: int, new_tokens: int, seed: int):
+    from ..llm.sampling_settings import Sampling
+    return Sampling(k=rows, max_new_tokens=new_tokens, seed=seed, want_stats=True, hook="mlp_out",
+                    layer=max(0, model.config.num_hidden_layers // 2 - 1))
 
 
 def decode_for_checks(path: str, model, tok, prompt: str, rows: int, new_tokens: int, seed: int):
@@ -201,7 +202,7 @@ def check_float32(path: str, m32, tok, prompt: str, rows: int, new_tokens: int, 
     smp = _sample_args(m32, rows, new_tokens, seed)
     ref = HFBackend(m32, tok, "ref", shared_prefix=False, prefix_cache_tokens=0)
     new = HFBackend(m32, tok, "new", decode=path, prefix_cache_tokens=0)
-    greedy, want = ref.generate(prompt, max_new_tokens=new_tokens), ref.sample(prompt, **smp)
+    greedy, want = ref.generate(prompt, max_new_tokens=new_tokens), ref.sample(prompt, smp)
     ((g, got),) = new.generate_and_sample_many([prompt], generate={"max_new_tokens": new_tokens},
                                                sample=smp)
     flat = lambda ss: [x for s in ss.samples for x in s.logprobs + s.entropies + s.logsumexp]  # noqa: E731

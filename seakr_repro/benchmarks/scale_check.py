@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..llm.sampling_settings import Sampling
+
 PAPER_PASSAGES = 21_015_324
 PAPER_QUESTIONS = {"2wiki": 12_576, "hotpotqa": 7_405, "iirc": 954, "nq": 3_610, "triviaqa": 11_313,
                    "squad": 7_357}                                  # paper Table 6
@@ -157,7 +159,7 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
     rss_methods = _rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         cache_forms = measure_cache_forms(backend, [f"Question {i}: who?" for i in range(5)], Path(tmp),
-                                          k=20, max_new_tokens=100)
+                                          Sampling(k=20, max_new_tokens=100))
     records = [QuestionRecord.from_dict({**synthetic_question("calibration", i), "source": "fanoutqa-sub"})
                for i in range(calibration)]
     t0 = time.perf_counter()
@@ -244,7 +246,7 @@ def format1_bytes(value) -> int:
     return buf.tell() + len((json.dumps(meta, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def measure_cache_forms(backend, prompts, work: Path, **sample_kwargs) -> dict:
+def measure_cache_forms(backend, prompts, work: Path, settings) -> dict:
     """Per sample call: bytes in format 1 and in each form of format 2, and U's largest change
     (both variants) when read back from each form instead of the float32 vectors."""
     from ..llm.cache import VECTOR_FORMS, LLMCache
@@ -253,7 +255,7 @@ def measure_cache_forms(backend, prompts, work: Path, **sample_kwargs) -> dict:
     out = {"calls": len(prompts), "format1_bytes": 0,
            **{f"{f}_bytes": 0 for f in VECTOR_FORMS}, **{f"{f}_max_abs_dU": 0.0 for f in VECTOR_FORMS}}
     for i, prompt in enumerate(prompts):
-        value = backend.sample(prompt, **sample_kwargs)
+        value = backend.sample(prompt, settings)
         out["format1_bytes"] += format1_bytes(value)
         for form in VECTOR_FORMS:
             cache = LLMCache(work / form, vectors=form)
@@ -284,8 +286,8 @@ def _cache_report(model: str, n: int, k: int, max_tokens: int) -> dict:
     prompts = [build_prompt(demos_for("bundled-single", 4), r.question)
                for r in load_dataset("bundled-single", n=n, seed=0)]
     with tempfile.TemporaryDirectory() as tmp:
-        got = measure_cache_forms(backend, prompts, Path(tmp), k=k, max_new_tokens=max_tokens,
-                                  stop=simple_qa_stops(), seed=42)
+        got = measure_cache_forms(backend, prompts, Path(tmp),
+                                  Sampling(k=k, max_new_tokens=max_tokens, stop=simple_qa_stops(), seed=42))
     return {"model": model, "hidden": backend.hidden_size, "k": k, "max_new_tokens": max_tokens, **got}
 
 

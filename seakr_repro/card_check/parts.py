@@ -195,14 +195,15 @@ def oom(run: Run) -> dict:
     from ..doubles.random_llama import LLAMA_2_VOCAB, random_llama
     from ..llm.hf.backend import HFBackend
     from ..llm.model_info import resolve_dtype
+    from ..llm.sampling_settings import Sampling
 
     tok = _tokenizer(run)
     model = random_llama(run.opt.shape, tok, run.device, resolve_dtype(load_config(run.opt.profile)["model.dtype"]),
                          vocab_size=LLAMA_2_VOCAB)
     words = ("Question: Who directed the film? Answer: The film was directed by Ada. " * 300).split()
     prompt = tok.decode(tok(" ".join(words))["input_ids"][:1500 if run.paper_shape else 300], skip_special_tokens=True)
-    args = dict(k=K, max_new_tokens=100 if run.paper_shape else 20, seed=42,
-                layer=model.config.num_hidden_layers // 2 - 1, hook="mlp_out")
+    args = Sampling(k=K, max_new_tokens=100 if run.paper_shape else 20, seed=42,
+                    layer=model.config.num_hidden_layers // 2 - 1, hook="mlp_out")
 
     def fresh(rows: int | None = None):
         be = HFBackend(model, tok, "oom-check", prefix_cache_tokens=0)
@@ -211,7 +212,7 @@ def oom(run: Run) -> dict:
 
     def measured(rows: int | None):
         card.reset_peak(run.device)
-        got = fresh(rows).sample(prompt, **args)
+        got = fresh(rows).sample(prompt, args)
         return got, card.peak_bytes(run.device), card.peak_bytes(run.device, allocated=True)
 
     card.set_cap(run.device, None)
@@ -236,7 +237,7 @@ def oom(run: Run) -> dict:
             entry: dict = {"cap_bytes": cap, "attempts": be.oom.attempts}
             card.set_cap(run.device, cap)
             try:
-                got = be.sample(prompt, **args)
+                got = be.sample(prompt, args)
                 entry["ok"] = True
             except torch.OutOfMemoryError as e:
                 entry.update(ok=False, error=str(e)[:300])

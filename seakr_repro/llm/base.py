@@ -8,8 +8,8 @@ Two calls matter:
 - `generate`: one greedy continuation with per-token log-probabilities (and, on request, the
   statistics FLARE/DRAGIN/perplexity/energy need);
 - `sample`: k sampled continuations of ONE context, each with the vector of the forced EOS token
-  at a chosen layer and hook; `forced_eos` says which tokens precede that EOS (`stops`). This is what
-  SeaKR's uncertainty U(c) is computed from. `sample_many` does several contexts in one go.
+  at a chosen layer and hook, all settings in one `Sampling`. This is what SeaKR's uncertainty
+  U(c) is computed from. `sample_many` does several contexts in one go.
 
 DRAGIN's query needs two more: `words` (its merge of tokens into words) and `attention_rows` (the
 last layer's attention of chosen positions over a whole token sequence).
@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..core.concurrency import parallel_map, supports_concurrency
+from .sampling_settings import Sampling
 
 
 @dataclass
@@ -85,15 +86,12 @@ class Backend(Protocol):
         """Greedy decoding of `prompt` until a stop string, EOS or max_new_tokens."""
         ...
 
-    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
-               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
-               layer: int | None = None, hook: str = "mlp_out",
-               want_stats: bool = False, forced_eos: str = "append") -> SampleSet:
-        """k samples of one context (the prompt is pre-filled once), with forced-EOS vectors
-        (`forced_eos`: replace_last | append, see `stops.forced_eos_ids`)."""
+    def sample(self, prompt: str, settings: Sampling) -> SampleSet:
+        """`settings.k` samples of one context (the prompt is pre-filled once), with forced-EOS
+        vectors (`Sampling`)."""
         ...
 
-    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
+    def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
         """`sample` for several contexts; implementations may batch them."""
         ...
 
@@ -209,10 +207,10 @@ class BackendExtras(Protocol):
         ...
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
-                                 sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
+                                 sample: Sampling | Sequence[Sampling]) -> list[tuple[Generation, SampleSet]]:
         """Optional, default `generate_many` then `sample_many` (the function below).
-        [(generate(p, **generate), sample(p, **sample))] of each prompt (`generate` and `sample`:
-        one dict for all prompts or one per prompt), the greedy row decoded in the same batch as
+        [(generate(p, **generate), sample(p, sample))] of each prompt (`generate` and `sample`:
+        one for all prompts or one per prompt), the greedy row decoded in the same batch as
         the samples (transformers: shared-prefix decoding; the call cache stores each half under
         its own key, so it counts as the same two calls)."""
         ...
@@ -251,11 +249,11 @@ def generate_many(backend, prompts: Sequence[str], **kwargs) -> list[Generation]
     return parallel_map(lambda p: backend.generate(p, **kwargs), prompts, workers)
 
 
-def per_prompt(settings: Mapping[str, Any] | Sequence[Mapping[str, Any]], n: int) -> list[dict]:
-    """One settings dict per prompt: `settings` for every prompt, or its own dict each."""
-    if isinstance(settings, Mapping):
-        return [dict(settings) for _ in range(n)]
-    out = [dict(x) for x in settings]
+def per_prompt(settings: Any, n: int) -> list:
+    """One settings dict or `Sampling` per prompt: `settings` for every prompt, or its own each."""
+    if isinstance(settings, (Mapping, Sampling)):
+        return [settings] * n
+    out = list(settings)
     if len(out) != n:
         raise ValueError(f"{len(out)} settings for {n} prompts")
     return out
@@ -280,10 +278,9 @@ def _frozen(value: Any) -> Any:
 
 def generate_and_sample_many(backend, prompts: Sequence[str], *,
                              generate: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-                             sample: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-                             ) -> list[tuple[Generation, SampleSet]]:
-    """Each prompt's greedy `generate` and its k-sample `sample` (one settings dict for all
-    prompts, or one per prompt): one batch on a backend that has `generate_and_sample_many`,
+                             sample: Sampling | Sequence[Sampling]) -> list[tuple[Generation, SampleSet]]:
+    """Each prompt's greedy `generate` and its k-sample `sample` (one setting for all prompts, or
+    one per prompt): one batch on a backend that has `generate_and_sample_many`,
     else, for each group of prompts with the same settings, `generate_many` (above) then
     `sample_many`."""
     both = getattr(backend, "generate_and_sample_many", None)
@@ -293,7 +290,7 @@ def generate_and_sample_many(backend, prompts: Sequence[str], *,
     out: list = [None] * len(prompts)
     for idx in same_settings([{"generate": g, "sample": sm} for g, sm in zip(gens, smps)]):
         ps = [prompts[i] for i in idx]
-        pairs = zip(generate_many(backend, ps, **gens[idx[0]]), backend.sample_many(ps, **smps[idx[0]]))
+        pairs = zip(generate_many(backend, ps, **gens[idx[0]]), backend.sample_many(ps, smps[idx[0]]))
         for i, pair in zip(idx, pairs):
             out[i] = pair
     return out

@@ -106,8 +106,8 @@ class ThreadBatcher:
         return self._submit("generate", list(prompts), dict(max_new_tokens=max_new_tokens,
                                                              stop=tuple(stop), want_stats=want_stats))
 
-    def sample(self, prompt: str, **kwargs):
-        return self._submit("sample", [prompt], _sample_kwargs(kwargs))[0]
+    def sample(self, prompt: str, settings):
+        return self._submit("sample", [prompt], dict(settings=settings))[0]
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample):
         """Merged with every other thread's such call, whatever its settings: each prompt
@@ -116,8 +116,8 @@ class ThreadBatcher:
         return self._submit("both", list(prompts), dict(generate=per_prompt(generate, n),
                                                          sample=per_prompt(sample, n)))
 
-    def sample_many(self, prompts: Sequence[str], **kwargs):
-        return self._submit("sample", list(prompts), _sample_kwargs(kwargs))
+    def sample_many(self, prompts: Sequence[str], settings):
+        return self._submit("sample", list(prompts), dict(settings=settings))
 
     # ------------------------------------------------------------------------------ alone
     def score(self, prompt: str, continuation: str):
@@ -222,13 +222,6 @@ class ThreadBatcher:
                 for r in reqs:
                     r.done = True
                 self._cv.notify_all()
-
-
-def _sample_kwargs(kwargs: dict) -> dict:
-    out = dict(kwargs)
-    if "stop" in out:
-        out["stop"] = tuple(out["stop"])
-    return out
 
 
 def find_batcher(backend) -> ThreadBatcher | None:

@@ -15,14 +15,16 @@ for a sample call, its k forced-EOS vectors in one of two compact forms (`cache.
 - "float16": the k x d vectors themselves in float16 (half today's float32; U moves by the
   rounding measured in docs/disk-and-memory.md).
 
-Statistics (`want_stats`: each generated token's entropy and logsumexp) are not part of the key
-(entries stored while they were, under `want_stats` false or true, are still found: `legacy_keys`):
-a model computes them beside its tokens from the same logits, so asking for them changes nothing
-else. An entry that holds them serves both kinds of call (a call that did not ask gets them
-removed, so it sees what it always saw); an entry without them serves only calls that did not ask,
-and a call that asks computes again and replaces it. Where they cost only a few vector operations
-per decode step (the transformers and synthetic backends: no `kind`), every computed call takes
-them, so the calls of SeaKR and of its energy row, say, are computed once whichever runs first.
+An entry is written once: no call replaces it with another computation. Statistics (`want_stats`:
+each generated token's entropy and logsumexp) are computed beside the tokens from the same logits.
+Where they cost only a few vector operations per decode step (the transformers and synthetic
+backends: no `kind`), every computed call takes them and they are not part of the key, so the calls
+of SeaKR and of its energy row, say, are computed once whichever runs first; a call that did not ask
+gets them removed, so it sees what it always saw. On another engine (vLLM: its statistics travel
+through a hook, and its greedy tokens can depend on the batch) `want_stats` is part of the key, so a
+call asking for them never replaces the entry a call without them stored. Entries of the format
+without `want_stats` in the key (and of the one before, with it) are still found (`_keys`); a call
+that needs statistics such an entry lacks computes them and leaves the entry as it is.
 
 `CachedBackend` also counts calls, hits, misses and tokens (all calls' and the computed ones'):
 the runner reports them per question, other steps per question in their own files (`row_counts`).
@@ -52,10 +54,9 @@ import numpy as np
 
 from ..core import io, paths
 from ..core.disk_full import DiskFullError
-from . import defaults
 from .base import Generation, SampleSet, generate_many, per_prompt
 from .base import generate_and_sample_many as base_generate_and_sample_many
-from .model_info import middle_layer
+from .sampling_settings import Sampling
 
 CACHE_FORMAT = 2   # bump when the stored layout or the meaning of a stored field changes
 
@@ -201,14 +202,6 @@ def counting():
         _SCOPE.reset(token)
 
 
-def legacy_keys(model: str, fingerprint: str, kind: str, prompt: str, params: dict) -> list[str]:
-    """The keys a generate or sample call had while statistics were part of the key: each
-    entry computed a call exactly as asked, so one stored with or without them still serves it."""
-    if kind not in ("generate", "sample"):
-        return []
-    return [call_key(model, fingerprint, kind, prompt, {**params, "want_stats": w}) for w in (True, False)]
-
-
 def with_call_counts(backend, compute):
     """(compute(), the row counts (`row_counts`) of the calls it made on `backend`); the counts
     are None where the backend does not count per scope (no call cache around it)."""
@@ -269,9 +262,8 @@ class CachedBackend:
                               vectors=vectors)
         self.enabled = enabled
         self.must_keep = must_keep
-        # computed calls take statistics where they are nearly free (the module's note): every
-        # backend but another engine (`kind`, vLLM's: its statistics travel through a hook)
-        self.stats_on_miss = enabled and getattr(backend, "kind", None) is None
+        # statistics nearly free (the module's note): every backend but another engine (`kind`)
+        self.stats_free = getattr(backend, "kind", None) is None
         self.storing = not read_only   # False once the disk was full: new calls are not stored
         self.read_only = read_only
         self._store_lock = threading.Lock()
@@ -317,9 +309,9 @@ class CachedBackend:
 
     # --------------------------------------------------------------------------------
     def _store(self, key: str, value) -> None:
-        """Store a computed call; on a full disk, say so once and store no more (or, with
-        must_keep, stop with the disk-full paragraph)."""
-        if not (self.enabled and self.storing):
+        """Store a computed call where no readable entry is (entries are written once); on a full
+        disk, say so once and store no more (or, with must_keep, stop with the disk-full paragraph)."""
+        if not (self.enabled and self.storing) or self.cache.get(key) is not None:
             return
         try:
             self.cache.put(key, value)
@@ -342,47 +334,51 @@ class CachedBackend:
 
     def _stats_to_compute(self, want_stats: bool) -> bool:
         """Whether a call that missed computes statistics: when asked, or when nearly free."""
-        return want_stats or self.stats_on_miss
+        return want_stats or (self.enabled and self.stats_free)
+
+    def _keys(self, kind: str, prompt: str, params: dict, want_stats: bool) -> list[str]:
+        """The keys whose entries may answer a call, in order; a computed call is stored under the
+        first. `want_stats` is part of the key on another engine (the module's note); entries under
+        the other form, and under the other value of `want_stats`, come after."""
+        def key(**stats) -> str:
+            return call_key(self.name, self.fingerprint, kind, prompt, {**params, **stats})
+        if kind not in ("generate", "sample"):
+            return [key()]
+        own, other = key(want_stats=want_stats), key(want_stats=not want_stats)
+        return [key(), own, other] if self.stats_free else [own, key(), other]
 
     def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
-        """The stored value that answers a call (one without statistics does not answer a call
-        that asks for them), under its key or a legacy one, or None."""
+        """The first stored value that answers a call (one without statistics does not answer a
+        call that asks for them), or None."""
         if not self.enabled:
             return None
-        for key in [call_key(self.name, self.fingerprint, kind, prompt, params),
-                    *legacy_keys(self.name, self.fingerprint, kind, prompt, params)]:
+        for key in self._keys(kind, prompt, params, want_stats):
             value = self.cache.get(key)
             if value is not None and (has_stats(value) or not want_stats):
                 return value
         return None
 
     def _cached(self, kind: str, prompt: str, params: dict, compute, want_stats: bool | None = None):
-        """The stored value, or `compute()` on a miss. For a kind with statistics (`want_stats`
-        given), `compute(with_stats)`, and the value as the call asked for it."""
-        key = call_key(self.name, self.fingerprint, kind, prompt, params)
-        value = self._lookup(kind, prompt, params, bool(want_stats))
-        hit = value is not None
-        if not hit:
-            value = compute() if want_stats is None else compute(self._stats_to_compute(want_stats))
-            self._store(key, value)
-        self._count(value, hit)
-        return value if want_stats is None else _as_asked(value, want_stats)
+        """`_cached_many` of one prompt: `compute()`, or `compute(with_stats)`, on a miss."""
+        return self._cached_many(kind, [prompt], params, lambda _, *stats: [compute(*stats)], want_stats)[0]
 
     def _cached_many(self, kind: str, prompts: Sequence[str], params: dict, compute_many,
-                     want_stats: bool) -> list:
-        """`_cached` for several prompts: hits come from disk, the misses go to
-        `compute_many(prompts, with_stats)` in ONE call (a batching backend decodes them together)."""
-        keys = [call_key(self.name, self.fingerprint, kind, p, params) for p in prompts]
-        values = [self._lookup(kind, p, params, want_stats) for p in prompts]
+                     want_stats: bool | None = None) -> list:
+        """The stored values of several prompts; the misses go to `compute_many(prompts)` in ONE
+        call (a batching backend decodes them together). For a kind with statistics (`want_stats`
+        given), `compute_many(prompts, with_stats)`, and each value as the call asked for it."""
+        asked = bool(want_stats)
+        keys = [self._keys(kind, p, params, asked)[0] for p in prompts]
+        values = [self._lookup(kind, p, params, asked) for p in prompts]
         todo = [i for i, v in enumerate(values) if v is None]
         if todo:
-            for i, v in zip(todo, compute_many([prompts[i] for i in todo], self._stats_to_compute(want_stats))):
+            stats = () if want_stats is None else (self._stats_to_compute(want_stats),)
+            for i, v in zip(todo, compute_many([prompts[i] for i in todo], *stats)):
                 values[i] = v
                 self._store(keys[i], v)
-        missed = set(todo)
         for i, v in enumerate(values):
-            self._count(v, hit=i not in missed)
-        return [_as_asked(v, want_stats) for v in values]
+            self._count(v, hit=i not in todo)
+        return values if want_stats is None else [_as_asked(v, want_stats) for v in values]
 
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
@@ -400,33 +396,34 @@ class CachedBackend:
             self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=stats),
             want_stats)
 
-    def sample(self, prompt: str, **kwargs) -> SampleSet:
-        want_stats = bool(kwargs.get("want_stats", False))
-        return self._cached("sample", prompt, self._sample_params(kwargs), lambda stats: self.backend.sample(
-            prompt, **{**kwargs, "want_stats": stats}), want_stats)
+    def sample(self, prompt: str, settings: Sampling) -> SampleSet:
+        s = settings.at_layer(self.n_layers)
+        return self._cached("sample", prompt, self._sample_params(s), lambda stats: self.backend.sample(
+            prompt, dataclasses.replace(s, want_stats=stats)), s.want_stats)
 
-    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
+    def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
         """Cached contexts come from disk; the others go to the backend in ONE call, so a
         batching backend (vLLM) decodes them together."""
-        want_stats = bool(kwargs.get("want_stats", False))
-        return self._cached_many("sample", prompts, self._sample_params(kwargs), lambda todo, stats:
-                                 self.backend.sample_many(todo, **{**kwargs, "want_stats": stats}), want_stats)
+        s = settings.at_layer(self.n_layers)
+        return self._cached_many("sample", prompts, self._sample_params(s), lambda todo, stats:
+                                 self.backend.sample_many(todo, dataclasses.replace(s, want_stats=stats)), s.want_stats)
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample,
                                  ) -> list[tuple[Generation, SampleSet]]:
         """Each half is stored and counted as `generate` and `sample` store and count it; prompts
         missing both go to the backend in one `generate_and_sample_many` call, a prompt missing
-        one half to that half's call. `generate`/`sample`: one dict, or one per prompt."""
-        gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
-        asked = [(bool(g.get("want_stats", False)), bool(sm.get("want_stats", False))) for g, sm in zip(gens, smps)]
+        one half to that half's call. `generate`/`sample`: one, or one per prompt."""
+        gens = per_prompt(generate, len(prompts))
+        smps = [sm.at_layer(self.n_layers) for sm in per_prompt(sample, len(prompts))]
+        asked = [(bool(g.get("want_stats", False)), sm.want_stats) for g, sm in zip(gens, smps)]
         # what a computed half is given: the statistics it asked for, or (nearly free) always
         run_g = [{**g, "want_stats": self._stats_to_compute(a)} for g, (a, _) in zip(gens, asked)]
-        run_s = [{**sm, "want_stats": self._stats_to_compute(a)} for sm, (_, a) in zip(smps, asked)]
+        run_s = [dataclasses.replace(sm, want_stats=self._stats_to_compute(a)) for sm, (_, a) in zip(smps, asked)]
         keys, got = [], []
         for p, g, sm, (g_stats, s_stats) in zip(prompts, gens, smps, asked):
             g_params, s_params = _generate_params(g["max_new_tokens"], g.get("stop", ())), self._sample_params(sm)
-            keys.append((call_key(self.name, self.fingerprint, "generate", p, g_params),
-                         call_key(self.name, self.fingerprint, "sample", p, s_params)))
+            keys.append((self._keys("generate", p, g_params, g_stats)[0],
+                         self._keys("sample", p, s_params, s_stats)[0]))
             got.append([self._lookup("generate", p, g_params, g_stats), self._lookup("sample", p, s_params, s_stats)])
         both = [i for i, (g, s) in enumerate(got) if g is None and s is None]
         if both:
@@ -440,7 +437,7 @@ class CachedBackend:
                 pair[0] = generate_many(self.backend, [prompts[i]], **run_g[i])[0]
                 computed.add((i, 0))
             if pair[1] is None:
-                pair[1] = self.backend.sample_many([prompts[i]], **run_s[i])[0]
+                pair[1] = self.backend.sample_many([prompts[i]], run_s[i])[0]
                 computed.add((i, 1))
         for i, pair in enumerate(got):
             for half, value in enumerate(pair):
@@ -480,18 +477,10 @@ class CachedBackend:
         self._add(calls=1, hits=int(hit), misses=int(not hit), prompt_tokens=len(ids))
         return rows
 
-    def _sample_params(self, kwargs: dict) -> dict:
-        # Fill in the protocol's defaults so that sample(p, k=20) and sample(p, k=20, seed=42)
-        # share one entry; the layer is resolved because None means "middle".
-        p = dict(stop=(), temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K, top_p=defaults.TOP_P,
-                 seed=defaults.SEED, layer=None,
-                 hook="mlp_out", forced_eos="append")
-        p.update({k: v for k, v in kwargs.items() if k != "want_stats"})   # not part of the key
-        p["stop"] = list(p["stop"])
-        if p["layer"] is None:
-            p["layer"] = middle_layer(self.n_layers)
-        p["cache_vectors"] = self.cache.vectors      # the two forms are kept apart
-        return p
+    def _sample_params(self, settings: Sampling) -> dict:
+        """A sample call's key parameters (`settings` at the model's layer); the vector forms are
+        kept apart."""
+        return {**settings.key_params(), "cache_vectors": self.cache.vectors}
 
 
 def _unstored_warning(root: Path, err: DiskFullError) -> str:

@@ -24,9 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from . import defaults
 from .base import Generation, SampleSet
-from .model_info import middle_layer
+from .sampling_settings import Sampling
 from .reflection_tokens import SKIPPED_IN_TEXT
 
 WORDS = ("river city army king film album band court bridge island novel church school war prize "
@@ -177,29 +176,24 @@ class SyntheticBackend:
             return base * np.float32(0.01) + noise * np.float32(1e-4)
         return base + noise * np.float32(0.5)
 
-    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
-               temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K,
-               top_p: float = defaults.TOP_P, seed: int = defaults.SEED,
-               layer: int | None = None, hook: str = "mlp_out", want_stats: bool = False,
-               forced_eos: str = "append") -> SampleSet:
-        from .stops import check_forced_eos
-
-        layer = middle_layer(self.n_layers) if layer is None else layer
-        rng = _rng("sample", prompt, k, max_new_tokens, temperature, top_k, top_p, seed, layer, hook,
-                   check_forced_eos(forced_eos))
+    def sample(self, prompt: str, settings: Sampling) -> SampleSet:
+        s = settings.at_layer(self.n_layers)
+        k, max_new_tokens = s.k, s.max_new_tokens
+        rng = _rng("sample", prompt, k, max_new_tokens, s.temperature, s.top_k, s.top_p, s.seed, s.layer,
+                   s.hook, s.forced_eos)
         tight = bool(rng.random() < 1 - self.decisions["retrieve_rate"])
         texts = [self._text(rng, max_new_tokens) for _ in range(1 if tight else k)]
-        samples = [self._generation(rng, prompt, texts[0 if tight else i], stop, max_new_tokens,
-                                    want_stats, False) for i in range(k)]
+        samples = [self._generation(rng, prompt, texts[0 if tight else i], s.stop, max_new_tokens,
+                                    s.want_stats, False) for i in range(k)]
         for g in samples:            # no sampler here: the warped log-probs are the raw ones
             if tight:                # a confident model is confident by every estimator: they agree
                 g.logprobs = [x * 0.1 for x in g.logprobs]
                 g.entropies = None if g.entropies is None else [x * 0.1 for x in g.entropies]
             g.warped_logprobs = list(g.logprobs)
-        return SampleSet(samples=samples, vectors=self._vectors(rng, k, tight), layer=layer, hook=hook)
+        return SampleSet(samples=samples, vectors=self._vectors(rng, k, tight), layer=s.layer, hook=s.hook)
 
-    def sample_many(self, prompts: Sequence[str], **kwargs) -> list[SampleSet]:
-        return [self.sample(p, **kwargs) for p in prompts]
+    def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
+        return [self.sample(p, settings) for p in prompts]
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
         """{hook: L x k x d float32}, as step 02 reads them from a real model."""

@@ -22,6 +22,7 @@ from ..evaluation.extraction import (
     dragin_trim,
 )
 from ..llm.base import Generation
+from ..llm.sampling_settings import Sampling
 from ..prompts.dragin import DraginPrompt, dragin_prompt
 from ..prompts.examples import Demo
 from .base import step_record
@@ -122,8 +123,8 @@ def generate(method, prompt: str, max_new_tokens: int, *, stats: bool = False,
                         setting="baselines.decoding",
                         fix="set baselines.decoding: greedy for DRAGIN (a departure from its runs)")
     method.q.n_sampled = seed = getattr(method.q, "n_sampled", -1) + 1
-    s = backend.sample(prompt, k=1, max_new_tokens=max_new_tokens, stop=(), seed=seed,
-                       temperature=dec["temperature"], top_k=dec["top_k"], top_p=dec["top_p"]).samples[0]
+    s = backend.sample(prompt, Sampling(k=1, max_new_tokens=max_new_tokens, seed=seed, temperature=dec["temperature"],
+                                        top_k=dec["top_k"], top_p=dec["top_p"])).samples[0]
     n = len(s.token_ids)
     return as_dragin(backend, replace(s, logprobs=list((s.warped_logprobs or s.logprobs)[:n])))
 

@@ -106,6 +106,7 @@ def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequen
     from ..evaluation import exact_match, f1_score
     from ..prompts import demos_for, format_context
     from ..llm.base import generate_and_sample_many
+    from ..llm.sampling_settings import Sampling
     from ..prompts.seakr import build_prompt, simple_qa_stops
     from ..uncertainty import registry
 
@@ -119,11 +120,11 @@ def extract_contexts(backend, record, cfg: Config, n_shot: int, contexts: Sequen
     pairs = generate_and_sample_many(
         backend, prompts,
         generate=dict(max_new_tokens=cfg["seakr.max_new_tokens"], stop=simple_qa_stops(), want_stats=True),
-        sample=dict(k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
-                    stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
-                    top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"], seed=cfg["seed"],
-                    layer=layer, hook=cfg["uncertainty.hook"], want_stats=True,
-                    forced_eos=cfg["uncertainty.forced_eos"]))
+        sample=Sampling(k=cfg["uncertainty.k"], max_new_tokens=cfg["uncertainty.max_tokens"],
+                        stop=simple_qa_stops(), temperature=cfg["uncertainty.temperature"],
+                        top_k=cfg["uncertainty.top_k"], top_p=cfg["uncertainty.top_p"], seed=cfg["seed"],
+                        layer=layer, hook=cfg["uncertainty.hook"], want_stats=True,
+                        forced_eos=cfg["uncertainty.forced_eos"]))
     greedies, sets = [g for g, _ in pairs], [ss for _, ss in pairs]
     answered = list(zip(greedies, reasked_answers(backend, prompts, greedies,
                                                   cfg["evaluation.answer_extraction"])))

@@ -59,9 +59,10 @@ from .prompt_rows import COPIED, SHARED
 from .prefix_cache import PrefixCache
 from ..base import Generation, SampleSet, per_prompt
 from ..hooks import HOOKS, capture
-from ..model_info import generation_config_of, middle_layer, model_dims, text_config, weights_fingerprint
+from ..model_info import generation_config_of, model_dims, text_config, weights_fingerprint
 from ..sampling import sample_tokens, token_stats
-from ..stops import check_forced_eos, cut_at_stop, stop_end
+from ..sampling_settings import Sampling
+from ..stops import cut_at_stop, stop_end
 from ..attention import WordsMixin
 from ...core.setting_choices import DECODE_SETTINGS, resolve_decode
 from ..tokenizing import TokenizerMixin, check_fits, check_reads
@@ -255,46 +256,23 @@ class HFBackend(WordsMixin, TokenizerMixin):
         prompt cache, shared-prefix attention); one after another without shared-prefix decoding."""
         return self.prompt_rows.generate_many(self, prompts, max_new_tokens, stop, want_stats)
 
-    def sample(self, prompt: str, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
-               temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9, seed: int = 42,
-               layer: int | None = None, hook: str = "mlp_out",
-               want_stats: bool = False, forced_eos: str = "append") -> SampleSet:
-        return self.sample_many([prompt], k=k, max_new_tokens=max_new_tokens, stop=stop,
-                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                layer=layer, hook=hook, want_stats=want_stats,
-                                forced_eos=forced_eos)[0]
+    def sample(self, prompt: str, settings: Sampling) -> SampleSet:
+        return self.sample_many([prompt], settings)[0]
 
-    def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
-                    stop: Sequence[str] = (), temperature: float = 1.0, top_k: int = 50,
-                    top_p: float = 0.9, seed: int = 42, layer: int | None = None,
-                    hook: str = "mlp_out", want_stats: bool = False,
-                    forced_eos: str = "append") -> list[SampleSet]:
+    def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
         """`sample` for each prompt, all decoded in one batch (each prompt's rows over its own
         prompt cache); the same result as calling `sample` on each, one after another."""
-        args = self.sample_args(k=k, max_new_tokens=max_new_tokens, stop=stop,
-                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                 layer=layer, hook=hook, want_stats=want_stats, forced_eos=forced_eos)
-        return self.prompt_rows.sample_many(self, prompts, args)
+        return self.prompt_rows.sample_many(self, prompts, settings.at_layer(self.n_layers))
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
                                  sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
         """`generate(prompt, **generate)` and `sample(prompt, **sample)` of each prompt, the
         greedy row decoded in the same batch as the k samples (SeaKR's step and its U): a lone
         greedy row costs a whole forward pass per token on its own, almost nothing in a batch.
-        `generate` and `sample` may be one dict per prompt (other stops, lengths, seeds: each
+        `generate` and `sample` may be one per prompt (other stops, lengths, seeds: each
         prompt's rows are lanes of their own). The same samples as `sample_many`."""
         gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
         return self.prompt_rows.generate_and_sample_many(self, prompts, gens, smps)
-
-    def sample_args(self, *, k: int, max_new_tokens: int, stop: Sequence[str] = (),
-                     temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9,
-                     seed: int = 42, layer: int | None = None, hook: str = "mlp_out",
-                     want_stats: bool = False, forced_eos: str = "append") -> dict:
-        """`sample`'s arguments with the layer resolved (None = the middle one) and checked."""
-        layer = middle_layer(self.n_layers) if layer is None else int(layer)
-        return dict(k=int(k), max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
-                    top_k=top_k, top_p=top_p, seed=seed, layer=layer, hook=hook,
-                    want_stats=want_stats, forced_eos=check_forced_eos(forced_eos))
 
     @torch.inference_mode()
     def score(self, prompt: str, continuation: str) -> Generation:
@@ -304,12 +282,12 @@ class HFBackend(WordsMixin, TokenizerMixin):
         check_fits(len(p_ids) + len(c_ids), 0, self.max_context, self.name)
         ids = torch.tensor([p_ids + c_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1:-1].float()
-        logp, ent, lse = token_stats(logits)
+        logp, ent, logsumexp = token_stats(logits)
         tgt = torch.tensor(c_ids, device=self.device)
         return Generation(
             text=continuation, token_ids=list(c_ids), tokens=self._pieces(c_ids, p_ids),
             logprobs=logp.gather(1, tgt[:, None])[:, 0].tolist(),
-            entropies=ent.tolist(), logsumexp=lse.tolist(),
+            entropies=ent.tolist(), logsumexp=logsumexp.tolist(),
             finish_reason="stop", n_prompt_tokens=len(p_ids))
 
     @torch.inference_mode()

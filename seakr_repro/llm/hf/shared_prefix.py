@@ -173,22 +173,22 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
     kernels are called directly: flash on CPU and for half precision on CUDA, the
     memory-efficient kernel for float32 on CUDA (flash has no float32)."""
     if q.device.type == "cpu":
-        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
-                                                                             scale=scale)
+        o, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
+                                                                                   scale=scale)
     elif q.dtype in (torch.float16, torch.bfloat16):
-        o, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False,
-                                                                     scale=scale)[:2]
+        o, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False,
+                                                                           scale=scale)[:2]
     else:
-        o, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0,
-                                                                         False, scale=scale)[:2]
-    return o, lse[..., : q.shape[-2]]      # the efficient kernel pads it to a multiple of 32
+        o, logsumexp = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0,
+                                                                               False, scale=scale)[:2]
+    return o, logsumexp[..., : q.shape[-2]]      # the efficient kernel pads it to a multiple of 32
 
 
 def _fused_decode(module, q5, key, value, groups, scale):
     """A decode step (one query per row) of `shared_prefix_attention` with `_attend`: the
     group's rows and heads are the queries of ONE batch-1 call over the prefix, each row's own
     keys a batched call, merged by log-sum-exp (out = o_s + (o_p - o_s) * w_p, with w_p =
-    exp(lse_p - logaddexp(lse_p, lse_s)) = sigmoid(lse_p - lse_s), the prefix's share)."""
+    exp(logsumexp_p - logaddexp(logsumexp_p, logsumexp_s)) = sigmoid(logsumexp_p - logsumexp_s), the prefix's share)."""
     b, hkv, rep, _, d = q5.shape
     out = torch.empty(b, hkv, rep, d, dtype=q5.dtype, device=q5.device)
     for g in groups:

@@ -47,12 +47,12 @@ import numpy as np
 
 from ...core.errors import UserError
 from ..base import Generation, SampleSet
-from .. import defaults
 from ..hooks import HOOKS
 from . import worker as vllm_worker
 from .engine import EngineThread
-from ..model_info import generation_config_of, middle_layer, model_dims, resolve_dtype, weights_fingerprint
-from ..stops import check_forced_eos, cut_at_stop, forced_eos_of, stop_end
+from ..model_info import generation_config_of, model_dims, resolve_dtype, weights_fingerprint
+from ..sampling_settings import Sampling
+from ..stops import cut_at_stop, forced_eos_of, stop_end
 from ..attention import WordsMixin
 from ..tokenizing import TokenizerMixin, check_fits, check_reads
 
@@ -324,29 +324,20 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                                   for layer in range(self.n_layers)])
         return out
 
-    def sample(self, prompt: str, **kwargs) -> SampleSet:
-        return self.sample_many([prompt], **kwargs)[0]
+    def sample(self, prompt: str, settings: Sampling) -> SampleSet:
+        return self.sample_many([prompt], settings)[0]
 
-    def sample_many(self, prompts: Sequence[str], *, k: int, max_new_tokens: int,
-                    stop: Sequence[str] = (), temperature: float = defaults.TEMPERATURE,
-                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
-                    seed: int = defaults.SEED, layer: int | None = None,
-                    hook: str = "mlp_out", want_stats: bool = False,
-                    forced_eos: str = "append") -> list[SampleSet]:
-        layer = middle_layer(self.n_layers) if layer is None else int(layer)
-        check_forced_eos(forced_eos)
-        if hook not in HOOKS:
-            raise ValueError(f"hook must be one of {HOOKS}, not {hook!r}")
-        if not 0 <= layer < self.n_layers:
-            raise ValueError(f"layer {layer} is outside 0..{self.n_layers - 1}")
+    def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
+        s = settings.at_layer(self.n_layers)
+        k, layer, hook, stop, want_stats = s.k, s.layer, s.hook, s.stop, s.want_stats
         self._install([("vec", layer, hook), ("stats",)])   # stats: warped log-probs
         encoded = [self._encode(p) for p in prompts]
         for ids in encoded:
-            self._check_len(len(ids), max_new_tokens + 1)
+            self._check_len(len(ids), s.max_new_tokens + 1)
 
         # 1) k samples per context, all contexts in one batch
-        temp = float(temperature) if temperature > 0 else 0.0
-        warp = [temp, int(top_k) if top_k and top_k > 0 else 0, float(top_p) if top_p is not None else 1.0]
+        temp = float(s.temperature) if s.temperature > 0 else 0.0
+        warp = [temp, int(s.top_k) if s.top_k and s.top_k > 0 else 0, float(s.top_p) if s.top_p is not None else 1.0]
         reqs, params, tags = [], [], []
         for ids in encoded:
             for i in range(k):
@@ -354,32 +345,32 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
                 extra = {vllm_worker.KEY: {"tag": tag, "stats": True, "warp": warp}}
                 reqs.append({"prompt_token_ids": ids})
                 params.append(self._params(
-                    max_tokens=max(1, int(max_new_tokens)), stop=list(stop) or None, logprobs=0,
+                    max_tokens=max(1, int(s.max_new_tokens)), stop=list(stop) or None, logprobs=0,
                     temperature=warp[0], top_k=warp[1], top_p=warp[2],
-                    seed=int(seed) + i, extra_args=extra))
+                    seed=int(s.seed) + i, extra_args=extra))
                 tags.append(tag)
         results = self._engine.run(reqs, params, tags)
         gens = [self._generation(res.outputs[0], cap, stop, encoded[j // k], want_stats, temp)
                 for j, (res, cap) in enumerate(results)]
-        if max_new_tokens <= 0:
+        if s.max_new_tokens <= 0:
             gens = [_nothing(g.n_prompt_tokens, want_stats) for g in gens]
 
         # 2) forced-EOS vectors: one request per distinct "prompt + forced-EOS sequence"
-        forced = [tuple(forced_eos_of(g, self.eos_token_id, forced_eos)) for g in gens]
+        forced = [tuple(forced_eos_of(g, self.eos_token_id, s.forced_eos)) for g in gens]
         seqs: dict[tuple, str] = {}
         for j, f in enumerate(forced):
             seqs.setdefault(tuple(encoded[j // k]) + f, uuid.uuid4().hex)
         vparams = [self._params(max_tokens=1, temperature=0.0,
                                 extra_args={vllm_worker.KEY: {"tag": t, "vec": [layer, hook]}})
                    for t in seqs.values()]
-        vres = self._engine.run([{"prompt_token_ids": list(s)} for s in seqs], vparams,
+        vres = self._engine.run([{"prompt_token_ids": list(seq)} for seq in seqs], vparams,
                                 list(seqs.values()))
         by_seq = {}
-        for s, (_res, cap) in zip(seqs, vres):
+        for seq, (_res, cap) in zip(seqs, vres):
             if "vec" not in cap:
                 raise RuntimeError("vLLM returned no hidden state for a forced-EOS request: the "
                                    "capture hook did not run (is the model compiled?)")
-            by_seq[s] = np.asarray(cap["vec"], dtype=np.float32)
+            by_seq[seq] = np.asarray(cap["vec"], dtype=np.float32)
 
         out = []
         for c, ids in enumerate(encoded):

@@ -119,8 +119,8 @@ class _Capture:
             for i, spec, _s, _e in rows:
                 if spec.get("stats") and i < logits.shape[0]:
                     lg = logits[i].float()
-                    _logp, ent, lse = token_stats(lg)
-                    row = (float(ent), float(lse))
+                    _logp, ent, logsumexp = token_stats(lg)
+                    row = (float(ent), float(logsumexp))
                     if spec.get("warp") and spec["warp"][0] > 0:   # temperature 0: raw
                         row += (float(warped_logsumexp(lg[None], *spec["warp"])[0]),)
                     self.slot(spec["tag"]).setdefault("stats", []).append(row)
@@ -281,10 +281,10 @@ def _fetch(cap: _Capture, tags: list[str], score: dict | None) -> dict[str, dict
             h = torch.cat(got["hidden"])[n_prompt - 1: n_prompt - 1 + len(cont)]
             logits = cap.model.compute_logits(h)
             if logits is not None:
-                logp, ent, lse = token_stats(logits.float())
+                logp, ent, logsumexp = token_stats(logits.float())
                 tgt = torch.tensor(cont, device=logits.device)
                 item["logprobs"] = logp.gather(1, tgt[:, None])[:, 0].tolist()
-                item["entropies"], item["logsumexp"] = ent.tolist(), lse.tolist()
+                item["entropies"], item["logsumexp"] = ent.tolist(), logsumexp.tolist()
                 if reads:
                     item["reads"] = [float(logp[j, t]) for j, t in reads[0]]
         out[tag] = item

@@ -122,7 +122,7 @@ class SeaKR(Method):
             _ = self._passages.table
         _ = self.demos   # a missing official clone fails here, not mid-run
         s["delta"] = resolve_delta(s["delta"], s["estimator"])
-        Scorer(backend, s, "")   # validates the estimator now rather than mid-run
+        Scorer(backend, s, "")   # validates the estimator and the samples' settings now rather than mid-run
 
     # -- one LLM call: greedy step + optional U ------------------------------------------------
     def _call(self, prompt, stop, need_u: bool, context: str = "", max_new_tokens=None):
@@ -142,7 +142,7 @@ class SeaKR(Method):
             return []
         if need_u and scorer.wants_samples:
             pairs = generate_and_sample_many(self.backend, prompts, generate=kws,
-                                             sample=[scorer.sample_kwargs(st) for st in stops])
+                                             sample=[scorer.sampling(st) for st in stops])
             gens, sets = [g for g, _ in pairs], [ss for _, ss in pairs]
             return list(zip(gens, scorer.from_samples(gens, sets, contexts)))
         gens: list = [None] * len(prompts)

@@ -9,21 +9,16 @@ flipped); its delta must be given on that scale.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ... import uncertainty as unc
 from ...core.errors import UserError
+from ...llm.sampling_settings import Sampling
 from ...uncertainty import registry
 
 ESTIMATORS = tuple(registry.ESTIMATORS)
 DEFAULT_DELTAS = registry.DEFAULT_DELTAS
-
-
-def resolve_layer(layer: Any, backend) -> int | None:
-    """"middle" -> L/2 - 1 (15 of LLaMA-2-7B's 32), None -> the backend's default, else the int."""
-    if layer == "middle":
-        return int(backend.n_layers) // 2 - 1
-    return None if layer is None else int(layer)
 
 
 def resolve_delta(delta: Any, estimator: str) -> float:
@@ -37,13 +32,6 @@ def resolve_delta(delta: Any, estimator: str) -> float:
                             "for this estimator (notebook 03 writes them); only eigen has the "
                             "official default -6.0")
     return float(delta)
-
-
-def sample_kwargs(s: Mapping[str, Any], backend) -> dict[str, Any]:
-    """The `Backend.sample` arguments of U's k samples, from a method's settings."""
-    return dict(k=s["k"], max_new_tokens=s["sample_max_tokens"], temperature=s["temperature"],
-                top_k=s["top_k"], top_p=s["top_p"], seed=s["seed"],
-                layer=resolve_layer(s["layer"], backend), hook=s["hook"], forced_eos=s["forced_eos"])
 
 
 def context_stats(estimator: registry.Estimator, backend, greedy, sampleset=None,
@@ -65,6 +53,10 @@ class Scorer:
     def __init__(self, backend, settings: Mapping[str, Any], question: str):
         self.backend, self.s, self.question = backend, settings, question
         self.estimator = registry.get(settings["estimator"])
+        s = settings     # the k samples' settings, checked against the model here (SeaKR's setup builds a Scorer)
+        self.k_samples = Sampling(k=s["k"], max_new_tokens=s["sample_max_tokens"], temperature=s["temperature"],
+                                  top_k=s["top_k"], top_p=s["top_p"], seed=s["seed"], layer=s["layer"],
+                                  hook=s["hook"], forced_eos=s["forced_eos"]).at_layer(backend.n_layers)
 
     @property
     def wants_stats(self) -> bool:
@@ -77,14 +69,14 @@ class Scorer:
     def wants_samples(self) -> bool:
         return "samples" in self.estimator.needs
 
-    def sample_kwargs(self, stop) -> dict[str, Any]:
-        """The `Backend.sample` arguments of this estimator's k samples."""
-        return dict(stop=list(stop), **sample_kwargs(self.s, self.backend))
+    def sampling(self, stop) -> Sampling:
+        """The settings of this estimator's k samples with these stop strings."""
+        return replace(self.k_samples, stop=stop)
 
     def many(self, prompts, stop, greedies, contexts) -> list[float]:
         """U of several independent contexts (same stop strings): their k samples are drawn in
         one `sample_many` batch, which gives the same samples as one `sample` call each."""
-        sets = (self.backend.sample_many(list(prompts), **self.sample_kwargs(stop))
+        sets = (self.backend.sample_many(list(prompts), self.sampling(stop))
                 if self.wants_samples else [None] * len(prompts))
         return self.from_samples(greedies, sets, contexts)
 

@@ -237,12 +237,12 @@ def chosen_stats(batch: Batch, logits: torch.Tensor, tokens: torch.Tensor):
     step = batch.backend.rows_per_forward or logits.shape[0]
     got = []
     for a in range(0, logits.shape[0], step):
-        logp, ent, lse = token_stats(logits[a:a + step], batch.want_stats)
-        got.append((logp.gather(1, tokens[a:a + step, None])[:, 0], ent, lse))
+        logp, ent, logsumexp = token_stats(logits[a:a + step], batch.want_stats)
+        got.append((logp.gather(1, tokens[a:a + step, None])[:, 0], ent, logsumexp))
     if len(got) == 1:
         return got[0]
-    chosen, ent, lse = zip(*got)
-    return torch.cat(chosen), *((torch.cat(ent), torch.cat(lse)) if batch.want_stats else (None, None))
+    chosen, ent, logsumexp = zip(*got)
+    return torch.cat(chosen), *((torch.cat(ent), torch.cat(logsumexp)) if batch.want_stats else (None, None))
 
 
 def read_back_once(batch: Batch, logits: torch.Tensor) -> StepDraws:
@@ -253,15 +253,15 @@ def read_back_once(batch: Batch, logits: torch.Tensor) -> StepDraws:
         nxt.append(tok)
         warped_cols.append(warped if warped is not None else logits.new_full((n,), float("nan")))
     nxt = torch.cat(nxt)
-    chosen, ent, lse = chosen_stats(batch, logits, nxt)
+    chosen, ent, logsumexp = chosen_stats(batch, logits, nxt)
     cols = [nxt, chosen, torch.cat(warped_cols)]
-    host = torch.stack([c.double() for c in cols + ([ent, lse] if batch.want_stats else [])],
+    host = torch.stack([c.double() for c in cols + ([ent, logsumexp] if batch.want_stats else [])],
                        1).cpu().numpy()
     ids, chosen = host[:, 0].astype("int64").tolist(), host[:, 1].tolist()
     warped = [None if w != w else w for w in host[:, 2].tolist()]
     if batch.want_stats:
-        ent, lse = host[:, 3].tolist(), host[:, 4].tolist()
-    return StepDraws(nxt, ids, chosen, warped, ent, lse)
+        ent, logsumexp = host[:, 3].tolist(), host[:, 4].tolist()
+    return StepDraws(nxt, ids, chosen, warped, ent, logsumexp)
 
 
 def read_back_each(batch: Batch, logits: torch.Tensor) -> StepDraws:
@@ -272,8 +272,8 @@ def read_back_each(batch: Batch, logits: torch.Tensor) -> StepDraws:
         nxt.append(tok)
         warped += w.tolist() if w is not None else [None] * n
     nxt = torch.cat(nxt)
-    chosen, ent, lse = chosen_stats(batch, logits, nxt)
+    chosen, ent, logsumexp = chosen_stats(batch, logits, nxt)
     chosen = chosen.tolist()
     if batch.want_stats:
-        ent, lse = ent.tolist(), lse.tolist()
-    return StepDraws(nxt, nxt.tolist(), chosen, warped, ent, lse)
+        ent, logsumexp = ent.tolist(), logsumexp.tolist()
+    return StepDraws(nxt, nxt.tolist(), chosen, warped, ent, logsumexp)
