@@ -145,10 +145,10 @@ def test_the_check_at_llama_2_7bs_layers_predicts_every_peak_and_prices_the_prof
     for method in ("seakr", "cot", "ircot", "self_rag", "flare", "dragin"):
         entry = rep["parts"]["seakr"] if method == "seakr" else rep["parts"]["methods"]["methods"][method]
         assert entry["predicted_7b"]["from"] == "this run" and entry["predicted_7b"]["peak_bytes"] > 12 * GiB
+    # 20 rows x 20 tokens at narrow widths hold about 9 MiB of suffix cache: less than the segments
+    # the allocator reserves beyond the bytes in tensors, so no cap fails k rows and fits k/2 (at
+    # 7B the gap is about 0.5 GiB); the retry itself is tests/test_oom_retry_memory.py's
     oom = rep["parts"]["oom"]
-    assert oom["retry_ran"], oom
-    for run in oom["runs"]:
-        assert oom["half_rows_peak_bytes"] < run["cap_bytes"] < oom["uncapped_allocated_bytes"]
-        if run["ok"]:                       # against an uncapped run at the width it finished at
-            assert run["compared_at_rows"] == run["rows_per_forward"] and run["same_tokens"]
+    assert oom["half_rows_peak_bytes"] >= oom["uncapped_allocated_bytes"] and not oom["runs"], oom
+    assert "segments swallow the rows" in rep["paragraph"]
     assert "predicted at LLaMA-2-7B" in rep["paragraph"] and "hours" in rep["paragraph"]
