@@ -1,24 +1,15 @@
 """Questions side by side on a backend that decodes one call at a time (transformers).
 
-`runner.concurrency > 1` runs several questions on threads. vLLM merges their calls into its
-running batch by itself; the transformers backend cannot, but it decodes several contexts in one
-batch when they arrive in ONE call (`generate_many`, `sample_many`: shared-prefix decoding). A
-`ThreadBatcher` wrapped around it turns the calls of the question threads into such calls:
-
-- each question thread registers for its lifetime (`worker(backend)`, the runner does this);
-- a `generate`/`generate_many`/`sample`/`sample_many` call waits in a queue;
-- when every registered thread is waiting (nothing else can arrive), one of them runs the
-  largest group of waiting calls with the same settings as one `generate_many` or `sample_many`
-  call, and each thread gets its own part back; the other calls wait for the next round, which
-  brings threads that were out of step (one sampling while another generates) into step.
-
-Every context keeps its own random generator in the backend (`sample_many` gives the same samples
-as one `sample` per context), so a question's samples do not depend on which other questions share
-its batch. Every other call (`score`, DRAGIN's attention, tokenizer calls) runs alone, never during
-a batch: the model and the tokenizer are used by one thread at a time.
-
-The wrapper sits under the call cache (`CachedBackend(ThreadBatcher(hf))`), so hits never wait and
-each question's calls are counted on its own thread.
+`runner.concurrency > 1` runs questions on threads; vLLM merges their calls by itself, the
+transformers backend only batches contexts that arrive in ONE call (`generate_many`,
+`sample_many`). A `ThreadBatcher` turns the threads' calls into such calls, as docs/speed.md
+("Questions side by side") describes: each question thread registers for its lifetime
+(`worker(backend)`, the runner does this); once every registered thread waits, the largest group
+of waiting calls with the same settings runs as one batch and each thread gets its own part back.
+A question's samples do not depend on who shares its batch (each context keeps its own
+generator). Every other call (`score`, DRAGIN's attention, tokenizer calls) runs alone, never
+during a batch. It sits under the call cache (`CachedBackend(ThreadBatcher(hf))`), so hits never
+wait and each question's calls are counted on its own thread.
 """
 from __future__ import annotations
 

@@ -4,35 +4,26 @@ Key = sha256 of (model name, weights fingerprint, call kind, prompt, every param
 changed prompt, setting or checkpoint can never return a stale answer. Each value is ONE file,
 CACHE_DIR/llm/<model>/<key[:2]>/<key>.npz (uncompressed npz), written atomically: `meta` holds the
 zlib-compressed JSON of the generations (Python floats round-trip exactly through JSON), plus,
-for a sample call, its k forced-EOS vectors in one of two compact forms (`cache.vectors`):
+for a sample call, its k forced-EOS vectors in the form `cache.vectors` names (docs/disk-and-memory.md,
+"Call cache"): "gram" (default) stores the k x m factor F of the row-centred Gram matrix,
+Z J_d Z^T = F F^T, and a hit returns F E^T with E a fixed Helmert basis: k x d vectors with the
+same centred Gram matrix (the same U up to rounding), NOT the hidden states, and the SampleSet
+carries `vectors_form = "gram"`; "float16" stores the vectors themselves in float16.
 
-- "gram" (default): the k x m factor F of the row-centred Gram matrix, Z J_d Z^T = F F^T
-  (float64, m = min(k, d-1)): exactly what U(c) reads, in both variants, at about 1/100 of the
-  float32 vectors' bytes for LLaMA-2-7B. A hit returns F E^T with E a fixed orthonormal basis
-  orthogonal to the all-ones vector (Helmert contrasts): k x d vectors with the same centred Gram
-  matrix (so the same U up to rounding), NOT the model's hidden states; the SampleSet then
-  carries `vectors_form = "gram"`. Nothing in the package reads cached vectors for anything else.
-- "float16": the k x d vectors themselves in float16 (half today's float32; U moves by the
-  rounding measured in docs/disk-and-memory.md).
-
-An entry is written once: no call replaces it with another computation. Statistics (`want_stats`:
-each generated token's entropy and logsumexp) are computed beside the tokens from the same logits.
-Where they cost only a few vector operations per decode step (the transformers and synthetic
-backends: no `kind`), every computed call takes them and they are not part of the key, so the calls
-of SeaKR and of its energy row, say, are computed once whichever runs first; a call that did not ask
-gets them removed, so it sees what it always saw. On another engine (vLLM: its statistics travel
-through a hook, and its greedy tokens can depend on the batch) `want_stats` is part of the key, so a
-call asking for them never replaces the entry a call without them stored. Entries of the format
-without `want_stats` in the key (and of the one before, with it) are still found (`_keys`); a call
-that needs statistics such an entry lacks computes them and leaves the entry as it is.
+An entry is written once: no call replaces it. Statistics (`want_stats`: each generated token's
+entropy and logsumexp) come from the same logits as the tokens. On backends where they are nearly
+free (transformers, synthetic: no `kind`) every computed call takes them and they are not part of
+the key, so SeaKR and its energy row share calls; a call that did not ask gets them removed. On
+another engine (vLLM) `want_stats` is part of the key. Entries of the two earlier key formats are
+still found (`_keys`); a call that needs statistics such an entry lacks computes them and leaves
+the entry as it is.
 
 `CachedBackend` also counts calls, hits, misses and tokens (all calls' and the computed ones'):
-the runner reports them per question, other steps per question in their own files (`row_counts`).
+the runner reports them per question, other steps in their own files (`row_counts`).
 
-The cache is derived data: when its disk fills, `CachedBackend` says so once (where the cache lives,
-its size, the free space) and goes on without storing new calls (hits are still read), unless
-`cache.must_keep` asks for a cache that must be kept: then the run stops with the disk-full
-paragraph (`core.disk_full`).
+The cache is derived data: when its disk fills, `CachedBackend` says so once (where it lives, its
+size, the free space) and goes on without storing (hits are still read), unless `cache.must_keep`:
+then the run stops with the disk-full paragraph (`core.disk_full`).
 """
 from __future__ import annotations
 

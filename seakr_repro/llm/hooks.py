@@ -1,21 +1,17 @@
 """Capture one decoder layer's vector during a forward pass: the one definition of both hooks.
 
-- "mlp_out": the output of layer l's MLP sub-module, BEFORE the residual add. This is SeaKR's
-  official vector (its forked vLLM clones the decoder layer's MLP output inside the layer loop).
-- "residual": the residual stream AFTER decoder layer l (the layer's input plus its attention and
-  MLP outputs), never passed through the model's final norm, at every layer including the last.
-  INSIDE and most probes read this quantity. For l < L-1 it equals transformers'
-  `output_hidden_states[l + 1]`; at the last layer transformers' `hidden_states[-1]` is the
-  final norm of it (`model.model.norm(residual)`), which is not a per-layer quantity, so the
-  layer curve of step 02 would change scale at its last point. SeaKR's own capture is likewise
-  taken inside the layer loop, before the final norm.
+- "mlp_out": the output of layer l's MLP sub-module, BEFORE the residual add: SeaKR's official
+  vector (its forked vLLM clones the decoder layer's MLP output inside the layer loop).
+- "residual": the residual stream AFTER decoder layer l, never passed through the model's final
+  norm, at every layer including the last (INSIDE and most probes read this). For l < L-1 it is
+  transformers' `output_hidden_states[l + 1]`; `hidden_states[-1]` is its final norm, which would
+  change the scale of step 02's layer curve at its last point (docs/vllm.md, "Agreement").
 
-`hook_module` says which module's forward output holds the vector and `hooked_vector` reads it
-from that output, for transformers' modules and vLLM's (whose decoder layers return
-(hidden, residual) with the residual add deferred to the next layer's norm). Both backends and
-every capture go through these two functions. Forward hooks read the output without patching
-the model; the capture can cut the forward pass short after layer l (`stop_after=True`): the
-layers above do not influence the vector, so computing them would be wasted work.
+`hook_module` says which module's forward output holds the vector and `hooked_vector` reads it,
+for transformers' modules and vLLM's (whose decoder layers return (hidden, residual) with the
+residual add deferred to the next layer's norm); both backends and every capture use these two.
+The capture can cut the forward pass short after layer l (`stop_after=True`): the layers above do
+not influence the vector.
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """A run's memory on the card by kind, and how each kind scales from one LLaMA shape to another:
 how the simulated card (doubles/simulated_card.py) predicts, from a run at a small shape, the peak
-of the same run at LLaMA-2-7B's shape.
+of the same run at LLaMA-2-7B's shape (docs/measurements.md, "Each method's peak at LLaMA-2-7B's
+shape, predicted").
 
-A run at a narrow shape with LLaMA-2-7B's layer count (32), vocabulary (32,000) and dtype holds,
-at every moment, the tensors the run holds at 7B (the same prompts, rows, steps and caches), each
-narrower in its width dimensions only. Each tensor's bytes then scale by the ratio of those
-dimensions, told from its shape and dtype against the model's (`kind_of`):
+A narrow run with the target's layer count, vocabulary and dtype holds at every moment the
+tensors the target run holds, narrower in their width dimensions only, so each tensor's bytes
+scale by the ratio of those dimensions, told from its shape and dtype (`kind_of`):
 
   weights  the parameters                               the target's parameter bytes
   vocab    last dimension the vocabulary (logits,       vocabulary
@@ -18,10 +18,8 @@ dimensions, told from its shape and dtype against the model's (`kind_of`):
   mlp      last dimension the intermediate size         intermediate size
   other    the rest (token ids, positions, masks)       unchanged
 
-What grows with the layers (every layer's cache, the weights) and with the vocabulary is measured
-as it is, not scaled: `scales` refuses another layer count. What grows with the prompt and k is the
-run's own: the same run at both shapes. The peak at the target is the largest, over the run, of the
-live bytes so scaled (`scaled_total`), not the measured peak scaled: the moment the small shape's
+`scales` refuses another layer count. The prediction is the largest, over the run, of the live
+bytes so scaled (`scaled_total`), not the measured peak scaled: the moment the small shape's
 vocabulary dominates is not the one that dominates at 7B.
 """
 from __future__ import annotations

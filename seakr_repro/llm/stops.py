@@ -8,14 +8,11 @@ stop string; `token_ids` keep the longest prefix of tokens whose text lies entir
 continuation (the token that completed the stop string, or the max_tokens-th); a sampled EOS is
 never part of either list.
 
-The forced-EOS sequence (`uncertainty.forced_eos`):
-- "replace_last" (the official engine's stop checker): the last generated token is overwritten
-  with EOS and every token before it is kept. For the stop ". " completed by the token "▁Ivania"
-  the sequence is "... 1959." + EOS (the period stays); at max_tokens it is the first
-  max_tokens - 1 tokens + EOS. A continuation that ended by sampling EOS keeps that EOS.
-- "append": the kept tokens (those of the returned text) + EOS, so the vector describes exactly
-  the text the method reads; no content token is lost at max_tokens, and the sequence does not
-  depend on how the tokenizer merges the stop string with the next word.
+The forced-EOS sequence (`uncertainty.forced_eos`; docs/faithful-and-fixed.md, "Forced-EOS
+sequence of U's vectors"): "replace_last" (the official stop checker) overwrites the last
+generated token with EOS and keeps every token before it ("... 1959." + EOS for the stop ". "
+completed by "▁Ivania"; a sampled EOS is kept); "append" puts EOS after the kept tokens (those of
+the returned text), so the vector describes exactly the text the method reads.
 """
 from __future__ import annotations
 

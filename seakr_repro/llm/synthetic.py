@@ -1,17 +1,15 @@
 """A synthetic backend with a real model's shapes and instant, deterministic random outputs.
 
-`make scale-check` drives the paper profile's own code (methods, runner, cache, step 02) with it
-to measure what does not depend on the model: host memory, disk per question, Python overhead,
-without a GPU or weights. Selected by `model.backend: synthetic` (the shapes of `model.name`,
-e.g. LLaMA-2-7B's 32 layers x 4,096) or `model.name: synthetic-llama-2-7b`.
+`make scale-check` and `cost`'s dry run drive the profile's own code (methods, runner, cache, step
+02) with it, without a GPU or weights. Selected by `model.backend: synthetic` (the shapes of
+`model.name`) or `model.name: synthetic-llama-2-7b`.
 
 Every output is drawn from a generator seeded by a hash of (call kind, prompt, parameters): the
-same call always gives the same answer. Texts are sentences of words (the synthetic corpus's
-vocabulary, so queries retrieve something), ending in "So the answer is X." about a third of the
-time, so the methods' loops both continue and stop. Sample vectors are, per context, either tight
-(all samples near one point: U below the official delta = -6, "no retrieval") or spread out, so
-both branches of SeaKR run. How often each happens, and how many words a generation runs, are its
-`DECISIONS`; `cost`'s dry run sets them from a finished run's records (`DECISIONS_ENV`).
+same call always gives the same answer. Texts are sentences of the synthetic corpus's words (so
+queries retrieve something), sometimes ending in "So the answer is X."; sample vectors are, per
+context, tight (U below the official delta = -6) or spread out, so both branches of every loop
+run. How often each happens, and how long a generation runs, are its `DECISIONS`; `cost`'s dry
+run sets them from a finished run's records (`DECISIONS_ENV`).
 """
 from __future__ import annotations
 

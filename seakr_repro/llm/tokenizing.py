@@ -1,11 +1,9 @@
 """Prompt text <-> token ids, the same way in every backend, so that backends see identical ids.
 
 Generated tokens are decoded IN CONTEXT, as vLLM's detokeniser does: the text a token adds is
-decode(context + ids[:i+1]) minus decode(context + ids[:i]). Decoding a token alone is wrong for
-sentencepiece tokenizers (LLaMA), whose decoder strips the leading space of the first token of
-whatever it decodes: "▁director" alone reads "director", so FLARE's query came out
-"ThedirectorofMaddalenais" and a continuation "▁Ivania" after "1959." lost its space. The context
-is the prompt's last tokens, so the first generated token gets its space too.
+decode(context + ids[:i+1]) minus decode(context + ids[:i]), the context being the prompt's last
+tokens. Decoding a token alone is wrong for sentencepiece tokenizers (LLaMA), whose decoder strips
+the leading space of whatever it decodes first: "▁Ivania" after "1959." would lose its space.
 """
 from __future__ import annotations
 

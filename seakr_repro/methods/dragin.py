@@ -1,8 +1,7 @@
 """DRAGIN (Su et al.): retrieval triggered by real-time information needs, as its code runs it.
 
-Words: the generated tokens merged into DRAGIN's words; faithful: their pieces joined as DRAGIN's
-code joins them, byte-fallback pieces kept by name (`Backend.piece_words`: "followers<0x3B>"),
-fixed: decoded (`Backend.words`: "followers;"). A word's attention is
+Words: the generated tokens merged into DRAGIN's words (faithful: `Backend.piece_words`, fixed:
+`Backend.words`; docs/faithful-and-fixed.md, "DRAGIN's words"). A word's attention is
 the sum over its tokens of the last-layer attention each token receives (over the generated tokens
 alone: max over the later positions, mean over heads; `Generation.attention`); its weight is the
 mean entropy of its tokens. The chunk's sentences take consecutive runs of words (a sentence ends
@@ -10,8 +9,8 @@ at the first word whose text, joined with the run, contains the sentence; the la
 the rest); a word's score is (attention / the sentence's total) x weight x (words in the sentence).
 
 Trigger (docs/faithful-and-fixed.md, "DRAGIN's trigger"): faithful lets ANY word over the
-threshold trigger and clears non-content words (NOUN ADJ VERB PROPN NUM) only afterwards -- none
-left: the query falls back to text order, as in the code; fixed lets only content words trigger.
+threshold trigger (non-content words cleared afterwards; none left: text order); fixed lets only
+content words (NOUN ADJ VERB PROPN NUM) trigger.
 
 Query (both modes, DRAGIN's "real_words"): the text "question + text so far + sentences before +
 the flagged sentence's words" is run through the model; for each flagged word, each of its tokens'

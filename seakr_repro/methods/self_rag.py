@@ -3,23 +3,18 @@
 
 Needs the Self-RAG checkpoint (selfrag/selfrag_llama2_7b), whose vocabulary holds the reflection
 tokens as special tokens. One question:
-1. Retrieve or not (`retrieval`: adaptive | always | never). Adaptive reads the log-probs of
-   [Retrieval] and [No Retrieval] as the first token after the prompt and retrieves when their
-   ratio exceeds `threshold` (faithful: the ratio of the LOG-probs, as the code computes it;
-   fixed: of the probabilities, as the paper defines it).
+1. Retrieve or not (`retrieval`: adaptive | always | never); adaptive compares the log-probs of
+   [Retrieval] and [No Retrieval] at the first token with `threshold` (faithful: their LOG-prob
+   ratio, as the code; fixed: the probability ratio, as the paper).
 2. Without passages: the greedy continuation of prompt + "[No Retrieval]" is the answer.
-3. With passages: one greedy continuation per passage (the top `ndocs`: of a search of the
-   package's index, or, with `passages: input`, the first of the question's `ctxs` in the input
-   file `input_files[<data set>]`, as the code reads them), each scored
-   exp(seq) + w_rel ISREL + w_sup ISSUP + w_use ISUSE, where seq is the mean log-prob of its
-   tokens (EOS included, as vLLM counts it; the exp term only with `use_seqscore`), ISREL =
-   P([Relevant]) over {Relevant, Irrelevant} at its first token, ISSUP = P(Fully) + 0.5 P(Partially)
-   over the three support tokens where the continuation first generates one of them (0 when it
-   generates none, or without `use_groundness`), ISUSE = sum_i w_i P([Utility:i]) over the five
-   utility tokens, w = (-1, -0.5, 0, 0.5, 1), where it first generates one (0 when none, or
-   without `use_utility`). The highest score wins (the first on a tie); its text is the answer.
-Token probabilities are read from the generated ids (`backend.read_logprobs`), full-vocabulary
-softmax. Texts are vLLM's: special tokens (the reflection tokens, <paragraph>, EOS) skipped.
+3. With passages (the top `ndocs` of a search, or with `passages: input` the question's `ctxs` in
+   `input_files[<data set>]`): one greedy continuation per passage, scored
+   exp(seq) + w_rel ISREL + w_sup ISSUP + w_use ISUSE (seq: mean log-prob with EOS; ISREL at the
+   first token; ISSUP = P(Fully) + 0.5 P(Partially), ISUSE = sum_i w_i P([Utility:i]) with
+   w = (-1, -0.5, 0, 0.5, 1), each where the continuation first generates one, else 0; each term
+   switched by `use_seqscore`, `use_groundness`, `use_utility`). The highest score wins (the first
+   on a tie). docs/faithful-and-fixed.md ("Self-RAG in both modes") gives every detail and what
+   is not reproduced.
 """
 from __future__ import annotations
 

@@ -1,23 +1,15 @@
 """`cost`'s dry run: the profile's own steps 02-11, in notebook order and with the parameters
-`make reproduce` gives each notebook, on the synthetic model (`llm/synthetic.py`: the model's
-shapes, instant deterministic outputs) behind the real call cache. Every call a step makes is
-made and counted by the code that makes it, and a call two rows (or two steps) make is computed
-once and then served by the cache, as in a real run; `recorded_work` then reads the dry run's
-files as it reads a real run's.
+`make reproduce` gives each notebook, on the synthetic model (`llm/synthetic.py`) behind the real
+call cache, so every call is made and counted by the code that makes it and a call two rows make
+is computed once; `recorded_work` then reads the dry run's files as it reads a real run's.
+docs/paper-profile.md ("Where the counts come from") says what it knows and what it guesses.
 
-It runs in a child process of its own (results, tables, figures and the call cache in a
-temporary folder: nothing of the real run is read or written but the corpus and its index, which
-it links to when they are built), on the profile's prepared question sets, or on a sample of them
-(`sample`: at most that many questions per data set and per step, the steps' samples nested as
-they are in the real run; `cost` scales each unit up to its real size).
-
-What it cannot know: the synthetic model decides where the real one would, so the calls that
-follow a decision (whether SeaKR's U passes its threshold, when an answer appears, how long a
-generation runs, which rows fail) are the synthetic model's, at the rates a finished run of the
-profile recorded where there is one (`work.decisions`), and so are the tokens each call
-generates. Steps 00, 01, 03, 08 and 90 make no model calls. KBAE's LoRA training is not run (the
-synthetic model has no weights): its examples are built and counted, and a synthetic model of its
-own answers its row (`methods.taikc.kbae`).
+It runs in a child process of its own (results, tables, figures and the call cache in a temporary
+folder; only the corpus and its index are linked in), on the profile's prepared question sets or
+a sample of them (`sample`: at most that many questions per data set and step, nested as in the
+real run; `cost` scales each unit up). The synthetic model decides at the rates a finished run of
+the profile recorded where there is one (`work.decisions`). KBAE's LoRA training is not run: its
+examples are built and counted, and a synthetic model of its own answers its row.
 """
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
-"""The paces `cost` prices a profile's work at, each with where it was measured:
+"""The paces `cost` prices a profile's work at, each with where it was measured (docs/paper-profile.md,
+"The paces"):
 
 - the paper's Table 7 (`runs.preflight.paper_pace`): the methods it timed, on its model only;
 - the GPU paces this package measured (`data/measured/gpu_pace.csv`: one row per card, commit,
-  method and data set, and decode path where the row names one): a row that counts its model calls
-  per question gives its method's seconds per call on that card and decode path, and prices that
-  method's calls only;
-- the CPU paces of this package's own runs (`data/measured/cpu_pace.csv`: one row per profile,
-  run and step): each step's seconds with the work its files record (computed calls, their prompt
-  and generated tokens) and the unit its pace is per: a computed call, or the step itself where
-  it makes no model call. `record_pace` adds a finished run's rows, each with how far the pace
-  recorded before it was off on this run's own work.
+  method, data set and, where named, decode path): a row that counts its calls per question gives
+  that method's seconds per call and prices that method's calls only;
+- the CPU paces of this package's own runs (`data/measured/cpu_pace.csv`: one row per profile, run
+  and step): each step's seconds with the work its files record and the unit its pace is per (a
+  computed call, or the step where it makes none). `record_pace` adds a finished run's rows, each
+  with how far the pace recorded before it was off on this run's own work.
 """
 from __future__ import annotations
 

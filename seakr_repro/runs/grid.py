@@ -3,9 +3,8 @@ samples, the data sets of each table, and `run_grid`, which runs (method, data s
 resumably into tidy results (method, dataset, metric, value, low, high) for the render step.
 
 Settings flow from the profile into each method (`method_settings`), thresholds from step 03's
-calibration (`uncertainty.thresholds.read_deltas`). Each (method, dataset) run is a resumable JSONL file keyed by
-the method's config hash, so a re-run after a crash, or a render after a change elsewhere, recomputes
-nothing that is already done, and SeaKR's ablations share LLM calls through the call cache.
+calibration (`uncertainty.thresholds.read_deltas`). Each (method, dataset) run is `runner`'s
+resumable file keyed by the method's config hash; SeaKR's ablations share calls through the cache.
 """
 from __future__ import annotations
 

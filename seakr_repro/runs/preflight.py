@@ -1,16 +1,11 @@
 """Check everything a profile will need before anything long starts, and report all gaps at once.
 
-`make reproduce PROFILE=paper` runs for days; a missing data set or model found on day three costs
-days. `check(cfg)` looks at the profile's own model, the optional models (Self-RAG for Tables 1/2,
-the Table 4 backbones), the corpus, every question set and top-10 passages file, the official
-clones whose example lists the profile reads, SKR's results files (`skr.train_results`), the
-Java runtime for Lucene, free disk and GPU memory, and raises one `DataMissingError` that lists
-every missing piece with where to get it and where to put it. All checks are cheap (file
-look-ups, no model loads), so the shipped profiles (smoke, default) run them too.
-
-Optional models: the notebooks skip a row whose checkpoint is absent and say why in the table, so
-by default a missing Self-RAG or backbone checkpoint is listed as "will be skipped", not an error.
-`strict=True` (`preflight --strict`) makes them required, for a run that must fill every row.
+`check(cfg)` looks at what docs/paper-profile.md ("Preflight") lists (models, corpus, question
+sets, top-10 passages, official clones, SKR's results files, Java, disk, GPU memory) with file
+look-ups only, no model loads, and raises one `DataMissingError` that lists every missing piece
+with where to get it and where to put it. A missing optional model (Self-RAG, the Table 4
+backbones) is listed as "will be skipped"; `strict=True` (`preflight --strict`) makes them
+required, for a run that must fill every row.
 """
 from __future__ import annotations
 

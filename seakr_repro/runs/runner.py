@@ -2,13 +2,11 @@
 
 The output file is keyed by method and config hash: results/<profile>/runs/<dataset>/<method>-<hash>.jsonl.
 A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
-most the question in flight; on resume, finished ids are skipped and a torn last line (a kill in the
-middle of a write) is cut off. Nothing is duplicated and nothing finished is recomputed. A disk that
-fills mid-line gets the line cut off again at once (`core.io.appending`) and the run stops with the
-disk-full paragraph (`core.disk_full`); the same command resumes once there is room.
+most the question in flight; on resume, finished ids are skipped and a torn last line is cut off.
+A disk that fills mid-line gets the line cut off at once (`core.io.appending`) and the run stops
+with the disk-full paragraph (`core.disk_full`); the same command resumes once there is room.
 A question that fails for a reason of its own (`QuestionError`) is a finished line too, with
-`failed` (the reason) and an empty answer, scored as unanswered: the tables count it
-(`summarise`'s `failed`), and the run goes on.
+`failed` (the reason) and an empty answer, scored as unanswered and counted by `summarise`.
 """
 from __future__ import annotations
 
@@ -167,15 +165,14 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     `counting()` scope with a CachedBackend (right under concurrency too), else as the difference
     of the backend's `stats()` counters around the question.
 
-    concurrency > 1 runs that many questions at once (one method object: a question's state lives
-    in its own `Method.q`, and searches take turns) and needs a backend that batches concurrent
+    concurrency > 1 runs that many questions at once and needs a backend that batches concurrent
     calls (vLLM, or the transformers backend under `llm.batching.ThreadBatcher`); rows are written
-    as questions finish, so the file order may differ from the record order. `seconds` is then each
-    question's own wall time, overlapping with others'.
+    as questions finish (the file order may differ from the record order), `seconds` each
+    question's own, overlapping wall time.
 
     With runner.engine: ray, `backend` is a `runs.engine.FleetBackend` and `method` its
-    `RemoteMethod`: Ray workers answer the questions (`concurrency` at a time each) and this
-    process writes their rows as they arrive, to the same file, so resume works alike.
+    `RemoteMethod`: Ray workers answer (`concurrency` at a time each) and this process writes
+    their rows as they arrive, to the same file.
     """
     from ..core.progress import tqdm
 

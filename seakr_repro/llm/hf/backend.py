@@ -1,45 +1,27 @@
 """The transformers backend (reference implementation, CPU and GPU).
 
-Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` (k samples):
-- `sample` pre-fills the prompt ONCE and decodes the k samples as one batch (plain
-  `generate(num_return_sequences=k)` pre-fills the prompt k times, which dominates with a 10-shot
-  prompt). With `shared_prefix` (the default, `shared_prefix.py`) the k rows attend to ONE copy
-  of the prompt's keys and values and keep only their own generated tokens' cache, so memory and
-  time grow with k x generated tokens, not k x prompt length; `sample_many` decodes several
-  prompts' rows in one batch, each group over its own prompt, and `generate_and_sample_many` adds
-  each prompt's greedy row to its samples' batch. Rows are decoded in lanes (`Lane`): rows that
-  share a picker (greedy, or one seeded generator), stop strings and a token limit, so calls with
-  different settings share one batch without changing any row's result. The reference path
-  (`shared_prefix=False`, and architectures shared-prefix attention does not support) copies the
-  prompt's cache into every row; the two ways are objects of `prompt_rows.py`.
-- Sampling draws from one generator per prompt, seeded with `seed`, over that prompt's rows in
-  row order, in chunks of `max_batch_rows` rows (all k when None): the same seed gives the same
-  tokens on both paths and in `sample` or `sample_many`.
-- The forced-EOS vectors come from ONE more batched pass of each sample's forced-EOS sequence
-  (`stops.forced_eos_ids`: the last token replaced by EOS, or EOS after the kept tokens) over all
-  k rows on top of the pristine prompt cache, right-padded. Attention is causal, so a row's EOS
-  never sees the padding after it: no padding leaks into a vector, and identical sequences get
-  identical vectors.
-- CUDA out-of-memory (`oom.OutOfMemoryRetry`, one mechanism for every call): the prefix cache is
-  dropped, the rows per forward pass (or the contexts per batch) are halved and the call is run
-  again (same tokens: sampling does not depend on how rows are split into forward passes);
-  `stats()["oom_retries"]` counts it and `stats()["oom_seconds"]` the time the failed attempts
-  took (what the retries cost).
-- Stop strings are searched in the generated text only (as vLLM, the official engine, does).
-  The returned text is cut before the stop string; token lists keep the tokens whose text lies
-  entirely before it; `all_token_ids` keeps every generated token (see `stops`).
-- Prompts are pre-filled in chunks whose boundaries' KV caches are kept (`prefix_cache.PrefixCache`):
-  later calls that start with the same demonstrations pre-fill only their own tail, with the same
-  bits as a cold pre-fill.
-- The decode loop is one of several paths (`model.decode`, `decode/`: one module per path behind
-  one interface); every model pass of pre-filling and decoding goes through `forward`.
-- Log-probabilities, entropies and logsumexp are those of the model's raw next-token distribution
-  (temperature 1, no top-k/top-p), whatever the sampling parameters were; samples also carry
-  `warped_logprobs`, from the very logits the sampler drew from.
-- Texts and token strings are decoded after the prompt's last tokens (`tokenizing.decode_pieces`),
-  as vLLM does, so a sentencepiece (LLaMA) continuation keeps its leading space.
-- `max_context` (the config's max_position_embeddings): a prompt that does not fit with the
-  tokens to generate is refused (`tokenizing.ContextOverflowError`), never run past it.
+Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` (k samples); the
+shared pre-fill, shared-prefix decoding (`shared_prefix.py`, or the reference path of
+`prompt_rows.py`), the reused prefix caches (`prefix_cache.py`), the out-of-memory retry
+(`oom.py`) and the decode paths (`decode/`) are described in docs/speed.md ("Speed"). What a
+caller relies on:
+- Rows are decoded in lanes (`Lane`: one picker, stop strings and token limit), so calls with
+  different settings share one batch without changing any row's result.
+- Sampling draws from one generator per prompt, seeded with `seed`, over its rows in row order:
+  the same seed gives the same tokens on every path, in any split into forward passes, and in
+  `sample` or `sample_many`. `stats()["oom_retries"]` and `["oom_seconds"]` count the retries.
+- Forced-EOS vectors come from one batched, right-padded pass of each sample's forced-EOS
+  sequence (`stops.forced_eos_ids`) over the pristine prompt cache; attention is causal, so no
+  padding leaks into a vector and identical sequences get identical vectors.
+- Stop strings are searched in the generated text only (as vLLM does); the text is cut before
+  one, token lists keep the tokens wholly before it, `all_token_ids` keeps every token (`stops`).
+- Log-probabilities, entropies and logsumexp are those of the raw next-token distribution
+  (temperature 1, no top-k/top-p); samples also carry `warped_logprobs`, from the logits the
+  sampler drew from.
+- Texts and token strings are decoded after the prompt's last tokens
+  (`tokenizing.decode_pieces`), as vLLM does, so a LLaMA continuation keeps its leading space.
+- A prompt that does not fit `max_context` (max_position_embeddings) with the tokens to generate
+  is refused (`tokenizing.ContextOverflowError`), never run past it.
 """
 from __future__ import annotations
 

@@ -3,16 +3,15 @@ holds one part's suffix keys and values at a time (the out-of-memory retry's par
 `decode/one_sync.DynamicRows`, `decode/static.StaticRows`). Copies there and back are exact: the
 same bits come back, so the tokens and vectors are those of a call that kept every row on the card.
 
-A dynamic part's host copy (`HostSuffix`) is allocated once at its full length, pinned on a GPU
-machine (copies need no staging and can run behind the step), and grows one slot per step: each
-pass copies to the host only the slot it wrote, and a part coming back to the card brings the
-slots written so far. The parts run forwards on one step and backwards on the next, so the part
-that ran last stays on the card for the next step's first pass (`step_copies` counts the bytes).
+A dynamic part's host copy (`HostSuffix`) is allocated once at full length (pinned on a GPU
+machine) and gets one slot per step; the parts alternate direction each step so that the last
+one stays on the card (`step_copies` counts the bytes; docs/speed.md, "Speed", gives the traffic
+at LLaMA-2-7B's shape).
 
-On a GPU the host is the CPU's memory. On a CPU the card and the host are one memory: nothing
-moves (`separate(device)` is False) unless a simulated card tells them apart
-(`doubles/simulated_card.py` counts the live tensors as the card's, except those made while
-`allocating_on_host()` holds, and turns `simulate_on_cpu` on while it is active).
+On a CPU the card and the host are one memory: nothing moves (`separate(device)` is False) unless
+a simulated card tells them apart (`doubles/simulated_card.py` counts the live tensors as the
+card's, except those made while `allocating_on_host()` holds, and turns `simulate_on_cpu` on
+while it is active).
 """
 from __future__ import annotations
 

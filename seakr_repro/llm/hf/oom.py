@@ -1,21 +1,17 @@
 """Recovery from out-of-memory errors (a CUDA card full; any `torch.OutOfMemoryError`): ONE
-mechanism for every call of the transformers backend.
+mechanism for every call of the transformers backend (docs/speed.md, "Speed").
 
 A call that runs out of memory frees what can be freed (the backend's kept prefix caches, then
 torch's cached blocks), shrinks what it runs at once and runs again:
 - a call over one context: the rows per forward pass (`rows_per_forward`) are halved from the
   widest pass the failed attempt ran (`note_rows`, which `HFBackend.forward` calls for every pass);
-  only when a single row does not fit does the error go through. What grows with the rows falls
-  with them: the decode paths keep the rows of the parts not running in host memory
-  (`host_memory`: the card holds one part's suffix keys and values), and the sampler and the
-  step's statistics work that many rows at a time;
+  only when a single row does not fit does the error go through;
 - a batch of several contexts (`by_contexts`): the contexts per batch are halved for the rest of
   the run, and that batch runs again; one context alone retries with fewer rows per pass.
-Results do not change: sampling does not depend on how rows are split into passes, and each
-context draws from its own generator. `retries` counts the recoveries and `seconds` the time the
-failed attempts took (what the retries cost); the runner copies both into each result row. A
-caller that wants each attempt's record (the card check's oom part) sets `attempts` to a list,
-and `before_attempt`/`after_attempt(record)` to read its memory around each attempt.
+Results do not change (sampling does not depend on how rows are split; each context has its own
+generator). `retries` counts the recoveries and `seconds` the time the failed attempts took; the
+runner copies both into each result row. A caller that wants each attempt's record (the card
+check's oom part) sets `attempts` to a list, and `before_attempt`/`after_attempt(record)`.
 """
 from __future__ import annotations
 

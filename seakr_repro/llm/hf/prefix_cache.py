@@ -1,13 +1,12 @@
 """What the transformers backend keeps of the prompts it pre-filled: KV caches at chunk boundaries.
 
 Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
-boundary is kept (LRU, bounded in tokens) keyed by the token ids before it. Every prompt of a
-method starts with the same few-shot demonstrations, so later calls pre-fill only their own tail
-(the prefix caching vLLM does). A whole prompt seen before (SeaKR's greedy step, then its k
-samples, then the forced-EOS pass all start from the same context) is kept with its next-token
-logits and costs no forward pass at all. Because a chunk is computed by the same operation whether
-it comes from the cache or not, results do not depend on what was called before: same prompt and
-seed, same bits. Kept caches are copied out, never handed out: decoding grows what it gets.
+boundary is kept (LRU, bounded in tokens) keyed by the token ids before it, so calls that share
+few-shot demonstrations pre-fill only their own tail (docs/speed.md, "prefix reuse"); a whole
+prompt seen before is kept with its next-token logits and costs no forward pass. A chunk is
+computed by the same operation whether cached or not, so the same prompt and seed give the same
+bits whatever was called before. Kept caches are copied out, never handed out: decoding grows
+what it gets.
 """
 from __future__ import annotations
 

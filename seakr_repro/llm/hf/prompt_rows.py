@@ -2,14 +2,13 @@
 (`HFBackend.prompt_rows`, chosen once from `shared_prefix`):
 
 - `SharedPrompt` (the default): every row attends to ONE copy of the prompt's keys and values
-  (`shared_prefix.py`) and keeps only its own tokens' cache; several prompts' rows are decoded in
-  one batch (`sample_many`, `generate_many`), each prompt's greedy row beside its samples
-  (`generate_and_sample_many`), on the backend's decode path;
+  (`shared_prefix.py`); several prompts' rows decode in one batch, each prompt's greedy row beside
+  its samples (`generate_and_sample_many`), on the backend's decode path;
 - `CopiedPrompt` (`shared_prefix=False`, and architectures shared-prefix attention does not
   support): the reference path, one prompt at a time, its cache copied into every row of a chunk.
 
-Both give the same tokens for the same seed (the sampler's draws follow the rows in order) and the
-forced-EOS vectors from one more pass over the pristine prompt cache.
+Both give the same tokens for the same seed and the forced-EOS vectors from one more pass over
+the pristine prompt cache.
 """
 from __future__ import annotations
 

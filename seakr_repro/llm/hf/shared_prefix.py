@@ -1,38 +1,27 @@
 """Attention of many rows over ONE copy of their prompt's keys and values.
 
-`HFBackend.sample` decodes k rows that share a prompt. Copying the prompt's KV cache into every
-row (the reference path) costs memory and time in k x prompt length. Here each row keeps only
-its own suffix (the tokens generated after the prompt) in an ordinary transformers cache, and an
-attention function registered with transformers' `AttentionInterface` attends to
+Why and what it saves: docs/speed.md ("shared-prefix decoding"). Each row keeps only its own
+suffix (the tokens generated after the prompt) in an ordinary transformers cache, and an attention
+function registered with transformers' `AttentionInterface` attends to
 
     prefix  (batch 1, broadcast to the rows of its group: never copied per row) and
     suffix  (each row's own keys, causal among themselves),
 
-with one softmax over both: the scores of the two parts share one maximum and one denominator
-(the log-sum-exp merge), so the result equals attention over "prefix + suffix" concatenated.
-Positions (RoPE) are passed explicitly and continue after each group's prefix.
+with one softmax over both (scores merged by their log-sum-exp), so the result equals attention
+over "prefix + suffix" concatenated. Positions (RoPE) are passed explicitly and continue after
+each group's prefix. Rows are grouped contiguously by prompt, each group over its own prefix; the
+plan of the running forward pass lives in a thread-local set by `use_prefixes`.
 
-Rows of a batch are grouped contiguously by prompt (`sample_many` decodes several prompts at
-once); each group attends to its own prefix. The plan of the running forward pass (which rows
-use which prefix) lives in a thread-local set by `use_prefixes`.
+`fused` (`decode="fused"`): a decode step runs each part as ONE fused kernel that also returns its
+log-sum-exp (`_attend`), merged as above; results equal the unfused path's within float rounding.
+`static` and `graph`: each row's suffix lives in preallocated slots written at a step index held on
+the device (`set_groups(..., step=)`), later slots masked, no host reads (capturable).
 
-`fused` (the backend's `decode="fused"`): a decode step (one new token per row, no
-sliding window) runs each part as ONE fused attention kernel that also returns the log-sum-exp of
-its scores (`_attend`), and the two parts are merged by their log-sum-exps: the same softmax over
-"prefix + suffix", two kernels per group instead of some twenty matrix and element-wise ones. The
-scores are no longer materialised, so results equal the unfused path's within float rounding.
-
-`static` and `graph` (the backend's decode paths of those names): each row's suffix lives in
-preallocated slots written in place at a step index held on the device (`set_groups(...,
-step=)`); the slots after it are masked, and nothing here reads a tensor's value on the host, so
-the step can be captured as a CUDA graph.
-
-Only architectures whose attention is plain causal softmax attention with RoPE positions are
-supported (`unsupported_reason`): LLaMA-family models (SmolLM2 included) and Gemma-3, whose sliding-window
-layers are masked here as transformers masks them (a query at position q sees keys after
-q - window; such a layer's prompt cache keeps only the prompt's last window - 1 keys, so the
-prefix keys' positions are counted back from the prompt's length). Other models with
-sliding-window layers or logit soft-capping take the reference path; the backend says so.
+Supported (`unsupported_reason`): plain causal softmax attention with RoPE, i.e. LLaMA-family
+models and Gemma-3, whose sliding-window layers are masked as transformers masks them (a query at
+q sees keys after q - window; such a layer's prompt cache keeps only the prompt's last window - 1
+keys, so prefix positions count back from the prompt's length). Other models with sliding windows
+or logit soft-capping take the reference path; the backend says so.
 """
 from __future__ import annotations
 

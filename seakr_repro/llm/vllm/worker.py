@@ -1,27 +1,24 @@
 """The worker side of the vLLM backend: forward hooks that read hidden states out of vLLM, no fork.
 
 These functions run INSIDE vLLM's workers (sent with `LLM.collective_rpc`, which calls them with
-the worker as first argument; they are module-level so they travel by reference). They install
-forward hooks on the worker's model, exactly like the transformers backend's hooks:
+the worker as first argument; they are module-level so they travel by reference) and install
+forward hooks on the worker's model, defined as the transformers backend's (`llm.hooks`):
 
-- "vec"   a layer's MLP output or residual stream (`llm.hooks` defines both) at the LAST token of
-          a request: with the request "prompt + completion + EOS" that is SeaKR's forced-EOS
-          vector;
-- "stats" entropy and logsumexp of each next-token distribution a request is sampled from (FLARE,
-          LN-entropy, energy), read off the logits; with "warp": [temperature, top_k, top_p]
-          also the logsumexp of the warped logits (the sampled token's warped log-prob);
-- "hidden" the final (normed) hidden states of every position of a request, turned into
-          teacher-forced log-probabilities by `fetch` (`score`);
+- "vec"   a layer's MLP output or residual stream at the LAST token of a request (with "prompt +
+          completion + EOS": SeaKR's forced-EOS vector);
+- "stats" entropy and logsumexp of each next-token distribution, read off the logits; with
+          "warp": [temperature, top_k, top_p] also the logsumexp of the warped logits;
+- "hidden" the final (normed) hidden states of every position, turned into teacher-forced
+          log-probabilities by `fetch` (`score`);
 - "all"   every layer's "vec" at the last token (step 02's vectors);
-- "attention" DRAGIN's per-token attention: the last layer's softmax(q k^T) over the request's
-          own tokens, max over query positions, summed over this worker's heads; a request with
-          "rows" gets the rows of chosen query positions instead (DRAGIN's query formulation).
+- "attention" DRAGIN's attention: the last layer's softmax(q k^T) over the request's own tokens,
+          max over query positions, summed over this worker's heads; with "rows", the rows of
+          chosen query positions instead (DRAGIN's query formulation).
 
-vLLM packs the tokens of all scheduled requests into one flat batch. The model runner's
-`input_batch.req_ids` and `query_start_loc` say which rows belong to which request in the forward
-being run, and a request asks for a capture through `SamplingParams.extra_args["seakr"]`
-(its tag and what to keep), so requests from any caller can share a batch. The model must run
-eagerly (`enforce_eager=True`): a compiled or CUDA-graph-captured model never calls Python hooks.
+A request asks for a capture through `SamplingParams.extra_args["seakr"]` (its tag and what to
+keep); the model runner's `input_batch.req_ids` and `query_start_loc` say which rows of vLLM's flat
+batch are its own (docs/vllm.md, "Hidden states without a fork"). The model must run eagerly
+(`enforce_eager=True`): a compiled model never calls Python hooks.
 """
 from __future__ import annotations
 

@@ -5,11 +5,10 @@ in the code), or if its least likely token has 1 - p <= prob_threshold (0.1); ke
 words (NOUN ADJ VERB PROPN NUM ADV, minus thus/answer/is/so, POS re-tagged on the kept words as the
 code does); fall back to the question's content words; keep the last `max_tokens` (64) tokens.
 
-faithful: the code resets the kept-word list for every sentence, so only the LAST sentence of the
-step contributes; and a token or word counts only if it holds an ASCII letter or digit (the code
-strips every other character first: the "é" of "Pérez" drops out of the word's tokens, and a word
-like "–" or "北京" is no word); fixed: every sentence contributes, any Unicode letter counts.
-`engine_view` gives the greedy tokens as the official engine hands them to the query builder.
+faithful: only the LAST sentence of the step contributes, and only ASCII letters and digits count
+in a token or word; fixed: every sentence, any Unicode letter (docs/faithful-and-fixed.md, "Query
+of a failed step" and "Words the query counts"). `engine_view` gives the greedy tokens as the
+official engine hands them to the query builder.
 """
 from __future__ import annotations
 
@@ -22,13 +21,10 @@ from ..text import ASCII_ALNUM, ALNUM, align_words, content_words
 def engine_view(gen, forced_eos: str, mode: str = "fixed") -> tuple[list[str], list[float]]:
     """The greedy step's token texts and log-probs as the query builder reads them.
 
-    faithful: the official builder reads the engine's whole token list, which runs past the
-    returned text up to the token that completed the stop string; a token that the cut splits
-    ("e." of "Lee. She" cut at ". ") lends the word it ends its log-prob, so it is kept here with
-    the part of its text before the cut. With `replace_last` (the official engine's stop checker)
-    the last token of that list is overwritten by EOS -- text "", log-prob 0 -- so no word can
-    claim it: at max_tokens the step's last word is judged on its other tokens, or dropped when
-    it has none. A sampled EOS is left alone. fixed: the returned text's own tokens only."""
+    faithful: the engine's whole token list, to the token that completed the stop string (a token
+    the cut splits is kept with its text before the cut); with `replace_last` its last token is
+    overwritten by EOS (text "", log-prob 0), a sampled EOS left alone. fixed: the returned text's
+    own tokens only. docs/faithful-and-fixed.md, "Tokens the query reads", gives the consequences."""
     tokens, logprobs = list(gen.tokens), list(gen.logprobs)
     all_ids, n = gen.all_token_ids, len(tokens)
     overwrite = forced_eos == "replace_last" and gen.finish_reason != "eos"

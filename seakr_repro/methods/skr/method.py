@@ -6,10 +6,9 @@ skr-prompt (ask the model whether it needs more information), skr-icl (the same 
 training questions), skr-cls (a classifier on the training questions) and skr-knn (a vote of the
 k nearest training questions, `knn_rule`).
 
-The paper fine-tunes BERT-base for skr-cls and embeds with SimCSE for skr-knn; here a logistic
-regression (the same head and loss) probes frozen all-MiniLM-L6-v2 embeddings, since fine-tuning
-per (model, data set) on CPU would dominate the default budget and MiniLM ships in pip, offline.
-`pooling` and `knn_rule` choose the official code's or the paper's way (docs/faithful-and-fixed.md).
+Both embed with frozen all-MiniLM-L6-v2 (it ships in pip), not SimCSE; skr-cls is a logistic
+regression on them, not the paper's fine-tuned BERT-base (too slow on a CPU). `pooling` and
+`knn_rule` choose the official code's or the paper's way (docs/faithful-and-fixed.md).
 Answers use the package's SeaKR-format CoT demos and the profile's answer extraction, passages
 shown for the test question only, as the package's other retrieval baselines do. Labels come from
 `skr_labels.build_skr_labels` (step 1); `build_skr` makes a method from them."""

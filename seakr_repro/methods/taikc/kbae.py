@@ -2,20 +2,18 @@
 
 Model bootstrapping on single-hop questions: the model answers each with Direct QA; correct ->
 the training target under the Confident QA prompt is that same answer, incorrect -> the target is
-RAG_REQUIRED. The labels are model-specific by construction (the paper's point). The model is then
-LoRA-tuned with next-token cross-entropy on the target tokens only (the prompt is context).
+RAG_REQUIRED (model-specific labels, the paper's point). The model is then LoRA-tuned with
+next-token cross-entropy on the target tokens only (the prompt is context).
 
-The paper: 3,096 KBAE examples (NQ, PopQA, WebQuestions), LLaMA-Factory, LoRA r=16, alpha=32,
-lr 5e-5, 3 epochs, batch 2 x 8 accumulation, together with 9,589 instruction-following examples
-distilled from GPT-4o (not reproduced here: they need GPT-4o traces). On the embedded default
-(SmolLM2-135M, CPU, ~150 bundled single-hop questions) 5e-5 for a handful of updates moves nothing,
-so `CPU_SETTINGS` keeps the rank and alpha and raises the learning rate for the few updates a CPU
-affords; `train_lora`'s own defaults are the paper's.
+`train_lora`'s defaults are the paper's (`PAPER_SETTINGS`, LLaMA-Factory on 3,096 examples of NQ,
+PopQA and WebQuestions); its 9,589 instruction-following examples distilled from GPT-4o are not
+reproduced. 5e-5 for the few updates a CPU affords moves nothing, so `CPU_SETTINGS` keeps the
+rank and alpha and raises the learning rate.
 
-The synthetic backend (`llm/synthetic.py`: `cost`'s dry run, the scale check) has no weights to
-tune: there KBAE's examples are built as on a model (their calls made and counted), no adapter is
-trained, and a synthetic model of the adapter's own name answers the Confident QA calls (or, in a
-dry run replaying a real run's cache, that run's adapted model's stored calls: `llm.replay`).
+The synthetic backend (`cost`'s dry run, the scale check) has no weights to tune: there KBAE's
+examples are built and counted, no adapter is trained, and a synthetic model of the adapter's
+own name answers the Confident QA calls (or, replaying a real run's cache, that run's adapted
+model's stored calls: `llm.replay`).
 """
 from __future__ import annotations
 

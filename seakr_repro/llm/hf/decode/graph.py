@@ -1,22 +1,18 @@
 """`graph`: the `static` decode step captured as a CUDA graph and replayed (CUDA only).
 
-A decode step launches some two thousand kernels for a 7B model, each costing the host more time
-than the card spends on it; replaying a captured graph launches them all at once. Per part of the
-call (`static.StaticRows`): the first step runs eagerly on a side stream (torch's and the libraries'
-lazy set-up, such as cuBLAS workspaces, happens outside any capture), the second is captured (a
-capture records the step without running it, so it is then replayed) and every later step is a
-replay over the same buffers. One capture per call: a call's prompts are new to it, and the graph
-reads their keys and values where they lie (a call is its shape: its rows, prompts and slots).
-The parts of a call share one memory pool (their graphs replay one after another, never at once).
+Replaying a captured graph launches a step's thousands of kernels at once, where each would cost
+the host more than the card spends on it. Per part of the call (`static.StaticRows`): the first
+step runs eagerly on a side stream (lazy set-up outside any capture), the second is captured, and
+every step is a replay over the same buffers; one capture per call and part, the parts sharing
+one memory pool (docs/speed.md, "CUDA graphs: how they are built").
 
-`LOG` counts the process's captures and replays and the seconds the captures took on the host
-(torch's capture synchronises the card, collects garbage and empties the allocator's cache before
-it records), so a benchmark times the replayed steps apart from the capture, and a report can
-show that a run named `graph` captured and replayed at all.
+`LOG` counts the process's captures and replays and the host seconds the captures took, so a
+benchmark times the replayed steps apart from the capture and a report can show that a run named
+`graph` captured and replayed at all.
 
 On a device other than CUDA the path is refused (a UserError naming `model.decode`), never run
-eagerly in its place: `static` is that. An out-of-memory error while capturing reaches the backend's
-out-of-memory retry as one, which then runs more, smaller parts.
+eagerly in its place: `static` is that. An out-of-memory error while capturing reaches the
+backend's out-of-memory retry as one, which then runs more, smaller parts.
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """`one_sync`: one host read-back per step; the next inputs and positions stay on the device.
 
-Each live row's own generated keys and values grow in a transformers DynamicCache (a
-concatenation per step); a row that finishes is dropped from its cache and from the batch, which
-takes a host-to-device copy of the kept rows' numbers (only on the steps where rows finish).
-
-Rows split into parts (`rows_per_forward`, what the out-of-memory retry halves) stay in lockstep:
-every step draws over all live rows, as one part would. The parts that are not running keep their
-caches in host memory (`host_memory.HostSuffix`: each pass's new slot goes there, a part's slots
-come back for its pass): the card holds one part's suffix cache at a time, so the retry's peak
-falls with the rows per pass, and the copies are exact, so nothing else changes.
+Each live row's own generated keys and values grow in a transformers DynamicCache; a row that
+finishes is dropped from its cache and the batch (a host-to-device copy only on such steps).
+Rows split into parts (`rows_per_forward`, what the out-of-memory retry halves) stay in lockstep,
+drawing over all live rows as one part would; the parts not running keep their caches in host
+memory (`host_memory.HostSuffix`), so the retry's peak falls with the rows per pass and nothing
+else changes.
 """
 from __future__ import annotations
 

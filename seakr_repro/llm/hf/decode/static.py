@@ -1,34 +1,17 @@
 """`static`: one_sync's decode step over buffers that keep their addresses for the whole call, with
 no host synchronisation inside the step, run eagerly (any device; `graph` captures the same step).
 
-- The rows' generated keys and values: a static suffix cache (`StaticSuffixCache`), preallocated
-  per layer as rows x kv heads x slots x head dim, one slot per forward pass a row can need (its
-  lane's max_new_tokens - 1: the first token comes from the prompt's logits, the last needs no
-  pass), written in place at the step index, a tensor ON THE DEVICE; the shared-prefix attention
-  masks the slots after it (`shared_prefix.set_groups(..., step=)`).
-- The inputs (each row's last token) and positions are static buffers too; the step advances the
-  step index and the positions itself.
-- Finished rows stay in the batch as padding: they run through the step, their outputs are never
-  read and they draw nothing. The sampler runs outside the step on the live rows' logits only
-  (picked out with a device index, rebuilt on the host when rows finish, which the host learns from
-  the one read-back per step one_sync also takes), so each lane's generator sees exactly the draws
-  it sees on the other paths.
-- The rows are split into parts of `rows_per_forward` (all when None) for the whole call: each part
-  is a step of its own, so an out-of-memory retry (`oom.OutOfMemoryRetry` halves the rows per
-  pass) runs more, smaller steps. The parts share ONE set of suffix buffers on the card, sized for
-  one part, and each keeps its own rows' keys and values in host memory (`host_memory`, pinned on
-  a GPU), its slots written so far copied in before its step and the slot it writes out after it:
-  the card holds one part's suffix, the buffers keep their addresses (a part's graph replays over
-  them), and the copies are exact.
-
-A "batch shape" is one call's: its rows, their prompts (the groups and the prompts' keys and values
-the attention reads in place) and the slots; the buffers are made once per call (no bucketing: a
-call's prompts are new to it, and a CUDA graph captured over them is captured once per call).
-
-Memory (`suffix_bytes`): LLaMA-2-7B (32 layers, 32 kv heads of 128) in float16 at 20 rows and 100
-new tokens holds 2 x 32 x 20 x 32 x 99 x 128 x 2 bytes = 0.97 GiB of suffix keys and values, about
-what the dynamic cache holds at its last step, without the copy its concatenation makes each step;
-split into parts, the card holds one part's share of it.
+docs/speed.md ("CUDA graphs: how they are built") describes the buffers, their memory at the
+paper's shape, and the checks. In short: the rows' generated keys and values live in a static
+suffix cache (`StaticSuffixCache`, one slot per forward pass a row can need) written in place at a
+step index held on the device, which the shared-prefix attention masks after
+(`shared_prefix.set_groups(..., step=)`); inputs and positions are static buffers the step
+advances itself; finished rows stay as padding whose outputs are never read, and the sampler runs
+outside the step on the live rows only, so each lane's generator draws exactly as on the other
+paths. The rows are split into parts of `rows_per_forward` (all when None) for the whole call,
+sharing ONE set of suffix buffers on the card, each part's slots kept in host memory
+(`host_memory`) and copied in and out around its step. Buffers are made once per call (a call's
+prompts are new to it), and `suffix_bytes` says what they hold.
 """
 from __future__ import annotations
 
