@@ -224,7 +224,7 @@ def test_searcher_for_config(passages, tmp_path, monkeypatch):
 
 def test_ensure_index_builds_bm25s_with_the_profiles_k1_and_b(passages, tmp_path, monkeypatch):
     """bm25s bakes k1 and b into its index: `ensure_index` must build it with the profile's (the
-    GPU rehearsal found the paper profile's 1.2/0.75 index built with 0.9/0.4, then refused)."""
+    first GPU run found the paper profile's 1.2/0.75 index built with 0.9/0.4, then refused)."""
     from seakr_repro.steps import prepare
 
     monkeypatch.setattr(index_mod, "CACHE_DIR", tmp_path)

@@ -5,16 +5,10 @@ would; peaks that can be reset; and what NVML would read: the driver's reserve (
 the first use, torch's bytes, other processes (fixed, or publishing to a shared folder)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-import time
 
 import pytest
 import torch
 
-from seakr_repro.core.paths import REPO_ROOT
 from seakr_repro.doubles import simulated_card as sc
 from seakr_repro.doubles.simulated_card import GiB, MiB, SimulatedCard
 
@@ -99,30 +93,10 @@ def test_hold_counts_a_model_built_before_the_card():
         assert card.hold(model) == 0                       # already counted
 
 
-def test_what_nvml_reads_v1_counts_the_drivers_reserve_v2_does_not():
-    card = SimulatedCard(total=24 * GiB, reserve=600 * MiB, context=500 * MiB, others={4242: GiB})
-    nvml = card.pynvml(v2=True)
-    handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    assert nvml.nvmlDeviceGetMemoryInfo(handle).used == 600 * MiB + GiB      # no context yet
-    with card:
-        x = torch.zeros(GiB // 4 // 1024, 1024)                              # 1 GiB of torch's
-        v1 = nvml.nvmlDeviceGetMemoryInfo(handle)
-        v2 = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
-        procs = {p.pid: p.usedGpuMemory for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
-    assert v1.used == 600 * MiB + 500 * MiB + GiB + GiB and v1.free == 24 * GiB - v1.used
-    assert v2.used == v1.used - 600 * MiB and v2.reserved == 600 * MiB
-    assert procs == {4242: GiB, os.getpid(): 500 * MiB + GiB}
-    old = card.pynvml(v2=False, hide_pids=True)
-    assert not hasattr(old, "nvmlMemory_v2") and old.nvmlDeviceGetComputeRunningProcesses(handle) == []
-    with pytest.raises(old.NVMLError):
-        old.nvmlDeviceGetMemoryInfo(handle, version=2)
-    del x
-
-
 def test_the_environment_switch_makes_the_process_card():
     assert sc.parse_spec("1") == {}
-    assert sc.parse_spec("total_gib=24, reserve_mib=700,folder=/tmp/c") == \
-        {"total": 24 * GiB, "reserve": 700 * MiB, "folder": "/tmp/c"}
+    assert sc.parse_spec("total_gib=24, cap_gib=1.5,predict=llama-2-7b") == \
+        {"total": 24 * GiB, "cap": int(1.5 * GiB), "predict": {"llama-2-7b": "llama-2-7b"}}
     with pytest.raises(ValueError, match="SEAKR_SIMULATED_CARD"):
         sc.parse_spec("size=3")
     assert sc.activate_from_env({}) is None and sc.active() is None
@@ -134,32 +108,3 @@ def test_the_environment_switch_makes_the_process_card():
     finally:
         sc.deactivate()
     assert sc.active() is None and x.numel() == 256
-
-
-CHILD = textwrap.dedent("""
-    import sys, time, torch
-    from seakr_repro.doubles import simulated_card as sc
-    card = sc.activate_from_env()
-    x = torch.zeros(2**20 // 4)            # 1 MiB of torch's on the shared card: a 2 MiB segment
-    open(sys.argv[1], "w").write("up")
-    time.sleep(30)
-""")
-
-
-def test_processes_on_one_folder_are_on_one_card(tmp_path):
-    """A part's child process (its own card, the same folder) is read by the parent's NVML."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), sc.ENV: f"context_mib=300,folder={tmp_path / 'card'}"}
-    up = tmp_path / "up"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(up)], env=env)
-    try:
-        card = SimulatedCard(context=300 * MiB, folder=tmp_path / "card")
-        deadline = time.monotonic() + 60
-        while not up.exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "the child never started"
-            time.sleep(0.05)
-        time.sleep(3 * sc.PUBLISH_S)
-        assert card.processes()[proc.pid] == 300 * MiB + 2 * MiB
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.pid not in card.processes()              # a dead process holds nothing

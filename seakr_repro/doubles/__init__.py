@@ -1,4 +1,4 @@
-"""Test doubles the tests, the benchmarks and the GPU rehearsal share: a LLaMA-style tokenizer,
+"""Test doubles the tests, the benchmarks and the card check share: a LLaMA-style tokenizer,
 random-weight LLaMA models of real shapes, stand-ins of the official files, a GPU card simulated
 on a CPU (simulated_card.py)."""
 

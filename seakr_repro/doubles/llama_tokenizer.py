@@ -1,4 +1,4 @@
-"""A LLaMA-style tokenizer built locally (nothing downloaded): the tests' and the GPU rehearsal's.
+"""A LLaMA-style tokenizer built locally (nothing downloaded): the tests' and the card check's.
 
 What makes LLaMA's detokenisation differ from GPT-2-style byte-level BPE: a sentencepiece BPE
 with a Metaspace pre-tokenizer ("▁" marks a space, prepended to the first word), byte fallback

@@ -1,5 +1,5 @@
-"""A LLaMA of a real shape with random weights (no weights can travel to a lent GPU): the GPU
-rehearsal's, the decode benchmark's and the tests' model."""
+"""A LLaMA of a real shape with random weights (no weights can travel to a lent GPU): the
+card check's, the decode benchmark's and the tests' model."""
 from __future__ import annotations
 
 # LLaMA-2-7B's architecture (its config.json), and small ones of the same family for CPU runs

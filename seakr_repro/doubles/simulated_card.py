@@ -1,5 +1,5 @@
-"""A GPU card simulated on a CPU, for memory: what the tests, the benchmarks and the GPU rehearsal
-on CPU use to see what a card would hold, and to run out of it.
+"""A GPU card simulated on a CPU, for memory: what the tests, the benchmarks and the card check
+on a CPU use to see what a card would hold, and to run out of it.
 
 Memory (`SimulatedCard`, a torch dispatch mode): each tensor storage made on the CPU while the card
 is active holds a block of CUDA's caching allocator (`caching_allocator.py`) until it is freed;
@@ -11,64 +11,43 @@ card leaves it. `hold(module_or_tensors)` counts tensors made before the card wa
 model's weights all freed empty the cache and start the peaks over, as `runs.pool`'s
 `free_accelerator_memory` does on a GPU: each model's peak is its own.
 
-What NVML would read (`used_bytes`, `pynvml()`, a stand-in of the `pynvml` module that the
-rehearsal's reader runs against): the driver's reserve (v1's `used` counts it, v2 reports it apart),
-one CUDA context per process from its first use, torch's reserved memory, and other processes'.
-
 Prediction (`predict`): each counted tensor is given a kind (`llm.peak_memory.kind_of`, against the
 model last built on the card, `adopt_model`), and for each target shape the card keeps the most
 bytes the live tensors would take at that shape (`predicted`; llm/peak_memory.py says why a narrow
 run with LLaMA-2-7B's layers and vocabulary predicts LLaMA-2-7B's).
 
-Processes: with a `folder`, each process's card publishes what it holds to `<folder>/<pid>.json`
-every `PUBLISH_S` seconds and a reading adds the other live processes': one card for a part's
-processes. `SEAKR_SIMULATED_CARD` (`ENV`, e.g. `1` or `total_gib=80,cap_gib=24,folder=/tmp/card`)
-and `activate_from_env()` put a process on a card (`active()`, until `deactivate()`); or
-`with SimulatedCard(cap=...) as card:`. A dispatch mode is per thread: the package decodes on the
-thread that calls the backend.
+`SEAKR_SIMULATED_CARD` (`ENV`, e.g. `1` or `total_gib=80,cap_gib=24`) and `activate_from_env()` put
+a process on a card (`active()`, until `deactivate()`); or `with SimulatedCard(cap=...) as card:`.
+A dispatch mode is per thread: the package decodes on the thread that calls the backend.
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
 import weakref
-from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from . import SIMULATED_CARD_ENV as ENV
-from ..core.processes import alive
 from .caching_allocator import CachingAllocator
 from .random_llama import MODEL_BUILT, SHAPES
 from ..llm import peak_memory
 from ..llm.hf import host_memory
 
 GiB, MiB = 2**30, 2**20
-DRIVER_RESERVE = 600 * MiB       # an idle card's reserve as NVML v1 counts it (0.5-0.9 GiB)
-CUDA_CONTEXT = 500 * MiB         # one process's CUDA context and libraries' modules
-PUBLISH_S = 0.1
 
 
 class SimulatedCard(CachingAllocator, TorchDispatchMode):
     """See the module's note. `total`: the card's size; `cap`: the most torch may reserve (None: the
-    card); `reserve` and `context`: the driver's reserve and one process's CUDA context;
-    `others`: {pid: bytes} other processes hold (fixed numbers, for tests); `folder`: where the
-    processes on one card publish; `predict`: {name: shape} whose peaks to predict."""
+    card); `predict`: {name: shape} whose peaks to predict."""
 
-    def __init__(self, total: int = 80 * GiB, cap: int | None = None, reserve: int = DRIVER_RESERVE,
-                 context: int = CUDA_CONTEXT, others: dict[int, int] | None = None,
-                 folder: str | Path | None = None, predict: dict[str, str | dict] | None = None):
+    def __init__(self, total: int = 80 * GiB, cap: int | None = None,
+                 predict: dict[str, str | dict] | None = None):
         TorchDispatchMode.__init__(self)
         CachingAllocator.__init__(self, cap)
-        self.total, self.reserve, self.context = int(total), int(reserve), int(context)
-        self.others = dict(others or {})
-        self.folder = Path(folder) if folder else None
-        self.context_open = False
+        self.total = int(total)
         self._held: dict[int, tuple] = {}         # id(storage) -> (its bytes, its allocator block)
         self._host: set[int] = set()              # id(storage) of host copies (not counted)
         # prediction: target name -> its shape (a random_llama.SHAPES key or entry); the dims of the model on
@@ -83,8 +62,6 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
         self._lock = threading.RLock()
         self._before_simulate = False
         self._depth = 0
-        self._publisher: threading.Thread | None = None
-        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ counting
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -211,99 +188,6 @@ class SimulatedCard(CachingAllocator, TorchDispatchMode):
                 if self._depth == 0:
                     host_memory.simulate_on_cpu = self._before_simulate
 
-    # ------------------------------------------------------------------ what NVML and CUDA read
-    def mem_get_info(self) -> tuple[int, int]:
-        """(free, total) as `torch.cuda.mem_get_info` gives them (it makes the context)."""
-        self.context_open = True
-        return self.total - self.used_bytes(1), self.total
-
-    def own_bytes(self) -> int:
-        """What this process holds on the card: its context and torch's reserved memory."""
-        return (self.context if self.context_open else 0) + self.reserved
-
-    def processes(self) -> dict[int, int]:
-        """{pid: bytes} of every process on the card: this one, the fixed `others`, and the live
-        processes that publish to the folder."""
-        out = dict(self.others)
-        out.update(_published(self.folder, os.getpid()))
-        if self.context_open or self.reserved:
-            out[os.getpid()] = self.own_bytes()
-        return out
-
-    def used_bytes(self, version: int = 2) -> int:
-        """NVML's `used`: v1 counts the driver's reserve, v2 does not."""
-        return sum(self.processes().values()) + (self.reserve if version == 1 else 0)
-
-    def pynvml(self, v2: bool = True, hide_pids: bool = False) -> SimpleNamespace:
-        """A stand-in of the `pynvml` module reading this card (see the module's note)."""
-        card = self
-
-        class NVMLError(Exception):
-            pass
-
-        def memory_info(handle, version=None):
-            if version is None:
-                used = card.used_bytes(1)
-                return SimpleNamespace(total=card.total, free=card.total - used, used=used)
-            if not v2:
-                raise NVMLError("Function Not Found")
-            used = card.used_bytes(2)
-            return SimpleNamespace(version=version, total=card.total, reserved=card.reserve,
-                                   free=card.total - card.reserve - used, used=used)
-
-        def running(handle):
-            if hide_pids:
-                return []
-            return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in card.processes().items()]
-
-        module = SimpleNamespace(NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-                                 nvmlDeviceGetHandleByIndex=lambda i: ("simulated", i),
-                                 nvmlDeviceGetMemoryInfo=memory_info,
-                                 nvmlDeviceGetComputeRunningProcesses=running)
-        if v2:
-            module.nvmlMemory_v2 = 0x02000028
-        return module
-
-    # ------------------------------------------------------------------ several processes
-    def start_publishing(self) -> None:
-        """Write this process's numbers to the folder every PUBLISH_S seconds (a daemon thread)."""
-        if self.folder is None or self._publisher is not None:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{os.getpid()}.json"
-
-        def loop() -> None:
-            while not self._stop.wait(PUBLISH_S):
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"pid": os.getpid(), "bytes": self.own_bytes(), "t": time.time()}))
-                os.replace(tmp, path)
-            path.unlink(missing_ok=True)
-
-        self._publisher = threading.Thread(target=loop, name="simulated-card", daemon=True)
-        self._publisher.start()
-
-    def stop_publishing(self) -> None:
-        if self._publisher is not None:
-            self._stop.set()
-            self._publisher.join(timeout=5)
-            self._publisher = None
-            self._stop.clear()
-
-
-def _published(folder: Path | None, own_pid: int) -> dict[int, int]:
-    out: dict[int, int] = {}
-    if folder is None or not folder.is_dir():
-        return out
-    for path in folder.glob("*.json"):
-        try:
-            doc = json.loads(path.read_text())
-            pid = int(doc["pid"])
-        except (OSError, ValueError, KeyError):
-            continue
-        if pid != own_pid and alive(pid):
-            out[pid] = int(doc["bytes"])
-    return out
-
 
 # ------------------------------------------------------------------ the process's card
 _ACTIVE: list[SimulatedCard] = []
@@ -335,19 +219,16 @@ MODEL_BUILT.append(_built)
 
 def parse_spec(text: str) -> dict:
     """`SEAKR_SIMULATED_CARD`'s value -> SimulatedCard's arguments: `1` (the defaults) or
-    comma-separated `total_gib=`, `cap_gib=`, `reserve_mib=`, `context_mib=`, `folder=`,
-    `predict=` (shapes of random_llama.SHAPES whose peaks to predict, joined by +: llama-2-7b)."""
+    comma-separated `total_gib=`, `cap_gib=`, `predict=` (shapes of random_llama.SHAPES whose
+    peaks to predict, joined by +: llama-2-7b)."""
     text = text.strip()
     if text in ("1", "true", "yes", "on"):
         return {}
-    units = {"total_gib": ("total", GiB), "cap_gib": ("cap", GiB), "reserve_mib": ("reserve", MiB),
-             "context_mib": ("context", MiB)}
+    units = {"total_gib": ("total", GiB), "cap_gib": ("cap", GiB)}
     out: dict = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
         key, _, value = item.partition("=")
-        if key == "folder" and value:
-            out["folder"] = value
-        elif key == "predict" and value:
+        if key == "predict" and value:
             wrong = [v for v in value.split("+") if v not in SHAPES]
             if wrong:
                 raise ValueError(f"{ENV}={text!r}: predict={'+'.join(wrong)} is not a shape of {', '.join(SHAPES)}")
@@ -356,15 +237,14 @@ def parse_spec(text: str) -> dict:
             name, unit = units[key]
             out[name] = int(float(value) * unit)
         else:
-            raise ValueError(f"{ENV}={text!r}: '{item}' is not one of 1, total_gib=, cap_gib=, reserve_mib=, "
-                             "context_mib=, folder=, predict= (comma-separated)")
+            raise ValueError(f"{ENV}={text!r}: '{item}' is not one of 1, total_gib=, cap_gib=, predict= "
+                             "(comma-separated)")
     return out
 
 
 def activate(card: SimulatedCard) -> SimulatedCard:
     """Enter `card` for this thread and make it the process's (`active()`) until `deactivate()`."""
     card.__enter__()
-    card.start_publishing()
     _ACTIVE.append(card)
     return card
 
@@ -384,6 +264,4 @@ def active() -> SimulatedCard | None:
 
 def deactivate() -> None:
     if _ACTIVE:
-        card = _ACTIVE.pop()
-        card.stop_publishing()
-        card.__exit__(None, None, None)
+        _ACTIVE.pop().__exit__(None, None, None)

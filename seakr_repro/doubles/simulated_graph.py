@@ -1,5 +1,5 @@
 """The `graph` decode path where no CUDA exists: each capture and replay runs the `static` step
-eagerly, so a CPU run of the rehearsal or the decode benchmark goes through the graph path's own
+eagerly, so a CPU run of the card check or the decode benchmark goes through the graph path's own
 sequence (a warm-up step, one capture per part of a call, a replay for every later step) and its
 counts (`graph.LOG`), and reports them, said to be simulated.
 

@@ -1,6 +1,6 @@
 """Stand-ins, in the official formats, for what the paper profile reads besides the corpus: the
 SeaKR and DRAGIN clones' demonstration files and DPR's top-10 files (synthetic text of the real
-lengths). The scale check, the GPU rehearsal and the tests drive the paper profile's own code
+lengths). The scale check, the card check and the tests drive the paper profile's own code
 with them."""
 from __future__ import annotations
 
