@@ -3,6 +3,7 @@ out-of-memory part's caps, the paragraph on a crafted report, and the check itse
 the simulated card (tiny shape here; at LLaMA-2-7B's layers and vocabulary in make test-heavy)."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -152,3 +153,26 @@ def test_the_check_at_llama_2_7bs_layers_predicts_every_peak_and_prices_the_prof
     assert oom["half_rows_peak_bytes"] >= oom["uncapped_allocated_bytes"] and not oom["runs"], oom
     assert "segments swallow the rows" in rep["paragraph"]
     assert "predicted at LLaMA-2-7B" in rep["paragraph"] and "hours" in rep["paragraph"]
+
+
+def test_the_oom_part_retries_under_its_cap_where_the_rows_outweigh_the_segments(tmp_path, monkeypatch):
+    """The allocator's segments shrunk to KiB, so the tiny shape's rows (their logits over LLaMA-2's
+    32,000 tokens) leave a window between the k/2 pass's reserved peak and the k-row call's
+    allocated one, as 7B's 0.5 GiB of suffix cache does on a card: the part's cap schedule,
+    retry and same-width comparison run as they would there."""
+    from seakr_repro.doubles import caching_allocator as ca, simulated_card as sc
+    from seakr_repro.card_check import parts
+
+    for name, kib in (("SMALL_SIZE", 32), ("SMALL_BUFFER", 64), ("LARGE_BUFFER", 256), ("MIN_LARGE_ALLOC", 128),
+                      ("ROUND_LARGE", 64)):
+        monkeypatch.setattr(ca, name, kib * 1024)
+    opt = argparse.Namespace(device="cpu", shape="tiny", profile="paper-tiny", passages=300)
+    sc.activate(sc.SimulatedCard())
+    try:
+        oom = parts.oom(parts.Run(opt, tmp_path))
+    finally:
+        sc.deactivate()
+    assert oom["half_rows_peak_bytes"] < oom["uncapped_allocated_bytes"] and oom["retry_ran"], oom
+    retried = [r for r in oom["runs"] if r["ok"] and r["oom_retries"]]
+    assert retried and all(r["rows_per_forward"] == r["compared_at_rows"] == parts.K // 2 and r["same_tokens"]
+                           and r["peak_bytes"] <= r["cap_bytes"] for r in retried)

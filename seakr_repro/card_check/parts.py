@@ -8,8 +8,9 @@ writes what it has so far through `Run.keep`, so a part that fails or runs out o
    faithful baselines' float32), each method's peak its own, the cap lifted on a GPU so a model
    over it loads and its peak is read against the cap;
 3. decode: each path's ms per decode step against the card's bandwidth floor (the decode benchmark);
-4. oom: the out-of-memory retry under caps between the peak of k rows in one pass and of k/2
-   per pass: the retried run's tokens against an uncapped run at the width the retry finished at.
+4. oom: the out-of-memory retry under caps between the reserved peak of k/2 rows per pass and the
+   allocated peak of k rows in one (`cap_schedule`): the retried run's tokens against an uncapped
+   run at the width the retry finished at.
 """
 from __future__ import annotations
 
