@@ -250,9 +250,8 @@ def _arg(*flags, **kwargs):
     return flags, kwargs
 
 
-# the options of every subcommand that reads a profile
+# the options every subcommand that reads a profile takes beside --profile (its default per command)
 PROFILE_ARGS = [
-    _arg("--profile", default="default", help="params/<profile>.yaml (default: default)"),
     _arg("--set", action="append", metavar="KEY=VALUE",
          help="override a setting, e.g. --set retrieval.backend=bm25s (repeatable)"),
     _arg("--quiet", action="store_true", help="no progress bars"),
@@ -341,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
-    def add(name, func, help_text, arguments=()):
+    def add(name, func, help_text, arguments=(), profile="default"):
         p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--profile", default=profile, help=f"params/<profile>.yaml (default: {profile})")
         for flags, kwargs in PROFILE_ARGS + list(arguments):
             p.add_argument(*flags, **kwargs)
         p.set_defaults(func=func)
@@ -352,8 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
         add(name, func, help_text, arguments)
     from .card_check.check import add_arguments, cmd_check_card
     add_arguments(add("check-card", cmd_check_card, "does the profile fit this GPU, how fast does it go, what "
-                      "would it cost: random weights of its model's shape under its card's cap (default "
-                      "profile: paper)"))
+                      "would it cost: random weights of its model's shape under its card's cap",
+                      profile="paper"))
 
     text = "a developers' benchmark: bench NAME [its options] (bench NAME --help gives them)"
     p = sub.add_parser("bench", help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -37,7 +37,6 @@ DIMS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.set_defaults(profile="paper")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda where torch sees a GPU, else cpu over a simulated card")
     p.add_argument("--shape", default=None, help="a shape of doubles.random_llama.SHAPES (default: the model's "
