@@ -4,6 +4,7 @@ run. The dry run itself, and the smoke prediction against real smoke runs, are i
 tests/test_cost_against_run.py (slow)."""
 import json
 import math
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -394,8 +395,9 @@ def test_status_shows_the_prediction_beside_the_run(canned, tmp_path, monkeypatc
 
 def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_off(tmp_path, monkeypatch):
     """`cost --record-pace` appends one row per finished step, with its unit and how far the
-    pace recorded before was off on this run's work; a step whose files count no calls stops it
-    (a pace needs both)."""
+    pace recorded before was off on this run's work, and the run's decisions, which a profile on
+    the same model without a run of its own then decides at; a step whose files count no calls
+    stops it (a pace needs both)."""
     res = tmp_path / "smoke"
     (res / "stamps").mkdir(parents=True)
     for step, secs in (("00-prepare-data", 6.0), ("04-complex-qa", 40.0)):
@@ -403,12 +405,19 @@ def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_of
     _write(res / "data" / "bundled-2wiki.jsonl", [{"id": "q0"}])
     _write(res / "runs" / "bundled-2wiki" / "cot-abc.jsonl",
            [{"id": "q0", "llm_calls": 3, "llm_cache_hits": 1, "prompt_tokens": 9, "tokens": 2,
-             "computed_prompt_tokens": 6, "computed_tokens": 2}])
+             "computed_prompt_tokens": 6, "computed_tokens": 2,
+             "trace": [{"kind": "step", "output": "So the answer is X."},
+                       {"kind": "pseudo_step", "output": "a b", "retrieve": False}]}])
     pace_file = tmp_path / "cpu_pace.csv"
     pace_file.write_text(",".join(paces.CPU_COLUMNS) + "\n")
     monkeypatch.setattr(paces, "RESULTS_ROOT", tmp_path)
     monkeypatch.setattr(paces, "CPU_PACE", pace_file)
+    monkeypatch.setattr(paces, "DECISIONS", tmp_path / "decisions.csv")
     paces.record_pace(load_config("smoke"), "a test", "a test machine", "abc1234")
+    assert paces.recorded_decisions(load_config("smoke"))["source"].endswith("abc1234 " + time.strftime("%Y-%m-%d"))
+    got = paces.recorded_decisions(load_config("default"))
+    assert got["answer_rate"] == 0.5 and got["source"].endswith("profile smoke on the same model")
+    assert paces.recorded_decisions(load_config("paper-tiny")) is None         # another model
     rec = paces.cpu_paces("smoke")
     assert rec["steps"]["04-complex-qa"] == {"seconds": 40.0, "unit": "computed call", "units": 2.0,
                                              "off": "first record of this step"}

@@ -96,7 +96,8 @@ def test_the_pace_of_one_run_prices_a_run_of_other_sizes(run, tmp_path, monkeypa
     first.symlink_to(run["SEAKR_RESULTS_DIR"])
     pace_file = tmp_path / "cpu_pace.csv"
     pace_file.write_text(",".join(paces.CPU_COLUMNS) + "\n")
-    for module, name, value in ((paces, "CPU_PACE", pace_file), (paces, "RESULTS_ROOT", first),
+    for module, name, value in ((paces, "CPU_PACE", pace_file), (paces, "DECISIONS", tmp_path / "decisions.csv"),
+                                (paces, "RESULTS_ROOT", first),
                                 (command, "RESULTS_ROOT", first), (command, "CACHE_DIR", tmp_path / "cache")):
         monkeypatch.setattr(module, name, value)       # the first run's pace and decisions
     paces.record_pace(load_config("smoke"), "the slow test's first run", "this machine", "test")

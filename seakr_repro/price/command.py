@@ -52,14 +52,17 @@ def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Pat
             refresh: bool = False, verbose: bool = False) -> dict:
     """The dry run's work for `cfg` (kept under <cache>/cost/<key>.json), with its key, the
     commit and time it was made, the calibration sizes a sampled run is scaled with, and the
-    decisions the synthetic model took from the profile's run files here (`work.decisions`)."""
+    decisions the synthetic model took from the profile's run files here (`work.decisions`), or
+    else from a recorded run (`paces.recorded_decisions`)."""
     from ..core.io import read_json, write_json
     from . import dry_run
+    from .paces import recorded_decisions
     from .work import calibration_sizes, decisions
 
     if sample is None and not dry_run.runs_here(cfg):
         sample = STAND_IN_SAMPLE       # look-alikes: a sample, scaled to the profile's sizes
     rates = decisions(RESULTS_ROOT / cfg.profile)
+    rates = {**rates, "source": "the profile's run files here"} if rates else recorded_decisions(cfg)
     key = _key(cfg, overrides, sample, replay, rates)
     path = CACHE_DIR / PREDICTIONS / f"{key}.json"
     if path.is_file() and not refresh:
@@ -239,10 +242,10 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
            f"({repo_relative(got['replay_cache'])}), the other {made - replayed:,} the synthetic model's"
            if got.get("replay_cache") else "every computed call the synthetic model's")
     rates = got.get("decisions")
-    src += (" (its decisions at the rates the profile's run files here record: U past its threshold "
+    src += (f" (its decisions at the rates of {rates['source']}: U past its threshold "
             f"{rates['retrieve_rate']:.0%} of SeaKR's steps, an answer in {rates['answer_rate']:.0%} of "
             f"reasoning steps, {rates['words']:.0f} words a step)" if rates else " (its decisions at its own "
-            "rates: no run files of the profile here)")
+            "rates: no run of its model recorded)")
     sample = ("every question of every step" if got.get("sample") is None else
               f"at most {got['sample']} questions per data set and step, scaled to the profile's sizes "
               "(± one standard error of that sample)")

@@ -8,7 +8,9 @@
 - the CPU paces of this package's own runs (`data/measured/cpu_pace.csv`: one row per profile, run
   and step): each step's seconds with the work its files record and the unit its pace is per (a
   computed call, or the step where it makes none). `record_pace` adds a finished run's rows, each
-  with how far the pace recorded before it was off on this run's own work.
+  with how far the pace recorded before it was off on this run's own work;
+- the synthetic model's decisions as those runs recorded them (`data/measured/decisions.csv`, one
+  row per run): a fresh clone's dry run decides at its profile's, or at a run's on the same model.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ CPU_PACE = DATA_DIR / "measured" / "cpu_pace.csv"
 CPU_COLUMNS = ("profile", "run", "commit", "machine", "step", "seconds", "unit", "computed_calls",
                "prompt_tokens", "generated_tokens", "off", "note")
 PER_CALL, PER_STEP = "computed call", "step"  # a CPU pace's units
+DECISIONS = DATA_DIR / "measured" / "decisions.csv"
+DECISION_COLUMNS = ("profile", "run", "model", "retrieve_rate", "answer_rate", "words")
 
 
 def _read(path, columns: tuple, what: str) -> pd.DataFrame:
@@ -86,6 +90,21 @@ def cpu_paces(profile: str, path=None) -> dict | None:
                                                  rows["computed_calls"], rows["off"])}}
 
 
+def recorded_decisions(cfg: Config, path=None) -> dict | None:
+    """The synthetic model's decisions (`work.decisions`) as the newest recorded run of
+    `cfg.profile` took them, else the newest run of another profile on the same model, with
+    "source" naming the run; None when no run of that model is recorded."""
+    df = _read(DECISIONS if path is None else path, DECISION_COLUMNS, "recorded decisions")
+    own, same = df[df["profile"] == cfg.profile], df[df["model"] == cfg["model.name"]]
+    rows = own if not own.empty else same
+    if rows.empty:
+        return None
+    row = rows.iloc[-1]
+    whose = "" if row["profile"] == cfg.profile else f", profile {row['profile']} on the same model"
+    return {"retrieve_rate": float(row["retrieve_rate"]), "answer_rate": float(row["answer_rate"]),
+            "words": float(row["words"]), "source": f"recorded run {row['run']}{whose}"}
+
+
 def on_cpu(cfg: Config) -> bool:
     """Whether the profile's model runs on a CPU: `model.device` cpu, or auto on a machine whose
     torch sees no GPU (a profile set to cuda runs on a GPU, wherever it is priced)."""
@@ -101,7 +120,7 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
     """Append the finished run of `cfg.profile` (results/<profile>/) to `CPU_PACE`: per step, its
     stamp's seconds, the work its files record, the unit its pace is per, and how far the pace
     recorded before was off on this run's own work (seconds over that pace times these units)."""
-    from .work import recorded_work, step_seconds
+    from .work import decisions, recorded_work, step_seconds
 
     seconds = step_seconds(res := RESULTS_ROOT / cfg.profile)
     if not seconds:
@@ -127,4 +146,9 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
                      "generated_tokens": int(done["computed_tokens"].get(step, 0)), "off": off, "note": note})
     old = pd.read_csv(CPU_PACE, dtype={"commit": str}) if CPU_PACE.is_file() else pd.DataFrame(columns=CPU_COLUMNS)
     pd.concat([old, pd.DataFrame(rows)], ignore_index=True)[list(CPU_COLUMNS)].to_csv(CPU_PACE, index=False)
+    if (rates := decisions(res)) is not None:
+        old = _read(DECISIONS, DECISION_COLUMNS, "recorded decisions") if DECISIONS.is_file() else None
+        new = pd.DataFrame([{"profile": cfg.profile, "run": rows[0]["run"], "model": cfg["model.name"],
+                             **{k: round(v, 4) for k, v in rates.items()}}])
+        pd.concat([old, new], ignore_index=True)[list(DECISION_COLUMNS)].to_csv(DECISIONS, index=False)
     return CPU_PACE
