@@ -119,106 +119,65 @@ class Backend(Protocol):
 
 
 class BackendExtras(Protocol):
-    """Members only some backends have. Callers read each with `getattr`/`hasattr` and the
-    default named here; a `CachedBackend` passes every one it does not define itself through to
-    the backend it wraps (`__getattr__`)."""
+    """Members only some backends have: callers read each with `getattr`/`hasattr` and the default
+    given here; a `CachedBackend` passes through every one it does not define (`__getattr__`)."""
 
-    kind: str
-    """Optional. Which engine ("vllm", ...); absent = the transformers backend. A set kind is part
-    of a method's result key (`methods.base`), so another engine's runs never resume these."""
-
-    concurrent: bool
-    """Optional, default False. True when calls from several threads join one batch (vLLM, and
-    `llm.batching.ThreadBatcher` around the transformers backend):
-    `runner.concurrency > 1` and side-by-side calls need it (`concurrency.supports_concurrency`)."""
-
-    fingerprint: str
-    """Optional, default `name`. Identifies the weights; part of every call-cache key."""
-
-    max_context: int | None
-    """Optional, default None (unknown). Context length in tokens; prompts are fitted to it."""
-
-    scoped_counts: bool
-    """Optional, default False. True when `llm.cache.counting()` counts this backend's calls per
-    question (CachedBackend); otherwise the runner differences `stats()` around a question."""
-
-    wraps_backend: bool
-    """Optional, default False. A class attribute of wrappers (CachedBackend): the wrapped backend
-    is in `.backend`, where `unwrap` finds it."""
-
-    model: Any
-    """Optional (transformers backend only). The torch model: KBAE's LoRA and the benchmarks."""
-
-    tokenizer: Any
-    """Optional (transformers and vLLM backends). The Hugging Face tokenizer."""
-
-    fleet: Any
-    """Optional, default None (a backend in this process). Set on `runs.fleet_backend.FleetBackend`, the
-    driver's handle on a model the Ray workers hold: the per-question loops hand their questions
-    to this `runs.fleet.Fleet` instead of calling the backend here."""
-
-    generation_config: dict | None
-    """Optional, default None (not read). The checkpoint's generation_config.json ({} when it has
-    none): how `model.generate` decodes when told nothing, which the faithful baselines follow."""
+    kind: str                  # the engine ("vllm"); absent: transformers. Part of a method's result key
+    concurrent: bool           # default False: calls from several threads join one batch
+    fingerprint: str           # default `name`: identifies the weights; part of every call-cache key
+    max_context: int | None    # default None (unknown): context length in tokens, prompts fit to it
+    scoped_counts: bool        # default False: `llm.cache.counting()` counts calls per question
+    wraps_backend: bool        # class attribute of wrappers: the wrapped backend is in `.backend`
+    model: Any                 # transformers only: the torch model (KBAE's LoRA, the benchmarks)
+    tokenizer: Any             # transformers and vLLM: the Hugging Face tokenizer
+    fleet: Any                 # default None; `runs.fleet_backend.FleetBackend`'s Ray workers
+    generation_config: dict | None  # the checkpoint's generation_config.json, which faithful baselines follow
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Optional (backends with a tokenizer). `tokenizer.decode` with the tokenizer's defaults:
-        the text as DRAGIN's code reads it (no leading space after a sentencepiece decode)."""
+        """`tokenizer.decode` with its defaults: the text as DRAGIN's code reads it."""
         ...
 
     def encode_plain(self, text: str) -> list[int]:
-        """Optional (backends with a tokenizer). Token ids without special tokens."""
+        """Token ids without special tokens."""
         ...
 
     def piece_words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
-        """Optional (backends with a tokenizer). `words` with each word's pieces joined as DRAGIN's
-        code joins them: byte-fallback pieces kept by name (`llm.attention.merge_words`)."""
+        """`words`, each word's pieces joined as DRAGIN's code joins them (`llm.attention.merge_words`)."""
         ...
 
     def read_logprobs(self, prompt: str, continuation_ids: Sequence[int],
                       reads: Sequence[tuple[int, int]]) -> Generation:
-        """Optional (transformers and vLLM backends). Teacher-forced log-probs of chosen tokens at
-        chosen positions of a continuation given as token ids: for reads[i] = (j, t), logprobs[i]
-        = log p(t | prompt + continuation_ids[:j]), 0 <= j <= len(continuation_ids). Self-RAG
-        reads its reflection tokens so, from the very ids it generated (`score` would re-encode
-        the text, and a sentencepiece tokenizer need not give the generated ids back). The
-        Generation has text "" and no token ids."""
+        """Teacher-forced log-probs: for reads[i] = (j, t), logprobs[i] = log p(t | prompt +
+        continuation_ids[:j]). Self-RAG reads its reflection tokens from the very ids it generated
+        (re-encoding the text need not give them back)."""
         ...
 
     def stats(self) -> dict[str, int]:
-        """Optional, default no counters. Cumulative counters (llm_calls, oom_retries, ...) that
-        the runner copies into each result row as differences around a question."""
+        """Cumulative counters (llm_calls, oom_retries, ...) the runner differences per question."""
         ...
 
     def close(self) -> None:
-        """Optional, default nothing to free. Release the model's (GPU) memory; the backend is
-        unusable afterwards (`runs.pool.BackendPool` closes one before loading the next)."""
+        """Release the model's memory; the backend is unusable afterwards."""
         ...
 
     def reset_prefix_cache(self) -> None:
-        """Optional, default nothing kept. Forget reused prompt KV caches (benchmarks start cold)."""
+        """Forget reused prompt KV caches (benchmarks start cold)."""
         ...
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
-        """Optional, default one `generate` after another (the `generate_many` function below).
-        Greedy `generate` of independent prompts as one batch (transformers: shared-prefix
-        decoding; the call cache stores each under `generate`'s key)."""
+        """Greedy `generate` of independent prompts as one batch (default: the function below)."""
         ...
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
                                  sample: Sampling | Sequence[Sampling]) -> list[tuple[Generation, SampleSet]]:
-        """Optional, default `generate_many` then `sample_many` (the function below).
-        [(generate(p, **generate), sample(p, sample))] of each prompt (`generate` and `sample`:
-        one for all prompts or one per prompt), the greedy row decoded in the same batch as
-        the samples (transformers: shared-prefix decoding; the call cache stores each half under
-        its own key, so it counts as the same two calls)."""
+        """Each prompt's greedy row and its samples decoded in one batch (default: the function
+        below); the call cache still stores and counts them as two calls."""
         ...
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
-        """Optional; step 02 refuses a backend without it. The forced-EOS vector of each
-        "prompt + completion + EOS" at every layer for both hooks, as `llm.hooks` defines them:
-        {"mlp_out": L x k x d, "residual": L x k x d} float32."""
+        """The forced-EOS vector of each "prompt + completion + EOS" at every layer for both hooks:
+        {"mlp_out": L x k x d, "residual": L x k x d} float32 (step 02 needs it)."""
         ...
 
 
