@@ -1,27 +1,16 @@
-"""The transformers backend (reference implementation, CPU and GPU).
-
-Our own decode loop with a KV cache, shared by `generate` (greedy) and `sample` (k samples); the
-shared pre-fill, shared-prefix decoding (`shared_prefix.py`, or the reference path of
-`prompt_rows.py`), the reused prefix caches (`prefix_cache.py`), the out-of-memory retry
-(`oom.py`) and the decode paths (`decode/`) are described in docs/speed.md ("Speed"). What a
-caller relies on:
-- Rows are decoded in lanes (`Lane`: one picker, stop strings and token limit), so calls with
-  different settings share one batch without changing any row's result.
-- Sampling draws from one generator per prompt, seeded with `seed`, over its rows in row order:
-  the same seed gives the same tokens on every path, in any split into forward passes, and in
-  `sample` or `sample_many`. `stats()["oom_retries"]` and `["oom_seconds"]` count the retries.
-- Forced-EOS vectors come from one batched, right-padded pass of each sample's forced-EOS
-  sequence (`stops.forced_eos_ids`) over the pristine prompt cache; attention is causal, so no
-  padding leaks into a vector and identical sequences get identical vectors.
-- Stop strings are searched in the generated text only (as vLLM does); the text is cut before
-  one, token lists keep the tokens wholly before it, `all_token_ids` keeps every token (`stops`).
-- Log-probabilities, entropies and logsumexp are those of the raw next-token distribution
-  (temperature 1, no top-k/top-p); samples also carry `warped_logprobs`, from the logits the
-  sampler drew from.
-- Texts and token strings are decoded after the prompt's last tokens
-  (`tokenizing.decode_pieces`), as vLLM does, so a LLaMA continuation keeps its leading space.
-- A prompt that does not fit `max_context` (max_position_embeddings) with the tokens to generate
-  is refused (`tokenizing.ContextOverflowError`), never run past it.
+"""The transformers backend (reference implementation, CPU and GPU): our own decode loop with a KV
+cache (docs/speed.md: shared pre-fill and prefixes, the decode paths, the out-of-memory retry).
+What a caller relies on:
+- Rows are decoded in lanes (`Lane`), so calls with different settings share one batch without
+  changing any row's result.
+- Each prompt's rows draw from one generator seeded with `seed`, in row order: the same tokens on
+  every path, in any split into forward passes, in `sample` or `sample_many`.
+- Forced-EOS vectors come from one right-padded causal pass over the pristine prompt cache:
+  identical sequences get identical vectors.
+- Stop strings are searched in the generated text only, as vLLM does (`stops`); log-probs,
+  entropies and logsumexps are the raw distribution's, `warped_logprobs` the sampler's.
+- Texts are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does;
+  a prompt that does not fit `max_context` is refused (`tokenizing.ContextOverflowError`).
 """
 from __future__ import annotations
 
@@ -70,40 +59,32 @@ class HFBackend(WordsMixin, TokenizerMixin):
         # `decode_path`, not `decode`: Backend.decode(ids) is the tokenizer's, which DRAGIN's baselines call
         self.decode_path = resolve_decode(decode)
         strategy(self.decode_path).check(self.device)     # e.g. graph: CUDA only
-        # the context the model was trained for: longer prompts are refused (check_fits), not
-        # run past it (the methods drop passages and demonstrations first: prompts.fit_prompt)
+        # longer prompts are refused (check_fits); the methods fit theirs first (prompts.fit_prompt)
         n_ctx = getattr(text_config(model.config), "max_position_embeddings", None)
         self.max_context: int | None = int(n_ctx) if n_ctx else None
-        # Rows decoded together in `sample`: None = all k. A 7B model on a 24 GB card cannot hold
-        # 20 copies of a long prompt's KV cache; smaller chunks trade speed for memory.
-        self.max_batch_rows = max_batch_rows
-        # Chunk-boundary KV caches, bounded by the total tokens they hold (a 7B model's KV is
-        # ~0.5 MB per token in bf16).
-        self.prefixes = PrefixCache(prefix_cache_tokens)
-        # Shared-prefix decoding where the architecture allows it; otherwise say so, once.
+        self.max_batch_rows = max_batch_rows      # rows decoded together in `sample`: None = all k
+        self.prefixes = PrefixCache(prefix_cache_tokens)    # chunk-boundary KV caches, bounded in tokens
         self.shared_prefix_unsupported = sp.unsupported_reason(model.config)
         self.shared_prefix = bool(shared_prefix) and self.shared_prefix_unsupported is None
         if shared_prefix and self.shared_prefix_unsupported:
             warnings.warn(f"{name}: shared-prefix decoding is off ({self.shared_prefix_unsupported}); "
                           "the k samples copy the prompt's KV cache into every row (slower, more "
                           "memory, same results)", stacklevel=2)
-        # Out-of-memory recovery: rows per forward pass (None = all rows of a chunk) and contexts
-        # decoded together by sample_many/generate_many (None = all; each holds its own prompt
-        # cache, so simple QA's ten passages at paper scale hold ten), halved on out-of-memory.
+        # contexts decoded together (None = all; each holds its own prompt cache), halved with the
+        # rows per forward pass on out-of-memory
         self.max_batch_contexts = max_batch_contexts
         self.oom = OutOfMemoryRetry(name, self.reset_prefix_cache, max_batch_contexts)
-        # the checkpoint's generation_config.json (from_dir); None: not read (faithful baselines
-        # then refuse to guess how DRAGIN's code would decode)
+        # generation_config.json (from_dir); None: not read, and faithful baselines refuse to guess
         self.generation_config: dict | None = None
 
     @property
     def prompt_rows(self):
-        """How the rows over one prompt hold its cache (`prompt_rows.py`), from `shared_prefix`."""
+        """How the rows over one prompt hold its cache (`prompt_rows.py`)."""
         return SHARED if self.shared_prefix else COPIED
 
     @property
     def rows_per_forward(self) -> int | None:
-        """Rows per forward pass (None = all rows of a chunk): the out-of-memory retry's."""
+        """Rows per forward pass (None = all): the out-of-memory retry's, as are the contexts below."""
         return self.oom.rows_per_forward
 
     @rows_per_forward.setter
@@ -112,7 +93,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     @property
     def contexts_per_batch(self) -> int | None:
-        """Contexts decoded together (None = all): the out-of-memory retry's."""
         return self.oom.contexts_per_batch
 
     @contexts_per_batch.setter
@@ -121,16 +101,13 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     @property
     def prefix_cache_tokens(self) -> int:
-        """Tokens of chunk-boundary KV caches kept at most."""
         return self.prefixes.max_tokens
 
     @property
     def prefix_hits(self) -> int:
-        """Pre-fills that reused a kept chunk-boundary cache."""
         return self.prefixes.hits
 
     def stats(self) -> dict[str, int]:
-        """Counters the runner copies into each result row (as differences around a question)."""
         return {"oom_retries": self.oom.retries, "oom_seconds": round(self.oom.seconds, 3)}
 
     @classmethod
@@ -148,25 +125,18 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return backend
 
     def close(self) -> None:
-        """Drop the model and its kept KV caches so their (GPU) memory can be freed; the
-        backend is unusable afterwards (`runs.pool.BackendPool` loads a new one)."""
         self.prefixes.clear()
         self.model = None
 
     # ----------------------------------------------------------------------------- helpers
     def reset_prefix_cache(self) -> None:
-        """Forget the kept chunk-boundary KV caches (benchmarks start every run cold)."""
         self.prefixes.clear()
 
     def forward(self, ids: torch.Tensor, cache=None, position_ids=None):
-        """The model's pass over `ids` (rows x tokens) on top of `cache`: the ONE entry point of
-        every pre-fill and decode pass (every decode path's steps included; the forced-EOS and
-        scoring passes call the model directly), so wrapping it sees them all (a test
-        injects out-of-memory errors here). It tells the out-of-memory retry how many rows the
-        pass runs (`oom.note_rows`): a wrapper that raises before calling it calls
-        `backend.oom.note_rows(ids.shape[0])` first, so the retry halves from that width.
-        Logits of the last position only: the LM head over a whole prompt costs as much as
-        several layers and its other rows are never used."""
+        """The model's pass over `ids` (rows x tokens) on top of `cache`: the one entry point of
+        every pre-fill and decode pass, so a wrapper sees them all (a wrapper that raises before
+        calling it calls `oom.note_rows` first, so the retry halves from that width). Last
+        position's logits only: the LM head over a whole prompt costs several layers."""
         self.oom.note_rows(int(ids.shape[0]))
         return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                           position_ids=position_ids)
@@ -177,9 +147,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return self.prefixes.prefill(prompt_ids, self.forward, self.device)
 
     def picker(self, seed: int, temperature: float, top_k: int, top_p: float) -> Callable:
-        """A lane's sampler: draws (tokens, their warped log-probs) from one generator seeded with
-        `seed`, over the rows it is given in order (warping `rows_per_forward` rows at a time
-        after an out-of-memory: the same draws)."""
+        """A lane's sampler: (tokens, warped log-probs) from one generator seeded with `seed`, over
+        its rows in order (`rows_per_forward` at a time after an out-of-memory: the same draws)."""
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         def pick(logits):
@@ -187,9 +156,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return pick
 
     def decode_lanes(self, prefixes: Sequence[Prefix], lanes: Sequence[Lane]) -> list[list[Row]]:
-        """Decode every lane's rows in one batch on the backend's decode path, each row attending
-        to its lane's prefix ((cache, length, next-token logits), never copied per row) plus its
-        own generated tokens; each lane's rows, in lane order."""
+        """Every lane's rows decoded in one batch on the decode path, each over its lane's prefix
+        (never copied per row); each lane's rows, in lane order."""
         return strategy(self.decode_path).decode(self, prefixes, lanes)
 
     # ----------------------------------------------------------------------------- decoding
@@ -200,8 +168,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def finish_row(self, r: Row, stop: Sequence[str], prompt_ids: Sequence[int],
                 want_stats: bool) -> Generation:
-        """Cut a decoded row before its stop string and build the Generation; text and tokens
-        are decoded after the prompt's last tokens (`tokenizing.decode_pieces`), as vLLM does."""
+        """The Generation of a decoded row, cut before its stop string."""
         pieces = self._pieces(r.ids, prompt_ids)
         # cut wherever the text in context holds a stop string, even one the decode loop's
         # check (on the ids alone) could not see, e.g. one that starts with the leading space
@@ -234,25 +201,22 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
-        """Greedy `generate` of several prompts, decoded as one batch (each row over its own
-        prompt cache, shared-prefix attention); one after another without shared-prefix decoding."""
+        """Greedy `generate` of several prompts as one batch (one after another without
+        shared-prefix decoding)."""
         return self.prompt_rows.generate_many(self, prompts, max_new_tokens, stop, want_stats)
 
     def sample(self, prompt: str, settings: Sampling) -> SampleSet:
         return self.sample_many([prompt], settings)[0]
 
     def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
-        """`sample` for each prompt, all decoded in one batch (each prompt's rows over its own
-        prompt cache); the same result as calling `sample` on each, one after another."""
+        """`sample` of each prompt, all in one batch: the same result as one after another."""
         return self.prompt_rows.sample_many(self, prompts, settings.at_layer(self.n_layers))
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
                                  sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
-        """`generate(prompt, **generate)` and `sample(prompt, **sample)` of each prompt, the
-        greedy row decoded in the same batch as the k samples (SeaKR's step and its U): a lone
-        greedy row costs a whole forward pass per token on its own, almost nothing in a batch.
-        `generate` and `sample` may be one per prompt (other stops, lengths, seeds: each
-        prompt's rows are lanes of their own). The same samples as `sample_many`."""
+        """Each prompt's greedy row decoded in the batch of its k samples (SeaKR's step and its U):
+        alone it costs a forward pass per token, in the batch almost nothing. The same samples as
+        `sample_many`."""
         gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
         return self.prompt_rows.generate_and_sample_many(self, prompts, gens, smps)
 
@@ -302,14 +266,10 @@ class HFBackend(WordsMixin, TokenizerMixin):
     @torch.inference_mode()
     def _eos_pass(self, prompt_cache, completions: list[list[int]],
                   wanted: list[tuple[int, str]]) -> dict[tuple[int, str], np.ndarray]:
-        """{(layer, hook): n x d} at the forced EOS of "prompt + completion + EOS", one batched
-        pass for all rows (split into passes of `rows_per_forward` rows only after an
-        out-of-memory). One capture stops the pass after its layer; several run it whole.
-
-        Each distinct completion is computed once and its vector given to every row that has it:
-        identical samples get bit-identical vectors (a batched matrix product can round a row
-        differently depending on its position in the batch), and repeated samples cost nothing.
-        """
+        """{(layer, hook): n x d} at the forced EOS of "prompt + completion + EOS", one batched pass
+        (`rows_per_forward` rows at a time after an out-of-memory); one capture stops after its
+        layer. Each distinct completion is computed once: identical samples get bit-identical
+        vectors (a batched product can round a row differently by its position in the batch)."""
         if not completions:
             return {w: np.zeros((0, self.hidden_size), np.float32) for w in wanted}
         first: dict[tuple[int, ...], int] = {}
@@ -339,8 +299,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     @torch.inference_mode()
     def _last_attention(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """The last layer's attention weights (heads x query x key, float32) of `token_ids` run
-        alone through the model."""
+        """The last layer's attention (heads x query x key, float32) of `token_ids` run alone."""
         before = self.model.config._attn_implementation
         self.model.set_attn_implementation("eager")   # only eager returns attention weights
         try:
@@ -358,8 +317,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return self._last_attention(token_ids).max(dim=1).values.mean(dim=0).tolist()
 
     def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
-        """Rows of the head-averaged last-layer attention of `token_ids` at `positions` (DRAGIN's
-        query formulation reads these for the tokens that triggered retrieval)."""
+        """The head-averaged last-layer attention rows of `token_ids` at `positions` (DRAGIN's query)."""
         if not positions:
             return []
         att = self._last_attention(token_ids).mean(dim=0)     # query x key
