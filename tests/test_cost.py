@@ -451,17 +451,22 @@ def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_p
     assert decisions(tmp_path) is None
     steps = [{"kind": "pseudo_step", "output": "a b c d", "retrieve": True}, {"kind": "rerank", "output": "a b c"},
              {"kind": "pseudo_step", "output": "So the answer is X.", "retrieve": False},
-             {"kind": "step", "output": "e f"}, {"kind": "final_knowledge", "output": "The answer is Y."}]
+             {"kind": "step", "output": "e f"}, {"kind": "final_knowledge", "output": "The answer is Y."},
+             {"kind": "step", "output": "\nSo the answer is Y."}, {"kind": "step", "output": ""}]
     _write(tmp_path / "runs" / "2wiki" / "seakr-abc.jsonl", [{"id": "q0", "trace": steps},
                                                               {"id": "q1", "trace": steps, "derived_from": {}}])
     got = decisions(tmp_path)
-    assert got == {"retrieve_rate": 0.5, "answer_rate": pytest.approx(1 / 3), "words": pytest.approx(10 / 3)}
+    assert got == {"retrieve_rate": 0.5, "answer_rate": 0.5, "words": 15 / 4, "newline_rate": 2 / 5}
     monkeypatch.setenv(DECISIONS_ENV, json.dumps({"retrieve_rate": 0.0, "answer_rate": 1.0}))
     model = SyntheticBackend()
     assert all(model.generate(f"q{i}", max_new_tokens=64).text.rstrip(".").split()[-3:-1] == ["answer", "is"]
                for i in range(5))
     tight = [model.sample(f"q{i}", Sampling(k=3, max_new_tokens=8)) for i in range(5)]     # no retrieval
     assert all(s.vectors.std(axis=0).max() < 0.01 for s in tight)
+    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"newline_rate": 1.0}))      # a "\n" stop: nothing said
+    model = SyntheticBackend()
+    assert all(model.generate(f"q{i}", max_new_tokens=64, stop=["\n"]).text == "" for i in range(5))
+    assert all(model.generate(f"q{i}", max_new_tokens=64).text.startswith("\n") for i in range(5))
 
 
 def test_the_first_line_names_the_rows_the_dry_run_could_not_answer():

@@ -30,8 +30,9 @@ WORDS = ("river city army king film album band court bridge island novel church 
          "station museum league party north south old new great first second early late red blue "
          "stone green black white").split()
 # answer_rate: the share of generations that end with "So the answer is X."; retrieve_rate: the
-# share of sample sets spread out (SeaKR's U above its threshold); words: a generation's mean words
-DECISIONS = {"answer_rate": 0.35, "retrieve_rate": 0.5, "words": 16.0}
+# share of sample sets spread out (SeaKR's U above its threshold); words: a generation's mean words;
+# newline_rate: the share that open with a newline, which a "\n" stop cuts to nothing (a loop's end)
+DECISIONS = {"answer_rate": 0.35, "retrieve_rate": 0.5, "words": 16.0, "newline_rate": 0.0}
 DECISIONS_ENV = "SEAKR_SYNTHETIC_DECISIONS"     # JSON of some of DECISIONS, in cost's dry run
 _TOKEN = re.compile(r"\s*\S+|\n")
 
@@ -125,7 +126,9 @@ class SyntheticBackend:
             words.append(sentence[:1].upper() + sentence[1:] + ".")
         if rng.random() < self.decisions["answer_rate"]:
             words.append(f"So the answer is {synthetic_word(int(rng.integers(0, 200))).title()}.")
-        return " ".join(words)[: 8 * max_new_tokens]
+        text = " ".join(words)[: 8 * max_new_tokens]
+        # a generator of its own: the other draws stay as they were at any newline_rate
+        return "\n" + text if _rng("newline", text).random() < self.decisions["newline_rate"] else text
 
     def _generation(self, rng, prompt: str, text: str, stop: Sequence[str], max_new_tokens: int,
                     want_stats: bool, want_attention: bool) -> Generation:

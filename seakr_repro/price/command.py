@@ -243,8 +243,9 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
            if got.get("replay_cache") else "every computed call the synthetic model's")
     rates = got.get("decisions")
     src += (f" (its decisions at the rates of {rates['source']}: U past its threshold "
-            f"{rates['retrieve_rate']:.0%} of SeaKR's steps, an answer in {rates['answer_rate']:.0%} of "
-            f"reasoning steps, {rates['words']:.0f} words a step)" if rates else " (its decisions at its own "
+            f"{rates['retrieve_rate']:.0%} of SeaKR's steps; {rates.get('newline_rate', 0):.0%} of reasoning "
+            f"steps open with a newline; an answer in {rates['answer_rate']:.0%} of the others, "
+            f"{rates['words']:.0f} words a step)" if rates else " (its decisions at its own "
             "rates: no run of its model recorded)")
     sample = ("every question of every step" if got.get("sample") is None else
               f"at most {got['sample']} questions per data set and step, scaled to the profile's sizes "

@@ -35,7 +35,7 @@ CPU_COLUMNS = ("profile", "run", "commit", "machine", "step", "seconds", "unit",
                "prompt_tokens", "generated_tokens", "off", "note")
 PER_CALL, PER_STEP = "computed call", "step"  # a CPU pace's units
 DECISIONS = DATA_DIR / "measured" / "decisions.csv"
-DECISION_COLUMNS = ("profile", "run", "model", "retrieve_rate", "answer_rate", "words")
+DECISION_COLUMNS = ("profile", "run", "model", "retrieve_rate", "answer_rate", "words", "newline_rate")
 
 
 def _read(path, columns: tuple, what: str) -> pd.DataFrame:
@@ -101,8 +101,7 @@ def recorded_decisions(cfg: Config, path=None) -> dict | None:
         return None
     row = rows.iloc[-1]
     whose = "" if row["profile"] == cfg.profile else f", profile {row['profile']} on the same model"
-    return {"retrieve_rate": float(row["retrieve_rate"]), "answer_rate": float(row["answer_rate"]),
-            "words": float(row["words"]), "source": f"recorded run {row['run']}{whose}"}
+    return {**{k: float(row[k]) for k in DECISION_COLUMNS[3:]}, "source": f"recorded run {row['run']}{whose}"}
 
 
 def on_cpu(cfg: Config) -> bool:

@@ -201,9 +201,11 @@ def step_seconds(res: Path) -> dict[str, float]:
 def decisions(res: Path) -> dict | None:
     """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as a run's files in `res`
     record the real model's, over every row's trace: the share of SeaKR's steps whose U passed
-    its threshold (retrieve_rate), and over the steps a reasoning loop keeps (CoT's, IRCoT's,
-    FLARE's, DRAGIN's; SeaKR's step regenerated after retrieval, else its pseudo step) the share
-    that states an answer and their mean words. None without such records."""
+    its threshold (retrieve_rate); over the steps a reasoning loop keeps (CoT's, IRCoT's, FLARE's,
+    DRAGIN's; SeaKR's step regenerated after retrieval, else its pseudo step) the share that is
+    empty or opens with a newline (newline_rate: a "\n" stop leaves such a step empty, and the loop
+    ends), and over those not empty the share that states an answer and their mean words. None
+    without such records."""
     import re
 
     answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
@@ -218,8 +220,10 @@ def decisions(res: Path) -> dict | None:
                 kept = entry.get("kind") in loop or entry.get("retrieve") is False
                 if kept and isinstance(entry.get("output"), str):
                     outputs.append(entry["output"])
-    if not retrieved or not outputs:
+    said = [o for o in outputs if o.strip()]
+    if not retrieved or not said:
         return None
     return {"retrieve_rate": sum(retrieved) / len(retrieved),
-            "answer_rate": sum(bool(answer.search(o)) for o in outputs) / len(outputs),
-            "words": sum(len(o.split()) for o in outputs) / len(outputs)}
+            "answer_rate": sum(bool(answer.search(o)) for o in said) / len(said),
+            "words": sum(len(o.split()) for o in said) / len(said),
+            "newline_rate": sum(not o.strip() or o.startswith("\n") for o in outputs) / len(outputs)}
