@@ -7,8 +7,7 @@ next-token cross-entropy on the target tokens only (the prompt is context).
 
 `train_lora`'s defaults are the paper's (`PAPER_SETTINGS`, LLaMA-Factory on 3,096 examples of NQ,
 PopQA and WebQuestions); its 9,589 instruction-following examples distilled from GPT-4o are not
-reproduced. 5e-5 for the few updates a CPU affords moves nothing, so `CPU_SETTINGS` keeps the
-rank and alpha and raises the learning rate.
+reproduced.
 
 The synthetic backend (`cost`'s dry run, the scale check) has no weights to tune: there KBAE's
 examples are built and counted, no adapter is trained, and a synthetic model of the adapter's
@@ -36,9 +35,8 @@ from ...core.errors import DataMissingError, UserError
 from ...evaluation import exact_match, normalize_answer
 from .prompts import ANSWER_STOP, RAG_REQUIRED, clean_answer, confident_qa_prompt, direct_qa_prompt
 
-# r/alpha as the paper; 16 examples per update (the paper's 2 x 8); lr raised for ~30 updates.
+# 16 examples per update: the paper's 2 x 8
 PAPER_SETTINGS = {"r": 16, "alpha": 32, "lr": 5e-5, "epochs": 3, "batch_size": 16}
-CPU_SETTINGS = {"r": 16, "alpha": 32, "lr": 5e-4, "epochs": 3, "batch_size": 16}
 CRITERIA = ("acc", "em")
 MANIFEST = "kbae_manifest.json"
 
@@ -142,7 +140,6 @@ def _loss(model, pairs, pad_id: int, n_prefix: int):
                                              labels.reshape(-1), ignore_index=-100)
 
 
-
 @contextlib.contextmanager
 def _quiet_peft():
     """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model (a
@@ -150,6 +147,7 @@ def _quiet_peft():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
+
 
 def train_lora(model, tokenizer, examples: Sequence[KBAEExample], out_dir, *, steps: int | None = None,
                epochs: float = PAPER_SETTINGS["epochs"], lr: float = PAPER_SETTINGS["lr"],
@@ -270,7 +268,6 @@ def _hf_backend(backend):
 
 
 def _synthetic(backend):
-    """The synthetic backend under any wrappers, or None."""
     from ...llm.base import unwrap
     from ...llm.synthetic import SyntheticBackend
 

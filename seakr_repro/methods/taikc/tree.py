@@ -71,13 +71,8 @@ def parse_tree(text: str, question: str, max_nodes: int = 8) -> QuestionTree:
     nodes = _nodes_from_pairs(text)
     if nodes:
         return _numbered(QuestionTree(question, _truncate(nodes, max_nodes), how="pairs"))
-    return single_node_tree(question)
-
-
-def single_node_tree(question: str) -> QuestionTree:
-    """The fallback: the complex question is its own (only) sub-question."""
-    return QuestionTree(question, [Node("query1", 1, question.strip())], fallback=True,
-                        how="fallback")
+    # the fallback: the complex question is its own (only) sub-question
+    return QuestionTree(question, [Node("query1", 1, question.strip())], fallback=True, how="fallback")
 
 
 def _json_candidates(text: str):
@@ -232,30 +227,23 @@ def _truncate(nodes: list[Node], max_nodes: int) -> list[Node]:
 
 
 # ---------------------------------------------------------------------------------- traversal
-def preorder(tree: QuestionTree) -> list[Node]:
-    """The sub-questions in pre-order (the root q0 excluded, as the paper traverses)."""
-    out: list[Node] = []
-
-    def visit(n: Node):
-        out.append(n)
+def _walk(tree: QuestionTree):
+    """(node, its ancestors top-down) in pre-order, the root q0 excluded (as the paper traverses)."""
+    def visit(n: Node, path: list[Node]):
+        yield n, path
         for c in n.children:
-            visit(c)
+            yield from visit(c, path + [n])
     for n in tree.nodes:
-        visit(n)
-    return out
+        yield from visit(n, [])
+
+
+def preorder(tree: QuestionTree) -> list[Node]:
+    return [n for n, _ in _walk(tree)]
 
 
 def parents(tree: QuestionTree) -> dict[int, Node | None]:
     """id(node) -> its parent node (None for children of q0)."""
-    out: dict[int, Node | None] = {}
-
-    def visit(n: Node, p: Node | None):
-        out[id(n)] = p
-        for c in n.children:
-            visit(c, n)
-    for n in tree.nodes:
-        visit(n, None)
-    return out
+    return {id(n): (path[-1] if path else None) for n, path in _walk(tree)}
 
 
 def references(question: str) -> list[int]:
@@ -282,17 +270,7 @@ def fill_placeholders(question: str, answered: list[Node], parent: Node | None =
 # ---------------------------------------------------------------------------------- chains
 def chains(tree: QuestionTree) -> list[list[Node]]:
     """Equation 5: the sub-questions on every root-to-leaf path, top-down."""
-    out: list[list[Node]] = []
-
-    def visit(n: Node, path: list[Node]):
-        path = path + [n]
-        if not n.children:
-            out.append(path)
-        for c in n.children:
-            visit(c, path)
-    for n in tree.nodes:
-        visit(n, [])
-    return out
+    return [path + [n] for n, path in _walk(tree) if not n.children]
 
 
 def chain_json(chain: list[Node]) -> str:
