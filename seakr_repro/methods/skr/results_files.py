@@ -29,6 +29,10 @@ FIX = ("give the directory holding SKR's cot_train.json and cot_train_ir.json (J
        '{"Question", "Gold answer": [...], "chain_of_thought_gpt3"} in the same question order)')
 
 
+def _bad(path: Path, what: str) -> UserError:
+    return UserError(what, path=path, setting="skr.train_results", fix=FIX)
+
+
 def results_paths(directory: str | Path, split: str = "train") -> tuple[Path, Path]:
     """The closed-book and the retrieval file of `split`, by SKR's names."""
     directory = Path(directory)
@@ -39,35 +43,29 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
     """One results file, each entry checked for the keys skr.py reads."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"SKR results file {path} does not exist", path=path, setting="skr.train_results",
-                        fix=FIX)
+        raise _bad(path, f"SKR results file {path} does not exist")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"SKR results file {path} is not JSON: {err}", path=path,
-                        setting="skr.train_results", fix=FIX) from None
+        raise _bad(path, f"SKR results file {path} is not JSON: {err}") from None
     if not isinstance(data, list) or not data:
         what = "an empty list" if data == [] else f"a JSON {type(data).__name__}"
-        raise UserError(f"SKR results file {path} holds {what}, not a list of questions", path=path,
-                        setting="skr.train_results", fix=FIX)
+        raise _bad(path, f"SKR results file {path} holds {what}, not a list of questions")
     for i, entry in enumerate(data):
         missing = [k for k in REQUIRED_KEYS if not isinstance(entry, dict) or k not in entry]
         if missing:
-            raise UserError(f"entry {i} of SKR results file {path} has no {', '.join(map(repr, missing))}",
-                            path=path, setting="skr.train_results", fix=FIX)
+            raise _bad(path, f"entry {i} of SKR results file {path} has no {', '.join(map(repr, missing))}")
         golds = entry["Gold answer"]
         if not (isinstance(golds, list) and golds and all(isinstance(g, str) for g in golds)):
-            raise UserError(f"entry {i} of SKR results file {path}: 'Gold answer' is {golds!r}, not a "
-                            "non-empty list of strings", path=path, setting="skr.train_results", fix=FIX)
+            raise _bad(path, f"entry {i} of SKR results file {path}: 'Gold answer' is {golds!r}, not a "
+                             "non-empty list of strings")
         if not isinstance(entry[OUTPUT_KEY], str) or not isinstance(entry["Question"], str):
-            raise UserError(f"entry {i} of SKR results file {path}: 'Question' and '{OUTPUT_KEY}' "
-                            "must be strings", path=path, setting="skr.train_results", fix=FIX)
+            raise _bad(path, f"entry {i} of SKR results file {path}: 'Question' and '{OUTPUT_KEY}' must be strings")
     return data
 
 
 def read_pair(directory: str | Path, split: str = "train") -> tuple[list[dict], list[dict]]:
-    """Both files of `split`, checked to list the same questions in the same order (skr.py pairs
-    them by position)."""
+    """Both files of `split`, checked to list the same questions in order (skr.py pairs by position)."""
     closed_path, ir_path = results_paths(directory, split)
     closed, ir = read_results(closed_path), read_results(ir_path)
     if len(closed) != len(ir):
@@ -96,13 +94,11 @@ def labels_from_results(directory: str | Path, *, ties: str = "known", label_ans
             s_closed, s_ir = official_em(a[OUTPUT_KEY], golds), official_em(b[OUTPUT_KEY], b["Gold answer"])
             ans_closed, ans_ir = a[OUTPUT_KEY], b[OUTPUT_KEY]
         else:
-            ans_closed, ans_ir = (extract_answer(x[OUTPUT_KEY], mode) or ""
-                                  for x in (a, b))
+            ans_closed, ans_ir = (extract_answer(x[OUTPUT_KEY], mode) or "" for x in (a, b))
             s_closed, s_ir = exact_match(ans_closed, golds), exact_match(ans_ir, golds)
-        out.append(LabelledQuestion(id=str(i), question=a["Question"],
-                                    label=label_from_scores(s_closed, s_ir, ties),
-                                    answer_closed=ans_closed, answer_retrieval=ans_ir,
-                                    score_closed=s_closed, score_retrieval=s_ir))
+        out.append(LabelledQuestion(id=str(i), question=a["Question"], label=label_from_scores(s_closed, s_ir, ties),
+                                    answer_closed=ans_closed, answer_retrieval=ans_ir, score_closed=s_closed,
+                                    score_retrieval=s_ir))
     return out
 
 
