@@ -65,7 +65,6 @@ def answer_text(text: str, retrieved: bool, mode: str) -> str:
     return text[1:] if text[:1] in ("#", ":") else text
 
 
-
 class SelfRAG(Method):
     name = "self_rag"
     DEFAULTS = {"mode": "fixed", "retrieval": "adaptive", "threshold": 0.2, "ndocs": 3,
@@ -210,22 +209,15 @@ class SelfRAG(Method):
             return self._without_passages(base, trace, 0, **extra)
         hits = self._passages(record.question, s["ndocs"])
         if not hits:
-            # No passage to critique (a query with no BM25 hit). The official code fails here
-            # (it ranks the passages' continuations, and there are none); its answer whenever it
-            # does not retrieve is the continuation after [No Retrieval], so that is the answer.
-            # The search was made: it counts as a retrieval, as the official count does.
+            # no passage to critique: the official code fails here; its answer whenever it does not
+            # retrieve is the continuation after [No Retrieval]; the search counts as a retrieval
             trace.append(step_record("no_hits", record.question, "", hits=[]))
             return self._without_passages(base, trace, 1, no_hits=True, **extra)
         prefixes = [f"{base}{RETRIEVE}<paragraph>{h.title}\n{h.text}</paragraph>" for h in hits]
         gens = generate_many(self.backend, prefixes, max_new_tokens=s["max_new_tokens"])
-        cands = []
-        for h, prefix, gen in zip(hits, prefixes, gens):
-            text = self._text(gen)
-            cands.append({"id": h.id, "text": text, **self._critique(prefix, gen)})
-        best = cands[0]
-        for c in cands[1:]:           # the first of equal scores wins (a stable sort, as the code's)
-            if c["score"] > best["score"]:
-                best = c
+        cands = [{"id": h.id, "text": self._text(gen), **self._critique(prefix, gen)}
+                 for h, prefix, gen in zip(hits, prefixes, gens)]
+        best = max(cands, key=lambda c: c["score"])   # the first of equal scores wins, as the code's stable sort
         trace.append(step_record("candidates", base, best["text"], hits=hits_brief(hits),
                                  candidates=cands, chosen=best["id"]))
         return MethodResult(answer=answer_text(best["text"], True, s["mode"]), raw_output=best["text"],

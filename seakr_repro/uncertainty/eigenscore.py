@@ -71,11 +71,7 @@ def gram_matrix(embeddings, variant: str = "seakr") -> np.ndarray:
 
 
 def eigen_score(embeddings, alpha: float = 1e-3, variant: str = "seakr") -> float:
-    """U for a k x d array of vectors; higher = samples disagree more = more uncertain.
-
-    variant "seakr": (1/k) ln det(Z J_d Z^T + alpha I); "inside": (1/k) log10 det(Z J_d Z^T/(d-1)
-    + alpha I). k = 0 (no non-empty sample) returns EMPTY_FALLBACK (0.0, i.e. retrieve).
-    """
+    """U for a k x d array of vectors (module doc); k = 0 (no non-empty sample): EMPTY_FALLBACK."""
     _check_variant(variant)
     if not (isinstance(alpha, (int, float, np.floating)) and alpha > 0 and math.isfinite(alpha)):
         raise UserError(f"alpha must be a positive finite number, got {alpha!r}", setting="alpha",
@@ -105,8 +101,7 @@ def identical_vectors_score(k: int, spread: float, alpha: float = 1e-3) -> float
 
 
 def u_from_sampleset(sampleset, alpha: float = 1e-3, variant: str = "seakr") -> float:
-    """U(c) from a `SampleSet`, using only the samples with non-empty text (as the official code);
-    none left -> EMPTY_FALLBACK."""
+    """U(c) from a `SampleSet`'s samples with non-empty text (as the official code)."""
     return eigen_score(sampleset.nonempty_vectors, alpha=alpha, variant=variant)
 
 

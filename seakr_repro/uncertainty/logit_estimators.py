@@ -11,7 +11,6 @@ EOS excluded; `content_logprobs(generation, eos_token_id)` drops an EOS the back
 Empty input (no generated token, or no non-empty sample) returns the estimator's UNCERTAIN end:
 +inf for perplexity / multi-perplexity / LN-entropy, -inf for energy (code sign). This mirrors
 SeaKR, where an empty step always triggers retrieval and an empty candidate ranks last.
-(`analysis.auroc` ranks scores, so infinities are fine there.)
 """
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ def content_logprobs(generation, eos_token_id: int | None = None) -> list[float]
 
 @_direction(True)
 def perplexity(logprobs: Sequence[float]) -> float:
-    """exp(-mean log p) over the generated tokens (EOS excluded); empty -> +inf."""
+    """exp(-mean log p) over the generated tokens (EOS excluded)."""
     lp = _vector(logprobs, "logprobs")
     if lp.size == 0:
         return math.inf
@@ -56,8 +55,7 @@ def perplexity(logprobs: Sequence[float]) -> float:
 
 @_direction(True)
 def multi_perplexity(samples: Sequence[Sequence[float]]) -> float:
-    """Mean of the per-sample perplexities of k samples; empty samples are skipped (as U(c) skips
-    them); none left -> +inf."""
+    """Mean perplexity of k samples, empty ones skipped (as U(c) skips them)."""
     ppl = [perplexity(s) for s in samples if len(s)]
     return float(np.mean(ppl)) if ppl else math.inf
 
@@ -65,20 +63,15 @@ def multi_perplexity(samples: Sequence[Sequence[float]]) -> float:
 @_direction(True)
 def ln_entropy(samples: Sequence[Sequence[float]]) -> float:
     """Length-normalised entropy (Malinin & Gales 2020): -(1/k) sum_i (1/T_i) sum_t log p(y_it),
-    the Monte-Carlo estimate over k samples; empty samples skipped; none left -> +inf."""
+    empty samples skipped."""
     per = [-_vector(s, "logprobs").mean() for s in samples if len(s)]
     return float(np.mean(per)) if per else math.inf
 
 
 @_direction(False)
 def energy(logsumexp_per_token: Sequence[float]) -> float:
-    """Mean over generated tokens of logsumexp(raw logits), with the official code's sign.
-
-    Liu et al.'s energy is E = -logsumexp(f); the code keeps +logsumexp, i.e. NEGATIVE energy, so
-    a HIGHER value means a more peaked/in-distribution state = MORE CONFIDENT
-    (`higher_is_more_uncertain = False`). `oriented()` turns it into an uncertainty (= mean energy).
-    Empty -> -inf (the uncertain end in this sign).
-    """
+    """Mean over generated tokens of logsumexp(raw logits), with the official code's sign: Liu et
+    al.'s energy is E = -logsumexp(f), the code keeps NEGATIVE energy, so higher = MORE CONFIDENT."""
     v = _vector(logsumexp_per_token, "logsumexp values")
     if v.size == 0:
         return -math.inf

@@ -63,7 +63,7 @@ def answer_probability(tokens, logprobs, word: str) -> float | None:
 
 
 def judge(text: str, tokens=(), logprobs=()) -> PromptJudgement:
-    """Map the model's reply to an uncertainty (rules in the module docstring)."""
+    """The reply's uncertainty (module doc)."""
     lead = _LEAD.match(text)
     if lead:
         word = lead.group(1).lower()
@@ -79,11 +79,8 @@ def judge(text: str, tokens=(), logprobs=()) -> PromptJudgement:
 
 
 @_direction(True)
-def prompt_uncertainty(backend, question: str, context: str = "",
-                       max_new_tokens: int = 4) -> PromptJudgement:
-    """Ask `backend` (the llm.base.Backend protocol) the sufficiency question, greedily."""
-    # No stop strings: a reply may open with "\n"; a few tokens are enough for Yes/No. Log-probs
-    # come with every call, so the extra statistics are not asked for.
-    gen = backend.generate(build_prompt(question, context), max_new_tokens=max_new_tokens,
-                           stop=(), want_stats=False)
+def prompt_uncertainty(backend, question: str, context: str = "", max_new_tokens: int = 4) -> PromptJudgement:
+    """Ask `backend` the sufficiency question, greedily: no stop strings, as a reply may open with
+    "\n"; a few tokens are enough for Yes/No."""
+    gen = backend.generate(build_prompt(question, context), max_new_tokens=max_new_tokens, stop=(), want_stats=False)
     return judge(gen.text, gen.tokens, gen.logprobs)

@@ -86,8 +86,7 @@ def to_json(stats) -> Any:
 
 
 def stats_from_row(row: Mapping[str, Any], vectors: np.ndarray | None) -> ContextStats:
-    """The statistics of one step-02 question (its JSON row and its k x d vectors of the
-    configured hook and layer, as stored)."""
+    """The statistics of one step-02 question: its JSON row and its stored k x d vectors."""
     if "greedy_stats" not in row or "sample_stats" not in row:
         raise UserError(f"step 02's row for question {row.get('id')!r} predates the estimator "
                         "registry (no greedy_stats / sample_stats)",
@@ -142,14 +141,12 @@ class Estimator:
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("eigen", "eigen (SeaKR)", frozenset({"samples", "vectors"}), True, _eigen),
-    Estimator("perplexity_official", "perplexity (official)", frozenset({"greedy"}), True,
-              _perplexity_official),
+    Estimator("perplexity_official", "perplexity (official)", frozenset({"greedy"}), True, _perplexity_official),
     Estimator("perplexity", "perplexity (true)", frozenset({"greedy"}), True,
               lambda s, p: le.perplexity(_need(s, "greedy", "perplexity").logprobs)),
     Estimator("multi_perplexity", "multi-perplexity", frozenset({"samples"}), True,
               lambda s, p: le.multi_perplexity(_kept(s, "multi_perplexity"))),
-    Estimator("ln_entropy_official", "LN-entropy (official)", frozenset({"samples"}), True,
-              _ln_entropy_official),
+    Estimator("ln_entropy_official", "LN-entropy (official)", frozenset({"samples"}), True, _ln_entropy_official),
     Estimator("ln_entropy", "LN-entropy (true)", frozenset({"samples"}), True,
               lambda s, p: le.ln_entropy(_kept(s, "ln_entropy"))),
     Estimator("energy", "energy", frozenset({"greedy", "logsumexp"}), False,
@@ -169,8 +166,7 @@ def get(name: str) -> Estimator:
 
 
 def score(name: str, stats: ContextStats, params: Mapping[str, Any]) -> float:
-    """U of one context by estimator `name`, oriented (higher = more uncertain). params: alpha and
-    variant (eigen)."""
+    """U of one context, oriented (higher = more uncertain); params: eigen's alpha and variant."""
     est = get(name)
     value = float(est.compute(stats, params))
     return value if est.higher_is_more_uncertain else -value
@@ -180,5 +176,4 @@ def score_all(stats_per_context: Sequence[ContextStats], params: Mapping[str, An
               names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """{name: U per context} for every estimator in `names` (default: all registered)."""
     names = list(ESTIMATORS) if names is None else list(names)
-    return {n: np.asarray([score(n, s, params) for s in stats_per_context], dtype=np.float64)
-            for n in names}
+    return {n: np.asarray([score(n, s, params) for s in stats_per_context], dtype=np.float64) for n in names}
