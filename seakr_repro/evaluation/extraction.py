@@ -80,10 +80,7 @@ def _fixed(text: str) -> str | None:
         if answer:
             return answer
     alts = list(_FIXED_ALT.finditer(text))
-    if alts:
-        answer = _clean(alts[-1].group(1))
-        return answer or None
-    return None
+    return (_clean(alts[-1].group(1)) or None) if alts else None
 
 
 def extract_answer(text: str | None, mode: str = "fixed") -> str | None:
@@ -95,11 +92,8 @@ def extract_answer(text: str | None, mode: str = "fixed") -> str | None:
 
 
 def answer_from_forced(continuation: str | None, mode: str = "fixed") -> str:
-    """The answer from a generation forced with " So the answer is " appended to the prompt.
-
-    faithful: the official code keeps the greedy continuation verbatim (it stops at a newline or
-    ". "); fixed: the continuation is cut at its sentence end and cleaned like `extract_answer`.
-    """
+    """The answer of a call forced with " So the answer is ": faithful, the continuation verbatim
+    (the code's stops at "\n" or ". "); fixed, cut at its sentence end and cleaned."""
     _check_mode(mode)
     text = continuation or ""
     if mode == "faithful":

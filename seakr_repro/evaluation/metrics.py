@@ -53,11 +53,8 @@ def _f1_single(pred: str, gold: str) -> float:
 
 
 def exact_match(prediction: str | None, golds: str | Iterable[str]) -> float:
-    """1.0 if the normalised prediction equals any normalised gold, else 0.0.
-
-    `golds` lists the answer and its aliases; a bare string counts as one gold. No gold at all is a
-    UserError (silently scoring 0 would bias the mean). A None prediction (no answer extracted) is "".
-    """
+    """1.0 if the normalised prediction (None: "") equals any normalised gold (answer or alias; a bare
+    string is one gold; none at all is a UserError, as a silent 0 would bias the mean), else 0.0."""
     pred = normalize_answer(prediction)
     return float(any(pred == normalize_answer(g) for g in _as_golds(golds)))
 
@@ -81,10 +78,8 @@ def per_question_scores(predictions: Sequence[str | None],
 
 def score_predictions(predictions: Sequence[str | None], golds_list: Sequence[str | Iterable[str]],
                       n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
-    """Mean EM and F1 in percent with percentile-bootstrap intervals over questions.
-
-    Returns {"n", "em", "em_low", "em_high", "f1", "f1_low", "f1_high"}; percent like the paper.
-    """
+    """{"n", "em", "em_low", "em_high", "f1", "f1_low", "f1_high"}: mean EM and F1 in percent (as the
+    paper) with percentile-bootstrap intervals over questions."""
     em, f1 = per_question_scores(predictions, golds_list)
     out: dict = {"n": int(len(em))}
     for name, arr in (("em", em), ("f1", f1)):

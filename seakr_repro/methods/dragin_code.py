@@ -34,13 +34,11 @@ QUERY_MAX_TOKENS = 64     # DRAGIN's retriever keeps the last 64 tokens of a que
 
 # A generation_config.json key that changes what `model.generate` does, and its neutral value:
 # a checkpoint that sets one otherwise cannot be decoded as DRAGIN's code would decode it here.
-UNSUPPORTED_DECODING = {"num_beams": 1, "num_beam_groups": 1, "repetition_penalty": 1.0,
-                        "no_repeat_ngram_size": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
-                        "eta_cutoff": 0.0, "penalty_alpha": None, "diversity_penalty": 0.0,
-                        "encoder_repetition_penalty": 1.0, "bad_words_ids": None,
-                        "suppress_tokens": None, "begin_suppress_tokens": None,
-                        "forced_bos_token_id": None, "forced_eos_token_id": None,
-                        "min_new_tokens": None, "min_length": 0, "sequence_bias": None,
+UNSUPPORTED_DECODING = {"num_beams": 1, "num_beam_groups": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                        "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "penalty_alpha": None,
+                        "diversity_penalty": 0.0, "encoder_repetition_penalty": 1.0, "bad_words_ids": None,
+                        "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+                        "forced_eos_token_id": None, "min_new_tokens": None, "min_length": 0, "sequence_bias": None,
                         "exponential_decay_length_penalty": None, "renormalize_logits": False}
 GREEDY = {"do_sample": False}
 
@@ -69,15 +67,13 @@ def checkpoint_decoding(backend, setting: str | None) -> dict[str, Any]:
         return dict(GREEDY)
     if setting not in (None, "checkpoint"):
         raise UserError(f"unknown baselines.decoding '{setting}'", setting="baselines.decoding",
-                        fix="use null/checkpoint (the checkpoint's generation config, as DRAGIN's "
-                            "code) or greedy")
+                        fix="use null/checkpoint (the checkpoint's generation config, as DRAGIN's code) or greedy")
     cfg = getattr(backend, "generation_config", None)
     if cfg is None:
         raise UserError(f"the faithful baselines decode as {getattr(backend, 'name', 'the model')}'s "
                         "generation_config.json says, which this backend does not read",
                         setting="baselines.decoding",
-                        fix="use the transformers backend (model.backend: hf), or set "
-                            "baselines.decoding: greedy")
+                        fix="use the transformers backend (model.backend: hf), or set baselines.decoding: greedy")
     for key, neutral in UNSUPPORTED_DECODING.items():
         if cfg.get(key, neutral) not in (neutral, None):
             raise UserError(f"the checkpoint's generation_config.json sets {key}={cfg[key]!r}, which "
@@ -114,8 +110,7 @@ def generate(method, prompt: str, max_new_tokens: int, *, stats: bool = False,
     `compute_transition_scores` gives them."""
     backend, dec = method.backend, method.decoding
     if not dec["do_sample"]:
-        gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=[], want_stats=stats,
-                               want_attention=attention)
+        gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=[], want_stats=stats, want_attention=attention)
         return as_dragin(backend, gen)
     if attention:
         raise UserError("the checkpoint's generation_config.json samples, and DRAGIN's attention and "
@@ -152,8 +147,7 @@ def first_sentence(text: str) -> str:
 
 def finished(backend, text: str, max_new_tokens: int, old_len: int) -> bool:
     """DRAGIN's end of the generation loop."""
-    return (backend.count_tokens(text) > max_new_tokens or len(text) <= old_len
-            or "the answer is" in text)
+    return backend.count_tokens(text) > max_new_tokens or len(text) <= old_len or "the answer is" in text
 
 
 def finish(method, question: str, text: str, trace: list) -> tuple[str, str]:

@@ -32,9 +32,8 @@ def _d(question: str, steps: list[str], answer: str) -> Demo:
 
 
 SIMPLE_QA = (  # Figure 4
-    _d("Nobody Loves You was written by John Lennon and released on what album that was issued by "
-       "Apple Records, and was written, recorded, and released during his 18 month separation from "
-       "Yoko Ono?",
+    _d("Nobody Loves You was written by John Lennon and released on what album that was issued by Apple Records, and "
+       "was written, recorded, and released during his 18 month separation from Yoko Ono?",
        ["The album issued by Apple Records, and written, recorded, and released during John "
         "Lennon's 18 month separation from Yoko Ono is Walls and Bridges.",
         "Nobody Loves You was written by John Lennon on Walls and Bridges album."],
@@ -144,8 +143,7 @@ TWOWIKI = (  # Figure 5
 HOTPOTQA = (  # Figure 6
     SIMPLE_QA[2],  # Jeremy Theobald / Christopher Nolan (identical text in Figures 4 and 6)
     SIMPLE_QA[3],  # Brian Patrick Butler
-    _d("How many episodes were in the South Korean television series in which Ryu Hye-young played "
-       "Bo-ra?",
+    _d("How many episodes were in the South Korean television series in which Ryu Hye-young played Bo-ra?",
        ["The South Korean television series in which Ryu Hye-young played Bo-ra is Reply 1988.",
         "The number of episodes Reply 1988 has is 20."],
        "20"),
@@ -171,8 +169,7 @@ HOTPOTQA = (  # Figure 6
        ["The Lost Gravity (roller coaster) was manufactured by Mack Rides.",
         "Mack Rides is a German company."],
        "Germany"),
-    _d("Which of the following had a debut album entitled 'We Have an Emergency': Hot Hot Heat or "
-       "The Operation M D?",
+    _d("Which of the following had a debut album entitled 'We Have an Emergency': Hot Hot Heat or The Operation M D?",
        ["The debut album of the band 'Hot Hot Heat' was 'Make Up the Breakdown'.",
         "The debut album of the band 'The Operation M.D.' was 'We Have an Emergency'."],
        "The Operation M.D."),
@@ -191,8 +188,7 @@ IIRC = (  # Figure 7
         "Philip Rivers was born in the year 1981.",
         "Thus, the age difference between them is of 1 year."],
        "1"),
-    _d("How many years was the ship that took the battalion from New South Wales to Ceylon in "
-       "service?",
+    _d("How many years was the ship that took the battalion from New South Wales to Ceylon in service?",
        ["The ship that took the battalion from New South Wales to Ceylon is General Hewitt.",
         "General Hewitt was launched in Calcutta in 1811.",
         "General Hewitt was sold for a hulk or to be broken up in 1864.",
@@ -215,8 +211,7 @@ IIRC = (  # Figure 7
        "1882"),
     _d("In what country did Wright leave the French privateers?",
        ["Wright left the French privateers in Bluefield's river.",
-        "Bluefields is the capital of the South Caribbean Autonomous Region (RAAS) in the country "
-        "of Nicaragua."],
+        "Bluefields is the capital of the South Caribbean Autonomous Region (RAAS) in the country of Nicaragua."],
        "Nicaragua"),
     _d("Who plays the A-Team character that Dr. Hibbert fashioned his hair after?",
        ["Dr. Hibbert fashioned his hair after Mr. T from The A-Team.",

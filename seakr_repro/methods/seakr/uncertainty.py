@@ -21,9 +21,8 @@ def resolve_delta(delta: Any, estimator: str) -> float:
         delta = registry.DEFAULT_DELTAS.get(estimator)
     if delta is None:
         raise UserError(f"no threshold delta for the '{estimator}' estimator", setting="delta",
-                        fix="pass delta (a number, or a mapping estimator -> number) calibrated "
-                            "for this estimator (notebook 03 writes them); only eigen has the "
-                            "official default -6.0")
+                        fix="pass delta (a number, or a mapping estimator -> number) calibrated for this estimator "
+                            "(notebook 03 writes them); only eigen has the official default -6.0")
     return float(delta)
 
 

@@ -29,18 +29,16 @@ ANSWER_STOP = "\n"
 
 # --- Table 12: decomposition ------------------------------------------------------------------
 DECOMPOSE_INSTRUCTION = (
-    "You are an AI assistant adept at dissecting intricate queries into a series of "
-    "straightforward, logically interlinked questions, and adeptly representing each of these as "
-    "discrete objects within a JSON structure. Decompose the following complex question into "
-    "smaller, logically connected queries. Each query should be represented as a separate object "
-    "in a JSON format. For questions that require further follow-up (e.g., sub-queries about the "
-    "results), nest those queries under the parent query. Rules: 1. Each question should be split "
-    "into logical, simpler questions. 2. Use \"query1,\" \"query2,\" etc., for the main and "
-    "sub-queries. 3. If a sub-query depends on the answer to a previous query, use a reference in "
-    "the form of \"#queryX\" (e.g., \"What is the birth year of #query1?\") to indicate the "
-    "dependency. The number should correspond to the query being referenced. 4. When decomposing "
-    "a multi-hop question, only generate essential factual sub-questions needed to answer the main "
-    "query, and avoid any comparison, intersection, or synthesis questions.")
+    "You are an AI assistant adept at dissecting intricate queries into a series of straightforward, logically "
+    "interlinked questions, and adeptly representing each of these as discrete objects within a JSON structure. "
+    "Decompose the following complex question into smaller, logically connected queries. Each query should be "
+    "represented as a separate object in a JSON format. For questions that require further follow-up (e.g., "
+    "sub-queries about the results), nest those queries under the parent query. Rules: 1. Each question should be "
+    "split into logical, simpler questions. 2. Use \"query1,\" \"query2,\" etc., for the main and sub-queries. 3. If "
+    "a sub-query depends on the answer to a previous query, use a reference in the form of \"#queryX\" (e.g., \"What "
+    "is the birth year of #query1?\") to indicate the dependency. The number should correspond to the query being "
+    "referenced. 4. When decomposing a multi-hop question, only generate essential factual sub-questions needed to "
+    "answer the main query, and avoid any comparison, intersection, or synthesis questions.")
 DECOMPOSE_TAIL = "Decompose the following question without any additional explanation or words."
 
 # --- Table 16: demonstrations of question decomposition ---------------------------------------
@@ -62,9 +60,8 @@ DECOMPOSE_DEMOS: tuple[tuple[str, dict], ...] = (
 DECOMPOSE_STOP = "\n}"
 
 # --- Table 17: Direct QA and Confident QA -----------------------------------------------------
-_QA_HEAD = ("Next, I will provide a question. Please output only the exact answer to the question "
-            "directly, without adding any additional explanations, guiding phrases, or background "
-            "information.")
+_QA_HEAD = ("Next, I will provide a question. Please output only the exact answer to the question directly, without "
+            "adding any additional explanations, guiding phrases, or background information.")
 DIRECT_QA = _QA_HEAD + "\nHere is the question you need to handle: {question}\n" + ANSWER_SUFFIX
 CONFIDENT_QA = (
     _QA_HEAD + "\nIf you are uncertain about the answer or unable to provide an exact answer "
@@ -78,10 +75,9 @@ DOCUMENT_QA = ("You will receive a question and several documents. The following
                "documents: {documents} Question: {question} " + ANSWER_SUFFIX)
 
 # --- Table 12: summarising one knowledge chain ------------------------------------------------
-SUMMARIZE = ("Summarize the information provided in the json text, which consists of several "
-             "query-and-answer pairs. Please do not omit any information in the question-and-answer "
-             "pairs. Summarize the following query-and-answer pairs into a sentence: {pairs} "
-             "Output your summary below:")
+SUMMARIZE = ("Summarize the information provided in the json text, which consists of several query-and-answer pairs. "
+             "Please do not omit any information in the question-and-answer pairs. Summarize the following "
+             "query-and-answer pairs into a sentence: {pairs} Output your summary below:")
 
 # --- Appendix H: reasoning continuation -------------------------------------------------------
 # "a set of trigger words, including 'found', 'mention', 'provide' and so on" together with a
