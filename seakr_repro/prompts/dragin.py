@@ -112,8 +112,7 @@ def _parse(path: Path, mtime_ns: int, family: str) -> DraginPrompt:
     test = _render(test_in, "\0").split("\0")
     if len(test) != 2:
         raise _fail(f"{cls}.test_input_template must hold the question once", path)
-    return DraginPrompt(tuple(_demo(x, path, cls, i, demo_in, output) for i, x in enumerate(items)),
-                        (test[0], test[1]))
+    return DraginPrompt(tuple(_demo(x, path, cls, i, demo_in, output) for i, x in enumerate(items)), (test[0], test[1]))
 
 
 def dragin_prompt(repo: str | Path | None, family: str) -> DraginPrompt:

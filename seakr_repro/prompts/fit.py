@@ -31,8 +31,7 @@ class PromptFitter:
         self.shortened = self.max_docs = self.max_demos = 0
 
     def __call__(self, demos: Sequence[Demo], question: str, steps: Sequence[str] = (),
-                 docs: Sequence[str] = (), mode: str = "fixed", *, reserve: int,
-                 suffix: str = "") -> str:
+                 docs: Sequence[str] = (), mode: str = "fixed", *, reserve: int, suffix: str = "") -> str:
         prompt = build_prompt(demos, question, steps, docs, mode) + suffix
         if self.max_context is None or self.count is None:
             return prompt
@@ -60,6 +59,5 @@ class PromptFitter:
         the most passages / demonstrations dropped from one of them."""
         if not self.shortened:
             return {}
-        return {"prompt_overflow": {"prompts_shortened": self.shortened,
-                                    "max_passages_dropped": self.max_docs,
+        return {"prompt_overflow": {"prompts_shortened": self.shortened, "max_passages_dropped": self.max_docs,
                                     "max_demos_dropped": self.max_demos}}

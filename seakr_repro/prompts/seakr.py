@@ -72,13 +72,9 @@ def stop_strings(has_steps: bool, final: bool) -> list[str]:
 
 def read_all_steps_prompt(demos: Sequence[Demo], question: str, steps: Sequence[str],
                           build: Callable = build_prompt) -> tuple[str, list[str]]:
-    """Self-aware reasoning, rationale path: the steps are given as the context documents.
-
-    Stops: the non-final set without ". " and with "\n" (the official code builds the non-final
-    stops, then appends "\n" and removes ". "). `build`: build_prompt or a `PromptFitter`.
-    """
-    prompt = build(demos, question, docs=list(steps))
-    return prompt, [*BASE_STOPS, "\n"]
+    """Self-aware reasoning, rationale path: the steps as the context documents; stops: the non-final
+    set with "\n" and without ". ", as the code builds them. `build`: build_prompt or a `PromptFitter`."""
+    return build(demos, question, docs=list(steps)), [*BASE_STOPS, "\n"]
 
 
 def read_all_docs_prompt(demos: Sequence[Demo], question: str, docs: Sequence[str],
