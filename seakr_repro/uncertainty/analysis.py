@@ -193,9 +193,7 @@ class DeltaCalibration:
 
 def calibrate_delta(scores, correct, rule: str = "precision", target: float = 0.8,
                     min_retrieved: int = 5) -> DeltaCalibration:
-    """Pick the retrieval threshold delta on a calibration set (closed-book correctness known).
-
-    Rules (retrieve when U > delta):
+    """The retrieval threshold delta (retrieve when U > delta) of a calibration set, by rule:
     - "precision" (default; our reading of §5.3, which picked delta = -6 on NQ-train so that the
       questions above it are mostly ones the model cannot answer, "80%"): the LOWEST delta such
       that at least `target` of the retrieved questions are closed-book incorrect, among deltas

@@ -129,12 +129,9 @@ class SeaKR(Method):
         return self._calls([prompt], [stop], need_u, [context], max_new_tokens)[0]
 
     def _calls(self, prompts, stops, need_u: bool, contexts, max_new_tokens=None):
-        """[(greedy Generation, U or None)] of independent contexts, each with its own stop
-        strings (`stops`, one list per prompt). When U needs samples, every context's greedy step
-        and its k samples go to the backend as ONE call (`generate_and_sample_many`: on the
-        transformers backend the greedy rows ride in the samples' batch, each prompt in lanes of
-        its own); otherwise the greedy steps with the same stops run as one batch
-        (`generate_many`: side by side on vLLM) and U comes from what else the estimator needs."""
+        """[(greedy Generation, U or None)] of independent contexts (one stop list each). With samples,
+        every greedy step and its k samples are ONE backend call (`generate_and_sample_many`);
+        without, greedy steps with the same stops are one batch (`generate_many`)."""
         scorer = self.q.scorer
         kws = [dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(st),
                     want_stats=scorer.wants_stats) for st in stops]
@@ -270,10 +267,8 @@ class SeaKR(Method):
         return texts[:-1] + [last] if last.strip() else texts[:-1]
 
     def _final_paths(self, paths, trace) -> list[tuple]:
-        """(answer, U, full output) of each final path (kind, build, stop, reask_stop,
-        u_from_reask); `build(suffix)`: the path's prompt + suffix, fitted to the context. The
-        paths' first calls are independent: one batch (different stops are fine). A call without
-        an extractable answer is re-asked; the re-asks follow, each after its own first call."""
+        """(answer, U, full output) of each final path (kind, build(suffix) -> fitted prompt, stop,
+        reask_stop, u_from_reask); the first calls are one batch, a re-ask follows its own call."""
         prompts = [build("") for _, build, _, _, _ in paths]
         firsts = self._calls(prompts, [stop for _, _, stop, _, _ in paths], True, [""] * len(paths))
         out = []

@@ -1,17 +1,14 @@
 """SKR (Wang et al. 2023, "Self-Knowledge Guided Retrieval Augmentation"), steps 2 and 3.
 
-Per test question, elicit the model's self-knowledge (known -> answer closed-book, unknown ->
-answer with the top-3 BM25 passages of the question) by one of four strategies (section 3.2):
-skr-prompt (ask the model whether it needs more information), skr-icl (the same after labelled
-training questions), skr-cls (a classifier on the training questions) and skr-knn (a vote of the
-k nearest training questions, `knn_rule`).
-
+Per test question, the model's self-knowledge (known -> answer closed-book, unknown -> with the
+top-3 BM25 passages) comes from one of four strategies (section 3.2): skr-prompt (ask whether it
+needs more information), skr-icl (the same after labelled training questions), skr-cls (a
+classifier on the training questions), skr-knn (a vote of the k nearest, `knn_rule`).
 Both embed with frozen all-MiniLM-L6-v2 (it ships in pip), not SimCSE; skr-cls is a logistic
 regression on them, not the paper's fine-tuned BERT-base (too slow on a CPU). `pooling` and
 `knn_rule` choose the official code's or the paper's way (docs/faithful-and-fixed.md).
 Answers use the package's SeaKR-format CoT demos and the profile's answer extraction, passages
-shown for the test question only, as the package's other retrieval baselines do. Labels come from
-`skr_labels.build_skr_labels` (step 1); `build_skr` makes a method from them."""
+shown for the test question only, as the package's other retrieval baselines do."""
 from __future__ import annotations
 
 import importlib.util
@@ -152,13 +149,11 @@ def parse_need(text: str) -> bool | None:
 
 
 def official_known(known_votes: int, unknown_votes: int, k: int, counts: Sequence[int]) -> tuple[bool, int]:
-    """knn.py's decision and margin. `counts` = the training set's ("ir better", "ir worse",
-    "same") = (unknown, known, discarded) numbers, which knn.py holds as a hand-copied constant.
-
-    The margin is int(|difference of the two class counts| * k / all three counts), usually 0.
-    When "known" is the larger class, a question is known only if its known votes outnumber its
-    unknown ones by the margin (a tie retrieves); otherwise it retrieves only if its unknown
-    votes outnumber the known ones by the margin (a tie does not retrieve)."""
+    """knn.py's decision and margin. `counts`: the training set's ("ir better", "ir worse", "same") =
+    (unknown, known, discarded), a hand-copied constant in knn.py. The margin is int(|difference of
+    the two class counts| * k / all three), usually 0. "known" the larger class: known only if its
+    votes outnumber the unknown ones by the margin (a tie retrieves); else it retrieves only if the
+    unknown votes outnumber the known ones by the margin (a tie does not retrieve)."""
     better, worse, _ = counts
     total = sum(counts)
     if better < worse:

@@ -155,13 +155,9 @@ def train_lora(model, tokenizer, examples: Sequence[KBAEExample], out_dir, *, st
                batch_size: int = PAPER_SETTINGS["batch_size"], dropout: float = 0.05,
                target_modules="all-linear", max_length: int = 512, seed: int = 0,
                extra_manifest: dict | None = None) -> TrainResult:
-    """LoRA on `model` (a transformers causal LM), AdamW, cross-entropy on the target tokens.
-
-    `steps` updates of `batch_size` examples (None: `epochs` passes over the data, rounded up);
-    examples are drawn in a fresh seeded shuffle each pass. The adapter is written to a temporary
-    directory beside `out_dir` and renamed onto it, so `out_dir` never holds half an adapter.
-    `model` is left as it came: the LoRA layers are removed again (not merged) after saving.
-    """
+    """LoRA on a transformers causal LM, AdamW: `steps` updates of `batch_size` examples (None:
+    `epochs` seeded shuffled passes, rounded up). `out_dir` never holds half an adapter (written
+    beside it, then renamed); `model` is left as it came (LoRA layers removed, not merged)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -287,10 +283,9 @@ def kbae_unavailable(backend) -> str | None:
 
 
 def load_kbae_backend(base_backend, adapter_dir):
-    """A backend whose model is a COPY of `base_backend`'s with the adapter merged in, so the base
-    backend keeps answering TAIKC's other prompts unadapted (the copy costs one more model in
-    memory: ~0.5 GB for SmolLM2-135M in float32). Cached like the base when the base is cached;
-    the adapter's hash is part of its fingerprint, so a retrained adapter never hits old entries."""
+    """A backend whose model is a COPY of `base_backend`'s with the adapter merged in (the base keeps
+    answering TAIKC's other prompts unadapted), cached like the base; the adapter's hash is part of
+    its fingerprint, so a retrained adapter never hits old entries."""
     from ...llm.cache import CachedBackend
 
     d = Path(adapter_dir)
