@@ -1,11 +1,9 @@
 """Prompts that fit the model's context: one rule for every method and both backends.
 
-When "demos + context + question + steps (+ suffix)" plus the tokens a call may generate exceed
-the backend's `max_context`, the OLDEST passages are dropped first (SeaKR's running context, the
-IRCoT/FLARE/DRAGIN documents), then few-shot demonstrations from the front. If question and
-steps alone still do not fit, the call is refused with ContextOverflowError (the backends refuse
-such a prompt the same way): nothing is ever truncated silently. What was dropped is counted per
-question and recorded in the run row as `extra.prompt_overflow`.
+When the prompt plus the tokens a call may generate exceed the backend's `max_context`, the OLDEST
+passages are dropped first, then few-shot demonstrations from the front; if question and steps
+alone do not fit, ContextOverflowError (nothing is truncated silently). What was dropped is
+recorded in the run row as `extra.prompt_overflow`.
 """
 from __future__ import annotations
 
@@ -18,10 +16,8 @@ from .seakr import build_prompt
 
 
 class PromptFitter:
-    """`fitter(demos, question, steps, docs, mode, reserve=n, suffix=s)` -> the prompt, built as
-    `build_prompt(...) + suffix` with as few passages/demos dropped as needed for it and `reserve`
-    generated tokens to fit the backend's context. A backend without `max_context` (or without
-    `count_tokens`) gets every prompt whole."""
+    """`fitter(demos, question, steps, docs, mode, reserve=n, suffix=s)`: `build_prompt(...) + suffix`
+    fitted with `reserve` generated tokens (whole without the backend's `max_context`/`count_tokens`)."""
 
     def __init__(self, backend):
         self.max_context = getattr(backend, "max_context", None)

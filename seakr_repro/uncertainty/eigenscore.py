@@ -10,10 +10,8 @@ For Z, the k x d matrix of forced-EOS vectors of k samples of one context (SEAKR
 as variables observed over d dimensions, i.e. the same row centring but divided by (d - 1), then
 `mean(log10(svd(C + alpha I)))` = (1/k) log10 det(Z J_d Z^T / (d-1) + alpha I_k).
 
-Numerics: the official code works in float32; we compute in float64 whatever the input dtype
-(float16/bfloat16 vectors are upcast), which can only remove noise. Sigma is symmetric PSD, so
-its eigenvalues (eigvalsh) are >= 0 up to rounding; we clip them at 0 before adding alpha, which
-keeps U finite for k > d, zero vectors and identical vectors.
+Numerics: float64 whatever the input dtype (the official code: float32); Sigma's eigenvalues are
+clipped at 0 before adding alpha, which keeps U finite for k > d, zero and identical vectors.
 """
 from __future__ import annotations
 

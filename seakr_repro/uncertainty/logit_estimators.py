@@ -1,13 +1,6 @@
-"""The output-space estimators of the paper's ablation (Table 3), on the returned text's tokens.
-The official engine's variants (perplexity of its own token list, "LN-entropy" = mean warped
-sample perplexity) are built on these lists in `registry`, which every caller goes through.
-
-Every estimator carries `higher_is_more_uncertain`; `oriented(value, estimator)` flips the ones
-where a higher value means MORE confident, so thresholds and AUROCs compare across estimators.
-
-Inputs are natural-log token log-probabilities of the generated tokens (Generation.logprobs) with
-EOS excluded; `content_logprobs(generation, eos_token_id)` drops an EOS the backend may report.
-
+"""The output-space estimators of the paper's ablation (Table 3), on the returned text's tokens'
+natural-log probabilities, EOS excluded (the official engine's variants are in `registry`).
+Each carries `higher_is_more_uncertain`; `oriented` flips the ones where higher = MORE confident.
 Empty input (no generated token, or no non-empty sample) returns the estimator's UNCERTAIN end:
 +inf for perplexity / multi-perplexity / LN-entropy, -inf for energy (code sign). This mirrors
 SeaKR, where an empty step always triggers retrieval and an empty candidate ranks last.

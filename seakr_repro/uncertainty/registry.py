@@ -1,12 +1,9 @@
 """One registry of the uncertainty estimators U(c): SeaKR's, and those of the ablation (Table 3).
 
-Each estimator is declared once: its name (the `estimator` setting), its display name (tables),
-the statistics it needs and its direction. The statistics of one context are gathered once
-(`ContextStats`: greedy-step log-probs, the k samples' log-probs, the k forced-EOS vectors of the
-configured hook and layer, the prompt judgement) by whoever holds them -- the methods' Scorer from
-live backend calls, steps 02/03 from the stored extraction -- and `score` turns them into U,
-oriented so that higher = more uncertain. Both paths build the same statistics with the same
-functions, so step 03 calibrates delta on the very U that gates retrieval.
+The statistics of one context (`ContextStats`) are gathered once by whoever holds them -- the
+methods' Scorer from live backend calls, steps 02/03 from the stored extraction -- with the same
+functions, and `score` turns them into U (higher = more uncertain), so step 03 calibrates delta
+on the very U that gates retrieval.
 
 The "(official)" perplexity and LN-entropy are those of the authors' engine (a fork of vLLM
 0.4.2; docs/faithful-and-fixed.md has their rows); the true ones stay beside them.
@@ -28,20 +25,16 @@ OFFICIAL_MISSING = 1e3     # the official reasoner's value when no perplexity wa
 # ---------------------------------------------------------------------- statistics of one context
 @dataclass
 class GreedyStats:
-    """The greedy step: raw log-probs of its returned tokens (EOS excluded), the official engine's
-    perplexity input (None = fewer than 2 output tokens) and the raw logits' logsumexp per token."""
-    logprobs: list[float]
-    official_logprobs: list[float] | None
-    logsumexp: list[float] = field(default_factory=list)
+    logprobs: list[float]                         # raw, of the returned tokens (EOS excluded)
+    official_logprobs: list[float] | None         # the official perplexity's input (None: < 2 tokens)
+    logsumexp: list[float] = field(default_factory=list)   # of the raw logits, per token
 
 
 @dataclass
 class SampleStats:
-    """One sample: non-empty text?, raw log-probs of its returned tokens, and the official
-    perplexity input from the warped log-probs (None = fewer than 2 output tokens)."""
-    nonempty: bool
+    nonempty: bool                                # its text is not blank
     logprobs: list[float]
-    official_logprobs: list[float] | None
+    official_logprobs: list[float] | None         # from the warped log-probs
 
 
 @dataclass
@@ -53,9 +46,8 @@ class ContextStats:
 
 
 def official_logprobs(gen, warped: bool) -> list[float] | None:
-    """The log-probs the official perplexity averages: the output token list (every generated
-    token, the last one replaced by EOS, or the sampled EOS) minus its last entry; None when that
-    list has fewer than 2 tokens."""
+    """What the official perplexity averages: the output token list (the last one replaced by EOS, or
+    the sampled EOS) minus its last entry; None when it has fewer than 2 tokens."""
     all_ids = gen.token_ids if gen.all_token_ids is None else gen.all_token_ids
     n_out = len(all_ids) + (gen.finish_reason == "eos")
     if n_out < 2:
