@@ -60,9 +60,8 @@ def prompt_parts(method) -> tuple[str, DraginPrompt]:
 
 
 def checkpoint_decoding(backend, setting: str | None) -> dict[str, Any]:
-    """How DRAGIN's `model.generate` decodes on this checkpoint (it never passes do_sample):
-    its generation_config.json over transformers' defaults (do_sample false, temperature 1,
-    top_k 50, top_p 1). `setting` 'greedy' overrides it (`baselines.decoding`)."""
+    """How DRAGIN's `model.generate` (no do_sample) decodes this checkpoint: its generation_config.json
+    over transformers' defaults; `setting` 'greedy' overrides it."""
     if setting == "greedy":
         return dict(GREEDY)
     if setting not in (None, "checkpoint"):
@@ -103,14 +102,13 @@ def as_dragin(backend, gen: Generation) -> Generation:
 
 def generate(method, prompt: str, max_new_tokens: int, *, stats: bool = False,
              attention: bool = False) -> Generation:
-    """One `model.generate` call of DRAGIN's code, read as it reads it (`as_dragin`). Sampled
-    when the checkpoint says so (`method.decoding`), each call seeded with its order among the
-    question's sampled calls (0, 1, ...; DRAGIN's unseeded global generator cannot be replayed);
-    log-probabilities are then those of the distribution sampled from, as DRAGIN's
-    `compute_transition_scores` gives them."""
+    """One `model.generate` call of DRAGIN's code, read as it reads it. Sampled when the checkpoint
+    says so, seeded with its order among the question's sampled calls (DRAGIN's unseeded generator
+    cannot be replayed), with the log-probs of the distribution sampled from, as DRAGIN's."""
     backend, dec = method.backend, method.decoding
     if not dec["do_sample"]:
-        gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=[], want_stats=stats, want_attention=attention)
+        gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=[], want_stats=stats,
+                               want_attention=attention)
         return as_dragin(backend, gen)
     if attention:
         raise UserError("the checkpoint's generation_config.json samples, and DRAGIN's attention and "

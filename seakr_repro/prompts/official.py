@@ -1,10 +1,9 @@
 """The official code's in-context examples, read at run time from the user's clone of THU-KEG/SeaKR.
 
-`prompts.demos: official` uses the example lists the authors' code prompts with (they differ in a
-few words from the paper's figures). None of that text ships with this package: it is read from
-`<official_repo>/SEAKR/dataset.py`, where each data set class holds a literal `examples` list of
-{"question", "cot", "answer"} dicts. The file is parsed with `ast` and the list evaluated with
-`ast.literal_eval`, so nothing of the clone is imported or executed.
+`prompts.demos: official` uses the example lists the authors' code prompts with. None of that
+text ships with this package: each data set class of `<official_repo>/SEAKR/dataset.py` holds a
+literal `examples` list of {"question", "cot", "answer"} dicts, read with `ast` (nothing of the
+clone is imported or executed).
 """
 from __future__ import annotations
 

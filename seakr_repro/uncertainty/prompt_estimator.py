@@ -31,7 +31,7 @@ _ANY = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 class PromptJudgement:
     uncertainty: float      # in [0, 1]; higher = more uncertain
     answer: str | None      # "yes" | "no" | None (unparseable)
-    p_answer: float | None  # probability of the answer's tokens when read from log-probs
+    p_answer: float | None  # probability of the answer's tokens, from their log-probs
     text: str
 
 

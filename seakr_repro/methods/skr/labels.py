@@ -9,8 +9,7 @@ the gold answers with a metric E (exact match by default, as the official code).
     discarded                          if both answers are incorrect (E = 0 for both)
 
 Ties (`ties`) and the answer scored (`label_answer`) follow the paper or the official code
-(THUNLP-MT/SKR source/skr.py), one row each in docs/faithful-and-fixed.md. The labels are pure in
-their inputs, so `save_labels` / `load_labels` cache them as one JSON object per line.
+(THUNLP-MT/SKR source/skr.py), one row each in docs/faithful-and-fixed.md.
 """
 from __future__ import annotations
 
@@ -28,9 +27,8 @@ from ...prompts import build_prompt, demos_for, stop_strings
 from ..base import step_record
 
 KNOWN, UNKNOWN, DISCARDED = "known", "unknown", "discarded"
-# How SKR answers, shared by label construction and the methods (labels only describe the model
-# that answers with these settings). The paper: 4 CoT demonstrations, top-3 passages. `mode` is the
-# answer extraction (`evaluation.extract_answer`); a profile sets it, as it does every method's.
+# How SKR answers, shared by labels and methods (labels describe the model answering with these);
+# the paper: 4 CoT demonstrations, top-3 passages. `mode`: the answer extraction.
 ANSWER_DEFAULTS: dict[str, Any] = {"n_shot": 4, "top_k_docs": 3, "max_new_tokens": 100, "mode": "fixed"}
 # ... and the profile keys they are read from (`answer_settings_from`, `SKRMethod.CONFIG`)
 ANSWER_CONFIG = {"mode": "evaluation.answer_extraction"}
@@ -113,8 +111,7 @@ def answer_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def answer_settings_from(cfg) -> dict[str, Any]:
-    """The profile's values of SKR's answer settings (`ANSWER_CONFIG`): what the labels are built
-    with, so that they describe the model the SKR variants answer with."""
+    """The profile's values of SKR's answer settings (`ANSWER_CONFIG`), for building the labels."""
     return {s: cfg.get(key) for s, key in ANSWER_CONFIG.items() if cfg.get(key) is not None}
 
 

@@ -1,17 +1,11 @@
 """SKR's own results files as training input: labels from answers already generated.
 
-THUNLP-MT/SKR ships its CoT answers of each training question twice, closed-book in
-`cot_train.json` and with retrieved passages in `cot_train_ir.json` (beside `cot_dev*.json`). Each
-file is a JSON list of objects, one per question, in the same order in both files:
-
-    {"Question": "...", "Gold answer": ["...", ...], "passages": [...],
-     "chain_of_thought_gpt3": "<the model's whole CoT output>"}
-
-Its skr.py pairs the two files by position and labels each question from the exact match of the
-two outputs (`labels.official_em`): "ir better" (our `unknown`), "ir worse" (`known`) or "same".
-`labels_from_results` reads a directory holding both files into `LabelledQuestion`s, so SKR-knn
-and SKR-cls can learn from them instead of from answers of the profile's model
-(`skr.train_results`); `check_results_dir` is what preflight runs.
+THUNLP-MT/SKR ships its CoT answers of each training question closed-book in `cot_train.json` and
+with retrieved passages in `cot_train_ir.json`: JSON lists, one object per question in the same
+order, {"Question", "Gold answer": [...], "passages", "chain_of_thought_gpt3": <whole CoT output>}.
+Its skr.py pairs them by position and labels each question from the exact match of the two outputs
+(`labels.official_em`): "ir better" (our `unknown`), "ir worse" (`known`) or "same".
+`labels_from_results` lets SKR-knn and SKR-cls learn from them (`skr.train_results`).
 """
 from __future__ import annotations
 
@@ -82,9 +76,8 @@ def read_pair(directory: str | Path, split: str = "train") -> tuple[list[dict], 
 
 def labels_from_results(directory: str | Path, *, ties: str = "known", label_answer: str = "package",
                         split: str = "train", mode: str = ANSWER_DEFAULTS["mode"]) -> list[LabelledQuestion]:
-    """Labels of the questions of SKR's results files (all of them, discarded ones included; ids are
-    the positions). The question and golds are the closed-book file's, as skr.py takes them.
-    `mode`: the answer extraction of `label_answer="package"` (the profile's, as SKR answers)."""
+    """Labels of every question of SKR's results files (ids: positions; question and golds: the
+    closed-book file's, as skr.py). `mode`: the answer extraction of `label_answer="package"`."""
     check_label_answer(label_answer)
     closed, ir = read_pair(directory, split)
     out = []

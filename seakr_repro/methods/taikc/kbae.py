@@ -1,18 +1,13 @@
 """TAIKC's Knowledge Boundary Awareness Enhancement (KBAE, paper Section 4 and Appendix F).
 
-Model bootstrapping on single-hop questions: the model answers each with Direct QA; correct ->
-the training target under the Confident QA prompt is that same answer, incorrect -> the target is
-RAG_REQUIRED (model-specific labels, the paper's point). The model is then LoRA-tuned with
-next-token cross-entropy on the target tokens only (the prompt is context).
-
+Model bootstrapping on single-hop questions: the model answers each with Direct QA; the training
+target under the Confident QA prompt is that answer when correct, else RAG_REQUIRED (model-specific
+labels, the paper's point); LoRA-tuned with cross-entropy on the target tokens only.
 `train_lora`'s defaults are the paper's (`PAPER_SETTINGS`, LLaMA-Factory on 3,096 examples of NQ,
 PopQA and WebQuestions); its 9,589 instruction-following examples distilled from GPT-4o are not
-reproduced.
-
-The synthetic backend (`cost`'s dry run, the scale check) has no weights to tune: there KBAE's
-examples are built and counted, no adapter is trained, and a synthetic model of the adapter's
-own name answers the Confident QA calls (or, replaying a real run's cache, that run's adapted
-model's stored calls: `llm.replay`).
+reproduced. The synthetic backend (`cost`'s dry run, the scale check) has no weights to tune: no
+adapter is trained, and a synthetic model of the adapter's name (or, replaying a real run's cache,
+that run's adapted model: `llm.replay`) answers the Confident QA calls.
 """
 from __future__ import annotations
 
@@ -64,9 +59,8 @@ class TrainResult:
 
 
 def is_correct(answer: str, golds: Sequence[str], criterion: str = "acc") -> bool:
-    """`acc`: a normalised gold answer occurs in the normalised answer (the usual string stand-in
-    for the paper's semantic accuracy, which asks an LLM whether the prediction implies the gold);
-    `em`: exact match after normalisation."""
+    """`acc`: a normalised gold occurs in the normalised answer (the string stand-in for the paper's
+    LLM-judged semantic accuracy); `em`: exact match after normalisation."""
     if criterion not in CRITERIA:
         raise UserError(f"unknown KBAE correctness criterion '{criterion}'", setting="kbae.criterion",
                         fix=f"use one of {', '.join(CRITERIA)}")
@@ -115,9 +109,8 @@ def _shared_prefix(pairs) -> int:
 
 
 def _loss(model, pairs, pad_id: int, n_prefix: int):
-    """Mean cross-entropy over the target tokens of a batch. The shared prompt prefix is run once
-    and its KV cache (with its autograd graph) repeated for the batch: the loss and gradients are
-    those of the full sequences, at a fraction of the cost on a CPU."""
+    """Mean cross-entropy over a batch's target tokens; the shared prompt prefix runs once, its KV
+    cache (and autograd graph) repeated: the full sequences' loss and gradients, cheaper."""
     import torch
     tails = [(p[n_prefix:] + t, len(p) - n_prefix) for p, t in pairs]
     width = max(len(seq) for seq, _ in tails)
@@ -229,9 +222,8 @@ def examples_sha(examples: Sequence[KBAEExample]) -> str:
 
 
 def _canonical_adapter_config(path: Path) -> bytes:
-    """peft's adapter_config.json without what differs between identical adapters: the base
-    model's absolute path (another clone, another machine) and the order of its module sets
-    (peft writes `target_modules` from a set, in the process's hash order)."""
+    """peft's adapter_config.json without what differs between identical adapters: the base model's
+    absolute path and the order of its module sets (written from a set, in hash order)."""
     config = json.loads(path.read_text(encoding="utf-8"))
     config.pop("base_model_name_or_path", None)
     for key, value in config.items():
