@@ -1,8 +1,7 @@
 """Self-RAG (Asai et al.) short-form inference with reflection tokens, as the authors'
 `retrieval_lm/run_short_form.py` runs it (`call_model_rerank_w_scores_batch`).
 
-Needs the Self-RAG checkpoint (selfrag/selfrag_llama2_7b), whose vocabulary holds the reflection
-tokens as special tokens. One question:
+Needs the Self-RAG checkpoint (selfrag/selfrag_llama2_7b) for its reflection tokens. One question:
 1. Retrieve or not (`retrieval`: adaptive | always | never); adaptive compares the log-probs of
    [Retrieval] and [No Retrieval] at the first token with `threshold` (faithful: their LOG-prob
    ratio, as the code; fixed: the probability ratio, as the paper).
@@ -12,9 +11,8 @@ tokens as special tokens. One question:
    exp(seq) + w_rel ISREL + w_sup ISSUP + w_use ISUSE (seq: mean log-prob with EOS; ISREL at the
    first token; ISSUP = P(Fully) + 0.5 P(Partially), ISUSE = sum_i w_i P([Utility:i]) with
    w = (-1, -0.5, 0, 0.5, 1), each where the continuation first generates one, else 0; each term
-   switched by `use_seqscore`, `use_groundness`, `use_utility`). The highest score wins (the first
-   on a tie). docs/faithful-and-fixed.md ("Self-RAG in both modes") gives every detail and what
-   is not reproduced.
+   switched by `use_seqscore`, `use_groundness`, `use_utility`); the highest wins (the first on a
+   tie). docs/faithful-and-fixed.md ("Self-RAG in both modes") has every detail.
 """
 from __future__ import annotations
 
@@ -39,9 +37,8 @@ def is_self_rag_model(name: str) -> bool:
 
 
 def retrieve_score(lp_retrieve: float, lp_no_retrieve: float, mode: str) -> float:
-    """What `threshold` is compared with. faithful: lp_R / (lp_R + lp_N) of the log-probs, as the
-    code divides the log-probs vLLM returns: it falls as P([Retrieval]) rises (P = 0.9 against
-    0.1 gives 0.04, P = 0.1 against 0.9 gives 0.96). fixed: P_R / (P_R + P_N)."""
+    """What `threshold` is compared with. faithful: lp_R / (lp_R + lp_N), as the code divides vLLM's
+    log-probs: it falls as P([Retrieval]) rises (0.9 vs 0.1 gives 0.04). fixed: P_R / (P_R + P_N)."""
     if mode == "faithful":
         return lp_retrieve / (lp_retrieve + lp_no_retrieve)
     p_r, p_n = math.exp(lp_retrieve), math.exp(lp_no_retrieve)

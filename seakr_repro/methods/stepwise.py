@@ -3,11 +3,9 @@
 faithful -- as DRAGIN's code runs them (`dragin_code`): chunks without stop strings on DRAGIN's
 prompt; the text before the sentence that needs retrieval is kept, its documents serve ONE
 regeneration, and the answer is DRAGIN's extraction.
-
-fixed -- deliberate: SeaKR's demos and prompt, one step per greedy call, so the baselines differ
-from SeaKR only in their retrieval policy; the loop ends when a step states an answer, is empty,
-or max_steps or `max_new_tokens` is reached (then re-asked with " So the answer is ").
-
+fixed -- SeaKR's demos and prompt, one step per greedy call, so the baselines differ from SeaKR only
+in their retrieval policy; the loop ends when a step states an answer, is empty, or max_steps or
+`max_new_tokens` is reached (then re-asked with " So the answer is ").
 Both use DRAGIN's per-dataset few-shot counts and lengths (`BASELINE_TABLE`) unless the profile
 sets them, and queries of their last 64 tokens (docs/faithful-and-fixed.md: each mode's rows)."""
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """TAIKC's prompts, transcribed from its appendix (Tables 12, 13, 16 and 17).
 
-Table 12 gives the decomposition, RAG-answering, summarisation and final-answer prompts (the paper
-uses one "question + documents" prompt for sub-questions over retrieved passages AND for the final
-answer over the summarised knowledge chains); Table 17 the Direct QA and Confident QA prompts
-(Table 13 shows Confident QA as KBAE training input); Table 16 the decomposition demonstrations.
-
-The paper prints the sentences of each prompt run together (Tables 12/13) or one per line
-(Table 17); we keep Table 17's line breaks, which is how the prompt reads when laid out. Where the
-paper leaves the assembly open -- where the Table 16 demonstrations go -- the choice is ours and is
-stated at `decompose_prompt`.
+Table 12: the decomposition, document-answering (sub-questions AND the final answer over the
+chains' summaries), summarisation prompts; Table 17 (and 13): Direct and Confident QA; Table 16:
+the decomposition demonstrations. We keep Table 17's line breaks (Tables 12/13 print the sentences
+run together); where the Table 16 demonstrations go is our choice, stated at `decompose_prompt`.
 """
 from __future__ import annotations
 
@@ -89,9 +84,8 @@ NEGATIONS = ("not", "no", "n't", "cannot", "unable", "none", "neither")
 
 
 def decompose_prompt(question: str, n_demos: int = len(DECOMPOSE_DEMOS)) -> str:
-    """Table 12's decomposition prompt. Our choice: the Table 16 demonstrations (question line,
-    JSON) go between the rules and the closing request, and the JSON follows the question on the
-    next line, as in the demonstrations."""
+    """Table 12's decomposition prompt; our choice: the Table 16 demonstrations (question line, JSON
+    below) go between the rules and the closing request."""
     parts = [DECOMPOSE_INSTRUCTION]
     if n_demos:
         parts.append("Examples:\n\n" + "\n\n".join(
@@ -134,10 +128,8 @@ _QUOTES = "\"'`“”‘’"
 
 
 def clean_answer(text: str) -> str:
-    """The answer in a "do not output any other words" reply: its first line that is not empty
-    once a leading label ("Answer:", "The answer is") is removed, without surrounding quotes or a
-    closing period (a small model often adds them; left in, "Paris." would end up inside the next
-    sub-question)."""
+    """The first line of a "do not output any other words" reply that is not empty without a leading
+    label ("Answer:"), its quotes and closing period (else "Paris." ends up in the next sub-question)."""
     lines = (_LABEL.sub("", ln.strip()).strip().strip(_QUOTES).strip() for ln in text.splitlines())
     line = next((ln for ln in lines if ln), "")
     if line.endswith(".") and not re.search(r"(?:^|\s)(?:[A-Za-z]\.)+$", line):
@@ -157,9 +149,8 @@ _TRIGGER_RE = re.compile(r"\b(?:" + "|".join(CONTINUATION_TRIGGERS) + r")\w*", r
 
 
 def needs_continuation(reply: str) -> bool:
-    """Appendix H: the RAG answer says the documents lack the answer (a negation together with a
-    trigger word, e.g. "not mentioned"), or it gave no usable answer (empty, or the retrieval
-    identifier parroted back) -- the reasoning chain continues with Direct QA instead."""
+    """Appendix H: the RAG answer says the documents lack it (a negation and a trigger word, "not
+    mentioned") or is unusable (empty, RAG_REQUIRED parroted): Direct QA continues the chain."""
     answer = clean_answer(reply)
     if not answer or RAG_REQUIRED_RE.search(reply):
         return True
