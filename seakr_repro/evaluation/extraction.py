@@ -3,10 +3,8 @@
 Two modes (setting `evaluation.answer_extraction`):
 
 faithful -- the official SeaKR reasoner, bugs included: lower-cased; the FIRST "the answer is"
-  (optionally ":") up to the first comma or period after it ("August 25, 1963" -> "august 25",
-  "3.5" -> "3"); else "X is the answer" back to the previous ".", "?" or "!"; else None, and the
-  caller asks again with " So the answer is " appended (`answer_from_forced`).
-
+  (optionally ":") up to the first comma or period after it ("August 25, 1963" -> "august 25");
+  else "X is the answer" back to the previous ".", "?" or "!"; else None (the caller re-asks).
 fixed -- what the official code means to do: case kept; the LAST "the answer is" with a non-empty
   answer wins (a model that corrects itself is scored on its final claim); the answer runs to the
   end of its sentence (`_sentence_end`: a newline, or ".", "!" or "?" before whitespace or the end,
@@ -102,8 +100,7 @@ def answer_from_forced(continuation: str | None, mode: str = "fixed") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# DRAGIN's answer extraction (its evaluation script), used by the baselines in `baselines.mode:
-# faithful`. The whole prediction is scored in two stages:
+# DRAGIN's answer extraction (its evaluation script), for `baselines.mode: faithful`, in two stages:
 #   1. `dragin_trim`: cut the prediction before "Question:", "#10000000" or "Note:" (each, in
 #      turn, where it occurs after the first character). If it then contains "the answer is"
 #      (case-sensitive) it is kept; otherwise the model is asked again with " So the answer is "

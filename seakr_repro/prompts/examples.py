@@ -1,8 +1,7 @@
 """The in-context examples of the SeaKR paper, appendix C.4 (Figures 4-7), as data.
 
-Transcribed from the paper's figures. Each sentence of an answer is one step, because the prompt
-builder joins steps with ". " and replaces periods *inside* a step (so a figure line holding two
-sentences is two steps here). Corrections of the PDF text extraction, all evident from the figures:
+Each sentence of an answer is one step (the prompt builder replaces periods inside a step).
+Corrections of the PDF text extraction, all evident from the figures:
 - 2Wiki, last example: the fragment "The mother of Grand Duke Alexei Alexandrovich of" leaked from
   the previous example into the first step; removed.
 - HotpotQA "Vertical Limit" example: the extraction rendered the quoted title as *The Right Stuff*
@@ -11,9 +10,8 @@ sentences is two steps here). Corrections of the PDF text extraction, all eviden
   restored from the same example in Figure 4.
 - Simple QA "The Border Surrender" example: a line break split "Mark Austin"; joined.
 - 2Wiki "Hypocrite" example: bold markers around "Answer:" dropped.
-The official code's lists differ in a few words from the figures (e.g. "Do director of film Coolie
-No. 1 ..." and "nationality is India"); these are the paper's (`prompts.demos: paper`), while
-`prompts.demos: official` reads the code's lists from a clone of its repository (official.py).
+The official code's lists differ in a few words (e.g. "Do director of film Coolie No. 1 ..."):
+`prompts.demos: official` reads them from a clone of its repository (official.py).
 """
 from __future__ import annotations
 

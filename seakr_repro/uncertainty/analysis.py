@@ -116,10 +116,8 @@ def quality_vs_k(vectors_per_question, incorrect, ks: Sequence[int], alpha: floa
 
 def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: float = 1e-3,
                      variant: str = "seakr", n_boot: int = 0, seed: int = 0) -> pd.DataFrame:
-    """AUROC of eigen_score per layer. `vectors_by_layer`: {layer: per-question vectors} or a
-    sequence indexed by layer (each as in `quality_vs_k`); `k` limits to the first k samples.
-    A lazy Mapping (`extraction.VectorStore.by_layer`) is read one layer at a time: each layer
-    is dropped before the next is loaded, so host memory holds about one layer."""
+    """AUROC of eigen_score per layer of {layer: per-question vectors} (or a sequence by layer), on
+    the first `k` samples; a lazy Mapping (`VectorStore.by_layer`) is held one layer at a time."""
     items = (vectors_by_layer.items() if isinstance(vectors_by_layer, Mapping)
              else enumerate(vectors_by_layer))
     rows = []

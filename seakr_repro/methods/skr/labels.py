@@ -38,12 +38,9 @@ LABEL_ANSWERS = ("package", "official")
 
 
 def official_answer(prediction: str, gold: str) -> str:
-    """The answer skr.py scores (its `get_answer_ref`), given the raw output and the FIRST gold.
-
-    Newlines are deleted (not replaced by a space); the text after the first "answer is", to the
-    end, if there is one; else the gold itself when one spaCy sentence contains it (case-blind
-    substring), so a gold named anywhere counts as exact; else the first sentence. An empty output
-    (which skr.py cannot score: it has no first sentence) gives ""."""
+    """The answer skr.py scores (`get_answer_ref`) of a raw output and the FIRST gold: newlines deleted
+    (not spaced); the text after the first "answer is"; else the gold when a spaCy sentence contains
+    it (case-blind); else the first sentence; "" for an empty output (which skr.py cannot score)."""
     text = prediction.replace("\n", "").strip()
     if "answer is" in text:
         return text[text.index("answer is") + len("answer is"):]
