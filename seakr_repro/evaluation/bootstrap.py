@@ -1,8 +1,7 @@
 """Percentile-bootstrap confidence intervals over questions.
 
-Questions are resampled with replacement; the interval is the (1-c)/2 and (1+c)/2 quantiles of the
-resampled means. Index matrices are drawn in fixed-size blocks so memory stays bounded on the
-12,576-question 2Wiki set while the result depends only on `seed`.
+The interval is the (1-c)/2 and (1+c)/2 quantiles of the resampled means; indices are drawn in
+fixed-size blocks so memory stays bounded while the result depends only on `seed`.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Answer scoring: SQuAD normalisation, exact match and token F1 with aliases.
 
-Follows the HotpotQA/DRAGIN evaluation script that SeaKR's numbers come from: the score of a
-prediction is the maximum over all gold strings (answers and aliases), and F1 is forced to 0 when
-either side normalises to yes/no/noanswer and the two differ (so "no" never earns partial credit
-against "no, he was not").
+As the HotpotQA/DRAGIN script SeaKR's numbers come from: the maximum over all golds (answers and
+aliases); F1 is 0 when either side normalises to yes/no/noanswer and the two differ.
 """
 from __future__ import annotations
 

@@ -46,11 +46,10 @@ def retrieve_score(lp_retrieve: float, lp_no_retrieve: float, mode: str) -> floa
 
 
 def answer_text(text: str, retrieved: bool, mode: str) -> str:
-    """The answer from a continuation's text (special tokens already skipped). faithful: after
-    passages the text as it is; without, every "\\n" deleted (words either side run together) with
-    the reflection-token strings, "</s>" and "<|endoftext|>"; then one leading "#" or ":" dropped
-    (both as run_short_form.py). fixed: the same strings removed on both paths, every run of
-    whitespace one space, stripped; then the leading "#" or ":"."""
+    """The answer of a continuation's text (special tokens skipped). faithful, as run_short_form.py:
+    after passages the text as is; without, "\\n" (words run together), the reflection-token strings,
+    "</s>" and "<|endoftext|>" deleted. fixed: those removed on both paths, whitespace squeezed.
+    Then one leading "#" or ":" dropped."""
     if mode == "faithful":
         if not retrieved:
             for s in (*ANSWER_STRIPPED, "</s>", "\n", "<|endoftext|>"):

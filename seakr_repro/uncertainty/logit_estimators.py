@@ -72,8 +72,7 @@ def energy(logsumexp_per_token: Sequence[float]) -> float:
 
 
 def oriented(value, estimator) -> float | np.ndarray:
-    """`value` (scalar or array) turned so that higher = more uncertain for `estimator`
-    (a function carrying `higher_is_more_uncertain`, or that flag itself)."""
+    """`value` (scalar or array) with higher = more uncertain for `estimator` (or its flag itself)."""
     flag = estimator if isinstance(estimator, bool) else getattr(estimator, "higher_is_more_uncertain", None)
     if flag is None:
         raise UserError(f"{estimator!r} does not declare higher_is_more_uncertain",

@@ -167,15 +167,12 @@ def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int
              rule: str = "paper", counts: Sequence[int] | None = None) -> tuple[str, dict]:
     """(label, evidence) of `query` from its k most cosine-similar training questions.
 
-    rule="paper": with l known among the k neighbours and m known / n unknown questions in the
-    whole labelled set, "known" iff l / (k - l) >= m / n, computed as l * n >= (k - l) * m (no
-    division; l = k is "known"). With only one class present that class is returned (the ratio
-    is degenerate there). rule="majority": "known" iff l > k - l, so a tie retrieves.
-    rule="official": knn.py (`official_known`, with `counts`, default: the labels' own with no
-    discarded question); k is not clamped: as faiss's empty slots (index -1) read the LAST
-    training label in knn.py, each neighbour missing from a too small set votes as that one.
-    Equal similarities are broken by training order.
-    """
+    rule="paper": l known of the k neighbours, m known / n unknown in the labelled set: "known" iff
+    l * n >= (k - l) * m (l / (k - l) >= m / n without division); one class present: that class.
+    rule="majority": "known" iff l > k - l (a tie retrieves). rule="official": knn.py
+    (`official_known`, `counts` default: the labels' own); k is not clamped: faiss's empty slots
+    read the LAST training label in knn.py, so each missing neighbour votes as that one.
+    Equal similarities are broken by training order."""
     if rule not in KNN_RULES:
         raise UserError(f"unknown SKR-knn rule {rule!r}", setting="skr.knn_rule",
                         fix=f"use one of {KNN_RULES}")
