@@ -1,15 +1,12 @@
-"""Pull the short answer out of a chain-of-thought ("... So the answer is X.").
-
-Two modes (setting `evaluation.answer_extraction`):
-
+"""Pull the short answer out of a chain-of-thought ("... So the answer is X."), in two modes
+(setting `evaluation.answer_extraction`):
 faithful -- the official SeaKR reasoner, bugs included: lower-cased; the FIRST "the answer is"
   (optionally ":") up to the first comma or period after it ("August 25, 1963" -> "august 25");
   else "X is the answer" back to the previous ".", "?" or "!"; else None (the caller re-asks).
 fixed -- what the official code means to do: case kept; the LAST "the answer is" with a non-empty
-  answer wins (a model that corrects itself is scored on its final claim); the answer runs to the
-  end of its sentence (`_sentence_end`: a newline, or ".", "!" or "?" before whitespace or the end,
-  but not a period closing an abbreviation such as "L.", "M.D." or "No."); quotes and a trailing
-  period are stripped; "X is the answer" as fallback, also at the start of the text.
+  answer wins (a model's final claim), to the end of its sentence (a newline, or ".", "!" or "?"
+  before whitespace or the end, not a period closing an abbreviation: "L.", "M.D.", "No.");
+  quotes and a trailing period stripped; "X is the answer" as fallback, also at the start.
   Known limit: an answer ending in a one-letter word ("Vitamin C. It ...") runs on to the next
   sentence end, because "C." looks like an initial."""
 from __future__ import annotations

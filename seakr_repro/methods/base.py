@@ -55,10 +55,8 @@ _QUESTION: contextvars.ContextVar[SimpleNamespace] = contextvars.ContextVar("sea
 
 
 class Method:
-    """Base class: settings = the method's DEFAULTS updated by the caller's settings.
-
-    Subclasses implement `answer(record)` and keep what belongs to one question on `self.q` (a
-    fresh namespace per `run`; `q.n_search` counts its searches), never on `self`."""
+    """Settings: DEFAULTS updated by the caller's. Subclasses implement `answer(record)` and keep what
+    belongs to one question on `self.q` (fresh per `run`; `q.n_search` counts searches), never on `self`."""
 
     name = "method"
     DEFAULTS: dict[str, Any] = {}

@@ -192,11 +192,9 @@ class DeltaCalibration:
 def calibrate_delta(scores, correct, rule: str = "precision", target: float = 0.8,
                     min_retrieved: int = 5) -> DeltaCalibration:
     """The retrieval threshold delta (retrieve when U > delta) of a calibration set, by rule:
-    - "precision" (default; our reading of §5.3, which picked delta = -6 on NQ-train so that the
-      questions above it are mostly ones the model cannot answer, "80%"): the LOWEST delta such
-      that at least `target` of the retrieved questions are closed-book incorrect, among deltas
-      that retrieve at least `min_retrieved` questions. Lowest = retrieve as often as possible
-      while the retrievals stay mostly necessary. No such delta -> falls back to "youden".
+    - "precision" (our reading of §5.3's delta = -6 on NQ-train, "80%"): the LOWEST delta (retrieve
+      as often as possible) at which at least `target` of the retrieved questions, at least
+      `min_retrieved` of them, are closed-book incorrect; no such delta -> "youden".
     - "youden": the delta maximising TPR - FPR of "U > delta" as a detector of incorrect answers
       (ties -> lowest delta). `target` is ignored.
     - "rate": the lowest delta whose retrieval rate is <= `target` (a retrieval budget).

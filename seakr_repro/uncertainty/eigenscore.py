@@ -6,8 +6,7 @@ For Z, the k x d matrix of forced-EOS vectors of k samples of one context (SEAKR
     Sigma = Z J_d Z^T                   k x k; no 1/(d-1), no L2 normalisation
     U     = (1/k) ln det(Sigma + alpha I_k),  alpha = 1e-3, natural log
 
-`variant="inside"` is INSIDE's EigenScore as its code computes it: `torch.cov(Z)` treats the k rows
-as variables observed over d dimensions, i.e. the same row centring but divided by (d - 1), then
+`variant="inside"` is INSIDE's code: `torch.cov(Z)` (the same row centring, divided by d - 1), then
 `mean(log10(svd(C + alpha I)))` = (1/k) log10 det(Z J_d Z^T / (d-1) + alpha I_k).
 
 Numerics: float64 whatever the input dtype (the official code: float32); Sigma's eigenvalues are

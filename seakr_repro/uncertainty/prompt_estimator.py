@@ -1,10 +1,10 @@
 """The prompt-based estimator of the ablation: ask the model whether it has sufficient knowledge.
 
-The paper only says it asks "do I have sufficient knowledge to solve the question?" and judges the
-output directly; the prompt below is ours. The uncertainty is 1 - p(Yes):
+The paper only says it asks "do I have sufficient knowledge to solve the question?"; the prompt
+below is ours. The uncertainty is 1 - p(Yes):
 - the answer starts with "Yes": 1 - p(Yes), p = the probability of the tokens spelling "Yes";
-- the answer starts with "No": p(No), taking p(Yes) ~ 1 - p(No) (greedy decoding only reports the
-  chosen token's probability; the two answers hold nearly all mass after this prompt);
+- the answer starts with "No": p(No), taking p(Yes) ~ 1 - p(No) (greedy decoding reports only the
+  chosen token's probability);
 - otherwise the first yes/no word anywhere in the text, as a hard 0 / 1;
 - no yes/no at all: 1.0 (the model did not claim the knowledge, so retrieve).
 """

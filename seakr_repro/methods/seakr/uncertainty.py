@@ -66,8 +66,7 @@ class Scorer:
         return replace(self.k_samples, stop=stop)
 
     def many(self, prompts, stop, greedies, contexts) -> list[float]:
-        """U of several independent contexts (same stop strings): their k samples are drawn in
-        one `sample_many` batch, which gives the same samples as one `sample` call each."""
+        """U of independent contexts (same stops), sampled in one `sample_many` batch (= one `sample` each)."""
         sets = (self.backend.sample_many(list(prompts), self.sampling(stop))
                 if self.wants_samples else [None] * len(prompts))
         return self.from_samples(greedies, sets, contexts)

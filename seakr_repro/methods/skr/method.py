@@ -303,8 +303,7 @@ class SKRPrompt(SKRMethod):
 
 
 class SKRIcl(SKRPrompt):
-    """Fixed demonstrations: `icl_per_class` questions from D+ and from D-, drawn with `seed`,
-    alternating known/unknown (the paper's illustration). Default 2 + 2, the paper's 4-demo budget."""
+    """`icl_per_class` (2 + 2: the paper's 4 demos) from D+ and D-, drawn with `seed`, alternating."""
 
     name = "skr-icl"
     DEFAULTS = {**SKRPrompt.DEFAULTS, "icl_per_class": 2, "seed": 42}

@@ -98,8 +98,7 @@ def _encode(tokenizer, ex: KBAEExample, max_length: int) -> tuple[list[int], lis
 
 
 def _shared_prefix(pairs) -> int:
-    """Tokens every prompt starts with (the Confident QA instruction, ~120 of ~145 tokens), one
-    short of the shortest prompt so each example keeps the position that predicts its target."""
+    """Tokens every prompt starts with, one short of the shortest (each keeps its target's predictor)."""
     prompts = [p for p, _ in pairs]
     n = min(len(p) for p in prompts) - 1
     for i in range(max(0, n)):
@@ -310,8 +309,7 @@ def load_kbae_backend(base_backend, adapter_dir):
 
 def bootstrap_adapter(backend, single_hop_records, out_dir, *, criterion: str = "acc",
                       **train_kw) -> Path:
-    """build_kbae_data + train_lora on the backend's model, reused when `out_dir` already holds an
-    adapter trained on the same examples with the same settings (its manifest says so)."""
+    """build_kbae_data + train_lora, reused when `out_dir`'s manifest shows the same examples and settings."""
     examples = build_kbae_data(backend, single_hop_records, criterion=criterion)
     out = Path(out_dir)
     wanted = {"data_sha": examples_sha(examples), "criterion": criterion,
