@@ -110,14 +110,12 @@ class SelfRAG(Method):
         return cfg
 
     def _passages(self, question: str, k: int) -> list:
-        """The top k passages: the input file's (the code's) or a search of the index."""
         return self._input.search(question, k) if self._input is not None else self.search(question, k)
 
     # -- token ids ------------------------------------------------------------------------------
     @property
     def ids(self) -> dict[str, int]:
-        """Reflection token -> id (each must be one token), and the other special tokens the
-        detokenizer skips where the vocabulary has them as one token."""
+        """Reflection token -> id (each one token), and the skipped special tokens that are one token."""
         if self._ids is None:
             ids = {}
             for tok in (RETRIEVE, NO_RETRIEVE, *REL, *SUP, *USE, *SKIPPED_IN_TEXT):

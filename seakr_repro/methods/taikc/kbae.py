@@ -232,8 +232,7 @@ def _canonical_adapter_config(path: Path) -> bytes:
 
 
 def adapter_fingerprint(adapter_dir) -> str:
-    """Hash of the adapter's weights and config: part of the method config and the cache key, so
-    the same adapter gives the same run file in any clone and any run."""
+    """Hash of the adapter's weights and config (in the method config and cache key), clone-independent."""
     d = Path(adapter_dir)
     h = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
