@@ -1,8 +1,7 @@
 """Percentile-bootstrap confidence intervals over questions.
 
-Questions are resampled with replacement; the interval is the (1-c)/2 and (1+c)/2 quantiles of the
-resampled means. Index matrices are drawn in fixed-size blocks so memory stays bounded on the
-12,576-question 2Wiki set while the result depends only on `seed`.
+The interval is the (1-c)/2 and (1+c)/2 quantiles of the resampled means; indices are drawn in
+fixed-size blocks so memory stays bounded while the result depends only on `seed`.
 """
 from __future__ import annotations
 
@@ -76,10 +75,8 @@ def bootstrap_ci(scores: Sequence[float], n_boot: int = 1000, confidence: float 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 1000,
                      confidence: float = 0.95, seed: int = 0) -> PairedDifference:
-    """Bootstrap of mean(a) - mean(b) for two methods scored on the same questions, in order.
-
-    Resampling the per-question differences keeps the pairing, so question difficulty cancels.
-    """
+    """Bootstrap of mean(a) - mean(b) over the per-question differences of two methods scored on the
+    same questions, in order: the pairing is kept, so question difficulty cancels."""
     _check(n_boot, confidence)
     a_arr, b_arr = _as_scores(a, "scores of method a"), _as_scores(b, "scores of method b")
     if a_arr.size != b_arr.size:

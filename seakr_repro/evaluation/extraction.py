@@ -1,17 +1,12 @@
-"""Pull the short answer out of a chain-of-thought ("... So the answer is X.").
-
-Two modes (setting `evaluation.answer_extraction`):
-
+"""Pull the short answer out of a chain-of-thought ("... So the answer is X."), in two modes
+(setting `evaluation.answer_extraction`):
 faithful -- the official SeaKR reasoner, bugs included: lower-cased; the FIRST "the answer is"
-  (optionally ":") up to the first comma or period after it ("August 25, 1963" -> "august 25",
-  "3.5" -> "3"); else "X is the answer" back to the previous ".", "?" or "!"; else None, and the
-  caller asks again with " So the answer is " appended (`answer_from_forced`).
-
+  (optionally ":") up to the first comma or period after it ("August 25, 1963" -> "august 25");
+  else "X is the answer" back to the previous ".", "?" or "!"; else None (the caller re-asks).
 fixed -- what the official code means to do: case kept; the LAST "the answer is" with a non-empty
-  answer wins (a model that corrects itself is scored on its final claim); the answer runs to the
-  end of its sentence (`_sentence_end`: a newline, or ".", "!" or "?" before whitespace or the end,
-  but not a period closing an abbreviation such as "L.", "M.D." or "No."); quotes and a trailing
-  period are stripped; "X is the answer" as fallback, also at the start of the text.
+  answer wins (a model's final claim), to the end of its sentence (a newline, or ".", "!" or "?"
+  before whitespace or the end, not a period closing an abbreviation: "L.", "M.D.", "No.");
+  quotes and a trailing period stripped; "X is the answer" as fallback, also at the start.
   Known limit: an answer ending in a one-letter word ("Vitamin C. It ...") runs on to the next
   sentence end, because "C." looks like an initial."""
 from __future__ import annotations
@@ -80,10 +75,7 @@ def _fixed(text: str) -> str | None:
         if answer:
             return answer
     alts = list(_FIXED_ALT.finditer(text))
-    if alts:
-        answer = _clean(alts[-1].group(1))
-        return answer or None
-    return None
+    return (_clean(alts[-1].group(1)) or None) if alts else None
 
 
 def extract_answer(text: str | None, mode: str = "fixed") -> str | None:
@@ -95,11 +87,8 @@ def extract_answer(text: str | None, mode: str = "fixed") -> str | None:
 
 
 def answer_from_forced(continuation: str | None, mode: str = "fixed") -> str:
-    """The answer from a generation forced with " So the answer is " appended to the prompt.
-
-    faithful: the official code keeps the greedy continuation verbatim (it stops at a newline or
-    ". "); fixed: the continuation is cut at its sentence end and cleaned like `extract_answer`.
-    """
+    """The answer of a call forced with " So the answer is ": faithful, the continuation verbatim
+    (the code's stops at "\n" or ". "); fixed, cut at its sentence end and cleaned."""
     _check_mode(mode)
     text = continuation or ""
     if mode == "faithful":
@@ -108,8 +97,7 @@ def answer_from_forced(continuation: str | None, mode: str = "fixed") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# DRAGIN's answer extraction (its evaluation script), used by the baselines in `baselines.mode:
-# faithful`. The whole prediction is scored in two stages:
+# DRAGIN's answer extraction (its evaluation script), for `baselines.mode: faithful`, in two stages:
 #   1. `dragin_trim`: cut the prediction before "Question:", "#10000000" or "Note:" (each, in
 #      turn, where it occurs after the first character). If it then contains "the answer is"
 #      (case-sensitive) it is kept; otherwise the model is asked again with " So the answer is "

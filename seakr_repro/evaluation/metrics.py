@@ -1,9 +1,7 @@
 """Answer scoring: SQuAD normalisation, exact match and token F1 with aliases.
 
-Follows the HotpotQA/DRAGIN evaluation script that SeaKR's numbers come from: the score of a
-prediction is the maximum over all gold strings (answers and aliases), and F1 is forced to 0 when
-either side normalises to yes/no/noanswer and the two differ (so "no" never earns partial credit
-against "no, he was not").
+As the HotpotQA/DRAGIN script SeaKR's numbers come from: the maximum over all golds (answers and
+aliases); F1 is 0 when either side normalises to yes/no/noanswer and the two differ.
 """
 from __future__ import annotations
 
@@ -53,11 +51,8 @@ def _f1_single(pred: str, gold: str) -> float:
 
 
 def exact_match(prediction: str | None, golds: str | Iterable[str]) -> float:
-    """1.0 if the normalised prediction equals any normalised gold, else 0.0.
-
-    `golds` lists the answer and its aliases; a bare string counts as one gold. No gold at all is a
-    UserError (silently scoring 0 would bias the mean). A None prediction (no answer extracted) is "".
-    """
+    """1.0 if the normalised prediction (None: "") equals any normalised gold (answer or alias; a bare
+    string is one gold; none at all is a UserError, as a silent 0 would bias the mean), else 0.0."""
     pred = normalize_answer(prediction)
     return float(any(pred == normalize_answer(g) for g in _as_golds(golds)))
 
@@ -81,10 +76,8 @@ def per_question_scores(predictions: Sequence[str | None],
 
 def score_predictions(predictions: Sequence[str | None], golds_list: Sequence[str | Iterable[str]],
                       n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
-    """Mean EM and F1 in percent with percentile-bootstrap intervals over questions.
-
-    Returns {"n", "em", "em_low", "em_high", "f1", "f1_low", "f1_high"}; percent like the paper.
-    """
+    """{"n", "em", "em_low", "em_high", "f1", "f1_low", "f1_high"}: mean EM and F1 in percent (as the
+    paper) with percentile-bootstrap intervals over questions."""
     em, f1 = per_question_scores(predictions, golds_list)
     out: dict = {"n": int(len(em))}
     for name, arr in (("em", em), ("f1", f1)):

@@ -1,9 +1,6 @@
-"""The interface every method implements, and what the methods share.
-
-A method is built once per (backend, searcher, data set, settings) and answers one question per
-`run(record)`. `config` is everything that changes its output (the runner hashes it), `trace`
-records every step so case studies (the paper's Table 5) can be read from saved results.
-"""
+"""The interface every method implements, and what the methods share: a method is built once per
+(backend, searcher, data set, settings) and answers one question per `run(record)`; `trace` records
+every step so case studies (the paper's Table 5) can be read from saved results."""
 from __future__ import annotations
 
 import contextvars
@@ -22,8 +19,8 @@ from ..prompts import dataset_family, demos_for
 BASELINE_TABLE = {
     "2wiki": {"n_shot": 6, "max_new_tokens": 64, "dragin_threshold": 1.0, "dragin_keep_top_k": 25,
               "flare_threshold": 0.1},
-    "hotpotqa": {"n_shot": 8, "max_new_tokens": 100, "dragin_threshold": 0.8,
-                 "dragin_keep_top_k": 35, "flare_threshold": 0.08},
+    "hotpotqa": {"n_shot": 8, "max_new_tokens": 100, "dragin_threshold": 0.8, "dragin_keep_top_k": 35,
+                 "flare_threshold": 0.08},
     "iirc": {"n_shot": 8, "max_new_tokens": 128, "dragin_threshold": 0.6, "dragin_keep_top_k": 35,
              "flare_threshold": 0.08},
 }
@@ -43,15 +40,13 @@ class MethodResult:
 # faithful baselines DRAGIN's own lists (from `dragin_repo`) and the fixed ones SeaKR's (from
 # `official_repo`, as SeaKR gets them).
 BASELINE_CONFIG = {"answer_extraction": "evaluation.answer_extraction", "top_k_docs": "retrieval.top_n",
-                   "mode": "baselines.mode", "n_shot": "baselines.n_shot",
-                   "max_new_tokens": "baselines.max_new_tokens", "max_steps": "baselines.max_steps",
-                   "demos": "prompts.demos", "official_repo": "prompts.official_repo",
-                   "dragin_repo": "prompts.dragin_repo", "dtype": "baselines.dtype",
-                   "decoding": "baselines.decoding"}
+                   "mode": "baselines.mode", "n_shot": "baselines.n_shot", "max_new_tokens": "baselines.max_new_tokens",
+                   "max_steps": "baselines.max_steps", "demos": "prompts.demos",
+                   "official_repo": "prompts.official_repo", "dragin_repo": "prompts.dragin_repo",
+                   "dtype": "baselines.dtype", "decoding": "baselines.decoding"}
 # ... and their defaults (the settings CoT and the step loops share)
-BASELINE_DEFAULTS = {"mode": "fixed", "answer_extraction": "fixed", "demos": "paper",
-                     "official_repo": "data/raw/SeaKR", "dragin_repo": "data/raw/DRAGIN", "dtype": None,
-                     "decoding": None}
+BASELINE_DEFAULTS = {"mode": "fixed", "answer_extraction": "fixed", "demos": "paper", "official_repo": "data/raw/SeaKR",
+                     "dragin_repo": "data/raw/DRAGIN", "dtype": None, "decoding": None}
 
 
 # The state of the question being answered (`Method.q`): one object per `run`, in the running
@@ -60,23 +55,19 @@ _QUESTION: contextvars.ContextVar[SimpleNamespace] = contextvars.ContextVar("sea
 
 
 class Method:
-    """Base class: settings = the method's DEFAULTS updated by the caller's settings.
-
-    Subclasses implement `answer(record)` and keep what belongs to one question on `self.q` (a
-    fresh namespace per `run`; `q.n_search` counts its searches), never on `self`."""
+    """Settings: DEFAULTS updated by the caller's. Subclasses implement `answer(record)` and keep what
+    belongs to one question on `self.q` (fresh per `run`; `q.n_search` counts searches), never on `self`."""
 
     name = "method"
     DEFAULTS: dict[str, Any] = {}
-    # setting -> the config key it is read from (one declaration per method; settings that are
-    # not in DEFAULTS are ignored, so a family of methods can share one table)
+    # setting -> the config key it is read from; settings not in DEFAULTS are ignored (shared tables)
     CONFIG: dict[str, str] = {}
     # None: questions may run side by side (runner.concurrency > 1); else why they may not
     one_question_at_a_time: str | None = None
 
     @classmethod
     def settings_from(cls, cfg) -> dict[str, Any]:
-        """The profile's values of the settings this method declares in CONFIG; a null in the
-        config keeps the method's own default (e.g. DRAGIN's per-data-set values)."""
+        """The profile's values of the settings in CONFIG; a null keeps the method's own default."""
         out = {}
         for setting, key in cls.CONFIG.items():
             value = cfg.get(key) if setting in cls.DEFAULTS else None
@@ -102,10 +93,9 @@ class Method:
     @property
     def config(self) -> dict[str, Any]:
         """What determines the output: hashed by the runner to key the results file."""
-        config = {"method": self.name, "dataset": self.dataset_name,
-                  "model": getattr(self.backend, "name", "?"), **self.settings}
-        # another backend samples differently: its runs must not resume the transformers ones
-        # (which keep their key, so existing results stay valid)
+        config = {"method": self.name, "dataset": self.dataset_name, "model": getattr(self.backend, "name", "?"),
+                  **self.settings}
+        # another backend samples differently: its runs must not resume the transformers ones (keyed without it)
         kind = getattr(self.backend, "kind", None)
         if kind:
             config["backend"] = kind
@@ -122,7 +112,6 @@ class Method:
                          self.settings.get("demos", "paper"), self.settings.get("official_repo"))
 
     def run(self, record) -> MethodResult:
-        """Answer one question, with its own state object (`self.q`)."""
         token = _QUESTION.set(SimpleNamespace(n_search=0))
         try:
             return self.answer(record)
@@ -131,7 +120,6 @@ class Method:
 
     @property
     def q(self) -> SimpleNamespace:
-        """The state of the question `run` is answering in this context."""
         return _QUESTION.get()
 
     def answer(self, record) -> MethodResult:  # pragma: no cover - interface

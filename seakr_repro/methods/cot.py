@@ -1,10 +1,9 @@
 """Chain-of-thought without retrieval.
 
-faithful -- DRAGIN's "non-retrieval" (wo-RAG), whose numbers SeaKR's Table 1 reports as CoT:
-DRAGIN's prompt with its per-dataset few-shot count, one call of `max_new_tokens` tokens without
-stop strings, DRAGIN's answer extraction (a 20-token re-ask when no "the answer is").
+faithful -- DRAGIN's "non-retrieval" (wo-RAG), SeaKR's Table 1 CoT: DRAGIN's prompt and few-shot
+count, one call without stop strings, DRAGIN's answer extraction (a 20-token re-ask).
 fixed -- as SeaKR's paper describes CoT: SeaKR's demos and prompt, no context, one final-mode call
-(the same call as SeaKR's knowledge path when nothing was retrieved), SeaKR's extractor.
+(SeaKR's knowledge path with nothing retrieved), SeaKR's extractor.
 """
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """DRAGIN (Su et al.): retrieval triggered by real-time information needs, as its code runs it.
 
 Words: the generated tokens merged into DRAGIN's words (faithful: `Backend.piece_words`, fixed:
-`Backend.words`; docs/faithful-and-fixed.md, "DRAGIN's words"). A word's attention is
-the sum over its tokens of the last-layer attention each token receives (over the generated tokens
-alone: max over the later positions, mean over heads; `Generation.attention`); its weight is the
-mean entropy of its tokens. The chunk's sentences take consecutive runs of words (a sentence ends
-at the first word whose text, joined with the run, contains the sentence; the last sentence takes
-the rest); a word's score is (attention / the sentence's total) x weight x (words in the sentence).
-
-Trigger (docs/faithful-and-fixed.md, "DRAGIN's trigger"): faithful lets ANY word over the
-threshold trigger (non-content words cleared afterwards; none left: text order); fixed lets only
-content words (NOUN ADJ VERB PROPN NUM) trigger.
+`Backend.words`). A word's attention is the sum over its tokens of the last-layer attention each
+receives (`Generation.attention`); its weight the mean entropy of its tokens. A sentence takes the
+consecutive words up to the first whose run contains it (the last takes the rest); a word's score
+is (attention / the sentence's total) x weight x (words in the sentence).
+Trigger: faithful lets ANY word over the threshold trigger (non-content words cleared afterwards);
+fixed only content words (NOUN ADJ VERB PROPN NUM). docs/faithful-and-fixed.md has both rows.
 
 Query (both modes, DRAGIN's "real_words"): the text "question + text so far + sentences before +
 the flagged sentence's words" is run through the model; for each flagged word, each of its tokens'
@@ -45,8 +41,7 @@ def contains_real(word: str, real: set[str]) -> bool:
 
 def flagged_sentence(text: str, words: list[str], attention: list[float], weights: list[float],
                      threshold: float, content_first: bool):
-    """(sentences before, the sentence's words, their flags, their scores) of the first sentence
-    that triggers retrieval, or None (module doc)."""
+    """(sentences before, words, flags, scores) of the first sentence that triggers, or None."""
     sents = sentences_of(text)
     tid = 0
     for sid, sent in enumerate(sents):
@@ -76,8 +71,7 @@ def flagged_sentence(text: str, words: list[str], attention: list[float], weight
 
 def attention_query(backend, prefix: str, sentence_words: list[str], flags: list[int],
                     keep_top_k: int, words=None) -> tuple[str, dict]:
-    """DRAGIN's query from the attention of the flagged words over `prefix` + the sentence
-    (`words`: the backend's word merge, `backend.words` unless given)."""
+    """DRAGIN's query from the flagged words' attention over `prefix` + the sentence (module doc)."""
     all_text = prefix + " " + " ".join(sentence_words)
     ids = backend.encode(all_text)
     spans = (words or backend.words)(ids)

@@ -34,13 +34,11 @@ QUERY_MAX_TOKENS = 64     # DRAGIN's retriever keeps the last 64 tokens of a que
 
 # A generation_config.json key that changes what `model.generate` does, and its neutral value:
 # a checkpoint that sets one otherwise cannot be decoded as DRAGIN's code would decode it here.
-UNSUPPORTED_DECODING = {"num_beams": 1, "num_beam_groups": 1, "repetition_penalty": 1.0,
-                        "no_repeat_ngram_size": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
-                        "eta_cutoff": 0.0, "penalty_alpha": None, "diversity_penalty": 0.0,
-                        "encoder_repetition_penalty": 1.0, "bad_words_ids": None,
-                        "suppress_tokens": None, "begin_suppress_tokens": None,
-                        "forced_bos_token_id": None, "forced_eos_token_id": None,
-                        "min_new_tokens": None, "min_length": 0, "sequence_bias": None,
+UNSUPPORTED_DECODING = {"num_beams": 1, "num_beam_groups": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                        "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "penalty_alpha": None,
+                        "diversity_penalty": 0.0, "encoder_repetition_penalty": 1.0, "bad_words_ids": None,
+                        "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+                        "forced_eos_token_id": None, "min_new_tokens": None, "min_length": 0, "sequence_bias": None,
                         "exponential_decay_length_penalty": None, "renormalize_logits": False}
 GREEDY = {"do_sample": False}
 
@@ -62,22 +60,19 @@ def prompt_parts(method) -> tuple[str, DraginPrompt]:
 
 
 def checkpoint_decoding(backend, setting: str | None) -> dict[str, Any]:
-    """How DRAGIN's `model.generate` decodes on this checkpoint (it never passes do_sample):
-    its generation_config.json over transformers' defaults (do_sample false, temperature 1,
-    top_k 50, top_p 1). `setting` 'greedy' overrides it (`baselines.decoding`)."""
+    """How DRAGIN's `model.generate` (no do_sample) decodes this checkpoint: its generation_config.json
+    over transformers' defaults; `setting` 'greedy' overrides it."""
     if setting == "greedy":
         return dict(GREEDY)
     if setting not in (None, "checkpoint"):
         raise UserError(f"unknown baselines.decoding '{setting}'", setting="baselines.decoding",
-                        fix="use null/checkpoint (the checkpoint's generation config, as DRAGIN's "
-                            "code) or greedy")
+                        fix="use null/checkpoint (the checkpoint's generation config, as DRAGIN's code) or greedy")
     cfg = getattr(backend, "generation_config", None)
     if cfg is None:
         raise UserError(f"the faithful baselines decode as {getattr(backend, 'name', 'the model')}'s "
                         "generation_config.json says, which this backend does not read",
                         setting="baselines.decoding",
-                        fix="use the transformers backend (model.backend: hf), or set "
-                            "baselines.decoding: greedy")
+                        fix="use the transformers backend (model.backend: hf), or set baselines.decoding: greedy")
     for key, neutral in UNSUPPORTED_DECODING.items():
         if cfg.get(key, neutral) not in (neutral, None):
             raise UserError(f"the checkpoint's generation_config.json sets {key}={cfg[key]!r}, which "
@@ -107,11 +102,9 @@ def as_dragin(backend, gen: Generation) -> Generation:
 
 def generate(method, prompt: str, max_new_tokens: int, *, stats: bool = False,
              attention: bool = False) -> Generation:
-    """One `model.generate` call of DRAGIN's code, read as it reads it (`as_dragin`). Sampled
-    when the checkpoint says so (`method.decoding`), each call seeded with its order among the
-    question's sampled calls (0, 1, ...; DRAGIN's unseeded global generator cannot be replayed);
-    log-probabilities are then those of the distribution sampled from, as DRAGIN's
-    `compute_transition_scores` gives them."""
+    """One `model.generate` call of DRAGIN's code, read as it reads it. Sampled when the checkpoint
+    says so, seeded with its order among the question's sampled calls (DRAGIN's unseeded generator
+    cannot be replayed), with the log-probs of the distribution sampled from, as DRAGIN's."""
     backend, dec = method.backend, method.decoding
     if not dec["do_sample"]:
         gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=[], want_stats=stats,
@@ -152,8 +145,7 @@ def first_sentence(text: str) -> str:
 
 def finished(backend, text: str, max_new_tokens: int, old_len: int) -> bool:
     """DRAGIN's end of the generation loop."""
-    return (backend.count_tokens(text) > max_new_tokens or len(text) <= old_len
-            or "the answer is" in text)
+    return backend.count_tokens(text) > max_new_tokens or len(text) <= old_len or "the answer is" in text
 
 
 def finish(method, question: str, text: str, trace: list) -> tuple[str, str]:

@@ -1,14 +1,10 @@
 """FLARE as DRAGIN re-implemented it for complex QA ("token" method, sentence solver "avg").
 
-faithful (DRAGIN's `TokenRAG`): the first sentence of the chunk whose tokens' mean (1 - p)
-exceeds the threshold is flagged, its tokens found as the code finds them (docs/faithful-and-fixed.md,
-"FLARE's sentence test"); its tokens over the threshold are cut out and the rest is the query. The
-text before it is kept, the whole regeneration is appended.
-
-fixed (the package's step loop): a step whose mean (1 - p) over its non-blank tokens exceeds the
-threshold is regenerated with the documents retrieved by the step with its flagged tokens
-((1 - p) > threshold) removed.
-
+faithful (DRAGIN's `TokenRAG`): the first sentence of the chunk whose tokens' mean (1 - p) exceeds
+the threshold is flagged (docs/faithful-and-fixed.md, "FLARE's sentence test"); its tokens over the
+threshold cut out, the rest is the query; the text before it is kept, the regeneration appended.
+fixed (the step loop): a step whose mean (1 - p) over its non-blank tokens exceeds the threshold is
+regenerated with the documents retrieved by the step without its flagged tokens.
 Neither mode skips short sentences or steps that mention "answer".
 """
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """IRCoT (Trivedi et al.): retrieve with the question first, then with every new sentence.
 
-faithful -- DRAGIN's "fix-sentence retrieval" (FS-RAG), whose numbers SeaKR's Table 1 reports as
-IR-CoT: each round retrieves the top documents for the current query (the question, then the last
-sentence added), shows ONLY those documents (the official prompt's instruction line reads "Answer
-in t he same format as before." -- kept, typo included), generates `max_new_tokens` tokens without
-stop strings and keeps only the first sentence, which becomes the next query; DRAGIN's end rule
-and answer extraction.
-
-fixed -- the package's variant after IRCoT's paper: SeaKR's prompt and step loop; the context
-accumulates the distinct paragraphs of every retrieval (IRCoT caps it at 15).
+faithful -- DRAGIN's "fix-sentence retrieval" (FS-RAG), SeaKR's Table 1 IR-CoT: each round shows
+ONLY the top documents of the current query (the question, then the last sentence added; the
+instruction line keeps its typo "t he"), generates `max_new_tokens` tokens without stop strings and
+keeps the first sentence, the next query; DRAGIN's end rule and answer extraction.
+fixed -- after IRCoT's paper: SeaKR's prompt and step loop; the context accumulates the distinct
+paragraphs of every retrieval (IRCoT caps it at 15).
 """
 from __future__ import annotations
 

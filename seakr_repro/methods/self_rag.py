@@ -1,8 +1,7 @@
 """Self-RAG (Asai et al.) short-form inference with reflection tokens, as the authors'
 `retrieval_lm/run_short_form.py` runs it (`call_model_rerank_w_scores_batch`).
 
-Needs the Self-RAG checkpoint (selfrag/selfrag_llama2_7b), whose vocabulary holds the reflection
-tokens as special tokens. One question:
+Needs the Self-RAG checkpoint (selfrag/selfrag_llama2_7b) for its reflection tokens. One question:
 1. Retrieve or not (`retrieval`: adaptive | always | never); adaptive compares the log-probs of
    [Retrieval] and [No Retrieval] at the first token with `threshold` (faithful: their LOG-prob
    ratio, as the code; fixed: the probability ratio, as the paper).
@@ -12,9 +11,8 @@ tokens as special tokens. One question:
    exp(seq) + w_rel ISREL + w_sup ISSUP + w_use ISUSE (seq: mean log-prob with EOS; ISREL at the
    first token; ISSUP = P(Fully) + 0.5 P(Partially), ISUSE = sum_i w_i P([Utility:i]) with
    w = (-1, -0.5, 0, 0.5, 1), each where the continuation first generates one, else 0; each term
-   switched by `use_seqscore`, `use_groundness`, `use_utility`). The highest score wins (the first
-   on a tie). docs/faithful-and-fixed.md ("Self-RAG in both modes") gives every detail and what
-   is not reproduced.
+   switched by `use_seqscore`, `use_groundness`, `use_utility`); the highest wins (the first on a
+   tie). docs/faithful-and-fixed.md ("Self-RAG in both modes") has every detail.
 """
 from __future__ import annotations
 
@@ -39,9 +37,8 @@ def is_self_rag_model(name: str) -> bool:
 
 
 def retrieve_score(lp_retrieve: float, lp_no_retrieve: float, mode: str) -> float:
-    """What `threshold` is compared with. faithful: lp_R / (lp_R + lp_N) of the log-probs, as the
-    code divides the log-probs vLLM returns: it falls as P([Retrieval]) rises (P = 0.9 against
-    0.1 gives 0.04, P = 0.1 against 0.9 gives 0.96). fixed: P_R / (P_R + P_N)."""
+    """What `threshold` is compared with. faithful: lp_R / (lp_R + lp_N), as the code divides vLLM's
+    log-probs: it falls as P([Retrieval]) rises (0.9 vs 0.1 gives 0.04). fixed: P_R / (P_R + P_N)."""
     if mode == "faithful":
         return lp_retrieve / (lp_retrieve + lp_no_retrieve)
     p_r, p_n = math.exp(lp_retrieve), math.exp(lp_no_retrieve)
@@ -49,11 +46,10 @@ def retrieve_score(lp_retrieve: float, lp_no_retrieve: float, mode: str) -> floa
 
 
 def answer_text(text: str, retrieved: bool, mode: str) -> str:
-    """The answer from a continuation's text (special tokens already skipped). faithful: after
-    passages the text as it is; without, every "\\n" deleted (words either side run together) with
-    the reflection-token strings, "</s>" and "<|endoftext|>"; then one leading "#" or ":" dropped
-    (both as run_short_form.py). fixed: the same strings removed on both paths, every run of
-    whitespace one space, stripped; then the leading "#" or ":"."""
+    """The answer of a continuation's text (special tokens skipped). faithful, as run_short_form.py:
+    after passages the text as is; without, "\\n" (words run together), the reflection-token strings,
+    "</s>" and "<|endoftext|>" deleted. fixed: those removed on both paths, whitespace squeezed.
+    Then one leading "#" or ":" dropped."""
     if mode == "faithful":
         if not retrieved:
             for s in (*ANSWER_STRIPPED, "</s>", "\n", "<|endoftext|>"):
@@ -63,7 +59,6 @@ def answer_text(text: str, retrieved: bool, mode: str) -> str:
             text = text.replace(s, "")
         text = " ".join(text.split())
     return text[1:] if text[:1] in ("#", ":") else text
-
 
 
 class SelfRAG(Method):
@@ -115,14 +110,12 @@ class SelfRAG(Method):
         return cfg
 
     def _passages(self, question: str, k: int) -> list:
-        """The top k passages: the input file's (the code's) or a search of the index."""
         return self._input.search(question, k) if self._input is not None else self.search(question, k)
 
     # -- token ids ------------------------------------------------------------------------------
     @property
     def ids(self) -> dict[str, int]:
-        """Reflection token -> id (each must be one token), and the other special tokens the
-        detokenizer skips where the vocabulary has them as one token."""
+        """Reflection token -> id (each one token), and the skipped special tokens that are one token."""
         if self._ids is None:
             ids = {}
             for tok in (RETRIEVE, NO_RETRIEVE, *REL, *SUP, *USE, *SKIPPED_IN_TEXT):
@@ -210,22 +203,15 @@ class SelfRAG(Method):
             return self._without_passages(base, trace, 0, **extra)
         hits = self._passages(record.question, s["ndocs"])
         if not hits:
-            # No passage to critique (a query with no BM25 hit). The official code fails here
-            # (it ranks the passages' continuations, and there are none); its answer whenever it
-            # does not retrieve is the continuation after [No Retrieval], so that is the answer.
-            # The search was made: it counts as a retrieval, as the official count does.
+            # no passage to critique: the official code fails here; its answer whenever it does not
+            # retrieve is the continuation after [No Retrieval]; the search counts as a retrieval
             trace.append(step_record("no_hits", record.question, "", hits=[]))
             return self._without_passages(base, trace, 1, no_hits=True, **extra)
         prefixes = [f"{base}{RETRIEVE}<paragraph>{h.title}\n{h.text}</paragraph>" for h in hits]
         gens = generate_many(self.backend, prefixes, max_new_tokens=s["max_new_tokens"])
-        cands = []
-        for h, prefix, gen in zip(hits, prefixes, gens):
-            text = self._text(gen)
-            cands.append({"id": h.id, "text": text, **self._critique(prefix, gen)})
-        best = cands[0]
-        for c in cands[1:]:           # the first of equal scores wins (a stable sort, as the code's)
-            if c["score"] > best["score"]:
-                best = c
+        cands = [{"id": h.id, "text": self._text(gen), **self._critique(prefix, gen)}
+                 for h, prefix, gen in zip(hits, prefixes, gens)]
+        best = max(cands, key=lambda c: c["score"])   # the first of equal scores wins, as the code's stable sort
         trace.append(step_record("candidates", base, best["text"], hits=hits_brief(hits),
                                  candidates=cands, chosen=best["id"]))
         return MethodResult(answer=answer_text(best["text"], True, s["mode"]), raw_output=best["text"],

@@ -3,11 +3,9 @@
 faithful -- as DRAGIN's code runs them (`dragin_code`): chunks without stop strings on DRAGIN's
 prompt; the text before the sentence that needs retrieval is kept, its documents serve ONE
 regeneration, and the answer is DRAGIN's extraction.
-
-fixed -- deliberate: SeaKR's demos and prompt, one step per greedy call, so the baselines differ
-from SeaKR only in their retrieval policy; the loop ends when a step states an answer, is empty,
-or max_steps or `max_new_tokens` is reached (then re-asked with " So the answer is ").
-
+fixed -- SeaKR's demos and prompt, one step per greedy call, so the baselines differ from SeaKR only
+in their retrieval policy; the loop ends when a step states an answer, is empty, or max_steps or
+`max_new_tokens` is reached (then re-asked with " So the answer is ").
 Both use DRAGIN's per-dataset few-shot counts and lengths (`BASELINE_TABLE`) unless the profile
 sets them, and queries of their last 64 tokens (docs/faithful-and-fixed.md: each mode's rows)."""
 from __future__ import annotations
@@ -181,16 +179,14 @@ def check_mode(mode: str) -> None:
 
 
 def baseline_dtype(settings) -> str | None:
-    """A baseline's model dtype: `baselines.dtype`, else float32 in faithful mode (DRAGIN loads
-    the model without torch_dtype) and the profile's model.dtype in fixed mode."""
+    """`baselines.dtype`, else float32 in faithful mode (DRAGIN loads without torch_dtype), else None."""
     if settings.get("dtype"):
         return settings["dtype"]
     return "float32" if settings.get("mode") == "faithful" else None
 
 
 def faithful_setup(method) -> None:
-    """What a faithful baseline fixes at construction (a missing DRAGIN clone or an unreadable
-    generation config fails here, not mid-run): its prompt parts and how it decodes."""
+    """A faithful baseline's prompt parts and decoding, fixed at construction (fails here, not mid-run)."""
     if method.settings["mode"] != "faithful":
         return
     method.dragin_prompt = dragin_code.prompt_parts(method)
@@ -199,8 +195,7 @@ def faithful_setup(method) -> None:
 
 
 def faithful_extra(method) -> dict:
-    """The run row's record of how a faithful baseline decoded: the checkpoint's decoding and
-    the dtype the backend was loaded in (the seeds are the sampled calls' order in the question)."""
+    """How a faithful baseline decoded, for the run row: the checkpoint's decoding and the dtype."""
     model = getattr(method.backend, "model", None)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "") if model is not None else None
     return {"decoding": dict(method.decoding), "dtype": dtype}

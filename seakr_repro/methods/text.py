@@ -32,10 +32,9 @@ def content_words(text: str, pos: frozenset = CONTENT_POS, stop: frozenset = QUE
 
 def token_spans(text: str, tokens: list[str], word_chars: re.Pattern = ALNUM
                 ) -> list[tuple[int, int] | None]:
-    """Character span of each generated token in `text` (None for tokens with no `word_chars`
-    character or that cannot be found), by a left-to-right search of its stripped text.
-    Tokens are decoded in context (`llm.tokenizing.decode_pieces`): the leading byte-fallback
-    tokens of a character decode to "" and share the span of the token that completes it."""
+    """Character span of each generated token in `text` by a left-to-right search (None: no
+    `word_chars` or not found); the leading byte-fallback tokens of a character decode to "" in
+    context (`llm.tokenizing.decode_pieces`) and share the span of the token that completes it."""
     spans: list[tuple[int, int] | None] = []
     pos, pending = 0, []
     for tok in tokens:
@@ -59,10 +58,9 @@ def token_spans(text: str, tokens: list[str], word_chars: re.Pattern = ALNUM
 
 def align_words(text: str, tokens: list[str], word_chars: re.Pattern = ALNUM
                 ) -> list[list[tuple[object, list[int]]]]:
-    """Per sentence, the spaCy words of `text` that hold a `word_chars` character (a letter or
-    digit; ASCII_ALNUM: SeaKR's code), with the indices of the generated tokens overlapping each
-    word; words that no token covers are dropped (the official code drops such a word too -- the
-    last one, whose token only the EOS pass saw)."""
+    """Per sentence, the spaCy words holding a `word_chars` character with the indices of the tokens
+    overlapping each; words no token covers are dropped (as the official code drops the last one,
+    whose token only the EOS pass saw)."""
     spans = token_spans(text, tokens, word_chars)
     out = []
     for sent in nlp()(text).sents:

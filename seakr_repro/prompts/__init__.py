@@ -37,10 +37,8 @@ def dataset_family(dataset_name: str) -> str:
 
 def demos_for(dataset_name: str, n_shot: int | None = None, source: str = "paper",
               official_repo: str | None = None) -> list[Demo]:
-    """The in-context examples of a data set, the first `n_shot` of them (None = all).
-
-    `source` 'paper' = the paper's figures (bundled); 'official' = the lists of the authors' code,
-    read from the clone at `official_repo` (see prompts/official.py)."""
+    """The first `n_shot` (None: all) in-context examples of a data set: the paper's figures (`source`
+    'paper', bundled) or the lists of the authors' code in the clone at `official_repo` ('official')."""
     family = dataset_family(dataset_name)
     if source == "paper":
         demos = list(DEMOS[family])

@@ -8,10 +8,8 @@ and `output_template(cot, ans)`. A demo reads `demo_input + (" " unless it ends 
 newline) + output`, and the prompt is the first `fewshot` demos each followed by "\\n", then the
 question through `test_input_template` (HotpotQA's adds an instruction line above the question).
 
-None of that text ships with this package: the file is parsed with `ast`, the lists evaluated with
-`ast.literal_eval` and the f-strings rendered from their parts, so nothing of the clone is
-imported or executed. The simple-QA sets (which DRAGIN never ran) take HotpotQA's class, as they
-take its row of DRAGIN's configs (`methods.base.BASELINE_TABLE`).
+None of that text ships with this package, and nothing of the clone is imported or executed: the
+file is parsed with `ast`. The simple-QA sets (which DRAGIN never ran) take HotpotQA's class.
 """
 from __future__ import annotations
 
@@ -112,8 +110,7 @@ def _parse(path: Path, mtime_ns: int, family: str) -> DraginPrompt:
     test = _render(test_in, "\0").split("\0")
     if len(test) != 2:
         raise _fail(f"{cls}.test_input_template must hold the question once", path)
-    return DraginPrompt(tuple(_demo(x, path, cls, i, demo_in, output) for i, x in enumerate(items)),
-                        (test[0], test[1]))
+    return DraginPrompt(tuple(_demo(x, path, cls, i, demo_in, output) for i, x in enumerate(items)), (test[0], test[1]))
 
 
 def dragin_prompt(repo: str | Path | None, family: str) -> DraginPrompt:

@@ -1,8 +1,7 @@
 """The in-context examples of the SeaKR paper, appendix C.4 (Figures 4-7), as data.
 
-Transcribed from the paper's figures. Each sentence of an answer is one step, because the prompt
-builder joins steps with ". " and replaces periods *inside* a step (so a figure line holding two
-sentences is two steps here). Corrections of the PDF text extraction, all evident from the figures:
+Each sentence of an answer is one step (the prompt builder replaces periods inside a step).
+Corrections of the PDF text extraction, all evident from the figures:
 - 2Wiki, last example: the fragment "The mother of Grand Duke Alexei Alexandrovich of" leaked from
   the previous example into the first step; removed.
 - HotpotQA "Vertical Limit" example: the extraction rendered the quoted title as *The Right Stuff*
@@ -11,9 +10,8 @@ sentences is two steps here). Corrections of the PDF text extraction, all eviden
   restored from the same example in Figure 4.
 - Simple QA "The Border Surrender" example: a line break split "Mark Austin"; joined.
 - 2Wiki "Hypocrite" example: bold markers around "Answer:" dropped.
-The official code's lists differ in a few words from the figures (e.g. "Do director of film Coolie
-No. 1 ..." and "nationality is India"); these are the paper's (`prompts.demos: paper`), while
-`prompts.demos: official` reads the code's lists from a clone of its repository (official.py).
+The official code's lists differ in a few words (e.g. "Do director of film Coolie No. 1 ..."):
+`prompts.demos: official` reads them from a clone of its repository (official.py).
 """
 from __future__ import annotations
 
@@ -32,9 +30,8 @@ def _d(question: str, steps: list[str], answer: str) -> Demo:
 
 
 SIMPLE_QA = (  # Figure 4
-    _d("Nobody Loves You was written by John Lennon and released on what album that was issued by "
-       "Apple Records, and was written, recorded, and released during his 18 month separation from "
-       "Yoko Ono?",
+    _d("Nobody Loves You was written by John Lennon and released on what album that was issued by Apple Records, and "
+       "was written, recorded, and released during his 18 month separation from Yoko Ono?",
        ["The album issued by Apple Records, and written, recorded, and released during John "
         "Lennon's 18 month separation from Yoko Ono is Walls and Bridges.",
         "Nobody Loves You was written by John Lennon on Walls and Bridges album."],
@@ -144,8 +141,7 @@ TWOWIKI = (  # Figure 5
 HOTPOTQA = (  # Figure 6
     SIMPLE_QA[2],  # Jeremy Theobald / Christopher Nolan (identical text in Figures 4 and 6)
     SIMPLE_QA[3],  # Brian Patrick Butler
-    _d("How many episodes were in the South Korean television series in which Ryu Hye-young played "
-       "Bo-ra?",
+    _d("How many episodes were in the South Korean television series in which Ryu Hye-young played Bo-ra?",
        ["The South Korean television series in which Ryu Hye-young played Bo-ra is Reply 1988.",
         "The number of episodes Reply 1988 has is 20."],
        "20"),
@@ -171,8 +167,7 @@ HOTPOTQA = (  # Figure 6
        ["The Lost Gravity (roller coaster) was manufactured by Mack Rides.",
         "Mack Rides is a German company."],
        "Germany"),
-    _d("Which of the following had a debut album entitled 'We Have an Emergency': Hot Hot Heat or "
-       "The Operation M D?",
+    _d("Which of the following had a debut album entitled 'We Have an Emergency': Hot Hot Heat or The Operation M D?",
        ["The debut album of the band 'Hot Hot Heat' was 'Make Up the Breakdown'.",
         "The debut album of the band 'The Operation M.D.' was 'We Have an Emergency'."],
        "The Operation M.D."),
@@ -191,8 +186,7 @@ IIRC = (  # Figure 7
         "Philip Rivers was born in the year 1981.",
         "Thus, the age difference between them is of 1 year."],
        "1"),
-    _d("How many years was the ship that took the battalion from New South Wales to Ceylon in "
-       "service?",
+    _d("How many years was the ship that took the battalion from New South Wales to Ceylon in service?",
        ["The ship that took the battalion from New South Wales to Ceylon is General Hewitt.",
         "General Hewitt was launched in Calcutta in 1811.",
         "General Hewitt was sold for a hulk or to be broken up in 1864.",
@@ -215,8 +209,7 @@ IIRC = (  # Figure 7
        "1882"),
     _d("In what country did Wright leave the French privateers?",
        ["Wright left the French privateers in Bluefield's river.",
-        "Bluefields is the capital of the South Caribbean Autonomous Region (RAAS) in the country "
-        "of Nicaragua."],
+        "Bluefields is the capital of the South Caribbean Autonomous Region (RAAS) in the country of Nicaragua."],
        "Nicaragua"),
     _d("Who plays the A-Team character that Dr. Hibbert fashioned his hair after?",
        ["Dr. Hibbert fashioned his hair after Mr. T from The A-Team.",

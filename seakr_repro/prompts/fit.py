@@ -1,11 +1,9 @@
 """Prompts that fit the model's context: one rule for every method and both backends.
 
-When "demos + context + question + steps (+ suffix)" plus the tokens a call may generate exceed
-the backend's `max_context`, the OLDEST passages are dropped first (SeaKR's running context, the
-IRCoT/FLARE/DRAGIN documents), then few-shot demonstrations from the front. If question and
-steps alone still do not fit, the call is refused with ContextOverflowError (the backends refuse
-such a prompt the same way): nothing is ever truncated silently. What was dropped is counted per
-question and recorded in the run row as `extra.prompt_overflow`.
+When the prompt plus the tokens a call may generate exceed the backend's `max_context`, the OLDEST
+passages are dropped first, then few-shot demonstrations from the front; if question and steps
+alone do not fit, ContextOverflowError (nothing is truncated silently). What was dropped is
+recorded in the run row as `extra.prompt_overflow`.
 """
 from __future__ import annotations
 
@@ -18,10 +16,8 @@ from .seakr import build_prompt
 
 
 class PromptFitter:
-    """`fitter(demos, question, steps, docs, mode, reserve=n, suffix=s)` -> the prompt, built as
-    `build_prompt(...) + suffix` with as few passages/demos dropped as needed for it and `reserve`
-    generated tokens to fit the backend's context. A backend without `max_context` (or without
-    `count_tokens`) gets every prompt whole."""
+    """`fitter(demos, question, steps, docs, mode, reserve=n, suffix=s)`: `build_prompt(...) + suffix`
+    fitted with `reserve` generated tokens (whole without the backend's `max_context`/`count_tokens`)."""
 
     def __init__(self, backend):
         self.max_context = getattr(backend, "max_context", None)
@@ -31,8 +27,7 @@ class PromptFitter:
         self.shortened = self.max_docs = self.max_demos = 0
 
     def __call__(self, demos: Sequence[Demo], question: str, steps: Sequence[str] = (),
-                 docs: Sequence[str] = (), mode: str = "fixed", *, reserve: int,
-                 suffix: str = "") -> str:
+                 docs: Sequence[str] = (), mode: str = "fixed", *, reserve: int, suffix: str = "") -> str:
         prompt = build_prompt(demos, question, steps, docs, mode) + suffix
         if self.max_context is None or self.count is None:
             return prompt
@@ -60,6 +55,5 @@ class PromptFitter:
         the most passages / demonstrations dropped from one of them."""
         if not self.shortened:
             return {}
-        return {"prompt_overflow": {"prompts_shortened": self.shortened,
-                                    "max_passages_dropped": self.max_docs,
+        return {"prompt_overflow": {"prompts_shortened": self.shortened, "max_passages_dropped": self.max_docs,
                                     "max_demos_dropped": self.max_demos}}

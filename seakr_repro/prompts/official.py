@@ -1,10 +1,9 @@
 """The official code's in-context examples, read at run time from the user's clone of THU-KEG/SeaKR.
 
-`prompts.demos: official` uses the example lists the authors' code prompts with (they differ in a
-few words from the paper's figures). None of that text ships with this package: it is read from
-`<official_repo>/SEAKR/dataset.py`, where each data set class holds a literal `examples` list of
-{"question", "cot", "answer"} dicts. The file is parsed with `ast` and the list evaluated with
-`ast.literal_eval`, so nothing of the clone is imported or executed.
+`prompts.demos: official` uses the example lists the authors' code prompts with. None of that
+text ships with this package: each data set class of `<official_repo>/SEAKR/dataset.py` holds a
+literal `examples` list of {"question", "cot", "answer"} dicts, read with `ast` (nothing of the
+clone is imported or executed).
 """
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ _KEYS = {"question": str, "cot": list, "answer": str}
 
 
 def class_attr(tree: ast.Module, cls: str, name: str) -> ast.expr | None:
-    """The value assigned to `name` in the body of class `cls` (`x = ...`, `x: T = ...` or
-    `a = x = ...`), or None; shared with the DRAGIN reader (prompts/dragin.py)."""
+    """The value assigned to `name` (`x = ...`, `x: T = ...`, `a = x = ...`) in class `cls`, or None."""
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for stmt in node.body:
@@ -41,17 +39,19 @@ def class_attr(tree: ast.Module, cls: str, name: str) -> ast.expr | None:
     return None
 
 
+def _broken(what: str, path: Path, line: int | None = None) -> UserError:
+    return UserError(what, path=path, line=line, fix=f"restore the file: {HOW_TO_GET}")
+
+
 def _to_demo(item, path: Path, cls: str, i: int) -> Demo:
     where = f"{cls}.examples[{i}]"
     if not isinstance(item, dict):
-        raise UserError(f"{where} is not a dict", path=path, fix=f"restore the file: {HOW_TO_GET}")
+        raise _broken(f"{where} is not a dict", path)
     for key, typ in _KEYS.items():
         if not isinstance(item.get(key), typ):
-            raise UserError(f"{where} has no {typ.__name__} '{key}'", path=path,
-                            fix=f"restore the file: {HOW_TO_GET}")
+            raise _broken(f"{where} has no {typ.__name__} '{key}'", path)
     if not all(isinstance(s, str) for s in item["cot"]):
-        raise UserError(f"{where}: 'cot' must be a list of strings", path=path,
-                        fix=f"restore the file: {HOW_TO_GET}")
+        raise _broken(f"{where}: 'cot' must be a list of strings", path)
     return Demo(item["question"], tuple(item["cot"]), item["answer"])
 
 
@@ -60,8 +60,7 @@ def _parse(path: Path, mtime_ns: int, family: str) -> tuple[Demo, ...] | None:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (SyntaxError, UnicodeDecodeError) as e:
-        raise UserError(f"the official dataset file cannot be parsed ({type(e).__name__}: {e})",
-                        path=path, fix=f"restore the file: {HOW_TO_GET}") from None
+        raise _broken(f"the official dataset file cannot be parsed ({type(e).__name__}: {e})", path) from None
     cls = CLASSES[family]
     node = class_attr(tree, cls, "examples")
     if node is None:
@@ -69,20 +68,17 @@ def _parse(path: Path, mtime_ns: int, family: str) -> tuple[Demo, ...] | None:
     try:
         items = ast.literal_eval(node)
     except ValueError:
-        raise UserError(f"{cls}.examples is not a literal list", path=path, line=node.lineno,
-                        fix=f"restore the file: {HOW_TO_GET}") from None
+        raise _broken(f"{cls}.examples is not a literal list", path, node.lineno) from None
     if not isinstance(items, list):
-        raise UserError(f"{cls}.examples is not a list", path=path, line=node.lineno,
-                        fix=f"restore the file: {HOW_TO_GET}")
+        raise _broken(f"{cls}.examples is not a list", path, node.lineno)
     return tuple(_to_demo(x, path, cls, i) for i, x in enumerate(items))
 
 
 def official_demos(repo: str | Path | None, family: str) -> tuple[Demo, ...]:
     """The official example list of a family ('2wiki' | 'hotpotqa' | 'iirc' | 'simple')."""
     if not repo:
-        raise DataMissingError("prompts.demos is 'official' but no clone of the official "
-                               "repository was given", setting="prompts.official_repo",
-                               fix=HOW_TO_GET)
+        raise DataMissingError("prompts.demos is 'official' but no clone of the official repository was given",
+                               setting="prompts.official_repo", fix=HOW_TO_GET)
     path = paths.setting_path(repo) / DATASET_FILE
     if not path.is_file():
         raise DataMissingError(f"the official repository's {DATASET_FILE} was not found", path=path,

@@ -4,13 +4,9 @@
     Question: q\nAnswer: <steps so far>
 
 A demo is "Question: q\nAnswer: s1. s2. So the answer is a." where each step has its periods
-replaced by spaces, is stripped and gets one closing period ("Edward L. Cahn died." becomes
-"Edward L  Cahn died."), so a period in the prompt always means "end of step" -- which is what
-lets ". " work as the stop string of one step.
-
-Steps generated so far are written the same way in `fixed` mode; `faithful` deletes their
-periods and keeps the space the engine returned before each, as the official code does
-(docs/faithful-and-fixed.md, "Steps written back into the prompt" and "Step spacing").
+replaced by spaces, is stripped and gets one closing period ("Edward L  Cahn died."), so ". " can
+stop one step. Generated steps are written the same way in `fixed` mode; `faithful` deletes their
+periods and keeps the engine's space before each (docs/faithful-and-fixed.md, "Step spacing").
 """
 from __future__ import annotations
 
@@ -72,13 +68,9 @@ def stop_strings(has_steps: bool, final: bool) -> list[str]:
 
 def read_all_steps_prompt(demos: Sequence[Demo], question: str, steps: Sequence[str],
                           build: Callable = build_prompt) -> tuple[str, list[str]]:
-    """Self-aware reasoning, rationale path: the steps are given as the context documents.
-
-    Stops: the non-final set without ". " and with "\n" (the official code builds the non-final
-    stops, then appends "\n" and removes ". "). `build`: build_prompt or a `PromptFitter`.
-    """
-    prompt = build(demos, question, docs=list(steps))
-    return prompt, [*BASE_STOPS, "\n"]
+    """Self-aware reasoning, rationale path: the steps as the context documents; stops: the non-final
+    set with "\n" and without ". ", as the code builds them. `build`: build_prompt or a `PromptFitter`."""
+    return build(demos, question, docs=list(steps)), [*BASE_STOPS, "\n"]
 
 
 def read_all_docs_prompt(demos: Sequence[Demo], question: str, docs: Sequence[str],

@@ -1,7 +1,5 @@
 """The maths behind the paper's Figure 3 (quality vs k, vs layer, retrieval trade-off vs delta), the
-estimator table (AUROC of each estimator against closed-book correctness) and the calibration of
-the retrieval threshold delta.
-
+estimator table (AUROC against closed-book correctness) and the calibration of delta.
 Conventions: `incorrect` labels are 1 when the closed-book answer is wrong; scores are oriented so
 that higher = more uncertain (see `logit_estimators.oriented`); retrieval fires when U > delta.
 """
@@ -36,11 +34,8 @@ def _scores_labels(scores, labels) -> tuple[np.ndarray, np.ndarray]:
 
 
 def auroc(scores, labels) -> float:
-    """AUROC of `scores` (higher = more uncertain) for `labels` (1 = answer incorrect).
-
-    Scores are rank-transformed first (AUROC depends on ranks only), so the +/-inf fallbacks of
-    the estimators are allowed. One class only -> NaN (AUROC is undefined there).
-    """
+    """AUROC of `scores` for `labels`, on ranks so the estimators' +/-inf fallbacks are allowed;
+    one class only -> NaN."""
     s, y = _scores_labels(scores, labels)
     if np.unique(y).size < 2:
         return float("nan")
@@ -58,8 +53,7 @@ def _auroc_rows(ranks_matrix: np.ndarray, y_matrix: np.ndarray) -> np.ndarray:
 
 def auroc_ci(scores, labels, n_boot: int = 1000, seed: int = 0,
              level: float = 0.95) -> tuple[float, float, float]:
-    """(AUROC, lower, upper): percentile bootstrap over questions; resamples with one class only
-    are dropped. n_boot = 0 gives NaN bounds."""
+    """(AUROC, lower, upper): percentile bootstrap, one-class resamples dropped; n_boot 0: NaN bounds."""
     s, y = _scores_labels(scores, labels)
     point = auroc(s, y)
     if n_boot <= 0 or np.isnan(point):
@@ -79,8 +73,7 @@ def auroc_ci(scores, labels, n_boot: int = 1000, seed: int = 0,
 def estimator_aurocs(scores: Mapping[str, Sequence[float]], incorrect,
                      higher_is_more_uncertain: Mapping[str, bool] | None = None,
                      n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """The estimator table: one row per estimator with AUROC and its bootstrap interval.
-    Scores of estimators whose flag is False (e.g. energy) are negated first."""
+    """The estimator table (AUROC and bootstrap interval); a False flag (energy) negates first."""
     flags = higher_is_more_uncertain or {}
     rows = []
     for name, vals in scores.items():
@@ -103,11 +96,8 @@ def _per_question(vectors) -> list[np.ndarray]:
 
 def quality_vs_k(vectors_per_question, incorrect, ks: Sequence[int], alpha: float = 1e-3,
                  variant: str = "seakr", n_boot: int = 0, seed: int = 0) -> pd.DataFrame:
-    """AUROC of eigen_score on the first k vectors of each question, for each k in `ks`.
-
-    Pass the vectors of non-empty samples, in sampling order. A question with fewer than k
-    vectors uses all it has (counted in `n_short`), as U(c) does when samples come back empty.
-    """
+    """AUROC of eigen_score on the first k vectors (non-empty samples, in sampling order) of each
+    question, per k in `ks`; a question with fewer uses all it has (`n_short`), as U(c) does."""
     qs = _per_question(vectors_per_question)
     y = np.asarray(incorrect)
     if len(qs) != y.size:
@@ -126,10 +116,8 @@ def quality_vs_k(vectors_per_question, incorrect, ks: Sequence[int], alpha: floa
 
 def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: float = 1e-3,
                      variant: str = "seakr", n_boot: int = 0, seed: int = 0) -> pd.DataFrame:
-    """AUROC of eigen_score per layer. `vectors_by_layer`: {layer: per-question vectors} or a
-    sequence indexed by layer (each as in `quality_vs_k`); `k` limits to the first k samples.
-    A lazy Mapping (`extraction.VectorStore.by_layer`) is read one layer at a time: each layer
-    is dropped before the next is loaded, so host memory holds about one layer."""
+    """AUROC of eigen_score per layer of {layer: per-question vectors} (or a sequence by layer), on
+    the first `k` samples; a lazy Mapping (`VectorStore.by_layer`) is held one layer at a time."""
     items = (vectors_by_layer.items() if isinstance(vectors_by_layer, Mapping)
              else enumerate(vectors_by_layer))
     rows = []
@@ -139,8 +127,8 @@ def quality_vs_layer(vectors_by_layer, incorrect, k: int | None = None, alpha: f
         kk = k or max((len(z) for z in qs), default=1)
         row = quality_vs_k(qs, incorrect, [kk], alpha, variant, n_boot, seed).iloc[0]
         del qs
-        rows.append({"layer": int(layer), "auroc": row["auroc"], "lo": row["lo"],
-                     "hi": row["hi"], "n": int(row["n"]), "n_incorrect": int(row["n_incorrect"])})
+        rows.append({"layer": int(layer), "auroc": row["auroc"], "lo": row["lo"], "hi": row["hi"],
+                     "n": int(row["n"]), "n_incorrect": int(row["n_incorrect"])})
     return pd.DataFrame(rows, columns=["layer", "auroc", "lo", "hi", "n", "n_incorrect"])
 
 
@@ -158,15 +146,9 @@ def candidate_deltas(scores) -> np.ndarray:
 
 def delta_sweep(scores, correct_closed_book, deltas=None,
                 correct_with_retrieval=None) -> pd.DataFrame:
-    """Retrieval trade-off per threshold (retrieve when U > delta).
-
-    Columns: delta; retrieval_rate; n_retrieved; acc_kept (closed-book accuracy of the questions
-    NOT retrieved, what the threshold protects); acc_retrieved (closed-book accuracy of the
-    retrieved ones, what retrieval has to beat); incorrect_rate_retrieved = 1 - acc_retrieved;
-    and, when `correct_with_retrieval` (correctness of the retrieval-augmented answer of every
-    question) is given, acc_adaptive: the accuracy of the adaptive system at that delta.
-    Empty groups give NaN accuracies.
-    """
+    """Retrieval trade-off per threshold: acc_kept / acc_retrieved are the closed-book accuracies
+    of the questions not retrieved / retrieved (empty group: NaN); acc_adaptive, given each
+    question's retrieval-augmented correctness, is the adaptive system's accuracy at that delta."""
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
     c = np.asarray(correct_closed_book).astype(bool).reshape(-1)
     _scores_labels(s, c)
@@ -209,14 +191,10 @@ class DeltaCalibration:
 
 def calibrate_delta(scores, correct, rule: str = "precision", target: float = 0.8,
                     min_retrieved: int = 5) -> DeltaCalibration:
-    """Pick the retrieval threshold delta on a calibration set (closed-book correctness known).
-
-    Rules (retrieve when U > delta):
-    - "precision" (default; our reading of §5.3, which picked delta = -6 on NQ-train so that the
-      questions above it are mostly ones the model cannot answer, "80%"): the LOWEST delta such
-      that at least `target` of the retrieved questions are closed-book incorrect, among deltas
-      that retrieve at least `min_retrieved` questions. Lowest = retrieve as often as possible
-      while the retrievals stay mostly necessary. No such delta -> falls back to "youden".
+    """The retrieval threshold delta (retrieve when U > delta) of a calibration set, by rule:
+    - "precision" (our reading of §5.3's delta = -6 on NQ-train, "80%"): the LOWEST delta (retrieve
+      as often as possible) at which at least `target` of the retrieved questions, at least
+      `min_retrieved` of them, are closed-book incorrect; no such delta -> "youden".
     - "youden": the delta maximising TPR - FPR of "U > delta" as a detector of incorrect answers
       (ties -> lowest delta). `target` is ignored.
     - "rate": the lowest delta whose retrieval rate is <= `target` (a retrieval budget).
@@ -256,6 +234,5 @@ def calibrate_delta(scores, correct, rule: str = "precision", target: float = 0.
     return DeltaCalibration(
         delta=float(row["delta"]), rule=rule, rule_used=rule_used, target=target,
         target_met=rule_used == rule, retrieval_rate=float(row["retrieval_rate"]),
-        acc_kept=float(row["acc_kept"]),
-        incorrect_rate_retrieved=float(row["incorrect_rate_retrieved"]),
+        acc_kept=float(row["acc_kept"]), incorrect_rate_retrieved=float(row["incorrect_rate_retrieved"]),
         youden_j=float(row["youden_j"]), n=int(c.size), sweep=sweep)

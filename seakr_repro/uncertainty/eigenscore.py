@@ -6,14 +6,11 @@ For Z, the k x d matrix of forced-EOS vectors of k samples of one context (SEAKR
     Sigma = Z J_d Z^T                   k x k; no 1/(d-1), no L2 normalisation
     U     = (1/k) ln det(Sigma + alpha I_k),  alpha = 1e-3, natural log
 
-`variant="inside"` is INSIDE's EigenScore as its code computes it: `torch.cov(Z)` treats the k rows
-as variables observed over d dimensions, i.e. the same row centring but divided by (d - 1), then
+`variant="inside"` is INSIDE's code: `torch.cov(Z)` (the same row centring, divided by d - 1), then
 `mean(log10(svd(C + alpha I)))` = (1/k) log10 det(Z J_d Z^T / (d-1) + alpha I_k).
 
-Numerics: the official code works in float32; we compute in float64 whatever the input dtype
-(float16/bfloat16 vectors are upcast), which can only remove noise. Sigma is symmetric PSD, so
-its eigenvalues (eigvalsh) are >= 0 up to rounding; we clip them at 0 before adding alpha, which
-keeps U finite for k > d, zero vectors and identical vectors.
+Numerics: float64 whatever the input dtype (the official code: float32); Sigma's eigenvalues are
+clipped at 0 before adding alpha, which keeps U finite for k > d, zero and identical vectors.
 """
 from __future__ import annotations
 
@@ -71,11 +68,7 @@ def gram_matrix(embeddings, variant: str = "seakr") -> np.ndarray:
 
 
 def eigen_score(embeddings, alpha: float = 1e-3, variant: str = "seakr") -> float:
-    """U for a k x d array of vectors; higher = samples disagree more = more uncertain.
-
-    variant "seakr": (1/k) ln det(Z J_d Z^T + alpha I); "inside": (1/k) log10 det(Z J_d Z^T/(d-1)
-    + alpha I). k = 0 (no non-empty sample) returns EMPTY_FALLBACK (0.0, i.e. retrieve).
-    """
+    """U for a k x d array of vectors (module doc); k = 0 (no non-empty sample): EMPTY_FALLBACK."""
     _check_variant(variant)
     if not (isinstance(alpha, (int, float, np.floating)) and alpha > 0 and math.isfinite(alpha)):
         raise UserError(f"alpha must be a positive finite number, got {alpha!r}", setting="alpha",
@@ -105,8 +98,7 @@ def identical_vectors_score(k: int, spread: float, alpha: float = 1e-3) -> float
 
 
 def u_from_sampleset(sampleset, alpha: float = 1e-3, variant: str = "seakr") -> float:
-    """U(c) from a `SampleSet`, using only the samples with non-empty text (as the official code);
-    none left -> EMPTY_FALLBACK."""
+    """U(c) from a `SampleSet`'s samples with non-empty text (as the official code)."""
     return eigen_score(sampleset.nonempty_vectors, alpha=alpha, variant=variant)
 
 

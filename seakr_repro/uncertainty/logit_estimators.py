@@ -1,17 +1,9 @@
-"""The output-space estimators of the paper's ablation (Table 3), on the returned text's tokens.
-The official engine's variants (perplexity of its own token list, "LN-entropy" = mean warped
-sample perplexity) are built on these lists in `registry`, which every caller goes through.
-
-Every estimator carries `higher_is_more_uncertain`; `oriented(value, estimator)` flips the ones
-where a higher value means MORE confident, so thresholds and AUROCs compare across estimators.
-
-Inputs are natural-log token log-probabilities of the generated tokens (Generation.logprobs) with
-EOS excluded; `content_logprobs(generation, eos_token_id)` drops an EOS the backend may report.
-
+"""The output-space estimators of the paper's ablation (Table 3), on the returned text's tokens'
+natural-log probabilities, EOS excluded (the official engine's variants are in `registry`).
+Each carries `higher_is_more_uncertain`; `oriented` flips the ones where higher = MORE confident.
 Empty input (no generated token, or no non-empty sample) returns the estimator's UNCERTAIN end:
 +inf for perplexity / multi-perplexity / LN-entropy, -inf for energy (code sign). This mirrors
 SeaKR, where an empty step always triggers retrieval and an empty candidate ranks last.
-(`analysis.auroc` ranks scores, so infinities are fine there.)
 """
 from __future__ import annotations
 
@@ -47,7 +39,7 @@ def content_logprobs(generation, eos_token_id: int | None = None) -> list[float]
 
 @_direction(True)
 def perplexity(logprobs: Sequence[float]) -> float:
-    """exp(-mean log p) over the generated tokens (EOS excluded); empty -> +inf."""
+    """exp(-mean log p) over the generated tokens (EOS excluded)."""
     lp = _vector(logprobs, "logprobs")
     if lp.size == 0:
         return math.inf
@@ -56,8 +48,7 @@ def perplexity(logprobs: Sequence[float]) -> float:
 
 @_direction(True)
 def multi_perplexity(samples: Sequence[Sequence[float]]) -> float:
-    """Mean of the per-sample perplexities of k samples; empty samples are skipped (as U(c) skips
-    them); none left -> +inf."""
+    """Mean perplexity of k samples, empty ones skipped (as U(c) skips them)."""
     ppl = [perplexity(s) for s in samples if len(s)]
     return float(np.mean(ppl)) if ppl else math.inf
 
@@ -65,20 +56,15 @@ def multi_perplexity(samples: Sequence[Sequence[float]]) -> float:
 @_direction(True)
 def ln_entropy(samples: Sequence[Sequence[float]]) -> float:
     """Length-normalised entropy (Malinin & Gales 2020): -(1/k) sum_i (1/T_i) sum_t log p(y_it),
-    the Monte-Carlo estimate over k samples; empty samples skipped; none left -> +inf."""
+    empty samples skipped."""
     per = [-_vector(s, "logprobs").mean() for s in samples if len(s)]
     return float(np.mean(per)) if per else math.inf
 
 
 @_direction(False)
 def energy(logsumexp_per_token: Sequence[float]) -> float:
-    """Mean over generated tokens of logsumexp(raw logits), with the official code's sign.
-
-    Liu et al.'s energy is E = -logsumexp(f); the code keeps +logsumexp, i.e. NEGATIVE energy, so
-    a HIGHER value means a more peaked/in-distribution state = MORE CONFIDENT
-    (`higher_is_more_uncertain = False`). `oriented()` turns it into an uncertainty (= mean energy).
-    Empty -> -inf (the uncertain end in this sign).
-    """
+    """Mean over generated tokens of logsumexp(raw logits), with the official code's sign: Liu et
+    al.'s energy is E = -logsumexp(f), the code keeps NEGATIVE energy, so higher = MORE CONFIDENT."""
     v = _vector(logsumexp_per_token, "logsumexp values")
     if v.size == 0:
         return -math.inf
@@ -86,8 +72,7 @@ def energy(logsumexp_per_token: Sequence[float]) -> float:
 
 
 def oriented(value, estimator) -> float | np.ndarray:
-    """`value` (scalar or array) turned so that higher = more uncertain for `estimator`
-    (a function carrying `higher_is_more_uncertain`, or that flag itself)."""
+    """`value` (scalar or array) with higher = more uncertain for `estimator` (or its flag itself)."""
     flag = estimator if isinstance(estimator, bool) else getattr(estimator, "higher_is_more_uncertain", None)
     if flag is None:
         raise UserError(f"{estimator!r} does not declare higher_is_more_uncertain",

@@ -1,10 +1,10 @@
 """The prompt-based estimator of the ablation: ask the model whether it has sufficient knowledge.
 
-The paper only says it asks "do I have sufficient knowledge to solve the question?" and judges the
-output directly; the prompt below is ours. The uncertainty is 1 - p(Yes):
+The paper only says it asks "do I have sufficient knowledge to solve the question?"; the prompt
+below is ours. The uncertainty is 1 - p(Yes):
 - the answer starts with "Yes": 1 - p(Yes), p = the probability of the tokens spelling "Yes";
-- the answer starts with "No": p(No), taking p(Yes) ~ 1 - p(No) (greedy decoding only reports the
-  chosen token's probability; the two answers hold nearly all mass after this prompt);
+- the answer starts with "No": p(No), taking p(Yes) ~ 1 - p(No) (greedy decoding reports only the
+  chosen token's probability);
 - otherwise the first yes/no word anywhere in the text, as a hard 0 / 1;
 - no yes/no at all: 1.0 (the model did not claim the knowledge, so retrieve).
 """
@@ -31,7 +31,7 @@ _ANY = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 class PromptJudgement:
     uncertainty: float      # in [0, 1]; higher = more uncertain
     answer: str | None      # "yes" | "no" | None (unparseable)
-    p_answer: float | None  # probability of the answer's tokens when read from log-probs
+    p_answer: float | None  # probability of the answer's tokens, from their log-probs
     text: str
 
 
@@ -63,7 +63,7 @@ def answer_probability(tokens, logprobs, word: str) -> float | None:
 
 
 def judge(text: str, tokens=(), logprobs=()) -> PromptJudgement:
-    """Map the model's reply to an uncertainty (rules in the module docstring)."""
+    """The reply's uncertainty (module doc)."""
     lead = _LEAD.match(text)
     if lead:
         word = lead.group(1).lower()
@@ -79,11 +79,8 @@ def judge(text: str, tokens=(), logprobs=()) -> PromptJudgement:
 
 
 @_direction(True)
-def prompt_uncertainty(backend, question: str, context: str = "",
-                       max_new_tokens: int = 4) -> PromptJudgement:
-    """Ask `backend` (the llm.base.Backend protocol) the sufficiency question, greedily."""
-    # No stop strings: a reply may open with "\n"; a few tokens are enough for Yes/No. Log-probs
-    # come with every call, so the extra statistics are not asked for.
-    gen = backend.generate(build_prompt(question, context), max_new_tokens=max_new_tokens,
-                           stop=(), want_stats=False)
+def prompt_uncertainty(backend, question: str, context: str = "", max_new_tokens: int = 4) -> PromptJudgement:
+    """Ask `backend` the sufficiency question, greedily: no stop strings, as a reply may open with
+    "\n"; a few tokens are enough for Yes/No."""
+    gen = backend.generate(build_prompt(question, context), max_new_tokens=max_new_tokens, stop=(), want_stats=False)
     return judge(gen.text, gen.tokens, gen.logprobs)

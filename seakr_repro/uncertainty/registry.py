@@ -1,12 +1,9 @@
 """One registry of the uncertainty estimators U(c): SeaKR's, and those of the ablation (Table 3).
 
-Each estimator is declared once: its name (the `estimator` setting), its display name (tables),
-the statistics it needs and its direction. The statistics of one context are gathered once
-(`ContextStats`: greedy-step log-probs, the k samples' log-probs, the k forced-EOS vectors of the
-configured hook and layer, the prompt judgement) by whoever holds them -- the methods' Scorer from
-live backend calls, steps 02/03 from the stored extraction -- and `score` turns them into U,
-oriented so that higher = more uncertain. Both paths build the same statistics with the same
-functions, so step 03 calibrates delta on the very U that gates retrieval.
+The statistics of one context (`ContextStats`) are gathered once by whoever holds them -- the
+methods' Scorer from live backend calls, steps 02/03 from the stored extraction -- with the same
+functions, and `score` turns them into U (higher = more uncertain), so step 03 calibrates delta
+on the very U that gates retrieval.
 
 The "(official)" perplexity and LN-entropy are those of the authors' engine (a fork of vLLM
 0.4.2; docs/faithful-and-fixed.md has their rows); the true ones stay beside them.
@@ -28,20 +25,16 @@ OFFICIAL_MISSING = 1e3     # the official reasoner's value when no perplexity wa
 # ---------------------------------------------------------------------- statistics of one context
 @dataclass
 class GreedyStats:
-    """The greedy step: raw log-probs of its returned tokens (EOS excluded), the official engine's
-    perplexity input (None = fewer than 2 output tokens) and the raw logits' logsumexp per token."""
-    logprobs: list[float]
-    official_logprobs: list[float] | None
-    logsumexp: list[float] = field(default_factory=list)
+    logprobs: list[float]                         # raw, of the returned tokens (EOS excluded)
+    official_logprobs: list[float] | None         # the official perplexity's input (None: < 2 tokens)
+    logsumexp: list[float] = field(default_factory=list)   # of the raw logits, per token
 
 
 @dataclass
 class SampleStats:
-    """One sample: non-empty text?, raw log-probs of its returned tokens, and the official
-    perplexity input from the warped log-probs (None = fewer than 2 output tokens)."""
-    nonempty: bool
+    nonempty: bool                                # its text is not blank
     logprobs: list[float]
-    official_logprobs: list[float] | None
+    official_logprobs: list[float] | None         # from the warped log-probs
 
 
 @dataclass
@@ -53,9 +46,8 @@ class ContextStats:
 
 
 def official_logprobs(gen, warped: bool) -> list[float] | None:
-    """The log-probs the official perplexity averages: the output token list (every generated
-    token, the last one replaced by EOS, or the sampled EOS) minus its last entry; None when that
-    list has fewer than 2 tokens."""
+    """What the official perplexity averages: the output token list (the last one replaced by EOS, or
+    the sampled EOS) minus its last entry; None when it has fewer than 2 tokens."""
     all_ids = gen.token_ids if gen.all_token_ids is None else gen.all_token_ids
     n_out = len(all_ids) + (gen.finish_reason == "eos")
     if n_out < 2:
@@ -86,8 +78,7 @@ def to_json(stats) -> Any:
 
 
 def stats_from_row(row: Mapping[str, Any], vectors: np.ndarray | None) -> ContextStats:
-    """The statistics of one step-02 question (its JSON row and its k x d vectors of the
-    configured hook and layer, as stored)."""
+    """The statistics of one step-02 question: its JSON row and its stored k x d vectors."""
     if "greedy_stats" not in row or "sample_stats" not in row:
         raise UserError(f"step 02's row for question {row.get('id')!r} predates the estimator "
                         "registry (no greedy_stats / sample_stats)",
@@ -142,14 +133,12 @@ class Estimator:
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("eigen", "eigen (SeaKR)", frozenset({"samples", "vectors"}), True, _eigen),
-    Estimator("perplexity_official", "perplexity (official)", frozenset({"greedy"}), True,
-              _perplexity_official),
+    Estimator("perplexity_official", "perplexity (official)", frozenset({"greedy"}), True, _perplexity_official),
     Estimator("perplexity", "perplexity (true)", frozenset({"greedy"}), True,
               lambda s, p: le.perplexity(_need(s, "greedy", "perplexity").logprobs)),
     Estimator("multi_perplexity", "multi-perplexity", frozenset({"samples"}), True,
               lambda s, p: le.multi_perplexity(_kept(s, "multi_perplexity"))),
-    Estimator("ln_entropy_official", "LN-entropy (official)", frozenset({"samples"}), True,
-              _ln_entropy_official),
+    Estimator("ln_entropy_official", "LN-entropy (official)", frozenset({"samples"}), True, _ln_entropy_official),
     Estimator("ln_entropy", "LN-entropy (true)", frozenset({"samples"}), True,
               lambda s, p: le.ln_entropy(_kept(s, "ln_entropy"))),
     Estimator("energy", "energy", frozenset({"greedy", "logsumexp"}), False,
@@ -169,8 +158,7 @@ def get(name: str) -> Estimator:
 
 
 def score(name: str, stats: ContextStats, params: Mapping[str, Any]) -> float:
-    """U of one context by estimator `name`, oriented (higher = more uncertain). params: alpha and
-    variant (eigen)."""
+    """U of one context, oriented (higher = more uncertain); params: eigen's alpha and variant."""
     est = get(name)
     value = float(est.compute(stats, params))
     return value if est.higher_is_more_uncertain else -value
@@ -180,5 +168,4 @@ def score_all(stats_per_context: Sequence[ContextStats], params: Mapping[str, An
               names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """{name: U per context} for every estimator in `names` (default: all registered)."""
     names = list(ESTIMATORS) if names is None else list(names)
-    return {n: np.asarray([score(n, s, params) for s in stats_per_context], dtype=np.float64)
-            for n in names}
+    return {n: np.asarray([score(n, s, params) for s in stats_per_context], dtype=np.float64) for n in names}

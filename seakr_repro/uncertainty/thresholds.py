@@ -42,10 +42,9 @@ def calibrated_deltas(cfg: Config, res: Path | None = None) -> dict[str, float]:
 
 
 def read_deltas(cfg: Config, res: Path | None = None) -> dict[str, float]:
-    """The thresholds the methods use. eigen: step 03's calibrated delta when
-    `uncertainty.use_calibrated_delta` and step 03 ran, else `uncertainty.delta` (the paper
-    profile: -6, fixed, as the official scripts). The other estimators have no official threshold:
-    theirs always come from step 03 when it ran."""
+    """The thresholds the methods use. eigen: step 03's when `uncertainty.use_calibrated_delta` and
+    step 03 ran, else `uncertainty.delta` (the paper profile: -6, as the official scripts); the
+    others have no official threshold: step 03's when it ran."""
     deltas = calibrated_deltas(cfg, res) if delta_path(cfg, res).is_file() else {}
     if not (cfg["uncertainty.use_calibrated_delta"] and "eigen" in deltas):
         deltas["eigen"] = float(cfg["uncertainty.delta"])

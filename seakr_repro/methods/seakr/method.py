@@ -19,11 +19,10 @@ answer of the one-passage prompt with the lowest U, over DPR's precomputed top 1
 (`simple_qa_passages: official`, as main_simpleqa.py) or BM25's top 10 from our corpus (`bm25`);
 an empty output competes with its U in faithful mode (eval_singlehop.ipynb), ranks last in fixed.
 
-Switches (Table 3): estimator (`uncertainty.registry`), forced_eos (replace_last | append),
-self_aware_retrieval (False: every step retrieves), rerank (False: BM25's top unused document),
-reasoning (self_aware | rationales | knowledge), mode (fixed | faithful: the official code's bugs,
-one row each in docs/faithful-and-fixed.md). replace_last also overwrites the max_tokens-th token
-of the greedy step the query is built from (`query.engine_view`).
+Switches (Table 3): estimator, forced_eos (replace_last | append; replace_last also overwrites the
+last token of the greedy step the query is built from), self_aware_retrieval (False: every step
+retrieves), rerank (False: BM25's top unused document), reasoning (self_aware | rationales |
+knowledge), mode (fixed | faithful: the official code's bugs, docs/faithful-and-fixed.md).
 """
 from __future__ import annotations
 
@@ -129,12 +128,9 @@ class SeaKR(Method):
         return self._calls([prompt], [stop], need_u, [context], max_new_tokens)[0]
 
     def _calls(self, prompts, stops, need_u: bool, contexts, max_new_tokens=None):
-        """[(greedy Generation, U or None)] of independent contexts, each with its own stop
-        strings (`stops`, one list per prompt). When U needs samples, every context's greedy step
-        and its k samples go to the backend as ONE call (`generate_and_sample_many`: on the
-        transformers backend the greedy rows ride in the samples' batch, each prompt in lanes of
-        its own); otherwise the greedy steps with the same stops run as one batch
-        (`generate_many`: side by side on vLLM) and U comes from what else the estimator needs."""
+        """[(greedy Generation, U or None)] of independent contexts (one stop list each). With samples,
+        every greedy step and its k samples are ONE backend call (`generate_and_sample_many`);
+        without, greedy steps with the same stops are one batch (`generate_many`)."""
         scorer = self.q.scorer
         kws = [dict(max_new_tokens=max_new_tokens or self.settings["max_new_tokens"], stop=list(st),
                     want_stats=scorer.wants_stats) for st in stops]
@@ -270,10 +266,8 @@ class SeaKR(Method):
         return texts[:-1] + [last] if last.strip() else texts[:-1]
 
     def _final_paths(self, paths, trace) -> list[tuple]:
-        """(answer, U, full output) of each final path (kind, build, stop, reask_stop,
-        u_from_reask); `build(suffix)`: the path's prompt + suffix, fitted to the context. The
-        paths' first calls are independent: one batch (different stops are fine). A call without
-        an extractable answer is re-asked; the re-asks follow, each after its own first call."""
+        """(answer, U, full output) of each final path (kind, build(suffix) -> fitted prompt, stop,
+        reask_stop, u_from_reask); the first calls are one batch, a re-ask follows its own call."""
         prompts = [build("") for _, build, _, _, _ in paths]
         firsts = self._calls(prompts, [stop for _, _, stop, _, _ in paths], True, [""] * len(paths))
         out = []
@@ -293,7 +287,7 @@ class SeaKR(Method):
         return out
 
     def _reason(self, question, steps, docs, doc_ids, trace, stop_reason) -> MethodResult:
-        s, faithful = self.settings, self.settings["mode"] == "faithful"
+        faithful = self.settings["mode"] == "faithful"
         rationale = self._filtered_steps(steps)
         build_r = lambda sfx: read_all_steps_prompt(   # noqa: E731
             self.demos, question, rationale, build=partial(self.q.fit, suffix=sfx))[0]
@@ -305,10 +299,8 @@ class SeaKR(Method):
         (ans_r, u_r, full_r), (ans_k, u_k, full_k) = self._final_paths(
             [("rationales", build_r, stop_r, stop_r, False),
              ("knowledge", build_k, stop_k, [*stop_k, "\n"], faithful)], trace)
-        if s["reasoning"] == "rationales":
-            choice = "rationales"
-        elif s["reasoning"] == "knowledge":
-            choice = "knowledge"
+        if self.settings["reasoning"] in ("rationales", "knowledge"):
+            choice = self.settings["reasoning"]
         elif _missing(ans_r) or (not faithful and not ans_r):
             choice = "knowledge"
         elif _missing(ans_k) or (not faithful and not ans_k):
@@ -325,7 +317,6 @@ class SeaKR(Method):
 
     # -- simple QA ------------------------------------------------------------------------------
     def _simple_answer(self, build, gen):
-        """`build(suffix)`: the call's prompt + suffix, fitted to the context."""
         answer = self._extract(gen.text)
         if answer is None or not answer.strip():   # the script re-asks on None or blank
             forced, _ = self._call(build(gen.text + " So the answer is "), simple_qa_stops(), False,
@@ -343,8 +334,7 @@ class SeaKR(Method):
         keep_direct = s["self_aware_retrieval"] and u0 < s["delta"]
         direct_answer = self._simple_answer(lambda sfx: direct(suffix=sfx), g0)
         if keep_direct:
-            # The official script scores all 10 passages regardless; their U cannot change a kept
-            # direct answer, so we skip that work (same answers, honest retrieval counts).
+            # the official script scores all 10 passages regardless: they cannot change a kept answer
             trace.append(step_record("choice", "", g0.text, chosen=None, kept_direct=True))
             return MethodResult(answer=direct_answer or "", raw_output=g0.text, trace=trace,
                                 n_retrievals=0, extra={"direct_answer": direct_answer, "direct_u": u0,

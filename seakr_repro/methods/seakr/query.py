@@ -19,12 +19,11 @@ from ..text import ASCII_ALNUM, ALNUM, align_words, content_words
 
 
 def engine_view(gen, forced_eos: str, mode: str = "fixed") -> tuple[list[str], list[float]]:
-    """The greedy step's token texts and log-probs as the query builder reads them.
-
-    faithful: the engine's whole token list, to the token that completed the stop string (a token
-    the cut splits is kept with its text before the cut); with `replace_last` its last token is
-    overwritten by EOS (text "", log-prob 0), a sampled EOS left alone. fixed: the returned text's
-    own tokens only. docs/faithful-and-fixed.md, "Tokens the query reads", gives the consequences."""
+    """The greedy step's token texts and log-probs as the query builder reads them. faithful: the
+    engine's whole token list, to the token that completed the stop string (a token the cut splits
+    is kept with its text before the cut); with `replace_last` its last token is overwritten by EOS
+    (text "", log-prob 0), a sampled EOS left alone. fixed: the returned text's own tokens only
+    (docs/faithful-and-fixed.md, "Tokens the query reads")."""
     tokens, logprobs = list(gen.tokens), list(gen.logprobs)
     all_ids, n = gen.all_token_ids, len(tokens)
     overwrite = forced_eos == "replace_last" and gen.finish_reason != "eos"
@@ -51,16 +50,14 @@ def kept_words(text: str, tokens: list[str], logprobs: list[float], question: st
         for word, idx in sent:
             risk = max(1.0 - math.exp(logprobs[i]) for i in idx)
             w = word.text
-            keep = (w in question or bool(previous_step and w in previous_step)
-                    or risk <= prob_threshold)
+            keep = w in question or bool(previous_step and w in previous_step) or risk <= prob_threshold
             rows.append({"word": w, "max_1mp": round(risk, 4), "kept": keep})
         out.append(rows)
     return out
 
 
 def truncate_tokens(query: str, max_tokens: int, count_tokens: Callable[[str], int] | None) -> str:
-    """The longest suffix of whole words with at most `max_tokens` tokens (the code truncates the
-    tokenised query on the left)."""
+    """The longest suffix of whole words with at most `max_tokens` tokens (the code cuts on the left)."""
     if not max_tokens or count_tokens is None or count_tokens(query) <= max_tokens:
         return query
     words = query.split()
@@ -78,8 +75,8 @@ def formulate_query(step_text: str, tokens: list[str], logprobs: list[float], qu
     info: dict = {"fallback": False}
     words: list[str] = []
     if step_text.strip():
-        per_sentence = kept_words(step_text, tokens, logprobs, question, previous_step,
-                                  prob_threshold, ascii_only=mode == "faithful")
+        per_sentence = kept_words(step_text, tokens, logprobs, question, previous_step, prob_threshold,
+                                  ascii_only=mode == "faithful")
         info["words"] = per_sentence
         used = per_sentence[-1:] if mode == "faithful" else per_sentence
         words = [r["word"] for sent in used for r in sent if r["kept"]]

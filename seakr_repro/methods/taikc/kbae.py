@@ -1,19 +1,13 @@
 """TAIKC's Knowledge Boundary Awareness Enhancement (KBAE, paper Section 4 and Appendix F).
 
-Model bootstrapping on single-hop questions: the model answers each with Direct QA; correct ->
-the training target under the Confident QA prompt is that same answer, incorrect -> the target is
-RAG_REQUIRED (model-specific labels, the paper's point). The model is then LoRA-tuned with
-next-token cross-entropy on the target tokens only (the prompt is context).
-
+Model bootstrapping on single-hop questions: the model answers each with Direct QA; the training
+target under the Confident QA prompt is that answer when correct, else RAG_REQUIRED (model-specific
+labels, the paper's point); LoRA-tuned with cross-entropy on the target tokens only.
 `train_lora`'s defaults are the paper's (`PAPER_SETTINGS`, LLaMA-Factory on 3,096 examples of NQ,
 PopQA and WebQuestions); its 9,589 instruction-following examples distilled from GPT-4o are not
-reproduced. 5e-5 for the few updates a CPU affords moves nothing, so `CPU_SETTINGS` keeps the
-rank and alpha and raises the learning rate.
-
-The synthetic backend (`cost`'s dry run, the scale check) has no weights to tune: there KBAE's
-examples are built and counted, no adapter is trained, and a synthetic model of the adapter's
-own name answers the Confident QA calls (or, replaying a real run's cache, that run's adapted
-model's stored calls: `llm.replay`).
+reproduced. The synthetic backend (`cost`'s dry run, the scale check) has no weights to tune: no
+adapter is trained, and a synthetic model of the adapter's name (or, replaying a real run's cache,
+that run's adapted model: `llm.replay`) answers the Confident QA calls.
 """
 from __future__ import annotations
 
@@ -36,9 +30,8 @@ from ...core.errors import DataMissingError, UserError
 from ...evaluation import exact_match, normalize_answer
 from .prompts import ANSWER_STOP, RAG_REQUIRED, clean_answer, confident_qa_prompt, direct_qa_prompt
 
-# r/alpha as the paper; 16 examples per update (the paper's 2 x 8); lr raised for ~30 updates.
+# 16 examples per update: the paper's 2 x 8
 PAPER_SETTINGS = {"r": 16, "alpha": 32, "lr": 5e-5, "epochs": 3, "batch_size": 16}
-CPU_SETTINGS = {"r": 16, "alpha": 32, "lr": 5e-4, "epochs": 3, "batch_size": 16}
 CRITERIA = ("acc", "em")
 MANIFEST = "kbae_manifest.json"
 
@@ -66,9 +59,8 @@ class TrainResult:
 
 
 def is_correct(answer: str, golds: Sequence[str], criterion: str = "acc") -> bool:
-    """`acc`: a normalised gold answer occurs in the normalised answer (the usual string stand-in
-    for the paper's semantic accuracy, which asks an LLM whether the prediction implies the gold);
-    `em`: exact match after normalisation."""
+    """`acc`: a normalised gold occurs in the normalised answer (the string stand-in for the paper's
+    LLM-judged semantic accuracy); `em`: exact match after normalisation."""
     if criterion not in CRITERIA:
         raise UserError(f"unknown KBAE correctness criterion '{criterion}'", setting="kbae.criterion",
                         fix=f"use one of {', '.join(CRITERIA)}")
@@ -106,8 +98,7 @@ def _encode(tokenizer, ex: KBAEExample, max_length: int) -> tuple[list[int], lis
 
 
 def _shared_prefix(pairs) -> int:
-    """Tokens every prompt starts with (the Confident QA instruction, ~120 of ~145 tokens), one
-    short of the shortest prompt so each example keeps the position that predicts its target."""
+    """Tokens every prompt starts with, one short of the shortest (each keeps its target's predictor)."""
     prompts = [p for p, _ in pairs]
     n = min(len(p) for p in prompts) - 1
     for i in range(max(0, n)):
@@ -117,9 +108,8 @@ def _shared_prefix(pairs) -> int:
 
 
 def _loss(model, pairs, pad_id: int, n_prefix: int):
-    """Mean cross-entropy over the target tokens of a batch. The shared prompt prefix is run once
-    and its KV cache (with its autograd graph) repeated for the batch: the loss and gradients are
-    those of the full sequences, at a fraction of the cost on a CPU."""
+    """Mean cross-entropy over a batch's target tokens; the shared prompt prefix runs once, its KV
+    cache (and autograd graph) repeated: the full sequences' loss and gradients, cheaper."""
     import torch
     tails = [(p[n_prefix:] + t, len(p) - n_prefix) for p, t in pairs]
     width = max(len(seq) for seq, _ in tails)
@@ -142,7 +132,6 @@ def _loss(model, pairs, pad_id: int, n_prefix: int):
                                              labels.reshape(-1), ignore_index=-100)
 
 
-
 @contextlib.contextmanager
 def _quiet_peft():
     """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model (a
@@ -151,19 +140,16 @@ def _quiet_peft():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
 
+
 def train_lora(model, tokenizer, examples: Sequence[KBAEExample], out_dir, *, steps: int | None = None,
                epochs: float = PAPER_SETTINGS["epochs"], lr: float = PAPER_SETTINGS["lr"],
                r: int = PAPER_SETTINGS["r"], alpha: int = PAPER_SETTINGS["alpha"],
                batch_size: int = PAPER_SETTINGS["batch_size"], dropout: float = 0.05,
                target_modules="all-linear", max_length: int = 512, seed: int = 0,
                extra_manifest: dict | None = None) -> TrainResult:
-    """LoRA on `model` (a transformers causal LM), AdamW, cross-entropy on the target tokens.
-
-    `steps` updates of `batch_size` examples (None: `epochs` passes over the data, rounded up);
-    examples are drawn in a fresh seeded shuffle each pass. The adapter is written to a temporary
-    directory beside `out_dir` and renamed onto it, so `out_dir` never holds half an adapter.
-    `model` is left as it came: the LoRA layers are removed again (not merged) after saving.
-    """
+    """LoRA on a transformers causal LM, AdamW: `steps` updates of `batch_size` examples (None:
+    `epochs` seeded shuffled passes, rounded up). `out_dir` never holds half an adapter (written
+    beside it, then renamed); `model` is left as it came (LoRA layers removed, not merged)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -235,9 +221,8 @@ def examples_sha(examples: Sequence[KBAEExample]) -> str:
 
 
 def _canonical_adapter_config(path: Path) -> bytes:
-    """peft's adapter_config.json without what differs between identical adapters: the base
-    model's absolute path (another clone, another machine) and the order of its module sets
-    (peft writes `target_modules` from a set, in the process's hash order)."""
+    """peft's adapter_config.json without what differs between identical adapters: the base model's
+    absolute path and the order of its module sets (written from a set, in hash order)."""
     config = json.loads(path.read_text(encoding="utf-8"))
     config.pop("base_model_name_or_path", None)
     for key, value in config.items():
@@ -247,8 +232,7 @@ def _canonical_adapter_config(path: Path) -> bytes:
 
 
 def adapter_fingerprint(adapter_dir) -> str:
-    """Hash of the adapter's weights and config: part of the method config and the cache key, so
-    the same adapter gives the same run file in any clone and any run."""
+    """Hash of the adapter's weights and config (in the method config and cache key), clone-independent."""
     d = Path(adapter_dir)
     h = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
@@ -270,7 +254,6 @@ def _hf_backend(backend):
 
 
 def _synthetic(backend):
-    """The synthetic backend under any wrappers, or None."""
     from ...llm.base import unwrap
     from ...llm.synthetic import SyntheticBackend
 
@@ -290,10 +273,9 @@ def kbae_unavailable(backend) -> str | None:
 
 
 def load_kbae_backend(base_backend, adapter_dir):
-    """A backend whose model is a COPY of `base_backend`'s with the adapter merged in, so the base
-    backend keeps answering TAIKC's other prompts unadapted (the copy costs one more model in
-    memory: ~0.5 GB for SmolLM2-135M in float32). Cached like the base when the base is cached;
-    the adapter's hash is part of its fingerprint, so a retrained adapter never hits old entries."""
+    """A backend whose model is a COPY of `base_backend`'s with the adapter merged in (the base keeps
+    answering TAIKC's other prompts unadapted), cached like the base; the adapter's hash is part of
+    its fingerprint, so a retrained adapter never hits old entries."""
     from ...llm.cache import CachedBackend
 
     d = Path(adapter_dir)
@@ -326,8 +308,7 @@ def load_kbae_backend(base_backend, adapter_dir):
 
 def bootstrap_adapter(backend, single_hop_records, out_dir, *, criterion: str = "acc",
                       **train_kw) -> Path:
-    """build_kbae_data + train_lora on the backend's model, reused when `out_dir` already holds an
-    adapter trained on the same examples with the same settings (its manifest says so)."""
+    """build_kbae_data + train_lora, reused when `out_dir`'s manifest shows the same examples and settings."""
     examples = build_kbae_data(backend, single_hop_records, criterion=criterion)
     out = Path(out_dir)
     wanted = {"data_sha": examples_sha(examples), "criterion": criterion,

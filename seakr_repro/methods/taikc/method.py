@@ -8,9 +8,8 @@ Per question (paper Section 3):
      answer says the passages lack it, Direct QA answers instead (reasoning continuation, App. H);
   3. one knowledge chain per root-to-leaf path, each summarised into a sentence (Eq. 5, Table 12);
   4. the final answer from the question and the chains' summaries (Eq. 6).
-`taikc-kbae` sends the Confident QA calls to the KBAE LoRA-adapted copy of the model (kbae.py);
-every other call stays with the base model. The paper returns the top 5 passages after an e5
-re-ranker; we take BM25's top 3 (`top_k_docs`), as the other methods here do.
+`taikc-kbae` sends the Confident QA calls to the KBAE LoRA-adapted copy of the model (kbae.py).
+The paper takes the top 5 passages of an e5 re-ranker; we take BM25's top 3, as the other methods.
 """
 from __future__ import annotations
 
@@ -93,8 +92,7 @@ class TAIKC(Method):
             return chain_text(chain)
         prompt = P.summarize_prompt(chain_json(chain))
         raw = self._ask(prompt, self.settings["max_summary_tokens"])
-        # one sentence is asked for; an empty summary would drop the chain, so it falls back to
-        # the chain's own question/answer text
+        # an empty summary would drop the chain: its own question/answer text stands in
         summary = " ".join(raw.split()) or chain_text(chain)
         trace.append(step_record("summarize", prompt, raw, chain=[n.label for n in chain],
                                  summary=summary))
@@ -102,8 +100,7 @@ class TAIKC(Method):
 
 
 class TAIKCKBAE(TAIKC):
-    """TAIKC with Confident QA answered by the KBAE-adapted model (`kbae_adapter`: its directory,
-    made by `kbae.bootstrap_adapter`)."""
+    """TAIKC with Confident QA answered by the KBAE-adapted model (`kbae_adapter`: its directory)."""
 
     name = "taikc-kbae"
     DEFAULTS = {**TAIKC.DEFAULTS, "kbae_adapter": None}
@@ -121,8 +118,7 @@ class TAIKCKBAE(TAIKC):
 
     @property
     def config(self):
-        # the directory's contents, not its name, decide the output (hashed once: ~20 MB): the
-        # same adapter in another clone or folder resumes the same run file
+        # the directory's contents, not its name, key the output: any copy resumes the same run file
         if self._adapter_sha is None:
             from .kbae import adapter_fingerprint
             self._adapter_sha = adapter_fingerprint(self.settings["kbae_adapter"])

@@ -1,14 +1,9 @@
 """TAIKC's prompts, transcribed from its appendix (Tables 12, 13, 16 and 17).
 
-Table 12 gives the decomposition, RAG-answering, summarisation and final-answer prompts (the paper
-uses one "question + documents" prompt for sub-questions over retrieved passages AND for the final
-answer over the summarised knowledge chains); Table 17 the Direct QA and Confident QA prompts
-(Table 13 shows Confident QA as KBAE training input); Table 16 the decomposition demonstrations.
-
-The paper prints the sentences of each prompt run together (Tables 12/13) or one per line
-(Table 17); we keep Table 17's line breaks, which is how the prompt reads when laid out. Where the
-paper leaves the assembly open -- where the Table 16 demonstrations go -- the choice is ours and is
-stated at `decompose_prompt`.
+Table 12: the decomposition, document-answering (sub-questions AND the final answer over the
+chains' summaries), summarisation prompts; Table 17 (and 13): Direct and Confident QA; Table 16:
+the decomposition demonstrations. We keep Table 17's line breaks (Tables 12/13 print the sentences
+run together); where the Table 16 demonstrations go is our choice, stated at `decompose_prompt`.
 """
 from __future__ import annotations
 
@@ -29,18 +24,16 @@ ANSWER_STOP = "\n"
 
 # --- Table 12: decomposition ------------------------------------------------------------------
 DECOMPOSE_INSTRUCTION = (
-    "You are an AI assistant adept at dissecting intricate queries into a series of "
-    "straightforward, logically interlinked questions, and adeptly representing each of these as "
-    "discrete objects within a JSON structure. Decompose the following complex question into "
-    "smaller, logically connected queries. Each query should be represented as a separate object "
-    "in a JSON format. For questions that require further follow-up (e.g., sub-queries about the "
-    "results), nest those queries under the parent query. Rules: 1. Each question should be split "
-    "into logical, simpler questions. 2. Use \"query1,\" \"query2,\" etc., for the main and "
-    "sub-queries. 3. If a sub-query depends on the answer to a previous query, use a reference in "
-    "the form of \"#queryX\" (e.g., \"What is the birth year of #query1?\") to indicate the "
-    "dependency. The number should correspond to the query being referenced. 4. When decomposing "
-    "a multi-hop question, only generate essential factual sub-questions needed to answer the main "
-    "query, and avoid any comparison, intersection, or synthesis questions.")
+    "You are an AI assistant adept at dissecting intricate queries into a series of straightforward, logically "
+    "interlinked questions, and adeptly representing each of these as discrete objects within a JSON structure. "
+    "Decompose the following complex question into smaller, logically connected queries. Each query should be "
+    "represented as a separate object in a JSON format. For questions that require further follow-up (e.g., "
+    "sub-queries about the results), nest those queries under the parent query. Rules: 1. Each question should be "
+    "split into logical, simpler questions. 2. Use \"query1,\" \"query2,\" etc., for the main and sub-queries. 3. If "
+    "a sub-query depends on the answer to a previous query, use a reference in the form of \"#queryX\" (e.g., \"What "
+    "is the birth year of #query1?\") to indicate the dependency. The number should correspond to the query being "
+    "referenced. 4. When decomposing a multi-hop question, only generate essential factual sub-questions needed to "
+    "answer the main query, and avoid any comparison, intersection, or synthesis questions.")
 DECOMPOSE_TAIL = "Decompose the following question without any additional explanation or words."
 
 # --- Table 16: demonstrations of question decomposition ---------------------------------------
@@ -62,9 +55,8 @@ DECOMPOSE_DEMOS: tuple[tuple[str, dict], ...] = (
 DECOMPOSE_STOP = "\n}"
 
 # --- Table 17: Direct QA and Confident QA -----------------------------------------------------
-_QA_HEAD = ("Next, I will provide a question. Please output only the exact answer to the question "
-            "directly, without adding any additional explanations, guiding phrases, or background "
-            "information.")
+_QA_HEAD = ("Next, I will provide a question. Please output only the exact answer to the question directly, without "
+            "adding any additional explanations, guiding phrases, or background information.")
 DIRECT_QA = _QA_HEAD + "\nHere is the question you need to handle: {question}\n" + ANSWER_SUFFIX
 CONFIDENT_QA = (
     _QA_HEAD + "\nIf you are uncertain about the answer or unable to provide an exact answer "
@@ -78,10 +70,9 @@ DOCUMENT_QA = ("You will receive a question and several documents. The following
                "documents: {documents} Question: {question} " + ANSWER_SUFFIX)
 
 # --- Table 12: summarising one knowledge chain ------------------------------------------------
-SUMMARIZE = ("Summarize the information provided in the json text, which consists of several "
-             "query-and-answer pairs. Please do not omit any information in the question-and-answer "
-             "pairs. Summarize the following query-and-answer pairs into a sentence: {pairs} "
-             "Output your summary below:")
+SUMMARIZE = ("Summarize the information provided in the json text, which consists of several query-and-answer pairs. "
+             "Please do not omit any information in the question-and-answer pairs. Summarize the following "
+             "query-and-answer pairs into a sentence: {pairs} Output your summary below:")
 
 # --- Appendix H: reasoning continuation -------------------------------------------------------
 # "a set of trigger words, including 'found', 'mention', 'provide' and so on" together with a
@@ -93,9 +84,8 @@ NEGATIONS = ("not", "no", "n't", "cannot", "unable", "none", "neither")
 
 
 def decompose_prompt(question: str, n_demos: int = len(DECOMPOSE_DEMOS)) -> str:
-    """Table 12's decomposition prompt. Our choice: the Table 16 demonstrations (question line,
-    JSON) go between the rules and the closing request, and the JSON follows the question on the
-    next line, as in the demonstrations."""
+    """Table 12's decomposition prompt; our choice: the Table 16 demonstrations (question line, JSON
+    below) go between the rules and the closing request."""
     parts = [DECOMPOSE_INSTRUCTION]
     if n_demos:
         parts.append("Examples:\n\n" + "\n\n".join(
@@ -138,10 +128,8 @@ _QUOTES = "\"'`“”‘’"
 
 
 def clean_answer(text: str) -> str:
-    """The answer in a "do not output any other words" reply: its first line that is not empty
-    once a leading label ("Answer:", "The answer is") is removed, without surrounding quotes or a
-    closing period (a small model often adds them; left in, "Paris." would end up inside the next
-    sub-question)."""
+    """The first line of a "do not output any other words" reply that is not empty without a leading
+    label ("Answer:"), its quotes and closing period (else "Paris." ends up in the next sub-question)."""
     lines = (_LABEL.sub("", ln.strip()).strip().strip(_QUOTES).strip() for ln in text.splitlines())
     line = next((ln for ln in lines if ln), "")
     if line.endswith(".") and not re.search(r"(?:^|\s)(?:[A-Za-z]\.)+$", line):
@@ -161,9 +149,8 @@ _TRIGGER_RE = re.compile(r"\b(?:" + "|".join(CONTINUATION_TRIGGERS) + r")\w*", r
 
 
 def needs_continuation(reply: str) -> bool:
-    """Appendix H: the RAG answer says the documents lack the answer (a negation together with a
-    trigger word, e.g. "not mentioned"), or it gave no usable answer (empty, or the retrieval
-    identifier parroted back) -- the reasoning chain continues with Direct QA instead."""
+    """Appendix H: the RAG answer says the documents lack it (a negation and a trigger word, "not
+    mentioned") or is unusable (empty, RAG_REQUIRED parroted): Direct QA continues the chain."""
     answer = clean_answer(reply)
     if not answer or RAG_REQUIRED_RE.search(reply):
         return True

@@ -1,20 +1,15 @@
 """TAIKC's question tree: parsing the decomposition, pre-order traversal, placeholder filling and
 knowledge chains (paper Sections 3.1-3.3).
 
-The model is asked for JSON such as
-    {"query1": {"question": "Who directed X?", "children": {"query2": {"question": "... #query1?"}}},
-     "query3": {...}}
-Small models return much less tidy text, so `parse_tree` tries, in order:
-  1. the first JSON object in the output, its braces closed if generation stopped early;
-  2. the same after light repairs (trailing commas, missing commas between members, Python-style
-     quotes and literals);
-  3. "queryN": "question" pairs found by a regular expression (a node's parent is the node its
-     first #query reference names -- the nesting the JSON would have given);
-  4. the documented fallback: one node, the question itself (`QuestionTree.fallback` is True).
-Shapes accepted in steps 1-2: nodes keyed by any name (the number, if any, is read from the key),
-node values that are objects or bare question strings, children under "children"/"sub_queries"
-(object or list) or nested directly as further query keys, a top-level list, and one wrapper object
-("queries": {...}) around the tree.
+The model is asked for JSON such as {"query1": {"question": "Who directed X?", "children":
+{"query2": {"question": "... #query1?"}}}, "query3": {...}}. Small models return much less tidy
+text, so `parse_tree` tries, in order: 1. the first JSON object in the output, its braces closed if
+generation stopped early; 2. the same after light repairs (trailing or missing commas, Python-style
+quotes and literals); 3. "queryN": "question" pairs (a node's parent is the node its first #query
+reference names); 4. the fallback: one node, the question itself (`QuestionTree.fallback`).
+Steps 1-2 accept nodes keyed by any name (the number read from the key), objects or bare question
+strings, children under "children"/"sub_queries" (object or list) or nested as further query keys,
+a top-level list, and one wrapper object ("queries": {...}) around the tree.
 """
 from __future__ import annotations
 
@@ -37,17 +32,13 @@ _LINE = re.compile(r"^\s*(?:(?:sub-?)?query\s*(\d+)|q(\d+)|(\d+))\s*[:.)]\s*([^\
 
 @dataclass
 class Node:
-    """One sub-question. `label` is the model's key ("query3"), `number` the X that "#queryX"
-    uses; after solving, `filled` is the question with placeholders replaced, `answer` its answer
-    and `source` how it was obtained (confident | rag | direct)."""
-
-    label: str
-    number: int | None
+    label: str                        # the model's key ("query3")
+    number: int | None                # the X that "#queryX" uses
     question: str
     children: list["Node"] = field(default_factory=list)
-    filled: str = ""
+    filled: str = ""                  # the question with its placeholders replaced
     answer: str = ""
-    source: str = ""
+    source: str = ""                  # confident | rag | direct
 
 
 @dataclass
@@ -71,13 +62,8 @@ def parse_tree(text: str, question: str, max_nodes: int = 8) -> QuestionTree:
     nodes = _nodes_from_pairs(text)
     if nodes:
         return _numbered(QuestionTree(question, _truncate(nodes, max_nodes), how="pairs"))
-    return single_node_tree(question)
-
-
-def single_node_tree(question: str) -> QuestionTree:
-    """The fallback: the complex question is its own (only) sub-question."""
-    return QuestionTree(question, [Node("query1", 1, question.strip())], fallback=True,
-                        how="fallback")
+    # the fallback: the complex question is its own (only) sub-question
+    return QuestionTree(question, [Node("query1", 1, question.strip())], fallback=True, how="fallback")
 
 
 def _json_candidates(text: str):
@@ -164,9 +150,8 @@ def _question_of(obj: dict) -> str | None:
 
 
 def _nodes_from_value(key: str | None, value) -> list[Node]:
-    """Nodes for one member: an object with a question (children below it), a bare string, or a
-    list/object of further nodes when the member carries no question itself (its children are
-    lifted to this level)."""
+    """Nodes for one member: an object with a question (children below it), a bare string, or, for a
+    member without a question, its children lifted to this level."""
     if isinstance(value, str):
         return [_node(key, value.strip())] if value.strip() else []
     if isinstance(value, list):
@@ -232,30 +217,23 @@ def _truncate(nodes: list[Node], max_nodes: int) -> list[Node]:
 
 
 # ---------------------------------------------------------------------------------- traversal
-def preorder(tree: QuestionTree) -> list[Node]:
-    """The sub-questions in pre-order (the root q0 excluded, as the paper traverses)."""
-    out: list[Node] = []
-
-    def visit(n: Node):
-        out.append(n)
+def _walk(tree: QuestionTree):
+    """(node, its ancestors top-down) in pre-order, the root q0 excluded (as the paper traverses)."""
+    def visit(n: Node, path: list[Node]):
+        yield n, path
         for c in n.children:
-            visit(c)
+            yield from visit(c, path + [n])
     for n in tree.nodes:
-        visit(n)
-    return out
+        yield from visit(n, [])
+
+
+def preorder(tree: QuestionTree) -> list[Node]:
+    return [n for n, _ in _walk(tree)]
 
 
 def parents(tree: QuestionTree) -> dict[int, Node | None]:
     """id(node) -> its parent node (None for children of q0)."""
-    out: dict[int, Node | None] = {}
-
-    def visit(n: Node, p: Node | None):
-        out[id(n)] = p
-        for c in n.children:
-            visit(c, n)
-    for n in tree.nodes:
-        visit(n, None)
-    return out
+    return {id(n): (path[-1] if path else None) for n, path in _walk(tree)}
 
 
 def references(question: str) -> list[int]:
@@ -264,11 +242,9 @@ def references(question: str) -> list[int]:
 
 
 def fill_placeholders(question: str, answered: list[Node], parent: Node | None = None) -> str:
-    """Equation 2: replace each #queryX by the answer of sub-question X among the nodes already
-    answered in pre-order (`answered`; the latest one wins if the model numbered two alike, and
-    an empty answer counts as none).
-    A reference to no earlier node (a numbering mistake) takes the parent's answer, since a nested
-    sub-question depends on its parent; with no parent the placeholder stays as written."""
+    """Equation 2: each #queryX replaced by the answer of sub-question X among the nodes `answered`
+    (the latest of two alike; an empty answer is none), else by the parent's answer (a numbering
+    mistake: a nested sub-question depends on its parent), else left as written."""
     by_number = {n.number: n.answer for n in answered if n.number is not None and n.answer}
 
     def sub(m: re.Match) -> str:
@@ -282,17 +258,7 @@ def fill_placeholders(question: str, answered: list[Node], parent: Node | None =
 # ---------------------------------------------------------------------------------- chains
 def chains(tree: QuestionTree) -> list[list[Node]]:
     """Equation 5: the sub-questions on every root-to-leaf path, top-down."""
-    out: list[list[Node]] = []
-
-    def visit(n: Node, path: list[Node]):
-        path = path + [n]
-        if not n.children:
-            out.append(path)
-        for c in n.children:
-            visit(c, path)
-    for n in tree.nodes:
-        visit(n, [])
-    return out
+    return [path + [n] for n, path in _walk(tree) if not n.children]
 
 
 def chain_json(chain: list[Node]) -> str:
