@@ -62,17 +62,13 @@ def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _sizes(path: Path, pattern: str = "*") -> list[int]:
+    """Bytes of each file under `path` matching `pattern` (none where `path` is not there)."""
+    return [f.stat().st_size for f in Path(path).rglob(pattern) if f.is_file()] if Path(path).exists() else []
+
+
 def _du(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
-
-
-def _run_bytes(path: Path) -> int:
-    """Bytes of the run files under `path` (not the small current-file records beside them)."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*.jsonl")) if Path(path).exists() else 0
-
-
-def _files(path: Path) -> int:
-    return sum(1 for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
+    return sum(_sizes(path))
 
 
 # ------------------------------------------------------------------------------ corpus + index
@@ -105,12 +101,8 @@ def build_synthetic_index(work: Path, passages: int, threads: int = 2) -> dict:
 
 
 # ------------------------------------------------------------------------------ child: methods + step 02
+@threadpool_limits.wrap(limits=1)
 def _child_runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
-    with threadpool_limits(limits=1):
-        return _runs(work, questions, calibration, methods)
-
-
-def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
     from ..steps import extraction
     from ..doubles.standins import write_standins
     from .. import artifacts
@@ -139,8 +131,8 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
         spec = artifacts.spec_for(m)
         sets = [d for d in datasets if m in artifacts.methods("table1") and d in cfg["datasets.complex"]
                 or m in artifacts.methods("table2") and d in cfg["datasets.simple"]]
-        cache_before, files_before = _du(cache_dir), _files(cache_dir)
-        runs_before = _run_bytes(results_dir(cfg.profile) / "runs")
+        cache_before, files_before = _du(cache_dir), len(_sizes(cache_dir))
+        runs_before = sum(_sizes(results_dir(cfg.profile) / "runs", "*.jsonl"))   # not current.json
         t0 = time.perf_counter()
         res, skipped = grid.run_grid(cfg, pool, searcher, [spec], sets, questions, progress=False)
         wall = time.perf_counter() - t0
@@ -152,8 +144,8 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
             "llm_calls_per_q": round(float(f1["llm_calls_per_q"].mean()), 2) if len(f1) else None,
             "retrievals_per_q": round(float(f1["retrievals_per_q"].mean()), 2) if len(f1) else None,
             "cache_bytes_per_q": round((_du(cache_dir) - cache_before) / max(n, 1)),
-            "cache_files_per_q": round((_files(cache_dir) - files_before) / max(n, 1), 2),
-            "run_file_bytes_per_q": round((_run_bytes(results_dir(cfg.profile) / "runs") - runs_before)
+            "cache_files_per_q": round((len(_sizes(cache_dir)) - files_before) / max(n, 1), 2),
+            "run_file_bytes_per_q": round((sum(_sizes(results_dir(cfg.profile) / "runs", "*.jsonl")) - runs_before)
                                           / max(n, 1)),
         }
     rss_methods = _rss_bytes()
@@ -198,13 +190,9 @@ def write_synthetic_store(out: Path, n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+@threadpool_limits.wrap(limits=1)
 def _child_step03(out: Path, n_boot: int = 1000) -> dict:
     """What notebook 03 does with the vectors (estimator table, Figure 3 k and layer), RSS."""
-    with threadpool_limits(limits=1):
-        return _step03(out, n_boot)
-
-
-def _step03(out: Path, n_boot: int) -> dict:
     from .. import uncertainty as unc
     from ..steps.extraction import VectorStore
     from ..steps.estimators import estimator_scores

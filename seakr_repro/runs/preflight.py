@@ -84,8 +84,7 @@ def profile_models(cfg: Config) -> tuple[str, list[str]]:
 
 
 def missing_models(cfg: Config) -> dict[str, str]:
-    """{model: why its weights cannot be found} of the profile's own model and the others its
-    notebooks load (`profile_models`), without loading anything: `cost` leaves their rows out."""
+    """{model: why its weights cannot be found} of `profile_models`: `cost` leaves their rows out."""
     own, others = profile_models(cfg)
     found = {name: _model_dir_problem(name, cfg, own=name == own) for name in [own, *others]}
     return {name: problem for name, problem in found.items() if problem}
@@ -93,13 +92,11 @@ def missing_models(cfg: Config) -> dict[str, str]:
 
 def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
     own, others = profile_models(cfg)
-    problem = _model_dir_problem(own, cfg, own=True)
-    (report.problems.append(f"model {problem}") if problem else report.ok.append(f"model {own}"))
-    for name in others:
-        problem = _model_dir_problem(name, cfg, own=False)
+    for name in [own, *others]:
+        problem = _model_dir_problem(name, cfg, own=name == own)
         if problem is None:
             report.ok.append(f"model {name}")
-        elif strict:
+        elif strict or name == own:
             report.problems.append(f"model {problem}")
         else:
             row = "the Self-RAG rows of Tables 1/2" if name == SELF_RAG else f"the {name} row of Table 4"
@@ -147,8 +144,9 @@ def check_corpus(cfg: Config, report: Report) -> None:
 
 
 def check_datasets(cfg: Config, report: Report) -> None:
+    from ..data.loaders import HOW_TO_GET
     from ..data.registry import dataset_available, describe_missing
-    from .inputs import profile_datasets
+    from .inputs import profile_datasets, top10_file
 
     for name in profile_datasets(cfg):
         try:
@@ -160,8 +158,6 @@ def check_datasets(cfg: Config, report: Report) -> None:
             report.ok.append(f"data set {name}")
         else:
             report.problems.append(f"data set {name}: {describe_missing(name)}")
-    from .inputs import top10_file
-
     for name in profile_datasets(cfg):         # simple QA's questions and passages (official)
         top = top10_file(cfg, name)
         if top is None:
@@ -169,7 +165,6 @@ def check_datasets(cfg: Config, report: Report) -> None:
         if top.is_file():
             report.ok.append(f"top-10 passages of {name} ({top})")
         else:
-            from ..data.loaders import HOW_TO_GET
             report.problems.append(f"top-10 passages of {name}: not found at {top} (setting "
                                    f"seakr.simple_qa_passages: official) (fix: {HOW_TO_GET['top10']})")
     # notebook 11's questions with gold passages: optional, its experiments are skipped without them
@@ -244,8 +239,7 @@ def check_self_rag_inputs(cfg: Config, report: Report) -> None:
 
 
 def disk_need_bytes(cfg: Config) -> int:
-    """Bytes the run still needs to write (`disk_needs.needs_left`; parts already built are not
-    counted again)."""
+    """Bytes the run still needs to write (parts already built are not counted again)."""
     from .disk_needs import needs_left
 
     return int(sum(needs_left(cfg).values()))
@@ -267,8 +261,7 @@ def check_disk(cfg: Config, report: Report) -> None:
 
 
 def baselines_other_dtype(cfg: Config) -> str | None:
-    """The dtype the baselines load the profile's model in when it is not model.dtype (faithful:
-    float32, as DRAGIN's code loads it), else None."""
+    """The baselines' dtype where it is not model.dtype (faithful: float32, as DRAGIN loads), else None."""
     from ..methods.stepwise import baseline_dtype
 
     dtype = baseline_dtype({"mode": cfg["baselines.mode"], "dtype": cfg["baselines.dtype"]})
@@ -321,8 +314,7 @@ def check_gpu(cfg: Config, report: Report) -> None:
 
 
 def check_cluster(cfg: Config, report: Report) -> None:
-    """runner.engine: ray: the workers the cluster gives (`fleet.survey`), each worker's GPU
-    memory against the model, and the BM25 index seen by every worker."""
+    """runner.engine: ray: the workers (`fleet.survey`), their GPU memory, the index seen by each."""
     from ..retrieval.index import META_NAME, index_dir_for
     from .engine_choice import uses_ray
     from .fleet import survey
@@ -381,8 +373,7 @@ def pace_applies(cfg: Config) -> bool:
 
 
 def method_pace(pace: dict[tuple[str, str], float], method: str, dataset: str) -> float:
-    """`pace`'s seconds of `method` on `dataset`: that set's, else the mean of the method's sets
-    (NaN where it has no row of the method)."""
+    """Seconds of `method` on `dataset`, else the mean of the method's sets (NaN: no row of it)."""
     own = [s for (m, _), s in pace.items() if m == method]
     return pace.get((method, dataset), sum(own) / len(own) if own else float("nan"))
 
@@ -399,8 +390,7 @@ def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
 
 
 def totals(runs) -> tuple[int, int, float]:
-    """(question-runs, those with a pace, their hours) of `with_hours`' rows; the last two 0
-    without hours."""
+    """(question-runs, those with a pace, their hours) of `with_hours`' rows; 0, 0.0 without hours."""
     if "hours" not in runs:
         return int(runs["questions"].sum()), 0, 0.0
     timed = runs["hours"].notna()
@@ -417,8 +407,7 @@ def spread(hours: float, workers: int) -> float:
 
 
 def note_work(cfg: Config, report: Report) -> None:
-    """How much the paper tables amount to: question-runs, and hours at the paper's Table 7 pace
-    for the methods it timed. Information, never a problem."""
+    """Question-runs of the paper tables, and hours at Table 7's pace: information, never a problem."""
     from .plan import question_runs
 
     try:
@@ -435,12 +424,10 @@ def note_work(cfg: Config, report: Report) -> None:
 
 def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
-    for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
-                 lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
-                 lambda r: check_skr_results(cfg, r), lambda r: check_self_rag_inputs(cfg, r),
-                 lambda r: check_disk(cfg, r), lambda r: check_gpu(cfg, r),
-                 lambda r: check_cluster(cfg, r), lambda r: note_work(cfg, r)):
-        step(report)
+    check_models(cfg, report, strict)
+    for step in (check_corpus, check_datasets, check_prompts, check_skr_results, check_self_rag_inputs,
+                 check_disk, check_gpu, check_cluster, note_work):
+        step(cfg, report)
     return report
 
 
