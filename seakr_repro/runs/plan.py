@@ -36,9 +36,8 @@ def notebook_parameter(cfg: Config, step: str, name: str):
 
 
 def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
-    """`cfg` with command-line notebook parameters ({notebook: {NAME: value}}, reproduce's
-    --param) as notebooks.<notebook>.<NAME>, so that what a run plans (its runs, their question
-    counts) is what the notebooks will be given, not the bare profile's."""
+    """`cfg` with reproduce's --param ({notebook: {NAME: value}}) as notebooks.<notebook>.<NAME>,
+    so that what a run plans is what the notebooks will be given."""
     if not any((parameters or {}).values()):
         return cfg
     # merged as given: --param checked each name against its notebook's parameters cell already
@@ -67,11 +66,6 @@ def set_size(cfg, name: str, prepared: dict | None = None) -> int:
     else:
         total = len(load_dataset(name))         # bundled: count it
     return min(n, total) if n is not None else total
-
-
-def _capped(cfg: Config, dataset: str, cap: int | None, prepared: dict | None) -> int:
-    n = set_size(cfg, dataset, prepared)
-    return n if cap is None else min(int(cap), n)
 
 
 def step_cap(cfg: Config, step: str) -> int | None:
@@ -115,15 +109,15 @@ def work_keys(cfg: Config) -> set[tuple[str, str, str]]:
 def question_runs(cfg: Config, prepared: bool = False, as_run: bool = False) -> pd.DataFrame:
     """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
     Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples
-    (`as_run`: as `make reproduce` runs them: Table 7's rows those of notebook 09's METHODS, and
-    notebook 10's rows too, table "seed"). The sets are the paper's (a cost
-    projection of the profile); with `prepared`, the ones step 00 wrote where they are on disk (a
-    disk check of what this checkout will run)."""
+    (`as_run`: as `make reproduce` runs them: Table 7's rows notebook 09's METHODS, and notebook
+    10's rows, table "seed"). The sets are the paper's; with `prepared`, the ones step 00 wrote
+    where they are on disk."""
     counted, caps, rows = ({} if prepared else None), {}, []
     for step, key, label, method, d in _runs(cfg, as_run):
         if step not in caps:
             caps[step] = step_cap(cfg, step)
-        rows.append((step, key, label, method, d, _capped(cfg, d, caps[step], counted)))
+        n = set_size(cfg, d, counted)
+        rows.append((step, key, label, method, d, n if caps[step] is None else min(int(caps[step]), n)))
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 
@@ -224,10 +218,8 @@ class PlannedRun:
 
 
 def planned_runs(cfg: Config) -> list[PlannedRun]:
-    """Every run the profile plans, step by step: the rows of Tables 1-4 and 7 on their data sets
-    (`artifacts.TABLES`, as `question_runs` counts them) and notebook 10's (SeaKR and the related
-    methods on each data set). Identified by (label, data set): the config hash needs the method
-    built on a model, so a run's file is the one its latest run wrote (`run_file`)."""
+    """Every run the profile plans (`_runs`: Tables 1-4 and 7, then notebook 10's), by (label, data
+    set): the config hash needs the method built on a model, so a run's file is `run_file`'s."""
     return [PlannedRun(step, label, d) for step, _, label, _, d in _runs(cfg)]
 
 
@@ -238,8 +230,7 @@ def label_files(folder, label: str) -> list:
 
 def run_file(res, run: PlannedRun):
     """The file of a planned run under the results folder `res`: the one `runner.mark_current`
-    recorded for its label (None when that file is gone); with no record (Table 7's runs, files
-    from before the record) its label's only file, or None: of several, none is guessed."""
+    recorded (None when that file is gone); with no record, its label's only file, or None."""
     from pathlib import Path
 
     from .runner import current_name

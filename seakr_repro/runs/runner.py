@@ -47,8 +47,7 @@ def mark_current(path: Path) -> None:
 
 
 def current_name(dataset_dir: Path, label: str) -> str | None:
-    """The file name `mark_current` recorded for `label` in a data set's run directory, or None
-    (nothing recorded, or an unreadable record)."""
+    """The file name `mark_current` recorded for `label`, or None (none, or an unreadable record)."""
     from ..core.io import read_json
 
     record = dataset_dir / CURRENT_NAME
@@ -97,8 +96,7 @@ def _counters(backend) -> dict[str, float]:
 
 
 def _oom_counts(backend) -> tuple[int, float]:
-    """Out-of-memory retries so far of the model backend itself (also under a CachedBackend), and
-    the seconds their failed attempts took."""
+    """(out-of-memory retries, their failed attempts' seconds) of the model backend under any cache."""
     from ..llm.base import unwrap
     inner = unwrap(backend)
     got = _counters(inner) if inner is not None else {}
@@ -117,8 +115,7 @@ def _score(pred: str, golds: list[str]) -> dict:
 
 def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], dict] | None = None,
                concurrency: int = 1) -> dict:
-    """One finished question's row (`run_method` documents it): the local runner and every Ray
-    worker (`runs.engine`) build it here, so both engines write the same rows."""
+    """One finished question's row (`run_method` documents it), built here by both engines alike."""
     from ..llm.batching import worker
     from ..llm.cache import counting, row_counts
     from ..methods.base import MethodResult
@@ -163,17 +160,13 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls (and cache hits),
     prompt and generated tokens, seconds, trace, extra. Costs are counted per question: by a
     `counting()` scope with a CachedBackend (right under concurrency too), else as the difference
-    of the backend's `stats()` counters around the question.
-
-    concurrency > 1 runs that many questions at once and needs a backend that batches concurrent
-    calls (vLLM, or the transformers backend under `llm.batching.ThreadBatcher`); rows are written
-    as questions finish (the file order may differ from the record order), `seconds` each
-    question's own, overlapping wall time.
-
-    With runner.engine: ray, `backend` is a `runs.engine.FleetBackend` and `method` its
-    `RemoteMethod`: Ray workers answer (`concurrency` at a time each) and this process writes
-    their rows as they arrive, to the same file.
+    of the backend's `stats()` counters. concurrency > 1 needs a backend that batches concurrent
+    calls (vLLM, or transformers under `llm.batching.ThreadBatcher`); rows are written as questions
+    finish, `seconds` each question's own, overlapping wall time. With runner.engine: ray,
+    `backend` is a `FleetBackend` and `method` its `RemoteMethod`: Ray workers answer
+    (`concurrency` at a time each) and this process writes their rows as they arrive.
     """
+    from ..core.io import appending
     from ..core.progress import tqdm
 
     concurrency = int(concurrency or 1)
@@ -200,8 +193,6 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
 
     bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
                desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
-    from ..core.io import appending
-
     try:
         with appending(out_path) as append:      # a line lands whole, or not at all (a full disk)
             def write(row):
