@@ -50,9 +50,8 @@ def corpus_passages(cfg) -> int:
 
 
 def model_shape(cfg) -> tuple[int, int]:
-    """(layers, hidden size) of the profile's model: from the config.json of the directory
-    model.path names when there is one (a smaller stand-in or another checkpoint is measured, not
-    taken for the registry's shape), else the registry's, else LLaMA-2-7B's."""
+    """(layers, hidden size) of the profile's model: its given directory's config.json (a stand-in
+    is measured, not taken for the registry's shape), else the registry's, else LLaMA-2-7B's."""
     import json
 
     from ..llm.registry import MODELS, given_dir
@@ -68,12 +67,9 @@ def model_shape(cfg) -> tuple[int, int]:
 
 
 def estimate_needs(cfg) -> dict[str, int]:
-    """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
-    step 02's vectors and the run files of Tables 1-4 and 7. Arithmetic from the per-unit sizes
-    above times the profile's counts: the corpus's passages (`corpus_passages`) and each run's
-    questions as `plan.question_runs` counts them (the set step 00 prepared where it is on disk,
-    else the paper's; capped by datasets.n_questions and the notebook's or table's sample); the
-    model's shape from `model_shape`."""
+    """Bytes of disk per component (`PARTS`) for a profile: the per-unit sizes above times the
+    corpus's passages (`corpus_passages`), each run's questions (`plan.question_runs`, prepared
+    sets where on disk) and the model's shape (`model_shape`)."""
     from ..artifacts import EXTRACTION, METHODS
     from .plan import question_runs
 
@@ -121,8 +117,7 @@ def needs_left(cfg) -> dict[str, int]:
 
 
 def needs_by_place(cfg) -> list[tuple[str, int, Path]]:
-    """`needs_left` as (what, bytes, the folder it is written to), for the disk-full paragraph,
-    which counts the parts that go to the disk that filled."""
+    """`needs_left` as (what, bytes, the folder it is written to), for the disk-full paragraph."""
     from ..core import paths
     from ..retrieval.index import index_dir_for
     from .inputs import corpus_path
@@ -135,8 +130,8 @@ def needs_by_place(cfg) -> list[tuple[str, int, Path]]:
 
 
 def require_for_runs(cfg) -> None:
-    """Before a grid of method runs: room for the profile's call cache and run files (the whole
-    profile's estimate, so a run that starts is a run that can finish)."""
+    """Before a grid of runs: room for the whole profile's call cache and run files, so a run that
+    starts can finish."""
     from ..core.paths import CACHE_DIR, results_dir
 
     needs = estimate_needs(cfg)

@@ -10,8 +10,7 @@ from .fleet_backend import FleetBackend, FleetPool
 
 
 def open_pool(cfg, primary: bool = True, **fleet_args):
-    """The backend pool of the profile's engine: local (with `primary`, the profile's model
-    loaded now) or Ray workers."""
+    """The backend pool of the profile's engine: local (`primary`: its model loaded now) or Ray."""
     from .pool import BackendPool
 
     if uses_ray(cfg):
@@ -21,9 +20,8 @@ def open_pool(cfg, primary: bool = True, **fleet_args):
 
 
 def open_backend(cfg, cached: bool = True, dtype: str | None = None, **fleet_args):
-    """The profile's model (in `dtype`, default model.dtype) on the profile's engine: loaded here,
-    or a `FleetBackend` on Ray workers; `cached` False = the call cache off, its counters on
-    (Table 7's timing). Give it back with `close_backend`."""
+    """The profile's model on the profile's engine: loaded here, or a `FleetBackend` on Ray workers
+    (`cached`, `dtype`: `ray_worker.load_model`'s). Give it back with `close_backend`."""
     if uses_ray(cfg):
         fleet = Fleet(cfg, **fleet_args)
         try:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 
 class FleetBackend:
-    """The driver's handle on one model as the workers of `fleet` (a `fleet.Fleet`) hold it: its
-    name and shapes (asked of a worker, which loads it), `fleet` for the loops, and `method` to
-    describe a method on it. `concurrent` is True because the worker's own backend decides:
-    `RemoteMethod` carries its answer."""
+    """The driver's handle on one model as the workers of `fleet` hold it: its name and shapes
+    (asked of a worker, which loads it) and `method`. `concurrent` is True because the worker's
+    own backend decides: `RemoteMethod` carries its answer."""
 
     concurrent = True
 
@@ -42,8 +41,7 @@ class RemoteMethod:
 
 
 class FleetPool:
-    """`pool.BackendPool` on Ray workers: `get(name)` gives a `FleetBackend` (each worker loads
-    the model on first use and drops the one before); `close` stops the workers."""
+    """`pool.BackendPool` on Ray workers: `get(name)` gives a `FleetBackend`; `close` stops them."""
 
     def __init__(self, fleet):
         self.fleet, self.cfg = fleet, fleet.cfg

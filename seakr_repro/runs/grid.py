@@ -23,8 +23,7 @@ from .pool import BackendPool
 
 
 def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
-    """The profile's settings for one method: the config keys the method declares (its CONFIG),
-    and SeaKR's thresholds."""
+    """The profile's settings for one method (its declared CONFIG keys), and SeaKR's thresholds."""
     from ..methods import method_class
 
     cls = method_class(method)
@@ -56,8 +55,7 @@ def deltas_for(cfg: Config) -> dict[str, float]:
 
 
 def model_order(specs: Sequence["RunSpec"], primary: str) -> list["RunSpec"]:
-    """The specs grouped by model, the profile's model first, order kept within each group:
-    every data set of one model runs before the next model is loaded (one load per model)."""
+    """The specs grouped by model, the profile's model first, order kept: one load per model."""
     models = list(dict.fromkeys([primary] + [s.model or primary for s in specs]))
     return sorted(specs, key=lambda s: models.index(s.model or primary))
 
@@ -92,9 +90,8 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
     from ..evaluation import score_predictions
     from .engine import method_on
     from .derived import derive
-    from .runner import mark_current, run_method, run_path, summarise
-
     from .disk_needs import require_for_runs
+    from .runner import mark_current, run_method, run_path, summarise
 
     require_for_runs(cfg)          # a full disk stops the grid before it starts, not at hour 30
     deltas = deltas_for(cfg)
@@ -137,12 +134,10 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
 
 
 def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -> str | None:
-    """The dtype the spec's model loads in: the method's own (`model_dtype`), unless it does not fit
-    the pool's GPU (`llm.gpu_fit.dtype_that_fits`: baselines.dtype_when_too_large, else an error).
-    A departure is printed, warned, kept in `pool.departures` and written into the method's
-    settings, so the run's key and file name the dtype the model really has (a float32 run on a
-    larger card is another run, never resumed into). Ray pools decide nothing here (no card_bytes):
-    the workers' GPUs are not this machine's."""
+    """The dtype the spec's model loads in: the method's own, unless it does not fit the pool's GPU
+    (`llm.gpu_fit.dtype_that_fits`). A departure is printed, warned, kept in `pool.departures` and
+    written into the settings, so the run's key and file name the dtype the model really has. Ray
+    pools have no card_bytes: the workers' GPUs are not this machine's."""
     import warnings
 
     from ..llm.gpu_fit import dtype_that_fits
@@ -159,9 +154,8 @@ def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -
 
 
 def _concurrency(cfg: Config, backend, method) -> int:
-    """runner.concurrency where the backend batches concurrent calls (vLLM; the transformers
-    backend through `llm.batching.ThreadBatcher`) and the method answers questions side by side;
-    1 otherwise (`runner.one_at_a_time` says why), with a warning (shown once) that says so."""
+    """runner.concurrency where backend and method allow it, else 1 with a warning that says why
+    (`runner.one_at_a_time`)."""
     import warnings
 
     from .runner import one_at_a_time

@@ -42,9 +42,8 @@ def death_words(node: dict) -> str:
 
 
 class NodeWatch:
-    """The driver's view of the cluster: the nodes Ray has marked dead since the fleet started,
-    asked at most every POLL_SECONDS; raises `ClusterLost` when the driver's node or the head is
-    gone."""
+    """The nodes Ray has marked dead since the fleet started, asked at most every POLL_SECONDS;
+    `ClusterLost` when the driver's node or the head is gone."""
 
     def __init__(self, poll: float = POLL_SECONDS):
         import ray
@@ -59,8 +58,7 @@ class NodeWatch:
         self.dead: dict[str, dict] = {n["NodeID"]: n for n in ray.nodes() if not n.get("Alive")}
 
     def check(self, now: bool = False) -> list[dict]:
-        """The `ray.nodes()` entries of the nodes found dead since the last call (at once with
-        `now`, else when POLL_SECONDS have passed)."""
+        """The `ray.nodes()` entries of the nodes found dead since the last call."""
         if not now and time.monotonic() < self._next:
             return []
         self._next = time.monotonic() + self.poll
@@ -95,9 +93,8 @@ class NodeWatch:
 
 class ClusterLost(UserError):
     """The run cannot go on on this cluster. `what` is what died, in Ray's words; the fleet adds
-    what the run keeps (`progress`) before it is shown, so the paragraph is built when shown. What
-    it says of the run (its profile, step, resume command) is what the running command said
-    (`core.disk_full.current`) when the loss was found."""
+    what the run keeps (`progress`), so the paragraph is built when shown; the run's profile, step
+    and resume command are `core.disk_full.current()`'s when the loss was found."""
 
     def __init__(self, what: str):
         from ..core import disk_full
@@ -133,8 +130,7 @@ class ClusterLost(UserError):
             f"memory), or set runner.ray_address: local; then {then}.")
 
     def record_stop(self) -> None:
-        """results/<profile>/last-stop.json for `status`; nothing where no profile is known or it
-        cannot be written."""
+        """results/<profile>/last-stop.json for `status`; nothing where no profile is known."""
         from ..core import stop_record
 
         if not self.run.profile:
