@@ -37,22 +37,18 @@ MARGIN_FLOOR = 64 << 20      # bytes: the least margin, for the Python caches an
 
 
 def written_bytes(passages: int, vector_questions: int, calibration: int) -> int:
-    """Bytes the check writes: the corpus and its index, the paper-shaped vectors, step 02's
-    calibration questions."""
+    """Bytes the check writes: corpus, index, paper-shaped vectors, step 02's calibration questions."""
     vec_bytes = vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2
     return passages * 2500 + vec_bytes + calibration * 11_000_000
 
 
 def free_space_margin(estimate: int) -> int:
-    """Free bytes beyond `estimate` for what it leaves out: Lucene's merge segments, the call
-    caches, the children's scratch files. Those grow with the work, so the margin is a share of the
-    estimate, not a fixed amount: a fixed 1 GiB refused the smoke-size test (some 30 MB) on a nearly
-    full disk, while at a million passages it was too thin."""
+    """Free bytes beyond `estimate` for what it leaves out (Lucene's merge segments, the call caches,
+    the children's scratch files): they grow with the work, so a share of it, above a floor."""
     return max(int(estimate * MARGIN_SHARE), MARGIN_FLOOR)
 
 
 def free_space_needed(passages: int, vector_questions: int, calibration: int) -> int:
-    """Free bytes the check asks for before it starts: what it writes and the margin."""
     estimate = written_bytes(passages, vector_questions, calibration)
     return estimate + free_space_margin(estimate)
 
