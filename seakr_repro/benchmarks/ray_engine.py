@@ -1,8 +1,8 @@
 """SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine, in one
 run (docs/paper-profile.md has the record), with the arithmetic for 8 GPUs (`runs.preflight`).
 
-All three answer the same questions with the call cache off and must write the same answers; each
-fleet's start is timed apart. On a CPU the workers share its cores, so the gain shows on GPUs."""
+All three answer the same questions, call cache off, and must write the same answers; each fleet's
+start is timed apart."""
 from __future__ import annotations
 
 import os

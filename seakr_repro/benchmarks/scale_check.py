@@ -1,12 +1,10 @@
 """`make scale-check`: a paper-scale dry run on a CPU, and the arithmetic to the whole profile.
 
-A synthetic backend of LLaMA-2-7B's shapes (`llm/synthetic.py`) and a synthetic corpus, indexed by
-the real pyserini path, drive the PAPER profile's own code on a few synthetic questions per data
-set, with stand-ins of the official prompts and top-10 files (`doubles.standins`) and nothing read
-from data/raw (docs/disk-and-memory.md, "Scale check", has what runs and what it measured).
-Measured: host RSS (each part in its own process), disk and Python overhead per question, the
-index build rate; the extrapolation to the full corpus is arithmetic and says so, its disk sizes
-`runs.disk_needs`'s.
+A synthetic backend of LLaMA-2-7B's shapes and a synthetic corpus, indexed by the real pyserini
+path, drive the PAPER profile's own code on a few synthetic questions per data set, with stand-ins
+of the official inputs (`doubles.standins`), nothing read from data/raw (docs/disk-and-memory.md,
+"Scale check"). Measured: host RSS (each part in its own process), disk and Python overhead per
+question, the index build rate; the extrapolation is arithmetic and says so.
 
 BLAS runs on one thread here: U's k x k products are too small to gain from more, and on a loaded
 machine idle BLAS threads made a small Gram product hundreds of times slower."""

@@ -30,6 +30,9 @@ from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT
 from ..runs.plan import label_files, notebook_parameter, planned_runs, run_file, run_total, with_parameters
 
 
+RUN_COLUMNS = ["dataset", "run", "config", "done", "derived", "total", "em", "f1", "s/question", "eta", "disk", "file"]
+
+
 def _results(cfg: Config) -> Path:
     return RESULTS_ROOT / cfg.profile       # not results_dir(): status creates nothing
 
@@ -160,9 +163,9 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
             continue                  # files of several configurations, none recorded: listed below
         if path is None:              # planned, no file: deleted, not run yet, or skipped by its step
             why = _skipped(res, run.step).get(run.label)
-            rows.append({"dataset": run.dataset, "run": run.label, "config": "skipped" if why else "missing",
-                         "done": 0, "derived": "", "total": _planned_total(cfg, run, sizes), "em": "", "f1": "",
-                         "s/question": "", "eta": "", "disk": "", "file": f"{run.folder}/{run.label}-*.jsonl"})
+            rows.append({**dict.fromkeys(RUN_COLUMNS, ""), "dataset": run.dataset, "run": run.label, "done": 0,
+                         "config": "skipped" if why else "missing", "total": _planned_total(cfg, run, sizes),
+                         "file": f"{run.folder}/{run.label}-*.jsonl"})
             continue
         shown.add(path)
         dataset, label = path.parent.name, path.stem.rsplit("-", 1)[0]
@@ -171,8 +174,8 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
         # an older configuration's questions are not this run's: no total, no time left
         total = "-" if config == "older" else _planned_total(cfg, run, sizes) if run is not None else \
             run_total(cfg, dataset, label, sizes)
-        row = {"dataset": dataset, "run": label, "config": config, "done": 0, "derived": 0, "total": total,
-               "em": "", "f1": "", "s/question": "", "eta": "", "disk": human_bytes(path.stat().st_size),
+        row = {**dict.fromkeys(RUN_COLUMNS, ""), "dataset": dataset, "run": label, "config": config, "done": 0,
+               "derived": 0, "total": total, "disk": human_bytes(path.stat().st_size),
                "file": str(path.relative_to(res))}
         try:
             done = read_results(path)     # read-only: a torn last line is skipped, not cut
@@ -197,8 +200,7 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
             row["eta"] = "-" if config == "older" else "done" if total is not None and len(done) >= total else \
                 _duration(pace * (total - len(done))) if total is not None else "?"
         rows.append(row)
-    return pd.DataFrame(rows, columns=["dataset", "run", "config", "done", "derived", "total", "em", "f1", "s/question",
-                                       "eta", "disk", "file"])
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
 def disk_status(cfg: Config, cache: bool = False) -> str:

@@ -9,11 +9,9 @@ from pathlib import Path
 from ..core.disk import require_free_space
 
 
-# Per-unit sizes, MEASURED (docs/disk-and-memory.md): per passage on the default corpus (real
-# Wikipedia text, 4,810 passages) in each retrieval scheme's layout: one field (JSONL 3,384,093 B,
-# Lucene index with -storeContents 2,757,991 B) and the paper profile's es_best_fields (the corpus
-# keeps `text` beside `contents`: JSONL 6,483,116 B; title and text indexed as fields of their own:
-# index 3,706,101 B); per question, each method's figures (artifacts.METHODS).
+# Per-unit sizes, MEASURED (docs/disk-and-memory.md has the files' sizes): per passage on the default
+# corpus's 4,810 real passages in each retrieval scheme's layout (es_best_fields keeps `text` beside
+# `contents` and indexes title and text apart); per question, each method's (artifacts.METHODS).
 JSONL_BYTES_PER_PASSAGE = {"single_field": 704, "es_best_fields": 1_348}
 INDEX_BYTES_PER_PASSAGE = {"single_field": 574, "es_best_fields": 771}
 PASSAGES = {"wiki-excerpt": 4_810, "dpr-wiki": 21_015_324}

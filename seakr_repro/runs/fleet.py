@@ -1,12 +1,9 @@
-"""The Ray engine's driver (`runner.engine: ray`): the per-question loops (the run grid, step 02's
-extraction, notebook 11's trials) spread over Ray actors, one model each (`ray_worker.Worker`).
-
-The driver is the one writer: it hands out tasks and writes each finished question as the local
-engine does, so 1 worker, N workers and the local engine write identical rows. A dead worker is
-replaced and its questions re-queued (MAX_KILLS per question); a dead node's workers are replaced
-where there is room, else dropped; losing the driver's node, the head or every worker stops the
-run with one paragraph (`ray_nodes.ClusterLost`). docs/paper-profile.md (the Ray engine) has the
-rules; results/<profile>/workers.json says which workers run where (`workers_status`)."""
+"""The Ray engine's driver (`runner.engine: ray`): the per-question loops spread over Ray actors,
+one model each (`ray_worker.Worker`). The driver is the one writer, so 1 worker, N workers and the
+local engine write identical rows. A dead worker is replaced and its questions re-queued (MAX_KILLS
+per question); a dead node's workers are replaced where there is room, else dropped; losing the
+driver's node, the head or every worker stops the run with one paragraph (`ray_nodes.ClusterLost`).
+docs/paper-profile.md (the Ray engine) has the rules."""
 from __future__ import annotations
 
 import contextlib

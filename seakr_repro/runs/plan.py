@@ -1,8 +1,7 @@
 """What a profile will run, counted before any of it runs: each data set's size, the question-runs
-of each paper table (a run = one method or ablation row on one data set; its questions = the set's
-size capped by the notebook's sample), and how many questions each run has when finished (the
-prepared set capped by its notebook's N_QUESTIONS), which `status` and partial tables report
-progress against. `cost` prices these counts, `disk_needs` sizes them."""
+of each paper table (one method or ablation row on one data set) and each run's questions when
+finished, which `status` and partial tables report progress against. `cost` prices these counts,
+`disk_needs` sizes them."""
 from __future__ import annotations
 
 import ast
@@ -51,9 +50,9 @@ def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
 
 
 def set_size(cfg, name: str, prepared: dict | None = None) -> int:
-    """Questions of one data set in this profile: the paper's count for a dev set still to
-    download (Table 6), the bundled set's own count, capped by datasets.n_questions. With
-    `prepared` (a cache of counts), the set step 00 prepared, when on disk, is counted instead."""
+    """Questions of one data set in this profile, capped by datasets.n_questions: the paper's count
+    for a dev set to download (Table 6), else the bundled set's; with `prepared` (a cache of
+    counts), the set step 00 prepared where it is on disk."""
     from ..data.registry import DATASETS, load_dataset
 
     n = cfg.get("datasets.n_questions")
@@ -87,10 +86,8 @@ def label_method(cfg: Config, label: str) -> str:
 
 def work_keys(cfg: Config) -> set[tuple[str, str, str]]:
     """(step, run, data set) of every unit of model work the profile plans (`cost` prices them):
-    each run of `question_runs(as_run=True)`; step 02's calibration set ("extraction") and each
-    other backbone's ("calibration:<model>", step 07), data set "calibration"; step 10's SKR
-    labels per data set ("skr-labels") and KBAE's examples on the first single-hop set
-    ("kbae-data"); step 11's trials ("trials") on its data set."""
+    `question_runs(as_run=True)`, the calibration sets (steps 02 and 07), step 10's SKR labels and
+    KBAE's examples, step 11's trials."""
     from .inputs import profile_datasets
 
     runs = question_runs(cfg, as_run=True)
@@ -138,9 +135,8 @@ def _runs(cfg: Config, as_run: bool = True):
 
 
 def _cap(cfg: Config, label: str, dataset_kind: str) -> int | None:
-    """What caps a run label's questions (the total of a run is the prepared set, capped): Tables
-    3/4's analysis sample, else its notebook's N_QUESTIONS; 04/05's for their shared base runs,
-    e.g. seakr."""
+    """What caps a run label's questions: Tables 3/4's analysis sample, else its notebook's
+    N_QUESTIONS (04/05's for their shared base runs, e.g. seakr)."""
     step = table("table1" if dataset_kind == "complex" else "table2").step
     if label not in methods("table1") + methods("table2"):
         if label in ABLATIONS or label in (cfg.get("backbones.models", []) or []):
@@ -171,8 +167,7 @@ def run_total(cfg: Config, dataset: str, label: str, cache: dict | None = None) 
 
 
 def runs_on(label: str, dataset: str) -> bool:
-    """Whether a table row runs on a data set: the self-aware reasoning ablations apply to
-    complex QA only (paper, Table 3)."""
+    """False for a self-aware reasoning ablation on simple QA (complex QA only, paper Table 3)."""
     from ..data.registry import DATASETS
 
     return not (label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple")

@@ -1,11 +1,9 @@
 """Check everything a profile will need before anything long starts, and report all gaps at once.
 
-`check(cfg)` looks at what docs/paper-profile.md ("Preflight") lists (models, corpus, question
-sets, top-10 passages, official clones, SKR's results files, Java, disk, GPU memory) with file
-look-ups only, no model loads, and raises one `DataMissingError` that lists every missing piece
-with where to get it and where to put it. A missing optional model (Self-RAG, the Table 4
-backbones) is listed as "will be skipped"; `strict=True` (`preflight --strict`) makes them
-required, for a run that must fill every row.
+`check(cfg)` looks at what docs/paper-profile.md ("Preflight") lists with file look-ups only, no
+model loads, and raises one `DataMissingError` that lists every missing piece with where to get it
+and where to put it. A missing optional model (Self-RAG, the Table 4 backbones) "will be skipped";
+`strict=True` (`preflight --strict`) makes them required.
 """
 from __future__ import annotations
 
@@ -77,7 +75,6 @@ def _model_dir_problem(name: str, cfg: Config, own: bool) -> str | None:
 
 
 def profile_models(cfg: Config) -> tuple[str, list[str]]:
-    """(the profile's own model, the other models its notebooks load: Self-RAG, backbones)."""
     own = cfg["model.name"]
     others = [SELF_RAG, *(cfg.get("backbones.models", []) or [])]
     return own, [m for m in dict.fromkeys(others) if m != own]
@@ -178,9 +175,8 @@ def check_datasets(cfg: Config, report: Report) -> None:
 
 
 def check_prompts(cfg: Config, report: Report) -> None:
-    """The clones the prompts are read from (`prompts.demos: official`), each parsed as the run will
-    parse it: SeaKR's (THU-KEG/SeaKR, SEAKR/dataset.py) for SeaKR and the fixed baselines, DRAGIN's
-    (oneal2000/DRAGIN, src/data.py) for the faithful baselines."""
+    """The clones the prompts are read from (`prompts.demos: official`), parsed as the run will:
+    SeaKR's (SEAKR/dataset.py), and DRAGIN's (src/data.py) for the faithful baselines."""
     from ..prompts import official_demos
     from ..prompts.dragin import dragin_prompt
 
@@ -200,8 +196,7 @@ def check_prompts(cfg: Config, report: Report) -> None:
 
 
 def check_skr_results(cfg: Config, report: Report) -> None:
-    """SKR's results files named by `skr.train_results` (cot_train.json and cot_train_ir.json of
-    THUNLP-MT/SKR's format), each read and paired as notebook 10 will read them."""
+    """SKR's results files (`skr.train_results`), each read and paired as notebook 10 will."""
     from ..methods.skr.results_files import check_results_dir
 
     for dataset, where in (cfg.get("skr.train_results") or {}).items():
@@ -215,8 +210,7 @@ def check_skr_results(cfg: Config, report: Report) -> None:
 
 
 def check_self_rag_inputs(cfg: Config, report: Report) -> None:
-    """With `self_rag.passages: input`, each data set of Tables 1/2 needs a Self-RAG input file
-    (`self_rag.input_files`), read as the method will read it: every question with its ctxs."""
+    """With `self_rag.passages: input`, each data set's Self-RAG input file, read as the method will."""
     from ..retrieval.passages import InputPassages
     from .inputs import profile_datasets
 
@@ -379,9 +373,8 @@ def method_pace(pace: dict[tuple[str, str], float], method: str, dataset: str) -
 
 
 def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
-    """`runs` (`plan.question_runs`) plus seconds_per_question (the paper's Table 7: every
-    SeaKR-family row at SeaKR's, a set the paper did not time at the mean of its two; NaN where it
-    timed no such method) and hours = questions x seconds / 3,600."""
+    """`runs` (`plan.question_runs`) plus seconds_per_question (`method_pace` of the paper's Table 7)
+    and hours = questions x seconds / 3,600."""
     pace = paper_pace() if pace is None else pace
     out = runs.copy()
     out["seconds_per_question"] = [method_pace(pace, m, d) for m, d in zip(out["method"], out["dataset"])]

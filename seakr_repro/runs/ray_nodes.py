@@ -1,11 +1,7 @@
-"""Which Ray nodes a fleet's run (`fleet.Fleet`) depends on are alive, as Ray says (`NodeWatch`),
-and the stop when one it cannot do without is gone (`ClusterLost`).
-
-A run cannot do without its driver's node (its raylet holds the driver's objects) and the head
-(its GCS places everything); any other node only holds workers. A head that is gone stops
-answering at its address before Ray marks anything dead, so the watch asks the head's address
-first. The stop's paragraph is recorded in results/<profile>/last-stop.json for `status`
-(docs/paper-profile.md, the Ray engine)."""
+"""Whether the Ray nodes a fleet's run needs are alive (`NodeWatch`), and the stop when one is gone
+(`ClusterLost`). A run cannot do without its driver's node (its raylet holds the driver's objects)
+and the head (its GCS places everything). A gone head stops answering at its address before Ray
+marks anything dead, so the watch asks the head's address first."""
 from __future__ import annotations
 
 import socket

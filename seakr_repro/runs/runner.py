@@ -1,12 +1,11 @@
-"""Run a method over a question set, one JSON line per finished question, resumable.
+"""Run a method over a question set, one JSON line per finished question, resumable, into
+results/<profile>/runs/<dataset>/<method>-<config hash>.jsonl.
 
-The output file is keyed by method and config hash: results/<profile>/runs/<dataset>/<method>-<hash>.jsonl.
 A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
 most the question in flight; on resume, finished ids are skipped and a torn last line is cut off.
 A disk that fills mid-line gets the line cut off at once (`core.io.appending`) and the run stops
-with the disk-full paragraph (`core.disk_full`); the same command resumes once there is room.
-A question that fails for a reason of its own (`QuestionError`) is a finished line too, with
-`failed` (the reason) and an empty answer, scored as unanswered and counted by `summarise`.
+with the disk-full paragraph; the same command resumes once there is room. A question that fails
+for a reason of its own (`QuestionError`) is a finished line with `failed` and an empty answer.
 """
 from __future__ import annotations
 
@@ -67,11 +66,9 @@ def read_results(path: str | Path, repair: bool = False) -> list[dict]:
     with open(path, "rb") as fh:
         lines = fh.readlines()
     for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            good_bytes += len(raw)
-            continue
         try:
-            rows.append(json.loads(raw))
+            if raw.strip():
+                rows.append(json.loads(raw))
             good_bytes += len(raw)
         except json.JSONDecodeError:
             if lineno == len(lines):          # torn write at the end: the question was not finished
