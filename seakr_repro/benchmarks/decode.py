@@ -115,8 +115,7 @@ def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
 
 
 def fewer_layers_float32(model, n_layers: int):
-    """A float32 model of `model`'s architecture with its first `n_layers` layers and the same
-    weights (embedding, those layers, final norm, LM head), on the same device."""
+    """`model` in float32 with its first `n_layers` layers only, the same weights, on the same device."""
     import copy
 
     import torch
@@ -211,8 +210,7 @@ def _write(report: dict, out: Path | None) -> None:
 
 
 def _time_paths(backends: dict, a, ids: list[int], report: dict) -> None:
-    """Each path's timing (alternating repeats) into report["paths"]; a path that fails records
-    its error and leaves the rotation."""
+    """Each path's timing into report["paths"]; a path that fails records its error and leaves."""
     import torch
 
     from ..llm.hf.decode.paths import strategy
@@ -336,25 +334,24 @@ def main(argv=None) -> dict:
 
     if a.threads:
         torch.set_num_threads(a.threads)
+    dtype = resolve_dtype(a.dtype)
     if a.model:
         from transformers import AutoModelForCausalLM
 
         from ..llm.registry import model_dir
         path = model_dir(a.model)
         tok = AutoTokenizer.from_pretrained(a.tokenizer or path)
-    elif a.tokenizer:
-        tok = AutoTokenizer.from_pretrained(a.tokenizer)
-    else:
-        import tempfile
-
-        from ..doubles.llama_tokenizer import build_tokenizer
-        with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
-            tok = build_tokenizer(Path(d))
-    dtype = resolve_dtype(a.dtype)
-    vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
-    if a.model:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(a.device).eval()
     else:
+        if a.tokenizer:
+            tok = AutoTokenizer.from_pretrained(a.tokenizer)
+        else:
+            import tempfile
+
+            from ..doubles.llama_tokenizer import build_tokenizer
+            with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
+                tok = build_tokenizer(Path(d))
+        vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
         model = random_llama(a.shape, tok, a.device, dtype, seed=a.seed, vocab_size=vocab)
     prompt, ids = _prompt(tok, a.prompt_tokens)
     cuda = a.device.startswith("cuda")

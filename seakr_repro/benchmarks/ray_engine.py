@@ -77,8 +77,7 @@ def _row(engine: str, workers: int, start: float, wall: float, rows: list[dict])
 
 
 def arithmetic(gpus: int = 8, profiles=("paper", "paper-sample")) -> list[dict]:
-    """Hours of each profile's paper tables at the paper's Table 7 pace, and over `gpus` Ray
-    workers (`preflight.spread`): ARITHMETIC, nothing measured."""
+    """Hours of each profile's paper tables at Table 7's pace, and over `gpus` workers: ARITHMETIC."""
     from ..core.config import load_config
     from ..runs.plan import question_runs
     from ..runs.preflight import spread, totals, with_hours

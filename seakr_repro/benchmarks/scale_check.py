@@ -334,11 +334,9 @@ def main(argv=None) -> int:
     if a.cache_model:      # the model decodes on every core; only U's tiny products are serial
         print(json.dumps(_cache_report(a.cache_model, a.questions, 20, 100), indent=1))
         return 0
-    if a.child == "runs":
-        print(json.dumps(_child_runs(a.workdir, a.questions, a.calibration, a.methods)))
-        return 0
-    if a.child == "step03":
-        print(json.dumps(_child_step03(a.workdir, a.n_boot)))
+    if a.child:
+        print(json.dumps(_child_runs(a.workdir, a.questions, a.calibration, a.methods) if a.child == "runs"
+                         else _child_step03(a.workdir, a.n_boot)))
         return 0
 
     import shutil

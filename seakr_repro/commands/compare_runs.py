@@ -127,8 +127,7 @@ def parse_labels(text: str) -> tuple[str, str]:
 
 def compare(cfg, run_a, run_b, labels=("A", "B"), n_boot: int | None = None,
             out=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Print the ledger and the AUROCs of two results folders side by side (and with `out`, write
-    ledger.csv, auroc.csv and comparison.md there); `n_boot` defaults to the profile's."""
+    """Print the ledger and the AUROCs of two results folders side by side; `out`: write them there too."""
     from ..core.io import atomic_open
 
     dir_a, dir_b = _check_dir(run_a), _check_dir(run_b)

@@ -220,8 +220,7 @@ def disk_status(cfg: Config, cache: bool = False) -> str:
 
 
 def predicted_beside_actual(cfg: Config) -> str:
-    """Per notebook, what `cost` last predicted for the profile beside what the run's files
-    record (calls made and unique, seconds); how to get a prediction when there is none."""
+    """Per notebook, `cost`'s last prediction beside what the run's files record; or how to get one."""
     from ..price.command import beside_run, beside_text, latest_prediction, priced
 
     got = latest_prediction(cfg.profile)

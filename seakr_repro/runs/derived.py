@@ -56,8 +56,7 @@ def source(method, path: Path) -> tuple[Path, Callable[[dict], dict | None], str
 
 
 def derive(method, path: Path, records: Sequence) -> int:
-    """Append to `path` the rows of `records` that follow from another run's file (`source`) and
-    are not in `path` yet; the number written."""
+    """Append to `path` the rows of `records` it lacks that follow from `source`; the number written."""
     from ..core.io import appending
     from .runner import _score, read_results
 

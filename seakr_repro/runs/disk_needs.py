@@ -1,6 +1,5 @@
-"""What a profile's steps will need on disk (corpus, index, call cache, step 02's vectors, run
-files), by arithmetic from measured per-unit sizes: checked before a grid of runs starts and
-shown by preflight."""
+"""What a profile's steps will need on disk (`PARTS`), by arithmetic from measured per-unit sizes:
+checked before a grid of runs starts and shown by preflight."""
 from __future__ import annotations
 
 import contextlib
@@ -128,8 +127,7 @@ def needs_by_place(cfg) -> list[tuple[str, int, Path]]:
 
 
 def require_for_runs(cfg) -> None:
-    """Before a grid of runs: room for the whole profile's call cache and run files, so a run that
-    starts can finish."""
+    """Room for the whole profile's call cache and run files, so a grid that starts can finish."""
     from ..core.paths import CACHE_DIR, results_dir
 
     needs = estimate_needs(cfg)

@@ -1,7 +1,6 @@
-"""Opening the profile's engine (`runner.engine`, read in `engine_choice`): the backend pool of a
-run grid, one model for a step's loop, and a method on it, each in this process or, on Ray, the
-driver's stand-ins for them (`fleet_backend`) over a fleet of workers (`fleet`). Notebooks and
-steps open their models here, so which engine runs them is the profile's choice alone."""
+"""Opening the profile's engine (`engine_choice`): a run grid's backend pool, one model, a method
+on it, here or, on Ray, the driver's stand-ins (`fleet_backend`). Notebooks and steps open their
+models here, so which engine runs them is the profile's choice alone."""
 from __future__ import annotations
 
 from .engine_choice import uses_ray
@@ -35,11 +34,7 @@ def open_backend(cfg, cached: bool = True, dtype: str | None = None, **fleet_arg
 
 def close_backend(backend) -> None:
     """Free what `open_backend` gave: the model here, or the Ray workers."""
-    fleet = getattr(backend, "fleet", None)
-    if fleet is not None:
-        fleet.close()
-        return
-    close = getattr(backend, "close", None)
+    close = getattr(getattr(backend, "fleet", None) or backend, "close", None)
     if callable(close):
         close()
 

@@ -259,8 +259,7 @@ class Fleet:
         return w["info"]["node"] if w["info"] else w["last_node"]
 
     def _move(self, slot: int) -> bool:
-        """The worker in `slot` went with its node: start another where the cluster has room now
-        (True), else drop the slot (False)."""
+        """The worker in `slot` went with its node: start another where there is room (True), else drop it."""
         import ray
 
         w = self._slots[slot]

@@ -1,6 +1,5 @@
 """What the driver of a Ray run holds in place of a loaded model, its methods and its pool: the
-loops (`runner.run_method`, `grid.run_grid`, step 02, notebook 11) take them as they take the local
-ones and hand each question to the fleet's workers (`fleet.Fleet`)."""
+loops take them as they take the local ones and hand each question to the fleet's workers."""
 from __future__ import annotations
 
 
@@ -26,8 +25,7 @@ class FleetBackend:
 
 
 class RemoteMethod:
-    """A method as the workers build it: its name and config (the run file's key) and why its
-    questions must run one at a time, if so; `task(record)` is one question for `Fleet.map`."""
+    """A method as the workers build it (name, config, one_question_at_a_time); `task` for `Fleet.map`."""
 
     def __init__(self, spec: dict, info: dict):
         from .runner import config_hash

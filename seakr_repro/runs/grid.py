@@ -1,10 +1,7 @@
-"""The run grid under steps 04-07, 09 and 10: method settings from the profile, the question
-samples, the data sets of each table, and `run_grid`, which runs (method, data set) pairs
-resumably into tidy results (method, dataset, metric, value, low, high) for the render step.
-
-Settings flow from the profile into each method (`method_settings`), thresholds from step 03's
-calibration (`uncertainty.thresholds.read_deltas`). Each (method, dataset) run is `runner`'s
-resumable file keyed by the method's config hash; SeaKR's ablations share calls through the cache.
+"""The run grid under steps 04-07, 09 and 10: `run_grid` runs (method, data set) pairs, each
+`runner`'s resumable file keyed by the method's config hash, into tidy results (method, dataset,
+metric, value, low, high); settings come from the profile (`method_settings`), thresholds from
+step 03's calibration, and SeaKR's ablations share calls through the cache.
 """
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ def model_dtype(method: str, settings: dict[str, Any]) -> str | None:
 
 
 def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:
-    """A row's switches with `delta: CALIBRATED` replaced by step 03's thresholds
-    (DataMissingError, i.e. a skipped row with the reason, before step 03 ran)."""
+    """A row's switches with `delta: CALIBRATED` as step 03's thresholds (DataMissingError before)."""
     out = dict(overrides)
     if out.get("delta") == CALIBRATED:
         out["delta"] = calibrated_deltas(cfg)
@@ -154,8 +150,7 @@ def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -
 
 
 def _concurrency(cfg: Config, backend, method) -> int:
-    """runner.concurrency where backend and method allow it, else 1 with a warning that says why
-    (`runner.one_at_a_time`)."""
+    """runner.concurrency where backend and method allow it, else 1 with a warning that says why."""
     import warnings
 
     from .runner import one_at_a_time

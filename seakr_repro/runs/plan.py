@@ -68,15 +68,13 @@ def set_size(cfg, name: str, prepared: dict | None = None) -> int:
 
 
 def step_cap(cfg: Config, step: str) -> int | None:
-    """The questions per data set a run step asks for (None: the whole prepared set): Tables 3/4's
-    sample setting (analysis.n_questions), else the notebook's N_QUESTIONS."""
+    """Questions per data set a run step asks for (None: all): Tables 3/4's sample, else N_QUESTIONS."""
     sample = next((t.sample for t in TABLES.values() if t.step == step and t.sample), None)
     return cfg.get(sample) if sample else notebook_parameter(cfg, step, "N_QUESTIONS")
 
 
 def label_method(cfg: Config, label: str) -> str:
-    """The method a run label runs: its table row's (`artifacts.TABLES`), SeaKR for a Table 4
-    backbone, the label itself for notebook 10's rows."""
+    """The method a run label runs: its table row's, SeaKR for a backbone, else the label itself."""
     for spec in TABLES.values():
         for run in spec.runs:
             if run.label == label:
@@ -157,8 +155,7 @@ def _prepared_size(cfg: Config, dataset: str, cache: dict) -> int | None:
 
 
 def run_total(cfg: Config, dataset: str, label: str, cache: dict | None = None) -> int | None:
-    """Questions the run of `label` on `dataset` will have when finished: the prepared set
-    (step 00), capped by its notebook's N_QUESTIONS; None when the set is not prepared."""
+    """Questions the run will have when finished: the prepared set, capped (`_cap`); None: not prepared."""
     from ..data.registry import DATASETS
 
     total = _prepared_size(cfg, dataset, {} if cache is None else cache)
@@ -201,8 +198,7 @@ RUN_FOLDERS = {t.step: f"{t.step}/runs" for t in TABLES.values() if t.kind == "t
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run the profile plans: a table row (method label) on one data set, by one step; its
-    file is <folder>/<label>-<config hash>.jsonl under results/<profile>/."""
+    """A table row (method label) on one data set, by one step; file <folder>/<label>-<hash>.jsonl."""
     step: str
     label: str
     dataset: str

@@ -373,8 +373,7 @@ def method_pace(pace: dict[tuple[str, str], float], method: str, dataset: str) -
 
 
 def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
-    """`runs` (`plan.question_runs`) plus seconds_per_question (`method_pace` of the paper's Table 7)
-    and hours = questions x seconds / 3,600."""
+    """`runs` plus seconds_per_question (`method_pace` of Table 7) and hours = questions x seconds / 3,600."""
     pace = paper_pace() if pace is None else pace
     out = runs.copy()
     out["seconds_per_question"] = [method_pace(pace, m, d) for m, d in zip(out["method"], out["dataset"])]

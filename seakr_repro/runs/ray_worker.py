@@ -130,8 +130,7 @@ class Worker:
 
 
 def load_model(cfg, name: str | None = None, cached: bool = True, dtype: str | None = None):
-    """`llm.load_backend` (in `dtype`, default model.dtype); `cached` False = the call cache off
-    and its counters on."""
+    """`llm.load_backend` in `dtype`; `cached` False = the call cache off and its counters on."""
     from ..llm import load_backend
     extra = {} if dtype is None else {"dtype": dtype}
     if cached:

@@ -34,8 +34,7 @@ CURRENT_NAME = "current.json"     # beside the run files of a data set: {label: 
 
 
 def mark_current(path: Path) -> None:
-    """Record `path` as its label's current run file (the one the latest run of that row writes);
-    files of the same label under other config hashes are then older configurations (`status`)."""
+    """Record `path` as its label's current run file: its other config hashes are older (`status`)."""
     from ..core.io import read_json, write_json
 
     record = path.parent / CURRENT_NAME

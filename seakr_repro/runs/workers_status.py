@@ -1,6 +1,5 @@
-"""`results/<profile>/workers.json`: which Ray workers run where and what each has done. The
-driver (`fleet.Fleet`) writes it while a Ray run is on and removes it when the run ends; `status`
-shows it (`workers_report`)."""
+"""`results/<profile>/workers.json`: which Ray workers run where and what each has done, written by
+the driver (`fleet.Fleet`) while a Ray run is on and shown by `status` (`workers_report`)."""
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +39,7 @@ def write_status(path: Path, address: str, resources_each: dict, workers: list[d
 
 
 def workers_report(results: Path) -> str | None:
-    """`status`'s lines on the Ray workers of a run (None when no Ray run is on): each worker's
-    host, GPUs, questions answered, in flight, restarts and state; a driver gone is said."""
+    """`status`'s table of a Ray run's workers (None when none is on); a driver gone is said."""
     path, doc = Path(results) / STATUS_FILE, None
     with contextlib.suppress(OSError, ValueError):
         doc = json.loads(path.read_text()) if path.is_file() else None
