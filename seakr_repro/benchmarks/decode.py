@@ -62,8 +62,8 @@ def bandwidth(device: str, n_bytes: int, repeats: int = 5) -> float:
 
 
 def step_bytes(model, prefix_cache) -> dict[str, int]:
-    """Bytes one decode step must read: the weights (the input embedding aside: only the rows'
-    own tokens are looked up) and the shared prompt's keys and values."""
+    """Bytes one decode step reads: the weights but the input embedding (rows look up their own
+    tokens only) and the shared prompt's keys and values."""
     emb = model.get_input_embeddings().weight
     weights = sum(p.numel() * p.element_size() for p in model.parameters() if p is not emb)
     kv = sum(t.numel() * t.element_size() for lay in prefix_cache.layers for t in (lay.keys, lay.values))

@@ -85,8 +85,7 @@ def _auroc_change(xa, ya, xb, yb):
 
 def compare_aurocs(dir_a, dir_b, labels=("A", "B"), n_boot: int = 1000, seed: int = 0,
                    confidence: float = 0.95) -> pd.DataFrame:
-    """Per score file and estimator: each run's AUROC for "this answer is wrong" with its interval,
-    and B - A paired over the questions both runs scored."""
+    """Per score file and estimator: each run's AUROC of "this answer is wrong" with its interval, B - A paired."""
     from ..uncertainty.analysis import auroc_ci
 
     la, lb = labels

@@ -113,8 +113,7 @@ class Fleet:
                          fix="check `ray status`: the cluster may lack those resources; lower runner.workers")
 
     def _await_infos(self, timeout: float = START_SECONDS) -> None:
-        """Wait until every live worker's `info` came back, checking for dead nodes between waits;
-        a worker's own error (or none starting in time) closes the fleet."""
+        """Wait until every live worker's `info` came back; its own error or a timeout closes the fleet."""
         import ray
 
         deadline = time.monotonic() + timeout

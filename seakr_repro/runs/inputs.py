@@ -24,8 +24,7 @@ def profile_datasets(cfg: Config) -> list[str]:
 
 
 def top10_file(cfg: Config, name: str) -> Path | None:
-    """The top-10 passages file whose questions a simple-QA set evaluates (as main_simpleqa.py),
-    or None where the profile reads none (simple_qa_passages: bm25, or no file and no path)."""
+    """The top-10 passages file a simple-QA set's questions come from (as in main_simpleqa.py), or None."""
     from ..data.registry import DATASETS, TOP_PASSAGES, top_passages_path
 
     if cfg.get("seakr.simple_qa_passages") != "official" or DATASETS[name].kind != "simple":

@@ -209,8 +209,7 @@ class PlannedRun:
 
 
 def planned_runs(cfg: Config) -> list[PlannedRun]:
-    """Every run the profile plans (`_runs`: Tables 1-4 and 7, then notebook 10's), by (label, data
-    set): the config hash needs the method built on a model, so a run's file is `run_file`'s."""
+    """Every run the profile plans (`_runs`), by (label, data set): its file is `run_file`'s."""
     return [PlannedRun(step, label, d) for step, _, label, _, d in _runs(cfg)]
 
 

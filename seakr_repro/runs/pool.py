@@ -25,8 +25,7 @@ class BackendPool:
         return self._name
 
     def card_bytes(self) -> int | None:
-        """GPU memory the transformers models of this pool load into (the card, or its cap); None
-        where they load on no GPU (model.device cpu, no CUDA GPU, or another model.backend)."""
+        """GPU memory the pool's transformers models load into (the card, or its cap); None off GPUs."""
         from ..core.device import usable_gpu_bytes
 
         if self.cfg.get("model.backend", "hf") != "hf" or self.cfg.get("model.device", "auto") == "cpu":

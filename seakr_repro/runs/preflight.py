@@ -38,10 +38,9 @@ def _reason(err: UserError) -> str:
 
 
 def _model_dir_problem(name: str, cfg: Config, own: bool) -> str | None:
-    """Why the model's weights cannot be found (None when they can), without loading anything.
-
-    The profile's own model is looked up as the backend will (model.path, SEAKR_MODEL_PATH, an
-    offline Hugging Face cache); any other model only under model.paths.<name> or in that cache."""
+    """Why the model's weights cannot be found (None when they can), without loading anything: the
+    profile's own model as the backend looks it up (model.path, SEAKR_MODEL_PATH, an offline Hugging
+    Face cache); any other under model.paths.<name> or in that cache."""
     from ..llm import registry
 
     try:

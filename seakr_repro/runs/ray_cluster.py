@@ -1,6 +1,5 @@
-"""Starting or joining the Ray cluster a fleet runs on (`runner.ray_address`): local starts one in
-this process, auto joins the one `ray start` made on this node, host:port (or ray://) joins that
-head node. An address nothing answers is one clear error at once."""
+"""Starting or joining the Ray cluster a fleet runs on (`runner.ray_address`: local, auto, host:port
+or ray://); an address nothing answers is one clear error at once."""
 from __future__ import annotations
 
 import contextlib

@@ -38,8 +38,7 @@ def death_words(node: dict) -> str:
 
 
 class NodeWatch:
-    """The nodes Ray has marked dead since the fleet started, asked at most every POLL_SECONDS;
-    `ClusterLost` when the driver's node or the head is gone."""
+    """The nodes Ray marked dead since the fleet started; `ClusterLost` when the driver's or head's is."""
 
     def __init__(self, poll: float = POLL_SECONDS):
         import ray

@@ -1,6 +1,5 @@
-"""How many Ray workers a cluster gets and what each asks Ray for (`runner.workers`,
-`model.device`, vLLM's tensor-parallel size): one GPU per worker (or the tensor-parallel size)
-where the model runs on GPUs, else an equal share of the CPUs."""
+"""How many Ray workers a cluster gets and what each asks Ray for: one GPU per worker (or vLLM's
+tensor-parallel size) where the model runs on GPUs, else an equal share of the CPUs."""
 from __future__ import annotations
 
 from ..core.errors import UserError
@@ -21,10 +20,8 @@ def wants_gpu(cfg, resources: dict) -> bool:
 
 def gpus_per_worker(cfg) -> int:
     """1, or vLLM's tensor_parallel_size where a number is set (auto: 1, one card needs no split)."""
-    if cfg.get("model.backend", "hf") == "vllm":
-        tp = cfg.get("model.vllm.tensor_parallel_size", "auto")
-        return int(tp) if isinstance(tp, int) else 1
-    return 1
+    tp = cfg.get("model.vllm.tensor_parallel_size", "auto")
+    return int(tp) if cfg.get("model.backend", "hf") == "vllm" and isinstance(tp, int) else 1
 
 
 def plan_workers(cfg, resources: dict) -> tuple[int, dict]:

@@ -19,8 +19,7 @@ def default_status_path(cfg) -> Path:
 
 def worker_entry(slot: int, info: dict, answered: int, in_flight, restarts: int,
                  gone: str | None = None) -> dict:
-    """One worker's line: where it runs (`info`, empty while it starts), the questions it answered
-    and holds now, its slot's restarts, and why it is gone, if it is."""
+    """One worker's line; `info` is what it said of itself (empty while it starts)."""
     return {"worker": slot, "host": info.get("host"), "pid": info.get("pid"), "gpus": info.get("gpus"),
             "answered": answered, "in_flight": sorted(in_flight), "restarts": restarts,
             "state": f"gone: {gone}" if gone else "running" if info else "starting"}
