@@ -97,9 +97,8 @@ PARTS = {"corpus_jsonl": "corpus JSONL", "index": "BM25 index", "call_cache": "L
 
 
 def needs_left(cfg) -> dict[str, int]:
-    """Bytes per component the profile still needs to write: `estimate_needs` less the parts
-    already built (a corpus JSONL or an index on disk is not counted again). Preflight's estimate,
-    and what the disk-full paragraph says the rest of the run needs."""
+    """`estimate_needs` less the parts already built (corpus JSONL, index): preflight's estimate, and
+    what the disk-full paragraph says the rest of the run needs."""
     from ..retrieval.index import index_dir_for, read_meta
     from ..core.errors import UserError
     from .inputs import corpus_path

@@ -232,9 +232,8 @@ class Fleet:
 
     # -- lost nodes ----------------------------------------------------------------------------
     def _check(self, now: bool = False) -> None:
-        """Ask Ray which nodes died (`NodeWatch`); their workers are moved (`_move`) and the loss said
-        once (`map` re-queues their questions). ClusterLost when the driver's node, the head or
-        every worker is gone."""
+        """Ask Ray which nodes died (`NodeWatch`); their workers are moved (`_move`), the loss said once.
+        ClusterLost when the driver's node, the head or every worker is gone."""
         try:
             found = self._watch.check(now)
         except ClusterLost as err:

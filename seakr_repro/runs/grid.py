@@ -81,8 +81,7 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
              datasets: Sequence[str], n_questions: int | None = None, table: str = "",
              progress: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
     """Run every spec on every data set; return (tidy results, {label: why it has no numbers}).
-    `pool` is a `BackendPool`, or `fleet_backend.FleetPool` (runner.engine: ray: Ray workers answer,
-    this process writes; `engine.open_pool` gives the profile's)."""
+    `pool`: a `BackendPool` or, on Ray, a `FleetPool` (`engine.open_pool` gives the profile's)."""
     from ..evaluation import score_predictions
     from .engine import method_on
     from .derived import derive

@@ -30,9 +30,8 @@ class Worker:
 
     # -- what is loaded ------------------------------------------------------------------------
     def backend(self, model: str | None = None, cached: bool = True, dtype: str | None = None):
-        """The backend of `model` (None: the profile's) in `dtype` (None: model.dtype; the
-        faithful baselines' float32 is another load, `Method.model_dtype`); `cached` False = the
-        call cache off and its counters on (Table 7's timing). Another one closes the loaded one."""
+        """The backend of `model` (None: the profile's) in `dtype` (None: model.dtype); `cached` False =
+        the call cache off, its counters on (Table 7's timing). Another one closes the loaded one."""
         key = (model or self.cfg["model.name"], bool(cached), dtype)
         with self._lock:
             if key != self._key:
