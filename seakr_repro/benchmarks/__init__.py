@@ -1,10 +1,7 @@
-"""The developers' benchmarks: one module per benchmark, one entry, `python -m seakr_repro bench
-NAME [its options]` (`bench --help` lists them, `bench NAME --help` gives a benchmark's options;
-`make bench` runs the set it names). Each measures against a baseline in the same run on the same
-machine, and writes what it measured to a JSON file.
-
-A benchmark's module is `seakr_repro.benchmarks.<NAME with _ for ->`, with `main(argv) -> dict`
-(the report it wrote; the scale check returns its exit status) and, for the docs' checks, `parser()`.
+"""The developers' benchmarks, `python -m seakr_repro bench NAME [its options]` (`bench --help`
+lists them; `make bench` runs the set it names). Each measures against a baseline in the same run
+on the same machine and writes a JSON file. A benchmark's module is `module_name(NAME)`, with
+`main(argv) -> dict` (the report; the scale check returns its exit status) and `parser()`.
 """
 from __future__ import annotations
 
@@ -26,7 +23,6 @@ def module_name(name: str) -> str:
 
 
 def benchmark(name: str):
-    """The module of benchmark `name` (one of BENCHMARKS)."""
     if name not in BENCHMARKS:
         raise KeyError(f"no benchmark {name!r}; the benchmarks: {', '.join(BENCHMARKS)}")
     return importlib.import_module(module_name(name))

@@ -18,9 +18,8 @@ from pathlib import Path
 
 
 def run_seakr(cfg, backend, searcher, dataset, records, deltas, concurrency, out_dir, label) -> dict:
-    """SeaKR (the profile's settings, thresholds `deltas`) on `records` with `concurrency` questions
-    in flight; its run file is out_dir/<label>.jsonl. Seconds, LLM calls, generated tokens and EM
-    per question."""
+    """SeaKR (the profile's settings, thresholds `deltas`) on `records`, `concurrency` in flight, into
+    out_dir/<label>.jsonl: seconds, LLM calls, generated tokens and EM per question."""
     from ..llm.cache import CachedBackend
     from ..methods import build_method
     from ..runs.grid import method_settings
@@ -65,9 +64,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict:
     args = parser().parse_args(argv)
-    if args.only:
-        return _child(args)
-    return _parent(args)
+    return _child(args) if args.only else _parent(args)
 
 
 def _parent(args) -> dict:

@@ -66,9 +66,7 @@ SETTINGS = ("unset", "auto", "passive", "spin:10000", "threads:1")
 
 
 def setting_vars(name: str) -> dict[str, str]:
-    """The variables a named setting sets: `unset` none; otherwise parts joined by "+":
-    `passive` (OMP_WAIT_POLICY=PASSIVE), `spin:N` (GOMP_SPINCOUNT=N), `threads:N`
-    (OMP_NUM_THREADS=N; without it, the usable cores)."""
+    """The variables a named setting (the module's note) sets; OMP_NUM_THREADS defaults to the usable cores."""
     if name in ("unset", "auto"):        # auto: the package's, decided as its process starts
         return {}
     out = {"OMP_NUM_THREADS": str(threads.usable_cpus())}
@@ -107,9 +105,8 @@ def measure(setting: str, competitors: int, seconds: float) -> dict:
 
 
 def run(repeats: int, seconds: float, settings: tuple[str, ...] = SETTINGS, busy: int = 2) -> dict:
-    """Per repeat and setting (the order of settings rotating between repeats): one quiet and one
-    busy measurement, back to back. Medians over repeats: quiet speed, its ratio to `unset`'s, and
-    the share of the quiet speed kept beside `busy` processes (per pair, then the median)."""
+    """Per repeat and setting (the order rotating): one quiet and one busy measurement, back to back.
+    Medians: quiet speed, its ratio to `unset`'s, the share of it kept beside `busy` processes."""
     samples = {s: {"quiet": [], "busy": []} for s in settings}
     used_threads = {}
     for r in range(repeats):

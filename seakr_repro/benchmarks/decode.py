@@ -1,44 +1,30 @@
 """The shared-prefix decode step against what the card can do, every decode path side by side.
 
 `python -m seakr_repro bench decode` builds LLaMA-2-7B's architecture with random weights
-(`doubles.random_llama`, LLaMA's 32,000-token vocabulary) in float16 on CUDA and, in one run:
-- the floor: the bandwidth of a large device-to-device copy (bytes read + written per second)
-  and the bytes one decode step must read (every weight but the input embedding, of which only
-  the rows' tokens are read; and the shared prompt's keys and values) over it;
-- for each decode path (`HFBackend(decode=...)`, `core.setting_choices.DECODE_PATHS`; by default
-  every path the device runs: `graph` on CUDA only), alternating repeats (the order rotating, so a
-  busy machine's load falls on all alike): one SeaKR U-evaluation's decode, `--rows` rows sampled
-  over one `--prompt-tokens` prompt for `--new-tokens` tokens, as ms per decode step, tokens per
-  second and "x floor" (the step over the floor); the prompt's pre-fill in ms; on CUDA the peak
-  of allocated memory. The graph path captures once per part of each call (a call is its shape:
-  its rows, prompt and slots) and replays every later step: its step is timed over the replays
-  alone, and each call's captures, replays, capture seconds and warm-up step are reported apart
-  (`ms_per_step_with_capture`: what a call pays in all); where no CUDA exists the graph path runs
-  only as a stand-in (`doubles.simulated_graph`), said under `simulated`;
-- then the checks (the rule: every model the checks build fits beside the timed one under the
-  24 GiB cap of a 7B run, so no float32 copy of the whole timed model is made):
-  1. at `--dtype` and the full shape, on the timed model: each path against the first one (`python`
-     by default): its greedy and sampled tokens (reported: a path that rounds differently may draw
-     differently after a near tie), and the statistics (log-probs before each row's first
-     differing token, entropies and logsumexps up to it: the same context on both paths) over
-     the position's logsumexp (the size of its logits), REPORTED, not judged: after 32 random
-     layers two kernels' float16 rounding drifts by percents, which says nothing of either path;
-  2. at float32 on the SAME weights at fewer layers (the embedding, the first `--check-layers`
-     layers, the final norm and the LM head, copied from the timed model: ~4.3 GB at 7B for 4
-     layers, beside the 12.55 GiB float16 model), each path against the reference path
-     (`shared_prefix=False`, the prompt's cache copied into every row): the same greedy and sampled
-     tokens, log-probabilities within 1e-4, vectors within 1e-4 relative (the shared-prefix tests'
-     bounds): the path's verdict.
-Random weights run every row to its limit (no stop string is given), so each step has all rows.
+(`doubles.random_llama`, 32,000-token vocabulary) in float16 on CUDA and, in one run, measures:
+- the floor: a large device-to-device copy's bandwidth (bytes read + written per second) against
+  the bytes one step must read (every weight but the input embedding; the prompt's keys and values);
+- each decode path (`core.setting_choices.DECODE_PATHS`; by default every one the device runs:
+  `graph` on CUDA only) in alternating repeats, the order rotating: one SeaKR U-evaluation's decode
+  (`--rows` rows over one `--prompt-tokens` prompt, `--new-tokens` steps) as ms per step, tokens per
+  second and "x floor"; the pre-fill's ms; on CUDA the peak of allocated memory. The graph path's
+  step is timed over its replays alone; each call's captures, replays, capture seconds and warm-up
+  step are reported apart (`ms_per_step_with_capture`: all a call pays). Without CUDA the graph
+  path runs as a stand-in (`doubles.simulated_graph`), said under `simulated`;
+- the checks (every model they build fits beside the timed one under a 7B run's 24 GiB cap):
+  1. at `--dtype` on the timed model, each path against the first (`python` by default): greedy and
+     sampled tokens, and the statistics up to each row's first differing token over the position's
+     logsumexp, REPORTED, not judged: after 32 random layers float16 kernels drift by percents;
+  2. at float32 on the SAME weights at `--check-layers` layers (~4.3 GB at 7B for 4 layers), each path
+     against the reference path (`shared_prefix=False`): the same greedy and sampled tokens,
+     log-probabilities within 1e-4, vectors within 1e-4 relative: the path's verdict.
+Random weights run every row to its limit (no stop string), so each step has all rows.
 
-Writes one JSON (`--out`, and returns it): commit, device, torch, the floor, each path's times,
-then each path's checks and `ok` (every check passed; the exit status is 1 otherwise). The timings
-are written BEFORE the checks run, and a path whose timing or check fails, even with an exception,
-records its error and the others go on: a failed check never loses a timing. `--device cpu --shape
-tiny` runs in seconds (tests/test_bench_decode.py in `make test`, so the benchmark cannot rot).
-`--model NAME` times a model the package has on disk (`llm.registry.model_dir`, e.g.
-smollm2-135m-instruct, the CPU profiles' model) with its own tokenizer instead of random weights;
-rows may then end early.
+Writes one JSON (`--out`, and returns it): commit, device, versions, the floor, each path's times,
+its checks and `ok` (exit status 1 otherwise). Timings are written BEFORE the checks; a path whose
+timing or check fails records its error and the others go on. `--device cpu --shape tiny` runs in
+seconds (tests/test_bench_decode.py). `--model NAME` times a model the package has on disk
+(`llm.registry.model_dir`, e.g. smollm2-135m-instruct) with its own tokenizer; rows may end early.
 """
 from __future__ import annotations
 
@@ -76,8 +62,8 @@ def bandwidth(device: str, n_bytes: int, repeats: int = 5) -> float:
 
 
 def step_bytes(model, prefix_cache) -> dict[str, int]:
-    """Bytes one decode step must read: the weights (the input embedding aside: only the rows'
-    own tokens are looked up) and the shared prompt's keys and values."""
+    """Bytes one decode step reads: the weights but the input embedding (rows look up their own
+    tokens only) and the shared prompt's keys and values."""
     emb = model.get_input_embeddings().weight
     weights = sum(p.numel() * p.element_size() for p in model.parameters() if p is not emb)
     kv = sum(t.numel() * t.element_size() for lay in prefix_cache.layers for t in (lay.keys, lay.values))
@@ -102,13 +88,9 @@ def _prompt(tok, n: int) -> tuple[str, list[int]]:
 def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
                 device: str) -> tuple[float, float, list[list[int]], dict | None]:
     """(pre-fill seconds, decode seconds, each row's tokens, the graph path's split or None) of
-    `rows` samples of `ids`, top-k 50, top-p 0.9 (SeaKR's), the statistics SeaKR asks for included.
-
-    The split, where the call captured graphs (`graph.LOG`): its captures and replays, the capture's
-    host seconds, the warm-up (from the decode's start to the first capture: the first draw, the
-    eager first step and the second draw; each draw reads back, so the host's clock follows the
-    card) and the replayed steps' seconds (the rest: every later step, one replay of each part and
-    one draw)."""
+    `rows` samples of `ids`, top-k 50, top-p 0.9 (SeaKR's), with SeaKR's statistics. The split
+    (`graph.LOG`): captures, replays, capture seconds, the warm-up (decode start to first capture;
+    each draw reads back, so the host's clock follows the card) and the replayed steps' seconds."""
     from ..llm.hf.decode import graph
     from ..llm.hf.decode.base import Lane, Prefix
 
@@ -133,8 +115,7 @@ def time_decode(backend, ids: list[int], rows: int, new_tokens: int, seed: int,
 
 
 def fewer_layers_float32(model, n_layers: int):
-    """A float32 model of `model`'s architecture with its first `n_layers` layers and the same
-    weights (embedding, those layers, final norm, LM head), on the same device."""
+    """`model` in float32 with its first `n_layers` layers only, the same weights, on the same device."""
     import copy
 
     import torch
@@ -176,9 +157,8 @@ def decode_for_checks(path: str, model, tok, prompt: str, rows: int, new_tokens:
 
 
 def check_same_dtype(got, want, against: str) -> dict:
-    """Check 1 (see the module's note): one path's `decode_for_checks` against another's. Half
-    precision rounds each logit to ~5e-4 of its size, so the statistics of a position are compared
-    relative to the size of its logits (its logsumexp, at least 1)."""
+    """Check 1 (the module's note). Half precision rounds a logit to ~5e-4 of its size, so a
+    position's statistics are compared relative to its logsumexp (at least 1)."""
     diff, scaled = 0.0, 0.0
     for a, b in zip([got[0], *got[1].samples], [want[0], *want[1].samples]):
         n = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y),
@@ -230,10 +210,10 @@ def _write(report: dict, out: Path | None) -> None:
 
 
 def _time_paths(backends: dict, a, ids: list[int], report: dict) -> None:
-    """Each path's timing (alternating repeats) into report["paths"]; a path that fails records
-    its error and leaves the rotation. The graph path's step is timed over its replays alone: its
-    capture (one per part of each call) and warm-up step are reported apart."""
+    """Each path's timing into report["paths"]; a path that fails records its error and leaves."""
     import torch
+
+    from ..llm.hf.decode.paths import strategy
 
     cuda = a.device.startswith("cuda")
     times = {p: {"prefill": [], "decode": [], "peak": [], "split": []} for p in backends}
@@ -275,8 +255,8 @@ def _time_paths(backends: dict, a, ids: list[int], report: dict) -> None:
         splits = times[p]["split"]
         if p == "graph" or any(splits):
             row.update(_graph_row(splits, whole_ms))
-        if strategy_note(p):
-            row["simulated"] = strategy_note(p)
+        if strategy(p).simulated:        # why it ran as a stand-in (doubles.simulated_graph)
+            row["simulated"] = strategy(p).simulated
         row.update(step_rates(a.rows, row["ms_per_step"], floor))
         report["paths"][p] = row
     for p in backends:
@@ -290,27 +270,17 @@ def step_rates(rows: int, ms_per_step: float, floor_ms: float) -> dict[str, floa
     return {"tokens_per_s": rows * 1000 / ms_per_step, "x_floor": ms_per_step / floor_ms}
 
 
-def strategy_note(path: str) -> str | None:
-    """Why the path ran as a stand-in (doubles.simulated_graph), or None where it ran as itself."""
-    from ..llm.hf.decode.paths import strategy
-
-    return strategy(path).simulated
-
-
 def _graph_row(splits: list[dict | None], whole_ms: float) -> dict:
-    """The graph path's timed calls: each call's captures and replays, its capture's and warm-up's
-    seconds apart, and the step as the replayed steps' median ms (a call that captured nothing
-    keeps the whole call's ms per step and says captures 0)."""
+    """The graph path's calls: captures, replays, capture and warm-up apart, the step as the
+    replayed steps' median ms (no capture: the whole call's ms per step, captures 0)."""
     done = [s for s in splits if s]
     per_step = [1000 * s["replayed_s"] / (s["replays"] / s["captures"]) for s in done if s["replays"]]
-    if not per_step:
-        return {"captures_per_call": [s["captures"] if s else 0 for s in splits],
-                "replays_per_call": [s["replays"] if s else 0 for s in splits], "ms_per_step_with_capture": whole_ms}
-    return {"ms_per_step": statistics.median(per_step), "ms_per_step_with_capture": whole_ms,
-            "captures_per_call": [s["captures"] if s else 0 for s in splits],
-            "replays_per_call": [s["replays"] if s else 0 for s in splits],
-            "capture_s": statistics.median(s["capture_s"] for s in done),
-            "warm_up_ms": 1000 * statistics.median(s["warm_up_s"] for s in done)}
+    row = {"ms_per_step_with_capture": whole_ms, "captures_per_call": [s["captures"] if s else 0 for s in splits],
+           "replays_per_call": [s["replays"] if s else 0 for s in splits]}
+    if per_step:
+        row.update(ms_per_step=statistics.median(per_step), capture_s=statistics.median(s["capture_s"] for s in done),
+                   warm_up_ms=1000 * statistics.median(s["warm_up_s"] for s in done))
+    return row
 
 
 def parser() -> argparse.ArgumentParser:
@@ -364,25 +334,24 @@ def main(argv=None) -> dict:
 
     if a.threads:
         torch.set_num_threads(a.threads)
+    dtype = resolve_dtype(a.dtype)
     if a.model:
         from transformers import AutoModelForCausalLM
 
         from ..llm.registry import model_dir
         path = model_dir(a.model)
         tok = AutoTokenizer.from_pretrained(a.tokenizer or path)
-    elif a.tokenizer:
-        tok = AutoTokenizer.from_pretrained(a.tokenizer)
-    else:
-        import tempfile
-
-        from ..doubles.llama_tokenizer import build_tokenizer
-        with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
-            tok = build_tokenizer(Path(d))
-    dtype = resolve_dtype(a.dtype)
-    vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
-    if a.model:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(a.device).eval()
     else:
+        if a.tokenizer:
+            tok = AutoTokenizer.from_pretrained(a.tokenizer)
+        else:
+            import tempfile
+
+            from ..doubles.llama_tokenizer import build_tokenizer
+            with tempfile.TemporaryDirectory(prefix="bench-decode-tok-") as d:   # loaded into memory
+                tok = build_tokenizer(Path(d))
+        vocab = LLAMA_2_VOCAB if a.shape == "llama-2-7b" else None
         model = random_llama(a.shape, tok, a.device, dtype, seed=a.seed, vocab_size=vocab)
     prompt, ids = _prompt(tok, a.prompt_tokens)
     cuda = a.device.startswith("cuda")

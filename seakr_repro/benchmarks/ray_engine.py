@@ -1,8 +1,8 @@
 """SeaKR questions per minute on the Ray engine, 1 and 2 workers, against the local engine, in one
 run (docs/paper-profile.md has the record), with the arithmetic for 8 GPUs (`runs.preflight`).
 
-All three answer the same questions with the call cache off and must write the same answers; each
-fleet's start is timed apart. On a CPU the workers share its cores, so the gain shows on GPUs."""
+All three answer the same questions, call cache off, and must write the same answers; each fleet's
+start is timed apart."""
 from __future__ import annotations
 
 import os
@@ -77,8 +77,7 @@ def _row(engine: str, workers: int, start: float, wall: float, rows: list[dict])
 
 
 def arithmetic(gpus: int = 8, profiles=("paper", "paper-sample")) -> list[dict]:
-    """Hours of each profile's paper tables at the paper's Table 7 pace, and over `gpus` Ray
-    workers (`preflight.spread`): ARITHMETIC, nothing measured."""
+    """Hours of each profile's paper tables at Table 7's pace, and over `gpus` workers: ARITHMETIC."""
     from ..core.config import load_config
     from ..runs.plan import question_runs
     from ..runs.preflight import spread, totals, with_hours

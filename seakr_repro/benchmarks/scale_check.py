@@ -1,12 +1,10 @@
 """`make scale-check`: a paper-scale dry run on a CPU, and the arithmetic to the whole profile.
 
-A synthetic backend of LLaMA-2-7B's shapes (`llm/synthetic.py`) and a synthetic corpus, indexed by
-the real pyserini path, drive the PAPER profile's own code on a few synthetic questions per data
-set, with stand-ins of the official prompts and top-10 files (`doubles.standins`) and nothing read
-from data/raw (docs/disk-and-memory.md, "Scale check", has what runs and what it measured).
-Measured: host RSS (each part in its own process), disk and Python overhead per question, the
-index build rate; the extrapolation to the full corpus is arithmetic and says so, its disk sizes
-`runs.disk_needs`'s.
+A synthetic backend of LLaMA-2-7B's shapes and a synthetic corpus, indexed by the real pyserini
+path, drive the PAPER profile's own code on a few synthetic questions per data set, with stand-ins
+of the official inputs (`doubles.standins`), nothing read from data/raw (docs/disk-and-memory.md,
+"Scale check"). Measured: host RSS (each part in its own process), disk and Python overhead per
+question, the index build rate; the extrapolation is arithmetic and says so.
 
 BLAS runs on one thread here: U's k x k products are too small to gain from more, and on a loaded
 machine idle BLAS threads made a small Gram product hundreds of times slower."""
@@ -37,22 +35,18 @@ MARGIN_FLOOR = 64 << 20      # bytes: the least margin, for the Python caches an
 
 
 def written_bytes(passages: int, vector_questions: int, calibration: int) -> int:
-    """Bytes the check writes: the corpus and its index, the paper-shaped vectors, step 02's
-    calibration questions."""
+    """Bytes the check writes: corpus, index, paper-shaped vectors, step 02's calibration questions."""
     vec_bytes = vector_questions * 2 * PAPER_SHAPE["layers"] * PAPER_SHAPE["k"] * PAPER_SHAPE["hidden"] * 2
     return passages * 2500 + vec_bytes + calibration * 11_000_000
 
 
 def free_space_margin(estimate: int) -> int:
-    """Free bytes beyond `estimate` for what it leaves out: Lucene's merge segments, the call
-    caches, the children's scratch files. Those grow with the work, so the margin is a share of the
-    estimate, not a fixed amount: a fixed 1 GiB refused the smoke-size test (some 30 MB) on a nearly
-    full disk, while at a million passages it was too thin."""
+    """Free bytes beyond `estimate` for what it leaves out (Lucene's merge segments, the call caches,
+    the children's scratch files): they grow with the work, so a share of it, above a floor."""
     return max(int(estimate * MARGIN_SHARE), MARGIN_FLOOR)
 
 
 def free_space_needed(passages: int, vector_questions: int, calibration: int) -> int:
-    """Free bytes the check asks for before it starts: what it writes and the margin."""
     estimate = written_bytes(passages, vector_questions, calibration)
     return estimate + free_space_margin(estimate)
 
@@ -62,17 +56,13 @@ def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _sizes(path: Path, pattern: str = "*") -> list[int]:
+    """Bytes of each file under `path` matching `pattern` (none where `path` is not there)."""
+    return [f.stat().st_size for f in Path(path).rglob(pattern) if f.is_file()] if Path(path).exists() else []
+
+
 def _du(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
-
-
-def _run_bytes(path: Path) -> int:
-    """Bytes of the run files under `path` (not the small current-file records beside them)."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*.jsonl")) if Path(path).exists() else 0
-
-
-def _files(path: Path) -> int:
-    return sum(1 for f in Path(path).rglob("*") if f.is_file()) if Path(path).exists() else 0
+    return sum(_sizes(path))
 
 
 # ------------------------------------------------------------------------------ corpus + index
@@ -105,12 +95,8 @@ def build_synthetic_index(work: Path, passages: int, threads: int = 2) -> dict:
 
 
 # ------------------------------------------------------------------------------ child: methods + step 02
+@threadpool_limits.wrap(limits=1)
 def _child_runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
-    with threadpool_limits(limits=1):
-        return _runs(work, questions, calibration, methods)
-
-
-def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> dict:
     from ..steps import extraction
     from ..doubles.standins import write_standins
     from .. import artifacts
@@ -139,8 +125,8 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
         spec = artifacts.spec_for(m)
         sets = [d for d in datasets if m in artifacts.methods("table1") and d in cfg["datasets.complex"]
                 or m in artifacts.methods("table2") and d in cfg["datasets.simple"]]
-        cache_before, files_before = _du(cache_dir), _files(cache_dir)
-        runs_before = _run_bytes(results_dir(cfg.profile) / "runs")
+        cache_before, files_before = _du(cache_dir), len(_sizes(cache_dir))
+        runs_before = sum(_sizes(results_dir(cfg.profile) / "runs", "*.jsonl"))   # not current.json
         t0 = time.perf_counter()
         res, skipped = grid.run_grid(cfg, pool, searcher, [spec], sets, questions, progress=False)
         wall = time.perf_counter() - t0
@@ -152,8 +138,8 @@ def _runs(work: Path, questions: int, calibration: int, methods: list[str]) -> d
             "llm_calls_per_q": round(float(f1["llm_calls_per_q"].mean()), 2) if len(f1) else None,
             "retrievals_per_q": round(float(f1["retrievals_per_q"].mean()), 2) if len(f1) else None,
             "cache_bytes_per_q": round((_du(cache_dir) - cache_before) / max(n, 1)),
-            "cache_files_per_q": round((_files(cache_dir) - files_before) / max(n, 1), 2),
-            "run_file_bytes_per_q": round((_run_bytes(results_dir(cfg.profile) / "runs") - runs_before)
+            "cache_files_per_q": round((len(_sizes(cache_dir)) - files_before) / max(n, 1), 2),
+            "run_file_bytes_per_q": round((sum(_sizes(results_dir(cfg.profile) / "runs", "*.jsonl")) - runs_before)
                                           / max(n, 1)),
         }
     rss_methods = _rss_bytes()
@@ -198,13 +184,9 @@ def write_synthetic_store(out: Path, n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+@threadpool_limits.wrap(limits=1)
 def _child_step03(out: Path, n_boot: int = 1000) -> dict:
     """What notebook 03 does with the vectors (estimator table, Figure 3 k and layer), RSS."""
-    with threadpool_limits(limits=1):
-        return _step03(out, n_boot)
-
-
-def _step03(out: Path, n_boot: int) -> dict:
     from .. import uncertainty as unc
     from ..steps.extraction import VectorStore
     from ..steps.estimators import estimator_scores
@@ -352,11 +334,9 @@ def main(argv=None) -> int:
     if a.cache_model:      # the model decodes on every core; only U's tiny products are serial
         print(json.dumps(_cache_report(a.cache_model, a.questions, 20, 100), indent=1))
         return 0
-    if a.child == "runs":
-        print(json.dumps(_child_runs(a.workdir, a.questions, a.calibration, a.methods)))
-        return 0
-    if a.child == "step03":
-        print(json.dumps(_child_step03(a.workdir, a.n_boot)))
+    if a.child:
+        print(json.dumps(_child_runs(a.workdir, a.questions, a.calibration, a.methods) if a.child == "runs"
+                         else _child_step03(a.workdir, a.n_boot)))
         return 0
 
     import shutil

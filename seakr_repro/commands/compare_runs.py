@@ -4,14 +4,12 @@ ledger and every estimator's AUROC, run A against run B.
     python -m seakr_repro compare-runs results/default results-bf16/default \
         [--profile default] [--labels float32,bfloat16] [--out DIR]
 
-Each directory is a profile's results folder (what `make reproduce` writes under results/<profile>/;
-point SEAKR_RESULTS_DIR elsewhere for the second run). The ledger is measured in each exactly as
-`render` measures it (steps/claims.py); a row is matched by its claim, source and place. For each:
-A's and B's difference with its 95% interval and verdict, B - A, whether the verdict flipped and
-whether B's difference lies outside A's interval. Estimator AUROCs come from the per-question scores
-(notebook 03's question_scores.csv, notebook 11's retrieval_scores.csv), on the questions both runs
-scored: each run's AUROC with its interval, and the paired bootstrap interval of B - A (each run
-judged by its own answers' correctness).
+Each directory is a profile's results folder (SEAKR_RESULTS_DIR elsewhere for the second run).
+The ledger is measured in each as `render` measures it (steps/claims.py), a row matched by claim,
+source and place: A's and B's difference with its 95% interval and verdict, B - A, whether the
+verdict flipped and whether B lies outside A's interval. Estimator AUROCs come from the per-question
+scores (SCORE_FILES) on the questions both runs scored: each run's AUROC with its interval, and the
+paired bootstrap interval of B - A (each run judged by its own answers' correctness).
 """
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ from ..core.errors import UserError
 from ..artifacts import CALIBRATION, MECHANISMS
 from ..steps.claims import INPUTS, measure_claims, paired_statistic
 
-# per-question estimator scores (a subset of the ledger's INPUTS) and the columns naming a question
+# per-question estimator scores (a subset of the ledger's INPUTS)
 SCORE_FILES = (f"{CALIBRATION}/question_scores.csv", f"{MECHANISMS}/retrieval_scores.csv")
 
 
@@ -78,10 +76,6 @@ def compare_ledgers(cfg, dir_a, dir_b, labels=("A", "B"), n_boot: int | None = N
     return pd.DataFrame(rows)
 
 
-def _score_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns if c == "eigen" or c.startswith("est:")]
-
-
 def _auroc_change(xa, ya, xb, yb):
     """stat(idx) = AUROC of run B - AUROC of run A on the questions idx, each with its own labels."""
     from ..uncertainty.analysis import auroc
@@ -91,8 +85,7 @@ def _auroc_change(xa, ya, xb, yb):
 
 def compare_aurocs(dir_a, dir_b, labels=("A", "B"), n_boot: int = 1000, seed: int = 0,
                    confidence: float = 0.95) -> pd.DataFrame:
-    """Per score file and estimator: each run's AUROC for "this answer is wrong" with its interval,
-    and B - A paired over the questions both runs scored."""
+    """Per score file and estimator: each run's AUROC of "this answer is wrong" with its interval, B - A paired."""
     from ..uncertainty.analysis import auroc_ci
 
     la, lb = labels
@@ -108,7 +101,7 @@ def compare_aurocs(dir_a, dir_b, labels=("A", "B"), n_boot: int = 1000, seed: in
                             fix="re-run its notebook with this version (it writes one id per question)")
         both = sa.merge(sb, on=keys, suffixes=(" a", " b"))
         ya, yb = both["incorrect a"].to_numpy(int), both["incorrect b"].to_numpy(int)
-        for col in [c for c in _score_columns(sa) if c in sb.columns]:
+        for col in [c for c in sa.columns if (c == "eigen" or c.startswith("est:")) and c in sb.columns]:
             xa, xb = both[f"{col} a"].to_numpy(float), both[f"{col} b"].to_numpy(float)
             ci_a = auroc_ci(xa, ya, n_boot=n_boot, seed=seed, level=confidence)
             ci_b = auroc_ci(xb, yb, n_boot=n_boot, seed=seed, level=confidence)
@@ -133,8 +126,7 @@ def parse_labels(text: str) -> tuple[str, str]:
 
 def compare(cfg, run_a, run_b, labels=("A", "B"), n_boot: int | None = None,
             out=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Print the ledger and the AUROCs of two results folders side by side (and with `out`, write
-    ledger.csv, auroc.csv and comparison.md there); `n_boot` defaults to the profile's."""
+    """Print the ledger and the AUROCs of two results folders side by side; `out`: write them there too."""
     from ..core.io import atomic_open
 
     dir_a, dir_b = _check_dir(run_a), _check_dir(run_b)

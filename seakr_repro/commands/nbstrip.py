@@ -3,9 +3,8 @@ execution counts or Lab metadata (reads stdin, writes stdout).
 
 Every make target that runs Python installs it as the git clean filter of notebooks/*.ipynb
 (.gitattributes; the Makefile's GIT_NOTEBOOK_FILTER), so running a notebook in the Lab leaves
-nothing for git to show or commit: only edits to its cells count, and a clone whose git config
-still names an older command gets this one back the next time it runs make. The pipeline needs no
-such step: a notebook's outputs and metadata are not inputs of its results (step_graph.py).
+nothing for git to show: only edits to its cells count. A notebook's outputs and metadata are not
+inputs of its results (step_graph.py).
 """
 from __future__ import annotations
 

@@ -1,28 +1,20 @@
-"""`python -m seakr_repro status`: where a (possibly days-long) `make reproduce` stands.
-
-Two tables from what is on disk, read-only and while the run goes on:
-- the run: whether a `reproduce` of the profile is alive (its lock, `core.runlock`: held, or a
-  fresh heartbeat from another host), and if it stopped mid-step, when and the command that resumes it;
-  a `run` or `reproduce` that stopped on a full disk, where and the command that resumes it
-  (`core.disk_full`'s record);
-- steps: each numbered notebook, done (its stamp under results/<p>/stamps/), running (papermill's
-  temporary notebook is there and the run is alive), stopped (the temporary notebook is there but
-  the run is gone: a crash, kill -9, a reboot), failed (<name>.failed.ipynb) or not run;
-- predicted beside actual: per notebook, the model calls (made and unique) and the seconds `cost`
-  last predicted for the profile, beside what the run's files and stamps record
-  (`price.command.beside_run`);
-- runs: every run the profile plans (`runs.plan.planned_runs`: a table row on a data set; its
-  file results/<p>/runs/<dataset>/<label>-<hash>.jsonl), a run with no file as 0 of its total
-  (missing), then every other run file (an older configuration of a row: not the file its
-  latest run wrote, `runner.mark_current`): questions done of the total and how many of them were
-  derived from another run's file (`runs.derived`), running EM/F1 with bootstrap intervals,
-  seconds per question computed (derived rows apart), the time left at that pace, and its size on
-  disk.
-A torn last line (a write in progress) is ignored as the runner does; a file damaged elsewhere is
-listed as unreadable instead of stopping the report.
+"""`python -m seakr_repro status`: where a (possibly days-long) `make reproduce` stands, read-only
+from what is on disk while the run goes on:
+- the run: whether a `reproduce` of the profile is alive (its lock, `core.runlock`), where one that
+  stopped mid-step or on a full disk (`core.disk_full`'s record) stopped and the command that resumes it;
+- steps: each numbered notebook done (its stamp), running, stopped (papermill's temporary notebook
+  is there but the run is gone), failed (<name>.failed.ipynb) or not run;
+- predicted beside actual: per notebook, the calls and seconds `cost` last predicted beside what
+  the run's files and stamps record (`price.command.beside_run`);
+- runs: every run the profile plans (`runs.plan.planned_runs`), one with no file as 0 of its total,
+  then every other run file (an older configuration, `runner.mark_current`): questions done of the
+  total, those derived from another run's file (`runs.derived`), EM/F1 with bootstrap intervals,
+  seconds per computed question, the time left at that pace, and its size on disk.
+A torn last line is ignored as the runner does; a file damaged elsewhere is listed as unreadable.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 import time
@@ -38,6 +30,9 @@ from ..core.paths import NOTEBOOKS_DIR, RESULTS_ROOT
 from ..runs.plan import label_files, notebook_parameter, planned_runs, run_file, run_total, with_parameters
 
 
+RUN_COLUMNS = ["dataset", "run", "config", "done", "derived", "total", "em", "f1", "s/question", "eta", "disk", "file"]
+
+
 def _results(cfg: Config) -> Path:
     return RESULTS_ROOT / cfg.profile       # not results_dir(): status creates nothing
 
@@ -45,8 +40,7 @@ def _results(cfg: Config) -> Path:
 def _duration(seconds: float | None) -> str:
     if seconds is None or seconds != seconds:
         return "?"
-    seconds = int(round(seconds))
-    days, rest = divmod(seconds, 86400)
+    days, rest = divmod(int(round(seconds)), 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
     if days:
@@ -77,15 +71,12 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd
     stale = {p.name: p.reasons for p in planned if p.action == "run"}
     maybe = {p.name: p.reasons[0] for p in planned if p.action == "may-run"}
     rows = []
+    out_dir = res / "notebooks"
     for nb in notebook_steps(notebooks_dir):
         stamp = res / "stamps" / f"{nb.stem}.json"
-        out_dir = res / "notebooks"
         info = {}
-        if stamp.is_file():
-            try:
-                info = read_json(stamp)
-            except (UserError, ValueError):
-                info = {}
+        with contextlib.suppress(UserError, ValueError):
+            info = read_json(stamp) if stamp.is_file() else {}
         if (out_dir / f".{nb.stem}.running.ipynb").is_file():
             state = "running" if alive else "stopped"
         elif (out_dir / nb.name.replace(".ipynb", ".failed.ipynb")).is_file():
@@ -101,15 +92,13 @@ def step_status(cfg: Config, notebooks_dir: Path = NOTEBOOKS_DIR, run=...) -> pd
 
 
 def stopped_line(cfg: Config, run: dict | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> str | None:
-    """'stopped at <time> ...; resume with: <command>' when a step was left mid-way by a run
-    that is gone; None otherwise."""
+    """'stopped at <time> ...; resume with: <command>' where a gone run left a step mid-way, else None."""
     from ..pipeline import notebook_steps, reproduce_command
 
     if run and run["alive"]:
         return None
     out_dir = _results(cfg) / "notebooks"
-    left = [out_dir / f".{nb.stem}.running.ipynb" for nb in notebook_steps(notebooks_dir)]
-    left = [p for p in left if p.is_file()]
+    left = [p for nb in notebook_steps(notebooks_dir) if (p := out_dir / f".{nb.stem}.running.ipynb").is_file()]
     if not left:
         return None
     # the last sign of life: the holder's heartbeat, or papermill's last save of the notebook
@@ -125,8 +114,7 @@ def stopped_line(cfg: Config, run: dict | None, notebooks_dir: Path = NOTEBOOKS_
 
 
 def with_last_run(cfg: Config) -> Config:
-    """`cfg` with the last `reproduce`'s --set overrides and --param values (as notebooks.<nb>.<NAME>)
-    on top, so a run's total is the one it was asked for, not the bare profile's."""
+    """`cfg` with the last `reproduce`'s --set and --param on top: a run's total as it was asked for."""
     from ..pipeline import last_run_arguments
 
     last = last_run_arguments(_results(cfg))
@@ -147,11 +135,9 @@ def _skipped(res: Path, step: str) -> dict:
     """{label: why} of the rows a step skipped when it last ran (its skipped.json)."""
     from ..core.io import read_json
 
-    path = res / step / "skipped.json"
-    try:
+    path, found = res / step / "skipped.json", {}
+    with contextlib.suppress(UserError, ValueError):
         found = read_json(path) if path.is_file() else {}
-    except (UserError, ValueError):
-        return {}
     return found if isinstance(found, dict) else {}
 
 
@@ -177,10 +163,9 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
             continue                  # files of several configurations, none recorded: listed below
         if path is None:              # planned, no file: deleted, not run yet, or skipped by its step
             why = _skipped(res, run.step).get(run.label)
-            rows.append({"dataset": run.dataset, "run": run.label, "config": "skipped" if why else "missing",
-                         "done": 0, "derived": "",
-                         "total": _planned_total(cfg, run, sizes), "em": "", "f1": "", "s/question": "",
-                         "eta": "", "disk": "", "file": f"{run.folder}/{run.label}-*.jsonl"})
+            rows.append({**dict.fromkeys(RUN_COLUMNS, ""), "dataset": run.dataset, "run": run.label, "done": 0,
+                         "config": "skipped" if why else "missing", "total": _planned_total(cfg, run, sizes),
+                         "file": f"{run.folder}/{run.label}-*.jsonl"})
             continue
         shown.add(path)
         dataset, label = path.parent.name, path.stem.rsplit("-", 1)[0]
@@ -189,9 +174,8 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
         # an older configuration's questions are not this run's: no total, no time left
         total = "-" if config == "older" else _planned_total(cfg, run, sizes) if run is not None else \
             run_total(cfg, dataset, label, sizes)
-        row = {"dataset": dataset, "run": label, "config": config, "done": 0, "derived": 0, "total": total,
-               "em": "", "f1": "",
-               "s/question": "", "eta": "", "disk": human_bytes(path.stat().st_size),
+        row = {**dict.fromkeys(RUN_COLUMNS, ""), "dataset": dataset, "run": label, "config": config, "done": 0,
+               "derived": 0, "total": total, "disk": human_bytes(path.stat().st_size),
                "file": str(path.relative_to(res))}
         try:
             done = read_results(path)     # read-only: a torn last line is skipped, not cut
@@ -216,8 +200,7 @@ def run_status(cfg: Config, n_boot: int | None = None) -> pd.DataFrame:
             row["eta"] = "-" if config == "older" else "done" if total is not None and len(done) >= total else \
                 _duration(pace * (total - len(done))) if total is not None else "?"
         rows.append(row)
-    return pd.DataFrame(rows, columns=["dataset", "run", "config", "done", "derived", "total", "em", "f1", "s/question",
-                                       "eta", "disk", "file"])
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
 def disk_status(cfg: Config, cache: bool = False) -> str:
@@ -237,8 +220,7 @@ def disk_status(cfg: Config, cache: bool = False) -> str:
 
 
 def predicted_beside_actual(cfg: Config) -> str:
-    """Per notebook, what `cost` last predicted for the profile beside what the run's files
-    record (calls made and unique, seconds); how to get a prediction when there is none."""
+    """Per notebook, `cost`'s last prediction beside what the run's files record; or how to get one."""
     from ..price.command import beside_run, beside_text, latest_prediction, priced
 
     got = latest_prediction(cfg.profile)

@@ -1,20 +1,16 @@
 """Rows whose answers follow exactly from another run's stored rows, written from them instead of
 run again (`derive`, before `run_method` runs the rest):
-
 - a row whose method configuration is another run's on the same data set (the same config hash,
   another label: the same calls, so the same answers): Table 3's `fixed` and `calibrated-delta`
-  rows where the profile's SeaKR is already fixed and calibrated (the default), `faithful` where
-  it is faithful (the paper), Table 4's row of the profile's own model;
+  rows where the profile's SeaKR is fixed and calibrated (the default), `faithful` where it is
+  faithful (the paper), Table 4's row of the profile's own model;
 - SeaKR with `reasoning: rationales` or `knowledge` (Table 3's rationales-only and knowledge-only
   rows): SeaKR makes both final calls whatever its reasoning and keeps each path's answer
-  (`extra`: rationale_answer, knowledge_answer) and full output (its trace's final_rationales and
-  final_knowledge entries); the row is the self-aware run's with that path chosen.
-
-A derived row is the row running it would write, but for the work: its calls are the source's
-(the same calls, all served without the model: `llm_cache_hits` = `llm_calls`, no computed
-tokens), its seconds the derivation's (0), and `derived_from` names the source file. Questions the
-source has not answered are left to `run_method`. tests/test_derived_rows.py runs both ways and
-compares.
+  (`extra`) and output (its trace's final_rationales and final_knowledge); the row is the
+  self-aware run's with that path chosen.
+A derived row is the row running it would write, but for the work: the source's calls, all served
+without the model (`llm_cache_hits` = `llm_calls`, no computed tokens), seconds 0, and
+`derived_from` naming the source file. tests/test_derived_rows.py runs both ways and compares.
 """
 from __future__ import annotations
 
@@ -24,10 +20,6 @@ from typing import Callable, Sequence
 
 REASONING_PATHS = {"rationales": ("rationale_answer", "final_rationales"),
                    "knowledge": ("knowledge_answer", "final_knowledge")}
-
-
-def _same(row: dict) -> dict:
-    return dict(row)
 
 
 def _path_chosen(kind: str) -> Callable[[dict], dict | None]:
@@ -53,7 +45,7 @@ def source(method, path: Path) -> tuple[Path, Callable[[dict], dict | None], str
     config = dict(method.config)
     same = [p for p in folder.glob(f"*-{config_hash(config)}.jsonl") if p != path]
     if same:
-        return sorted(same)[0], _same, "the same configuration"
+        return sorted(same)[0], dict, "the same configuration"
     kind = config.get("reasoning")
     if config.get("method") == "seakr" and kind in REASONING_PATHS:
         whole = config_hash({**config, "reasoning": "self_aware"})
@@ -64,8 +56,7 @@ def source(method, path: Path) -> tuple[Path, Callable[[dict], dict | None], str
 
 
 def derive(method, path: Path, records: Sequence) -> int:
-    """Append to `path` the rows of `records` that follow from another run's file (`source`) and
-    are not in `path` yet; the number written."""
+    """Append to `path` the rows of `records` it lacks that follow from `source`; the number written."""
     from ..core.io import appending
     from .runner import _score, read_results
 

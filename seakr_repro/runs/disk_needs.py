@@ -1,6 +1,5 @@
-"""What a profile's steps will need on disk (corpus, index, call cache, step 02's vectors, run
-files), by arithmetic from measured per-unit sizes: checked before a grid of runs starts and
-shown by preflight."""
+"""What a profile's steps will need on disk (`PARTS`), by arithmetic from measured per-unit sizes:
+checked before a grid of runs starts and shown by preflight."""
 from __future__ import annotations
 
 import contextlib
@@ -9,11 +8,9 @@ from pathlib import Path
 from ..core.disk import require_free_space
 
 
-# Per-unit sizes, MEASURED (docs/disk-and-memory.md): per passage on the default corpus (real
-# Wikipedia text, 4,810 passages) in each retrieval scheme's layout: one field (JSONL 3,384,093 B,
-# Lucene index with -storeContents 2,757,991 B) and the paper profile's es_best_fields (the corpus
-# keeps `text` beside `contents`: JSONL 6,483,116 B; title and text indexed as fields of their own:
-# index 3,706,101 B); per question, each method's figures (artifacts.METHODS).
+# Per-unit sizes, MEASURED (docs/disk-and-memory.md has the files' sizes): per passage on the default
+# corpus's 4,810 real passages in each retrieval scheme's layout (es_best_fields keeps `text` beside
+# `contents` and indexes title and text apart); per question, each method's (artifacts.METHODS).
 JSONL_BYTES_PER_PASSAGE = {"single_field": 704, "es_best_fields": 1_348}
 INDEX_BYTES_PER_PASSAGE = {"single_field": 574, "es_best_fields": 771}
 PASSAGES = {"wiki-excerpt": 4_810, "dpr-wiki": 21_015_324}
@@ -50,9 +47,8 @@ def corpus_passages(cfg) -> int:
 
 
 def model_shape(cfg) -> tuple[int, int]:
-    """(layers, hidden size) of the profile's model: from the config.json of the directory
-    model.path names when there is one (a smaller stand-in or another checkpoint is measured, not
-    taken for the registry's shape), else the registry's, else LLaMA-2-7B's."""
+    """(layers, hidden size) of the profile's model: its given directory's config.json (a stand-in
+    is measured, not taken for the registry's shape), else the registry's, else LLaMA-2-7B's."""
     import json
 
     from ..llm.registry import MODELS, given_dir
@@ -68,12 +64,9 @@ def model_shape(cfg) -> tuple[int, int]:
 
 
 def estimate_needs(cfg) -> dict[str, int]:
-    """Bytes of disk per component for a profile: the corpus JSONL, its index, the LLM call cache,
-    step 02's vectors and the run files of Tables 1-4 and 7. Arithmetic from the per-unit sizes
-    above times the profile's counts: the corpus's passages (`corpus_passages`) and each run's
-    questions as `plan.question_runs` counts them (the set step 00 prepared where it is on disk,
-    else the paper's; capped by datasets.n_questions and the notebook's or table's sample); the
-    model's shape from `model_shape`."""
+    """Bytes of disk per component (`PARTS`) for a profile: the per-unit sizes above times the
+    corpus's passages (`corpus_passages`), each run's questions (`plan.question_runs`, prepared
+    sets where on disk) and the model's shape (`model_shape`)."""
     from ..artifacts import EXTRACTION, METHODS
     from .plan import question_runs
 
@@ -104,9 +97,8 @@ PARTS = {"corpus_jsonl": "corpus JSONL", "index": "BM25 index", "call_cache": "L
 
 
 def needs_left(cfg) -> dict[str, int]:
-    """Bytes per component the profile still needs to write: `estimate_needs` less the parts
-    already built (a corpus JSONL or an index on disk is not counted again). Preflight's estimate,
-    and what the disk-full paragraph says the rest of the run needs."""
+    """`estimate_needs` less the parts already built (corpus JSONL, index): preflight's estimate, and
+    what the disk-full paragraph says the rest of the run needs."""
     from ..retrieval.index import index_dir_for, read_meta
     from ..core.errors import UserError
     from .inputs import corpus_path
@@ -121,8 +113,7 @@ def needs_left(cfg) -> dict[str, int]:
 
 
 def needs_by_place(cfg) -> list[tuple[str, int, Path]]:
-    """`needs_left` as (what, bytes, the folder it is written to), for the disk-full paragraph,
-    which counts the parts that go to the disk that filled."""
+    """`needs_left` as (what, bytes, the folder it is written to), for the disk-full paragraph."""
     from ..core import paths
     from ..retrieval.index import index_dir_for
     from .inputs import corpus_path
@@ -135,8 +126,7 @@ def needs_by_place(cfg) -> list[tuple[str, int, Path]]:
 
 
 def require_for_runs(cfg) -> None:
-    """Before a grid of method runs: room for the profile's call cache and run files (the whole
-    profile's estimate, so a run that starts is a run that can finish)."""
+    """Room for the whole profile's call cache and run files, so a grid that starts can finish."""
     from ..core.paths import CACHE_DIR, results_dir
 
     needs = estimate_needs(cfg)

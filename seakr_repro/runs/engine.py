@@ -1,7 +1,6 @@
-"""Opening the profile's engine (`runner.engine`, read in `engine_choice`): the backend pool of a
-run grid, one model for a step's loop, and a method on it, each in this process or, on Ray, the
-driver's stand-ins for them (`fleet_backend`) over a fleet of workers (`fleet`). Notebooks and
-steps open their models here, so which engine runs them is the profile's choice alone."""
+"""Opening the profile's engine (`engine_choice`): a run grid's backend pool, one model, a method
+on it, here or, on Ray, the driver's stand-ins (`fleet_backend`). Notebooks and steps open their
+models here, so which engine runs them is the profile's choice alone."""
 from __future__ import annotations
 
 from .engine_choice import uses_ray
@@ -10,8 +9,7 @@ from .fleet_backend import FleetBackend, FleetPool
 
 
 def open_pool(cfg, primary: bool = True, **fleet_args):
-    """The backend pool of the profile's engine: local (with `primary`, the profile's model
-    loaded now) or Ray workers."""
+    """The backend pool of the profile's engine: local (`primary`: its model loaded now) or Ray."""
     from .pool import BackendPool
 
     if uses_ray(cfg):
@@ -21,9 +19,8 @@ def open_pool(cfg, primary: bool = True, **fleet_args):
 
 
 def open_backend(cfg, cached: bool = True, dtype: str | None = None, **fleet_args):
-    """The profile's model (in `dtype`, default model.dtype) on the profile's engine: loaded here,
-    or a `FleetBackend` on Ray workers; `cached` False = the call cache off, its counters on
-    (Table 7's timing). Give it back with `close_backend`."""
+    """The profile's model on the profile's engine: loaded here, or a `FleetBackend` on Ray workers
+    (`cached`, `dtype`: `ray_worker.load_model`'s). Give it back with `close_backend`."""
     if uses_ray(cfg):
         fleet = Fleet(cfg, **fleet_args)
         try:
@@ -37,11 +34,7 @@ def open_backend(cfg, cached: bool = True, dtype: str | None = None, **fleet_arg
 
 def close_backend(backend) -> None:
     """Free what `open_backend` gave: the model here, or the Ray workers."""
-    fleet = getattr(backend, "fleet", None)
-    if fleet is not None:
-        fleet.close()
-        return
-    close = getattr(backend, "close", None)
+    close = getattr(getattr(backend, "fleet", None) or backend, "close", None)
     if callable(close):
         close()
 

@@ -1,6 +1,5 @@
-"""Which engine answers a profile's questions (`runner.engine`): this process (`local`) or Ray
-workers, one model each (`ray`). The engines' names are `core.setting_choices.ENGINES`, which the
-settings schema checks a profile against."""
+"""Which engine answers a profile's questions (`runner.engine`, one of
+`core.setting_choices.ENGINES`): this process (`local`) or Ray workers, one model each (`ray`)."""
 from __future__ import annotations
 
 from ..core.errors import UserError

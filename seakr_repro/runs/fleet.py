@@ -1,12 +1,9 @@
-"""The Ray engine's driver (`runner.engine: ray`): the per-question loops (the run grid, step 02's
-extraction, notebook 11's trials) spread over Ray actors, one model each (`ray_worker.Worker`).
-
-The driver is the one writer: it hands out tasks and writes each finished question as the local
-engine does, so 1 worker, N workers and the local engine write identical rows. A dead worker is
-replaced and its questions re-queued (MAX_KILLS per question); a dead node's workers are replaced
-where there is room, else dropped; losing the driver's node, the head or every worker stops the
-run with one paragraph (`ray_nodes.ClusterLost`). docs/paper-profile.md (the Ray engine) has the
-rules; results/<profile>/workers.json says which workers run where (`workers_status`)."""
+"""The Ray engine's driver (`runner.engine: ray`): the per-question loops spread over Ray actors,
+one model each (`ray_worker.Worker`). The driver is the one writer, so 1 worker, N workers and the
+local engine write identical rows. A dead worker is replaced and its questions re-queued (MAX_KILLS
+per question); a dead node's workers are replaced where there is room, else dropped; losing the
+driver's node, the head or every worker stops the run with one paragraph (`ray_nodes.ClusterLost`).
+docs/paper-profile.md (the Ray engine) has the rules."""
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +50,7 @@ def _kill(handle) -> None:
 
 
 class Fleet:
-    """Ray workers of one profile, and the driver's side: `map` hands out tasks and yields each
-    result as it arrives, replacing a dead worker and re-queueing its questions."""
+    """Ray workers of one profile, and the driver's side of them (`map`)."""
 
     def __init__(self, cfg, workers: int | str | None = None, *, loader: Callable | None = None,
                  searcher=None, status_path: str | Path | bool | None = None, num_cpus: int | None = None):
@@ -117,8 +113,7 @@ class Fleet:
                          fix="check `ray status`: the cluster may lack those resources; lower runner.workers")
 
     def _await_infos(self, timeout: float = START_SECONDS) -> None:
-        """Wait until every live worker has started (its `info` came back), asking Ray between
-        waits whether a node died; a worker's own error (or none starting in time) closes the fleet."""
+        """Wait until every live worker's `info` came back; its own error or a timeout closes the fleet."""
         import ray
 
         deadline = time.monotonic() + timeout
@@ -186,8 +181,7 @@ class Fleet:
         return [dict(self._slots[slot]["info"], slot=slot) for slot in self._live()]
 
     def _get(self, ref) -> Any:
-        """`ray.get(ref)`, asking Ray between waits whether a node died (a worker gone with its
-        node ends its refs in an error; the driver's node or the head gone raises ClusterLost)."""
+        """`ray.get(ref)`, checking for dead nodes between waits (`_check`)."""
         import ray
 
         while not ray.wait([ref], timeout=POLL_SECONDS)[0]:
@@ -238,10 +232,8 @@ class Fleet:
 
     # -- lost nodes ----------------------------------------------------------------------------
     def _check(self, now: bool = False) -> None:
-        """Ask Ray which nodes died (`NodeWatch`: at most every POLL_SECONDS unless `now`). The
-        workers on them are replaced where the cluster has room, else dropped, and the loss is
-        said once; their questions are re-queued by `map`. Raises ClusterLost when the driver's
-        node or the head is gone, or no worker is left."""
+        """Ask Ray which nodes died (`NodeWatch`); their workers are moved (`_move`), the loss said once.
+        ClusterLost when the driver's node, the head or every worker is gone."""
         try:
             found = self._watch.check(now)
         except ClusterLost as err:
@@ -260,14 +252,12 @@ class Fleet:
         self._need_workers()
 
     def _node_of(self, slot: int) -> str | None:
-        """The node the worker in `slot` runs on; for one still starting, the node of the worker
-        it replaces (Ray does not say where a worker that has not started was placed)."""
+        """Its worker's node; one still starting: the replaced worker's (Ray does not say where)."""
         w = self._slots[slot]
         return w["info"]["node"] if w["info"] else w["last_node"]
 
     def _move(self, slot: int) -> bool:
-        """The worker in `slot` went with its node: start another where the cluster has room for
-        it now (True), else drop the slot: a replacement that cannot be placed is not waited for."""
+        """The worker in `slot` went with its node: start another where there is room (True), else drop it."""
         import ray
 
         w = self._slots[slot]
@@ -283,9 +273,8 @@ class Fleet:
         return False
 
     def _lost_while_starting(self, slot: int) -> bool:
-        """Whether the worker in `slot`, dead before it started, may have gone with a node that
-        died since it was started (Ray does not say where a worker that never ran was placed);
-        if so it is moved (`_move`) and its failed start not counted."""
+        """Whether the worker in `slot`, dead before it started, may have gone with a node that died
+        since (Ray does not say where it was placed); if so it is moved and its start not counted."""
         w = self._slots[slot]
         self._check(now=True)
         if len(self._watch.dead) <= w["dead_seen"]:
@@ -301,8 +290,7 @@ class Fleet:
                 f"another (each asks for {resources_in_words(self.resources)})")) from None
 
     def _stop(self, err: ClusterLost) -> ClusterLost:
-        """The run ends on `err`: what the loop under way keeps goes into its paragraph, and the
-        stop is recorded for `status`."""
+        """The run ends on `err`: the loop's progress goes into its paragraph, the stop is recorded."""
         if self._stopped is None:
             loop = self._loop
             if loop is not None:
@@ -314,13 +302,11 @@ class Fleet:
     # -- the loop ------------------------------------------------------------------------------
     def map(self, tasks: Iterable[tuple[str, tuple]], per_worker: int = 1, done: int = 0,
             file: str | Path | None = None) -> Iterator[tuple[str, Any]]:
-        """Yield (key, result) for every (key, task) as workers finish them, each key once.
-
-        `per_worker` tasks are in flight on each worker. A worker that dies is replaced and its
-        tasks go back to the front of the queue; one lost with its node is replaced only where
-        the cluster has room. On a task's own error nothing new starts; the running tasks finish
-        (their results are yielded) and the error is raised. `done` and `file`: the questions of
-        this loop already in its file, and the file, for the paragraph of a lost cluster."""
+        """Yield (key, result) for every (key, task) as workers finish them, each key once, with
+        `per_worker` tasks in flight on each worker. A dead worker is replaced and its tasks go to
+        the front of the queue. On a task's own error nothing new starts; the running tasks finish
+        and the error is raised. `done`, `file`: this loop's questions already in its file, and the
+        file, for the paragraph of a lost cluster."""
         import ray
 
         queue = deque(tasks)
@@ -421,8 +407,7 @@ class Fleet:
 
     # -- the end -------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the workers (their models go with them); leave the cluster if this joined it. After
-        a lost cluster nothing is asked of it: the workers end with their driver."""
+        """Stop the workers; leave the cluster if this joined it (a lost one is asked nothing)."""
         for w in self._slots.values() if self._stopped is None else ():
             _kill(w["handle"])
         self._slots.clear()
@@ -441,10 +426,9 @@ class Fleet:
 
 
 def survey(cfg) -> tuple[int, dict, list[dict] | None]:
-    """(workers, Ray resources of each, what each worker sees) for preflight. A cluster to join
-    (runner.ray_address auto or host:port) is joined and its workers started without a model
-    (`Worker.info`: host, GPUs and their memory, whether the index is there); `local` plans
-    against this machine (torch's GPUs, its CPUs) without starting anything (infos None)."""
+    """(workers, Ray resources of each, each worker's `Worker.info`) for preflight: a cluster to join
+    is joined and its workers started without a model; `local` plans against this machine's GPUs
+    and CPUs without starting anything (infos None)."""
     import ray
 
     address = str(cfg.get("runner.ray_address", "local") or "local")

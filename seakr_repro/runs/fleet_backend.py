@@ -1,14 +1,12 @@
 """What the driver of a Ray run holds in place of a loaded model, its methods and its pool: the
-loops (`runner.run_method`, `grid.run_grid`, step 02, notebook 11) take them as they take the local
-ones and hand each question to the fleet's workers (`fleet.Fleet`)."""
+loops take them as they take the local ones and hand each question to the fleet's workers."""
 from __future__ import annotations
 
 
 class FleetBackend:
-    """The driver's handle on one model as the workers of `fleet` (a `fleet.Fleet`) hold it: its
-    name and shapes (asked of a worker, which loads it), `fleet` for the loops, and `method` to
-    describe a method on it. `concurrent` is True because the worker's own backend decides:
-    `RemoteMethod` carries its answer."""
+    """The driver's handle on one model as the workers of `fleet` hold it: its name and shapes
+    (asked of a worker, which loads it) and `method`. `concurrent` is True because the worker's
+    own backend decides: `RemoteMethod` carries its answer."""
 
     concurrent = True
 
@@ -27,8 +25,7 @@ class FleetBackend:
 
 
 class RemoteMethod:
-    """A method as the workers build it: its name and config (the run file's key) and why its
-    questions must run one at a time, if so; `task(record)` is one question for `Fleet.map`."""
+    """A method as the workers build it (name, config, one_question_at_a_time); `task` for `Fleet.map`."""
 
     def __init__(self, spec: dict, info: dict):
         from .runner import config_hash
@@ -42,8 +39,7 @@ class RemoteMethod:
 
 
 class FleetPool:
-    """`pool.BackendPool` on Ray workers: `get(name)` gives a `FleetBackend` (each worker loads
-    the model on first use and drops the one before); `close` stops the workers."""
+    """`pool.BackendPool` on Ray workers: `get(name)` gives a `FleetBackend`; `close` stops them."""
 
     def __init__(self, fleet):
         self.fleet, self.cfg = fleet, fleet.cfg

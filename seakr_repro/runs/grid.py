@@ -1,10 +1,7 @@
-"""The run grid under steps 04-07, 09 and 10: method settings from the profile, the question
-samples, the data sets of each table, and `run_grid`, which runs (method, data set) pairs
-resumably into tidy results (method, dataset, metric, value, low, high) for the render step.
-
-Settings flow from the profile into each method (`method_settings`), thresholds from step 03's
-calibration (`uncertainty.thresholds.read_deltas`). Each (method, dataset) run is `runner`'s
-resumable file keyed by the method's config hash; SeaKR's ablations share calls through the cache.
+"""The run grid under steps 04-07, 09 and 10: `run_grid` runs (method, data set) pairs, each
+`runner`'s resumable file keyed by the method's config hash, into tidy results (method, dataset,
+metric, value, low, high); settings come from the profile (`method_settings`), thresholds from
+step 03's calibration, and SeaKR's ablations share calls through the cache.
 """
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ from .pool import BackendPool
 
 
 def method_settings(cfg: Config, method: str, deltas: dict[str, float]) -> dict[str, Any]:
-    """The profile's settings for one method: the config keys the method declares (its CONFIG),
-    and SeaKR's thresholds."""
+    """The profile's settings for one method (its declared CONFIG keys), and SeaKR's thresholds."""
     from ..methods import method_class
 
     cls = method_class(method)
@@ -43,8 +39,7 @@ def model_dtype(method: str, settings: dict[str, Any]) -> str | None:
 
 
 def row_overrides(cfg: Config, overrides: dict[str, Any]) -> dict[str, Any]:
-    """A row's switches with `delta: CALIBRATED` replaced by step 03's thresholds
-    (DataMissingError, i.e. a skipped row with the reason, before step 03 ran)."""
+    """A row's switches with `delta: CALIBRATED` as step 03's thresholds (DataMissingError before)."""
     out = dict(overrides)
     if out.get("delta") == CALIBRATED:
         out["delta"] = calibrated_deltas(cfg)
@@ -56,8 +51,7 @@ def deltas_for(cfg: Config) -> dict[str, float]:
 
 
 def model_order(specs: Sequence["RunSpec"], primary: str) -> list["RunSpec"]:
-    """The specs grouped by model, the profile's model first, order kept within each group:
-    every data set of one model runs before the next model is loaded (one load per model)."""
+    """The specs grouped by model, the profile's model first, order kept: one load per model."""
     models = list(dict.fromkeys([primary] + [s.model or primary for s in specs]))
     return sorted(specs, key=lambda s: models.index(s.model or primary))
 
@@ -87,14 +81,12 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
              datasets: Sequence[str], n_questions: int | None = None, table: str = "",
              progress: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
     """Run every spec on every data set; return (tidy results, {label: why it has no numbers}).
-    `pool` is a `BackendPool`, or `fleet_backend.FleetPool` (runner.engine: ray: Ray workers answer,
-    this process writes; `engine.open_pool` gives the profile's)."""
+    `pool`: a `BackendPool` or, on Ray, a `FleetPool` (`engine.open_pool` gives the profile's)."""
     from ..evaluation import score_predictions
     from .engine import method_on
     from .derived import derive
-    from .runner import mark_current, run_method, run_path, summarise
-
     from .disk_needs import require_for_runs
+    from .runner import mark_current, run_method, run_path, summarise
 
     require_for_runs(cfg)          # a full disk stops the grid before it starts, not at hour 30
     deltas = deltas_for(cfg)
@@ -137,12 +129,10 @@ def run_grid(cfg: Config, pool: BackendPool, searcher, specs: Sequence[RunSpec],
 
 
 def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -> str | None:
-    """The dtype the spec's model loads in: the method's own (`model_dtype`), unless it does not fit
-    the pool's GPU (`llm.gpu_fit.dtype_that_fits`: baselines.dtype_when_too_large, else an error).
-    A departure is printed, warned, kept in `pool.departures` and written into the method's
-    settings, so the run's key and file name the dtype the model really has (a float32 run on a
-    larger card is another run, never resumed into). Ray pools decide nothing here (no card_bytes):
-    the workers' GPUs are not this machine's."""
+    """The dtype the spec's model loads in: the method's own, unless it does not fit the pool's GPU
+    (`llm.gpu_fit.dtype_that_fits`). A departure is printed, warned, kept in `pool.departures` and
+    written into the settings, so the run's key and file name the dtype the model really has. Ray
+    pools have no card_bytes: the workers' GPUs are not this machine's."""
     import warnings
 
     from ..llm.gpu_fit import dtype_that_fits
@@ -159,9 +149,7 @@ def _dtype_on_card(cfg: Config, pool, spec: RunSpec, settings: dict[str, Any]) -
 
 
 def _concurrency(cfg: Config, backend, method) -> int:
-    """runner.concurrency where the backend batches concurrent calls (vLLM; the transformers
-    backend through `llm.batching.ThreadBatcher`) and the method answers questions side by side;
-    1 otherwise (`runner.one_at_a_time` says why), with a warning (shown once) that says so."""
+    """runner.concurrency where backend and method allow it, else 1 with a warning that says why."""
     import warnings
 
     from .runner import one_at_a_time

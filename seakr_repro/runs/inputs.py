@@ -1,7 +1,6 @@
-"""What the runs read that steps 00 and 01 made: the profile's data sets as prepared, the corpus
-file and the profile's searcher. Step 00/01 (`steps.prepare`) writes them; every run reads them
-through here, so the run layer never reaches up into a notebook step. Also the top-10 passages
-file a simple-QA set's questions come from (`top10_file`: step 00 reads it, preflight checks it)."""
+"""What the runs read that steps 00 and 01 (`steps.prepare`) made: the prepared data sets, the
+corpus file, the searcher, so the run layer never reaches up into a notebook step; and the top-10
+passages file a simple-QA set's questions come from (step 00 reads it, preflight checks it)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,9 +24,7 @@ def profile_datasets(cfg: Config) -> list[str]:
 
 
 def top10_file(cfg: Config, name: str) -> Path | None:
-    """The top-10 passages file whose questions a simple-QA set evaluates (main_simpleqa.py takes
-    its questions from that file), or None where the profile does not read one
-    (seakr.simple_qa_passages: bm25, or a set without official passages and no path given)."""
+    """The top-10 passages file a simple-QA set's questions come from (as in main_simpleqa.py), or None."""
     from ..data.registry import DATASETS, TOP_PASSAGES, top_passages_path
 
     if cfg.get("seakr.simple_qa_passages") != "official" or DATASETS[name].kind != "simple":
@@ -38,18 +35,13 @@ def top10_file(cfg: Config, name: str) -> Path | None:
     return top_passages_path(name) if name in TOP_PASSAGES else None
 
 
-def prepared_path(cfg: Config, name: str) -> Path:
-    """Where step 00 saves the profile's set `name`."""
-    return results_dir(cfg.profile) / "data" / f"{name}.jsonl"
-
-
 def load_prepared(cfg: Config, name: str):
     """The question set that step 00 saved for this profile."""
     from ..core.io import iter_jsonl
     from ..data.records import QuestionRecord
 
     return [QuestionRecord.from_dict(obj) for _, obj in
-            iter_jsonl(prepared_path(cfg, name), f"prepared data set '{name}'",
+            iter_jsonl(results_dir(cfg.profile) / "data" / f"{name}.jsonl", f"prepared data set '{name}'",
                        f"run notebook 00-prepare-data (or `python -m seakr_repro prepare --profile {cfg.profile}`)")]
 
 

@@ -1,8 +1,7 @@
 """What a profile will run, counted before any of it runs: each data set's size, the question-runs
-of each paper table (a run = one method or ablation row on one data set; its questions = the set's
-size capped by the notebook's sample), and how many questions each run has when finished (the
-prepared set capped by its notebook's N_QUESTIONS), which `status` and partial tables report
-progress against. `cost` prices these counts, `disk_needs` sizes them."""
+of each paper table (one method or ablation row on one data set) and each run's questions when
+finished, which `status` and partial tables report progress against. `cost` prices these counts,
+`disk_needs` sizes them."""
 from __future__ import annotations
 
 import ast
@@ -36,9 +35,8 @@ def notebook_parameter(cfg: Config, step: str, name: str):
 
 
 def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
-    """`cfg` with command-line notebook parameters ({notebook: {NAME: value}}, reproduce's
-    --param) as notebooks.<notebook>.<NAME>, so that what a run plans (its runs, their question
-    counts) is what the notebooks will be given, not the bare profile's."""
+    """`cfg` with reproduce's --param ({notebook: {NAME: value}}) as notebooks.<notebook>.<NAME>,
+    so that what a run plans is what the notebooks will be given."""
     if not any((parameters or {}).values()):
         return cfg
     # merged as given: --param checked each name against its notebook's parameters cell already
@@ -52,9 +50,9 @@ def with_parameters(cfg: Config, parameters: dict[str, dict] | None) -> Config:
 
 
 def set_size(cfg, name: str, prepared: dict | None = None) -> int:
-    """Questions of one data set in this profile: the paper's count for a dev set still to
-    download (Table 6), the bundled set's own count, capped by datasets.n_questions. With
-    `prepared` (a cache of counts), the set step 00 prepared, when on disk, is counted instead."""
+    """Questions of one data set in this profile, capped by datasets.n_questions: the paper's count
+    for a dev set to download (Table 6), else the bundled set's; with `prepared` (a cache of
+    counts), the set step 00 prepared where it is on disk."""
     from ..data.registry import DATASETS, load_dataset
 
     n = cfg.get("datasets.n_questions")
@@ -69,21 +67,14 @@ def set_size(cfg, name: str, prepared: dict | None = None) -> int:
     return min(n, total) if n is not None else total
 
 
-def _capped(cfg: Config, dataset: str, cap: int | None, prepared: dict | None) -> int:
-    n = set_size(cfg, dataset, prepared)
-    return n if cap is None else min(int(cap), n)
-
-
 def step_cap(cfg: Config, step: str) -> int | None:
-    """The questions per data set a run step asks for (None: the whole prepared set): Tables 3/4's
-    sample setting (analysis.n_questions), else the notebook's N_QUESTIONS."""
+    """Questions per data set a run step asks for (None: all): Tables 3/4's sample, else N_QUESTIONS."""
     sample = next((t.sample for t in TABLES.values() if t.step == step and t.sample), None)
     return cfg.get(sample) if sample else notebook_parameter(cfg, step, "N_QUESTIONS")
 
 
 def label_method(cfg: Config, label: str) -> str:
-    """The method a run label runs: its table row's (`artifacts.TABLES`), SeaKR for a Table 4
-    backbone, the label itself for notebook 10's rows."""
+    """The method a run label runs: its table row's, SeaKR for a backbone, else the label itself."""
     for spec in TABLES.values():
         for run in spec.runs:
             if run.label == label:
@@ -93,10 +84,8 @@ def label_method(cfg: Config, label: str) -> str:
 
 def work_keys(cfg: Config) -> set[tuple[str, str, str]]:
     """(step, run, data set) of every unit of model work the profile plans (`cost` prices them):
-    each run of `question_runs(as_run=True)`; step 02's calibration set ("extraction") and each
-    other backbone's ("calibration:<model>", step 07), data set "calibration"; step 10's SKR
-    labels per data set ("skr-labels") and KBAE's examples on the first single-hop set
-    ("kbae-data"); step 11's trials ("trials") on its data set."""
+    `question_runs(as_run=True)`, the calibration sets (steps 02 and 07), step 10's SKR labels and
+    KBAE's examples, step 11's trials."""
     from .inputs import profile_datasets
 
     runs = question_runs(cfg, as_run=True)
@@ -115,15 +104,15 @@ def work_keys(cfg: Config) -> set[tuple[str, str, str]]:
 def question_runs(cfg: Config, prepared: bool = False, as_run: bool = False) -> pd.DataFrame:
     """One row per (table, run, data set): notebook, table, run, method, dataset, questions.
     Tables 1-4 and 7 as `artifacts.TABLES` declares them, with the profile's sets and samples
-    (`as_run`: as `make reproduce` runs them: Table 7's rows those of notebook 09's METHODS, and
-    notebook 10's rows too, table "seed"). The sets are the paper's (a cost
-    projection of the profile); with `prepared`, the ones step 00 wrote where they are on disk (a
-    disk check of what this checkout will run)."""
+    (`as_run`: as `make reproduce` runs them: Table 7's rows notebook 09's METHODS, and notebook
+    10's rows, table "seed"). The sets are the paper's; with `prepared`, the ones step 00 wrote
+    where they are on disk."""
     counted, caps, rows = ({} if prepared else None), {}, []
     for step, key, label, method, d in _runs(cfg, as_run):
         if step not in caps:
             caps[step] = step_cap(cfg, step)
-        rows.append((step, key, label, method, d, _capped(cfg, d, caps[step], counted)))
+        n = set_size(cfg, d, counted)
+        rows.append((step, key, label, method, d, n if caps[step] is None else min(int(caps[step]), n)))
     return pd.DataFrame(rows, columns=["notebook", "table", "run", "method", "dataset", "questions"])
 
 
@@ -144,9 +133,8 @@ def _runs(cfg: Config, as_run: bool = True):
 
 
 def _cap(cfg: Config, label: str, dataset_kind: str) -> int | None:
-    """What caps a run label's questions (the total of a run is the prepared set, capped): Tables
-    3/4's analysis sample, else its notebook's N_QUESTIONS; 04/05's for their shared base runs,
-    e.g. seakr."""
+    """What caps a run label's questions: Tables 3/4's analysis sample, else its notebook's
+    N_QUESTIONS (04/05's for their shared base runs, e.g. seakr)."""
     step = table("table1" if dataset_kind == "complex" else "table2").step
     if label not in methods("table1") + methods("table2"):
         if label in ABLATIONS or label in (cfg.get("backbones.models", []) or []):
@@ -167,8 +155,7 @@ def _prepared_size(cfg: Config, dataset: str, cache: dict) -> int | None:
 
 
 def run_total(cfg: Config, dataset: str, label: str, cache: dict | None = None) -> int | None:
-    """Questions the run of `label` on `dataset` will have when finished: the prepared set
-    (step 00), capped by its notebook's N_QUESTIONS; None when the set is not prepared."""
+    """Questions the run will have when finished: the prepared set, capped (`_cap`); None: not prepared."""
     from ..data.registry import DATASETS
 
     total = _prepared_size(cfg, dataset, {} if cache is None else cache)
@@ -177,8 +164,7 @@ def run_total(cfg: Config, dataset: str, label: str, cache: dict | None = None) 
 
 
 def runs_on(label: str, dataset: str) -> bool:
-    """Whether a table row runs on a data set: the self-aware reasoning ablations apply to
-    complex QA only (paper, Table 3)."""
+    """False for a self-aware reasoning ablation on simple QA (complex QA only, paper Table 3)."""
     from ..data.registry import DATASETS
 
     return not (label in REASONING_ABLATIONS and DATASETS[dataset].kind == "simple")
@@ -212,8 +198,7 @@ RUN_FOLDERS = {t.step: f"{t.step}/runs" for t in TABLES.values() if t.kind == "t
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run the profile plans: a table row (method label) on one data set, by one step; its
-    file is <folder>/<label>-<config hash>.jsonl under results/<profile>/."""
+    """A table row (method label) on one data set, by one step; file <folder>/<label>-<hash>.jsonl."""
     step: str
     label: str
     dataset: str
@@ -224,10 +209,7 @@ class PlannedRun:
 
 
 def planned_runs(cfg: Config) -> list[PlannedRun]:
-    """Every run the profile plans, step by step: the rows of Tables 1-4 and 7 on their data sets
-    (`artifacts.TABLES`, as `question_runs` counts them) and notebook 10's (SeaKR and the related
-    methods on each data set). Identified by (label, data set): the config hash needs the method
-    built on a model, so a run's file is the one its latest run wrote (`run_file`)."""
+    """Every run the profile plans (`_runs`), by (label, data set): its file is `run_file`'s."""
     return [PlannedRun(step, label, d) for step, _, label, _, d in _runs(cfg)]
 
 
@@ -238,8 +220,7 @@ def label_files(folder, label: str) -> list:
 
 def run_file(res, run: PlannedRun):
     """The file of a planned run under the results folder `res`: the one `runner.mark_current`
-    recorded for its label (None when that file is gone); with no record (Table 7's runs, files
-    from before the record) its label's only file, or None: of several, none is guessed."""
+    recorded (None when that file is gone); with no record, its label's only file, or None."""
     from pathlib import Path
 
     from .runner import current_name

@@ -8,11 +8,8 @@ from ..core.config import Config
 class BackendPool:
     """The ONE loaded backend (the profile's model first): asking for another model closes the
     current one before loading it, so Self-RAG or a Table 4 backbone never shares the GPU with
-    LLaMA-2-chat; asking for the profile's model again reloads it. `loader(cfg, name)` builds a
-    backend (default: `llm.load_backend`); model directories come from `model.path` for the
-    profile's model and `model.paths.<name>` for the others (`llm.registry.model_dir`). A dtype
-    other than model.dtype (the faithful baselines' float32, `Method.model_dtype`) is another
-    load, `loader(cfg, name, dtype)`."""
+    LLaMA-2-chat. `loader(cfg, name)` builds a backend (default: `llm.load_backend`); a dtype other
+    than model.dtype (the faithful baselines' float32) is another load, `loader(cfg, name, dtype)`."""
 
     def __init__(self, cfg: Config, primary=None, loader=None):
         self.cfg = cfg
@@ -24,14 +21,11 @@ class BackendPool:
 
     @property
     def loaded(self) -> tuple[str, str] | None:
-        """(model name, dtype) of the backend loaded now, or None when none is (before the first
-        `get` without a primary, after `close`). Read-only: `get` and `close` change it."""
+        """(model name, dtype) of the backend loaded now, or None; read-only."""
         return self._name
 
     def card_bytes(self) -> int | None:
-        """GPU memory the transformers models of this pool load into (the card, or its cap); None
-        where they load on no GPU (model.device cpu, no CUDA GPU here, or another model.backend:
-        the synthetic one loads nothing, vLLM sizes its own memory)."""
+        """GPU memory the pool's transformers models load into (the card, or its cap); None off GPUs."""
         from ..core.device import usable_gpu_bytes
 
         if self.cfg.get("model.backend", "hf") != "hf" or self.cfg.get("model.device", "auto") == "cpu":
@@ -71,9 +65,8 @@ def _load_backend(cfg: Config, name: str, dtype: str | None = None):
 
 
 def free_accelerator_memory() -> None:
-    """Collect what was dropped, hand the CUDA caching allocator's free blocks back and start the
-    peak-memory count over: the next model's peak is its own, not the one before it plus it (a peak
-    read without it counted the previous model: docs/measurements.md, "The card check")."""
+    """Collect what was dropped, hand the CUDA allocator's free blocks back and restart the peak
+    count, so the next model's peak is its own (docs/measurements.md, "The card check")."""
     import gc
 
     gc.collect()

@@ -1,11 +1,9 @@
 """Check everything a profile will need before anything long starts, and report all gaps at once.
 
-`check(cfg)` looks at what docs/paper-profile.md ("Preflight") lists (models, corpus, question
-sets, top-10 passages, official clones, SKR's results files, Java, disk, GPU memory) with file
-look-ups only, no model loads, and raises one `DataMissingError` that lists every missing piece
-with where to get it and where to put it. A missing optional model (Self-RAG, the Table 4
-backbones) is listed as "will be skipped"; `strict=True` (`preflight --strict`) makes them
-required, for a run that must fill every row.
+`check(cfg)` looks at what docs/paper-profile.md ("Preflight") lists with file look-ups only, no
+model loads, and raises one `DataMissingError` that lists every missing piece with where to get it
+and where to put it. A missing optional model (Self-RAG, the Table 4 backbones) "will be skipped";
+`strict=True` (`preflight --strict`) makes them required.
 """
 from __future__ import annotations
 
@@ -40,10 +38,9 @@ def _reason(err: UserError) -> str:
 
 
 def _model_dir_problem(name: str, cfg: Config, own: bool) -> str | None:
-    """Why the model's weights cannot be found (None when they can), without loading anything.
-
-    The profile's own model is looked up as the backend will (model.path, SEAKR_MODEL_PATH, an
-    offline Hugging Face cache); any other model only under model.paths.<name> or in that cache."""
+    """Why the model's weights cannot be found (None when they can), without loading anything: the
+    profile's own model as the backend looks it up (model.path, SEAKR_MODEL_PATH, an offline Hugging
+    Face cache); any other under model.paths.<name> or in that cache."""
     from ..llm import registry
 
     try:
@@ -77,15 +74,13 @@ def _model_dir_problem(name: str, cfg: Config, own: bool) -> str | None:
 
 
 def profile_models(cfg: Config) -> tuple[str, list[str]]:
-    """(the profile's own model, the other models its notebooks load: Self-RAG, backbones)."""
     own = cfg["model.name"]
     others = [SELF_RAG, *(cfg.get("backbones.models", []) or [])]
     return own, [m for m in dict.fromkeys(others) if m != own]
 
 
 def missing_models(cfg: Config) -> dict[str, str]:
-    """{model: why its weights cannot be found} of the profile's own model and the others its
-    notebooks load (`profile_models`), without loading anything: `cost` leaves their rows out."""
+    """{model: why its weights cannot be found} of `profile_models`: `cost` leaves their rows out."""
     own, others = profile_models(cfg)
     found = {name: _model_dir_problem(name, cfg, own=name == own) for name in [own, *others]}
     return {name: problem for name, problem in found.items() if problem}
@@ -93,13 +88,11 @@ def missing_models(cfg: Config) -> dict[str, str]:
 
 def check_models(cfg: Config, report: Report, strict: bool = False) -> None:
     own, others = profile_models(cfg)
-    problem = _model_dir_problem(own, cfg, own=True)
-    (report.problems.append(f"model {problem}") if problem else report.ok.append(f"model {own}"))
-    for name in others:
-        problem = _model_dir_problem(name, cfg, own=False)
+    for name in [own, *others]:
+        problem = _model_dir_problem(name, cfg, own=name == own)
         if problem is None:
             report.ok.append(f"model {name}")
-        elif strict:
+        elif strict or name == own:
             report.problems.append(f"model {problem}")
         else:
             row = "the Self-RAG rows of Tables 1/2" if name == SELF_RAG else f"the {name} row of Table 4"
@@ -147,8 +140,9 @@ def check_corpus(cfg: Config, report: Report) -> None:
 
 
 def check_datasets(cfg: Config, report: Report) -> None:
+    from ..data.loaders import HOW_TO_GET
     from ..data.registry import dataset_available, describe_missing
-    from .inputs import profile_datasets
+    from .inputs import profile_datasets, top10_file
 
     for name in profile_datasets(cfg):
         try:
@@ -160,8 +154,6 @@ def check_datasets(cfg: Config, report: Report) -> None:
             report.ok.append(f"data set {name}")
         else:
             report.problems.append(f"data set {name}: {describe_missing(name)}")
-    from .inputs import top10_file
-
     for name in profile_datasets(cfg):         # simple QA's questions and passages (official)
         top = top10_file(cfg, name)
         if top is None:
@@ -169,7 +161,6 @@ def check_datasets(cfg: Config, report: Report) -> None:
         if top.is_file():
             report.ok.append(f"top-10 passages of {name} ({top})")
         else:
-            from ..data.loaders import HOW_TO_GET
             report.problems.append(f"top-10 passages of {name}: not found at {top} (setting "
                                    f"seakr.simple_qa_passages: official) (fix: {HOW_TO_GET['top10']})")
     # notebook 11's questions with gold passages: optional, its experiments are skipped without them
@@ -183,9 +174,8 @@ def check_datasets(cfg: Config, report: Report) -> None:
 
 
 def check_prompts(cfg: Config, report: Report) -> None:
-    """The clones the prompts are read from (`prompts.demos: official`), each parsed as the run will
-    parse it: SeaKR's (THU-KEG/SeaKR, SEAKR/dataset.py) for SeaKR and the fixed baselines, DRAGIN's
-    (oneal2000/DRAGIN, src/data.py) for the faithful baselines."""
+    """The clones the prompts are read from (`prompts.demos: official`), parsed as the run will:
+    SeaKR's (SEAKR/dataset.py), and DRAGIN's (src/data.py) for the faithful baselines."""
     from ..prompts import official_demos
     from ..prompts.dragin import dragin_prompt
 
@@ -205,8 +195,7 @@ def check_prompts(cfg: Config, report: Report) -> None:
 
 
 def check_skr_results(cfg: Config, report: Report) -> None:
-    """SKR's results files named by `skr.train_results` (cot_train.json and cot_train_ir.json of
-    THUNLP-MT/SKR's format), each read and paired as notebook 10 will read them."""
+    """SKR's results files (`skr.train_results`), each read and paired as notebook 10 will."""
     from ..methods.skr.results_files import check_results_dir
 
     for dataset, where in (cfg.get("skr.train_results") or {}).items():
@@ -220,8 +209,7 @@ def check_skr_results(cfg: Config, report: Report) -> None:
 
 
 def check_self_rag_inputs(cfg: Config, report: Report) -> None:
-    """With `self_rag.passages: input`, each data set of Tables 1/2 needs a Self-RAG input file
-    (`self_rag.input_files`), read as the method will read it: every question with its ctxs."""
+    """With `self_rag.passages: input`, each data set's Self-RAG input file, read as the method will."""
     from ..retrieval.passages import InputPassages
     from .inputs import profile_datasets
 
@@ -244,8 +232,7 @@ def check_self_rag_inputs(cfg: Config, report: Report) -> None:
 
 
 def disk_need_bytes(cfg: Config) -> int:
-    """Bytes the run still needs to write (`disk_needs.needs_left`; parts already built are not
-    counted again)."""
+    """Bytes the run still needs to write (parts already built are not counted again)."""
     from .disk_needs import needs_left
 
     return int(sum(needs_left(cfg).values()))
@@ -267,8 +254,7 @@ def check_disk(cfg: Config, report: Report) -> None:
 
 
 def baselines_other_dtype(cfg: Config) -> str | None:
-    """The dtype the baselines load the profile's model in when it is not model.dtype (faithful:
-    float32, as DRAGIN's code loads it), else None."""
+    """The baselines' dtype where it is not model.dtype (faithful: float32, as DRAGIN loads), else None."""
     from ..methods.stepwise import baseline_dtype
 
     dtype = baseline_dtype({"mode": cfg["baselines.mode"], "dtype": cfg["baselines.dtype"]})
@@ -321,8 +307,7 @@ def check_gpu(cfg: Config, report: Report) -> None:
 
 
 def check_cluster(cfg: Config, report: Report) -> None:
-    """runner.engine: ray: the workers the cluster gives (`fleet.survey`), each worker's GPU
-    memory against the model, and the BM25 index seen by every worker."""
+    """runner.engine: ray: the workers (`fleet.survey`), their GPU memory, the index seen by each."""
     from ..retrieval.index import META_NAME, index_dir_for
     from .engine_choice import uses_ray
     from .fleet import survey
@@ -381,16 +366,13 @@ def pace_applies(cfg: Config) -> bool:
 
 
 def method_pace(pace: dict[tuple[str, str], float], method: str, dataset: str) -> float:
-    """`pace`'s seconds of `method` on `dataset`: that set's, else the mean of the method's sets
-    (NaN where it has no row of the method)."""
+    """Seconds of `method` on `dataset`, else the mean of the method's sets (NaN: no row of it)."""
     own = [s for (m, _), s in pace.items() if m == method]
     return pace.get((method, dataset), sum(own) / len(own) if own else float("nan"))
 
 
 def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
-    """`runs` (`plan.question_runs`) plus seconds_per_question (the paper's Table 7: every
-    SeaKR-family row at SeaKR's, a set the paper did not time at the mean of its two; NaN where it
-    timed no such method) and hours = questions x seconds / 3,600."""
+    """`runs` plus seconds_per_question (`method_pace` of Table 7) and hours = questions x seconds / 3,600."""
     pace = paper_pace() if pace is None else pace
     out = runs.copy()
     out["seconds_per_question"] = [method_pace(pace, m, d) for m, d in zip(out["method"], out["dataset"])]
@@ -399,8 +381,7 @@ def with_hours(runs, pace: dict[tuple[str, str], float] | None = None):
 
 
 def totals(runs) -> tuple[int, int, float]:
-    """(question-runs, those with a pace, their hours) of `with_hours`' rows; the last two 0
-    without hours."""
+    """(question-runs, those with a pace, their hours) of `with_hours`' rows; 0, 0.0 without hours."""
     if "hours" not in runs:
         return int(runs["questions"].sum()), 0, 0.0
     timed = runs["hours"].notna()
@@ -417,8 +398,7 @@ def spread(hours: float, workers: int) -> float:
 
 
 def note_work(cfg: Config, report: Report) -> None:
-    """How much the paper tables amount to: question-runs, and hours at the paper's Table 7 pace
-    for the methods it timed. Information, never a problem."""
+    """Question-runs of the paper tables, and hours at Table 7's pace: information, never a problem."""
     from .plan import question_runs
 
     try:
@@ -435,12 +415,10 @@ def note_work(cfg: Config, report: Report) -> None:
 
 def run_checks(cfg: Config, strict: bool = False) -> Report:
     report = Report()
-    for step in (lambda r: check_models(cfg, r, strict), lambda r: check_corpus(cfg, r),
-                 lambda r: check_datasets(cfg, r), lambda r: check_prompts(cfg, r),
-                 lambda r: check_skr_results(cfg, r), lambda r: check_self_rag_inputs(cfg, r),
-                 lambda r: check_disk(cfg, r), lambda r: check_gpu(cfg, r),
-                 lambda r: check_cluster(cfg, r), lambda r: note_work(cfg, r)):
-        step(report)
+    check_models(cfg, report, strict)
+    for step in (check_corpus, check_datasets, check_prompts, check_skr_results, check_self_rag_inputs,
+                 check_disk, check_gpu, check_cluster, note_work):
+        step(cfg, report)
     return report
 
 

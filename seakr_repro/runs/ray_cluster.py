@@ -1,6 +1,5 @@
-"""Starting or joining the Ray cluster a fleet runs on (`runner.ray_address`): local starts one in
-this process, auto joins the one `ray start` made on this node, host:port (or ray://) joins that
-head node. An address nothing answers is one clear error at once."""
+"""Starting or joining the Ray cluster a fleet runs on (`runner.ray_address`: local, auto, host:port
+or ray://); an address nothing answers is one clear error at once."""
 from __future__ import annotations
 
 import contextlib
@@ -38,10 +37,9 @@ def connect(cfg, num_cpus: int | None = None) -> bool:
 
 @contextlib.contextmanager
 def _stop_said_while_joining(what: str) -> Iterator[None]:
-    """A raylet that dies while `ray.init` joins it ends this process inside Ray (its own line,
-    exit status 1), where nothing here can speak: so while it joins, the command's stop record
-    (`core.disk_full`'s, reserved when a command that writes results starts) already says so, for
-    `status`, and is cleared again once it has joined."""
+    """A raylet that dies while `ray.init` joins it ends this process inside Ray, where nothing here
+    can speak: so while it joins, the command's reserved stop record already says so, for `status`,
+    and is reserved again once it has joined."""
     from ..core import disk_full, stop_record
 
     run = disk_full.current()

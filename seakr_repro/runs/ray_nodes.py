@@ -1,11 +1,7 @@
-"""Which Ray nodes a fleet's run (`fleet.Fleet`) depends on are alive, as Ray says (`NodeWatch`),
-and the stop when one it cannot do without is gone (`ClusterLost`).
-
-A run cannot do without its driver's node (its raylet holds the driver's objects) and the head
-(its GCS places everything); any other node only holds workers. A head that is gone stops
-answering at its address before Ray marks anything dead, so the watch asks the head's address
-first. The stop's paragraph is recorded in results/<profile>/last-stop.json for `status`
-(docs/paper-profile.md, the Ray engine)."""
+"""Whether the Ray nodes a fleet's run needs are alive (`NodeWatch`), and the stop when one is gone
+(`ClusterLost`). A run cannot do without its driver's node (its raylet holds the driver's objects)
+and the head (its GCS places everything). A gone head stops answering at its address before Ray
+marks anything dead, so the watch asks the head's address first."""
 from __future__ import annotations
 
 import socket
@@ -42,9 +38,7 @@ def death_words(node: dict) -> str:
 
 
 class NodeWatch:
-    """The driver's view of the cluster: the nodes Ray has marked dead since the fleet started,
-    asked at most every POLL_SECONDS; raises `ClusterLost` when the driver's node or the head is
-    gone."""
+    """The nodes Ray marked dead since the fleet started; `ClusterLost` when the driver's or head's is."""
 
     def __init__(self, poll: float = POLL_SECONDS):
         import ray
@@ -59,8 +53,7 @@ class NodeWatch:
         self.dead: dict[str, dict] = {n["NodeID"]: n for n in ray.nodes() if not n.get("Alive")}
 
     def check(self, now: bool = False) -> list[dict]:
-        """The `ray.nodes()` entries of the nodes found dead since the last call (at once with
-        `now`, else when POLL_SECONDS have passed)."""
+        """The `ray.nodes()` entries of the nodes found dead since the last call."""
         if not now and time.monotonic() < self._next:
             return []
         self._next = time.monotonic() + self.poll
@@ -95,9 +88,8 @@ class NodeWatch:
 
 class ClusterLost(UserError):
     """The run cannot go on on this cluster. `what` is what died, in Ray's words; the fleet adds
-    what the run keeps (`progress`) before it is shown, so the paragraph is built when shown. What
-    it says of the run (its profile, step, resume command) is what the running command said
-    (`core.disk_full.current`) when the loss was found."""
+    what the run keeps (`progress`), so the paragraph is built when shown; the run's profile, step
+    and resume command are `core.disk_full.current()`'s when the loss was found."""
 
     def __init__(self, what: str):
         from ..core import disk_full
@@ -133,8 +125,7 @@ class ClusterLost(UserError):
             f"memory), or set runner.ray_address: local; then {then}.")
 
     def record_stop(self) -> None:
-        """results/<profile>/last-stop.json for `status`; nothing where no profile is known or it
-        cannot be written."""
+        """results/<profile>/last-stop.json for `status`; nothing where no profile is known."""
         from ..core import stop_record
 
         if not self.run.profile:

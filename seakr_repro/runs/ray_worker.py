@@ -1,8 +1,5 @@
-"""What each Ray worker of the Ray engine (`runs.fleet`) holds and answers: one backend at a
-time, the searcher, and the methods built on them; one question of any per-question loop per
-`run` call. The driver side (handing out questions, writing rows, replacing dead workers) is
-`fleet.Fleet`.
-"""
+"""What each Ray worker holds and answers, one question of any per-question loop per `run` call;
+the driver's side (handing out questions, writing rows, replacing dead workers) is `fleet.Fleet`."""
 from __future__ import annotations
 
 import json
@@ -15,12 +12,11 @@ from ..core.errors import UserError
 
 
 class Worker:
-    """What each Ray actor holds: one backend at a time and the searcher, both loaded on first
-    use and kept, and each method built once. `loader(cfg, name)` builds a backend (default
-    `llm.load_backend`); `searcher` is one to use instead of opening the profile's index."""
+    """One backend at a time and the searcher, loaded on first use and kept, each method built once.
+    `loader(cfg, name)` builds a backend (default `llm.load_backend`); `searcher` replaces the
+    profile's index; `run` is what the driver runs (`core.disk_full.Run`), for a full disk's paragraph."""
 
     def __init__(self, cfg, loader: Callable | None = None, searcher=None, run=None):
-        """`run`: what the driver runs (`core.disk_full.Run`), for a full disk's paragraph."""
         import threading
 
         if run is not None:
@@ -34,9 +30,8 @@ class Worker:
 
     # -- what is loaded ------------------------------------------------------------------------
     def backend(self, model: str | None = None, cached: bool = True, dtype: str | None = None):
-        """The backend of `model` (None: the profile's) in `dtype` (None: model.dtype; the
-        faithful baselines' float32 is another load, `Method.model_dtype`); `cached` False = the
-        call cache off and its counters on (Table 7's timing). Another one closes the loaded one."""
+        """The backend of `model` (None: the profile's) in `dtype` (None: model.dtype); `cached` False =
+        the call cache off, its counters on (Table 7's timing). Another one closes the loaded one."""
         key = (model or self.cfg["model.name"], bool(cached), dtype)
         with self._lock:
             if key != self._key:
@@ -62,9 +57,8 @@ class Worker:
         with self._lock:
             if key not in self._methods:
                 from ..methods import build_method
-                backend = self.backend(spec["model"], spec["cached"], spec.get("dtype"))
-                self._methods[key] = build_method(spec["method"], backend, self.searcher(), spec["dataset"],
-                                                  **spec["settings"])
+                self._methods[key] = build_method(spec["method"], self._spec_backend(spec), self.searcher(),
+                                                  spec["dataset"], **spec["settings"])
             return self._methods[key]
 
     def close(self) -> None:
@@ -102,11 +96,13 @@ class Worker:
         return {k: getattr(b, k, None) for k in ("name", "n_layers", "hidden_size", "eos_token_id",
                                                  "kind", "fingerprint", "max_context")}
 
+    def _spec_backend(self, spec: dict):
+        return self.backend(spec["model"], spec["cached"], spec.get("dtype"))
+
     def method_info(self, spec: dict) -> dict:
         from .runner import one_at_a_time
         m = self.method(spec)
-        return {"name": m.name, "config": m.config,
-                "one_at_a_time": one_at_a_time(m, self.backend(spec["model"], spec["cached"], spec.get("dtype")))}
+        return {"name": m.name, "config": m.config, "one_at_a_time": one_at_a_time(m, self._spec_backend(spec))}
 
     def run(self, task: tuple) -> Any:
         """One question of any loop: ("question", spec, record, scorer, concurrency), or
@@ -125,20 +121,15 @@ class Worker:
                                 f"{spec['config_hash']}", setting="runner.ray_address",
                                 fix="install the same checkout of seakr-repro (and its .venv) on every "
                                     "node, e.g. from a shared filesystem")
-            return answer_row(method, record, self.backend(spec["model"], spec["cached"], spec.get("dtype")), scorer,
-                              concurrency)
+            return answer_row(method, record, self._spec_backend(spec), scorer, concurrency)
         if kind == "call":
             fn, *rest = args
             return fn(self, *rest)
         raise ValueError(f"unknown task {kind!r}")
 
-    def pid(self) -> int:
-        return os.getpid()
-
 
 def load_model(cfg, name: str | None = None, cached: bool = True, dtype: str | None = None):
-    """`llm.load_backend` (in `dtype`, default model.dtype); `cached` False = the call cache off
-    and its counters on."""
+    """`llm.load_backend` in `dtype`; `cached` False = the call cache off and its counters on."""
     from ..llm import load_backend
     extra = {} if dtype is None else {"dtype": dtype}
     if cached:

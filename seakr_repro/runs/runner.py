@@ -1,12 +1,11 @@
-"""Run a method over a question set, one JSON line per finished question, resumable.
+"""Run a method over a question set, one JSON line per finished question, resumable, into
+results/<profile>/runs/<dataset>/<method>-<config hash>.jsonl.
 
-The output file is keyed by method and config hash: results/<profile>/runs/<dataset>/<method>-<hash>.jsonl.
 A line is written (and fsync'ed) only when its question is finished, so a crash or Ctrl-C loses at
 most the question in flight; on resume, finished ids are skipped and a torn last line is cut off.
 A disk that fills mid-line gets the line cut off at once (`core.io.appending`) and the run stops
-with the disk-full paragraph (`core.disk_full`); the same command resumes once there is room.
-A question that fails for a reason of its own (`QuestionError`) is a finished line too, with
-`failed` (the reason) and an empty answer, scored as unanswered and counted by `summarise`.
+with the disk-full paragraph; the same command resumes once there is room. A question that fails
+for a reason of its own (`QuestionError`) is a finished line with `failed` and an empty answer.
 """
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ CURRENT_NAME = "current.json"     # beside the run files of a data set: {label: 
 
 
 def mark_current(path: Path) -> None:
-    """Record `path` as its label's current run file (the one the latest run of that row writes);
-    files of the same label under other config hashes are then older configurations (`status`)."""
+    """Record `path` as its label's current run file: its other config hashes are older (`status`)."""
     from ..core.io import read_json, write_json
 
     record = path.parent / CURRENT_NAME
@@ -47,8 +45,7 @@ def mark_current(path: Path) -> None:
 
 
 def current_name(dataset_dir: Path, label: str) -> str | None:
-    """The file name `mark_current` recorded for `label` in a data set's run directory, or None
-    (nothing recorded, or an unreadable record)."""
+    """The file name `mark_current` recorded for `label`, or None (none, or an unreadable record)."""
     from ..core.io import read_json
 
     record = dataset_dir / CURRENT_NAME
@@ -68,11 +65,9 @@ def read_results(path: str | Path, repair: bool = False) -> list[dict]:
     with open(path, "rb") as fh:
         lines = fh.readlines()
     for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            good_bytes += len(raw)
-            continue
         try:
-            rows.append(json.loads(raw))
+            if raw.strip():
+                rows.append(json.loads(raw))
             good_bytes += len(raw)
         except json.JSONDecodeError:
             if lineno == len(lines):          # torn write at the end: the question was not finished
@@ -97,8 +92,7 @@ def _counters(backend) -> dict[str, float]:
 
 
 def _oom_counts(backend) -> tuple[int, float]:
-    """Out-of-memory retries so far of the model backend itself (also under a CachedBackend), and
-    the seconds their failed attempts took."""
+    """(out-of-memory retries, their failed attempts' seconds) of the model backend under any cache."""
     from ..llm.base import unwrap
     inner = unwrap(backend)
     got = _counters(inner) if inner is not None else {}
@@ -117,8 +111,7 @@ def _score(pred: str, golds: list[str]) -> dict:
 
 def answer_row(method, record, backend=None, scorer: Callable[[str, list[str]], dict] | None = None,
                concurrency: int = 1) -> dict:
-    """One finished question's row (`run_method` documents it): the local runner and every Ray
-    worker (`runs.engine`) build it here, so both engines write the same rows."""
+    """One finished question's row (`run_method` documents it), built here by both engines alike."""
     from ..llm.batching import worker
     from ..llm.cache import counting, row_counts
     from ..methods.base import MethodResult
@@ -163,17 +156,13 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
     Each row: id, question, golds, answer, em, f1, n_retrievals, llm_calls (and cache hits),
     prompt and generated tokens, seconds, trace, extra. Costs are counted per question: by a
     `counting()` scope with a CachedBackend (right under concurrency too), else as the difference
-    of the backend's `stats()` counters around the question.
-
-    concurrency > 1 runs that many questions at once and needs a backend that batches concurrent
-    calls (vLLM, or the transformers backend under `llm.batching.ThreadBatcher`); rows are written
-    as questions finish (the file order may differ from the record order), `seconds` each
-    question's own, overlapping wall time.
-
-    With runner.engine: ray, `backend` is a `runs.engine.FleetBackend` and `method` its
-    `RemoteMethod`: Ray workers answer (`concurrency` at a time each) and this process writes
-    their rows as they arrive, to the same file.
+    of the backend's `stats()` counters. concurrency > 1 needs a backend that batches concurrent
+    calls (vLLM, or transformers under `llm.batching.ThreadBatcher`); rows are written as questions
+    finish, `seconds` each question's own, overlapping wall time. With runner.engine: ray,
+    `backend` is a `FleetBackend` and `method` its `RemoteMethod`: Ray workers answer
+    (`concurrency` at a time each) and this process writes their rows as they arrive.
     """
+    from ..core.io import appending
     from ..core.progress import tqdm
 
     concurrency = int(concurrency or 1)
@@ -200,8 +189,6 @@ def run_method(method, records: Sequence, out_path: str | Path, *, backend=None,
 
     bar = tqdm(total=len(records), initial=len(records) - len(todo) if limit is None else len(done),
                desc=desc or f"{method.name}", unit="q", disable=not progress, mininterval=2.0)
-    from ..core.io import appending
-
     try:
         with appending(out_path) as append:      # a line lands whole, or not at all (a full disk)
             def write(row):

@@ -1,6 +1,5 @@
-"""How many Ray workers a cluster gets and what each asks Ray for (`runner.workers`,
-`model.device`, vLLM's tensor-parallel size): one GPU per worker (or the tensor-parallel size)
-where the model runs on GPUs, else an equal share of the CPUs."""
+"""How many Ray workers a cluster gets and what each asks Ray for: one GPU per worker (or vLLM's
+tensor-parallel size) where the model runs on GPUs, else an equal share of the CPUs."""
 from __future__ import annotations
 
 from ..core.errors import UserError
@@ -20,18 +19,14 @@ def wants_gpu(cfg, resources: dict) -> bool:
 
 
 def gpus_per_worker(cfg) -> int:
-    """1, or vLLM's tensor_parallel_size where a number is set (auto = 1 per worker: a model that
-    fits one card needs no splitting)."""
-    if cfg.get("model.backend", "hf") == "vllm":
-        tp = cfg.get("model.vllm.tensor_parallel_size", "auto")
-        return int(tp) if isinstance(tp, int) else 1
-    return 1
+    """1, or vLLM's tensor_parallel_size where a number is set (auto: 1, one card needs no split)."""
+    tp = cfg.get("model.vllm.tensor_parallel_size", "auto")
+    return int(tp) if cfg.get("model.backend", "hf") == "vllm" and isinstance(tp, int) else 1
 
 
 def plan_workers(cfg, resources: dict) -> tuple[int, dict]:
-    """(number of workers, Ray resources of each) for a cluster offering `resources`:
-    runner.workers (auto: one per GPU, or per CPU on a CPU cluster), each with its GPUs, or an
-    equal share of the CPUs."""
+    """(number of workers, Ray resources of each) for a cluster offering `resources`: runner.workers
+    (auto: one per GPU, or per CPU on a CPU cluster), each with its GPUs or a share of the CPUs."""
     setting = cfg.get("runner.workers", "auto")
     gpus, cpus = float(resources.get("GPU", 0)), float(resources.get("CPU", 0))
     if setting != "auto" and (not isinstance(setting, int) or setting < 1):

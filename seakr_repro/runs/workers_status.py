@@ -1,8 +1,8 @@
-"""`results/<profile>/workers.json`: which Ray workers run where and what each has done. The
-driver (`fleet.Fleet`) writes it while a Ray run is on and removes it when the run ends; `status`
-shows it (`workers_report`)."""
+"""`results/<profile>/workers.json`: which Ray workers run where and what each has done, written by
+the driver (`fleet.Fleet`) while a Ray run is on and shown by `status` (`workers_report`)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -13,24 +13,20 @@ STATUS_FILE = "workers.json"
 
 
 def default_status_path(cfg) -> Path:
-    """Where the profile's Ray run writes its workers' status."""
     from ..core.paths import RESULTS_ROOT
     return RESULTS_ROOT / cfg.profile / STATUS_FILE
 
 
 def worker_entry(slot: int, info: dict, answered: int, in_flight, restarts: int,
                  gone: str | None = None) -> dict:
-    """One worker's line: where it runs (`info`, what the worker said of itself; empty while it
-    starts), the questions it answered, those it holds now, how often its slot was restarted, and
-    why it is gone (its node died and the cluster had no room for another), if it is."""
+    """One worker's line; `info` is what it said of itself (empty while it starts)."""
     return {"worker": slot, "host": info.get("host"), "pid": info.get("pid"), "gpus": info.get("gpus"),
             "answered": answered, "in_flight": sorted(in_flight), "restarts": restarts,
             "state": f"gone: {gone}" if gone else "running" if info else "starting"}
 
 
 def write_status(path: Path, address: str, resources_each: dict, workers: list[dict]) -> None:
-    """Replace `path` (atomically) with the cluster's address, this driver's process and host, the
-    Ray resources of each worker and the workers' entries (`worker_entry`)."""
+    """Replace `path` atomically: the cluster's address, this driver, each worker's resources and entry."""
     from ..core.io import atomic_open
 
     doc = {"engine": "ray", "address": address, "driver_pid": os.getpid(),
@@ -41,22 +37,11 @@ def write_status(path: Path, address: str, resources_each: dict, workers: list[d
         json.dump(doc, fh, indent=1)
 
 
-def read_status(results: Path) -> dict | None:
-    """workers.json of a profile's results folder, or None (no Ray run, or it ended)."""
-    path = Path(results) / STATUS_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def workers_report(results: Path) -> str | None:
-    """`status`'s lines on the Ray workers of a run (None when no Ray run is on): each worker's
-    host, GPUs, questions answered, in flight, restarts and state (running, starting, gone with its
-    node); a driver gone is said."""
-    doc = read_status(results)
+    """`status`'s table of a Ray run's workers (None when none is on); a driver gone is said."""
+    path, doc = Path(results) / STATUS_FILE, None
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(path.read_text()) if path.is_file() else None
     if not doc:
         return None
     import pandas as pd
