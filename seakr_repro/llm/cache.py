@@ -218,16 +218,20 @@ def has_stats(value) -> bool:
     return all(g.entropies is not None and g.logsumexp is not None for g in _generations(value))
 
 
+def map_generations(value, fn):
+    """`fn` of a Generation, or a SampleSet with `fn` of each sample (its vectors' form kept)."""
+    if not isinstance(value, SampleSet):
+        return fn(value)
+    out = dataclasses.replace(value, samples=[fn(g) for g in value.samples])
+    if hasattr(value, "vectors_form"):
+        out.vectors_form = value.vectors_form
+    return out
+
+
 def without_stats(value):
     """`value` as a call that did not ask for statistics receives it."""
-    if isinstance(value, SampleSet):
-        out = dataclasses.replace(value, samples=[without_stats(g) for g in value.samples])
-        if hasattr(value, "vectors_form"):
-            out.vectors_form = value.vectors_form
-        return out
-    if value.entropies is None and value.logsumexp is None:
-        return value
-    return dataclasses.replace(value, entropies=None, logsumexp=None)
+    return map_generations(value, lambda g: g if g.entropies is None and g.logsumexp is None
+                           else dataclasses.replace(g, entropies=None, logsumexp=None))
 
 
 def _as_asked(value, want_stats: bool):
@@ -293,7 +297,7 @@ class CachedBackend:
     def stats(self) -> dict[str, int]:
         return dict(self.counts)
 
-    def __getattr__(self, attr: str) -> Any:   # anything else (tokenizer, model, ...) passes through
+    def __getattr__(self, attr: str) -> Any:   # anything else (count_tokens, encode, tokenizer, ...)
         if "backend" not in self.__dict__:      # during copy/unpickling: no recursion
             raise AttributeError(attr)
         return getattr(self.__dict__["backend"], attr)
@@ -447,15 +451,6 @@ class CachedBackend:
         ids, rd = [int(t) for t in continuation_ids], [[int(j), int(t)] for j, t in reads]
         return self._cached("read_logprobs", prompt, {"ids": ids, "reads": rd},
                             lambda: self.backend.read_logprobs(prompt, ids, rd))
-
-    def count_tokens(self, text: str) -> int:
-        return self.backend.count_tokens(text)
-
-    def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text)
-
-    def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
-        return self.backend.words(token_ids)
 
     def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
         ids, pos = [int(t) for t in token_ids], [int(p) for p in positions]

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .attention import WordsMixin
-from .cache import CachedBackend, has_stats
+from .base import layers
+from .cache import CachedBackend, has_stats, map_generations
 from .synthetic import SyntheticBackend
 from .tokenizing import TokenizerMixin
 
@@ -72,16 +73,12 @@ def _with_stand_in_stats(value, prompt: str):
     """`value` (a Generation or SampleSet) with the synthetic model's statistics."""
     import dataclasses
 
-    from .base import SampleSet
     from .synthetic import stand_in_stats
 
-    if isinstance(value, SampleSet):
-        out = dataclasses.replace(value, samples=[_with_stand_in_stats(g, prompt) for g in value.samples])
-        if hasattr(value, "vectors_form"):
-            out.vectors_form = value.vectors_form
-        return out
-    entropies, logsumexp = stand_in_stats(prompt, value.text, len(value.token_ids))
-    return dataclasses.replace(value, entropies=entropies, logsumexp=logsumexp)
+    def one(g):
+        entropies, logsumexp = stand_in_stats(prompt, g.text, len(g.token_ids))
+        return dataclasses.replace(g, entropies=entropies, logsumexp=logsumexp)
+    return map_generations(value, one)
 
 
 def replay_cache() -> Path | None:
@@ -119,7 +116,7 @@ def adapted(base, tag: str):
     the replayed run stored it: the newest `<name>+<tag>-<hash>` folder of the replayed cache,
     whose calls were keyed `<fingerprint>+<tag>-<hash>`; None when `base` is not replayed or the
     cache holds no such folder."""
-    layer = next((b for b in _chain(base) if isinstance(b, ReplayedCache)), None)
+    layer = next((b for b in layers(base) if isinstance(b, ReplayedCache)), None)
     if layer is None:
         return None
     model = layer.backend
@@ -131,14 +128,6 @@ def adapted(base, tag: str):
                               model.hidden_size, model.eos_token_id, model.max_context, model.generation_config)
     out = ReplayedCache(copy, root=found[-1], vectors=layer.cache.vectors, read_only=True)
     _LAYERS.append(out)
-    return out
-
-
-def _chain(backend) -> list:
-    """`backend` and every backend under it (`wraps_backend`)."""
-    out = [backend]
-    while getattr(out[-1], "wraps_backend", False):
-        out.append(out[-1].backend)
     return out
 
 
