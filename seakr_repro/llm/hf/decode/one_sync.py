@@ -19,10 +19,9 @@ from .base import Batch, DecodePath, StepDraws, ForwardPasses, read_back_once
 
 
 class DynamicRows(ForwardPasses):
-    """The live rows in parts of `rows_per_forward` (all when None), each part over a
-    DynamicCache of its rows' generated tokens; inputs and positions from the device. With
-    several parts where host and card are apart, each part's cache is in host memory, and on the
-    card only for its pass and, for the part that ran last, until the next step's first pass."""
+    """The live rows in parts of `rows_per_forward`, each over a DynamicCache of its generated
+    tokens. With several parts where host and card are apart, a part's cache is on the card only
+    for its pass (the part that ran last: until the next step's first pass)."""
 
     def __init__(self, backend, batch: Batch):
         from transformers import DynamicCache
