@@ -101,8 +101,7 @@ class ThreadBatcher:
         return self._submit("sample", [prompt], dict(settings=settings))[0]
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample):
-        """Merged with every other thread's such call, whatever its settings: each prompt
-        carries its own (the transformers backend gives each prompt's rows lanes of their own)."""
+        """Merged with every other thread's such call, whatever its settings (each prompt's own)."""
         n = len(prompts)
         return self._submit("both", list(prompts), dict(generate=per_prompt(generate, n),
                                                          sample=per_prompt(sample, n)))
@@ -175,10 +174,9 @@ class ThreadBatcher:
         return time.monotonic() - self._idle_since >= STALL_SECONDS
 
     def _take_group(self) -> list[_Request]:
-        """The largest group of pending requests with the same settings (the oldest first on a
-        tie), out of the queue. The others wait for the next round: by then the threads just
-        served have made their next call, which often has the settings of the waiting ones (SeaKR
-        alternates greedy steps and samples), so threads that were out of step fall into step."""
+        """The largest group of pending requests with the same settings (the oldest on a tie), out
+        of the queue. The others wait a round: SeaKR alternates greedy steps and samples, so the
+        threads just served then often call with the waiting ones' settings and fall into step."""
         groups: dict[tuple, list[_Request]] = {}
         for r in self._pending:
             groups.setdefault(r.key(), []).append(r)

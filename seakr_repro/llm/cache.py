@@ -64,8 +64,7 @@ VECTOR_FORMS = ("gram", "float16")
 
 @lru_cache(maxsize=8)
 def helmert_basis(d: int, m: int) -> np.ndarray:
-    """d x m orthonormal columns orthogonal to the all-ones vector (the first m Helmert
-    contrasts: column j is (1, ..., 1, -(j+1), 0, ...) / sqrt((j+1)(j+2)))."""
+    """The first m Helmert contrasts: d x m orthonormal columns orthogonal to the all-ones vector."""
     e = np.zeros((d, m))
     for j in range(m):
         e[: j + 1, j] = 1.0
@@ -75,8 +74,7 @@ def helmert_basis(d: int, m: int) -> np.ndarray:
 
 
 def gram_factor(vectors: np.ndarray) -> np.ndarray:
-    """F (k x m) with F F^T = Z J_d Z^T (each row centred over its own d dims), from a QR of the
-    centred rows in float64; m = min(k, d)."""
+    """F (k x min(k, d)) with F F^T = Z J_d Z^T, from a float64 QR of the row-centred vectors."""
     z = np.asarray(vectors, dtype=np.float64)
     if z.shape[0] == 0:
         return np.zeros((0, 0))
@@ -183,8 +181,8 @@ _SCOPE: contextvars.ContextVar[CallCounter | None] = contextvars.ContextVar("sea
 
 @contextlib.contextmanager
 def counting():
-    """Count every CachedBackend call made in this context (and threads started from a copy of
-    it) in a fresh CallCounter: per-question costs stay right when questions run concurrently."""
+    """Count the CachedBackend calls of this context (and of threads started from a copy of it)
+    in a fresh CallCounter, so that questions run side by side each count their own."""
     counter = CallCounter()
     token = _SCOPE.set(counter)
     try:
@@ -194,8 +192,7 @@ def counting():
 
 
 def with_call_counts(backend, compute):
-    """(compute(), the row counts (`row_counts`) of the calls it made on `backend`); the counts
-    are None where the backend does not count per scope (no call cache around it)."""
+    """(compute(), `row_counts` of its calls on `backend`, or None without a call cache)."""
     if not getattr(backend, "scoped_counts", False):
         return compute(), None
     with counting() as counter:
@@ -204,8 +201,7 @@ def with_call_counts(backend, compute):
 
 
 def _generate_params(max_new_tokens: int, stop: Sequence[str], want_attention: bool = False) -> dict:
-    """The parameters of a `generate` call's cache key (every path that stores one uses these);
-    statistics are not among them (the module's note)."""
+    """A `generate` call's key parameters, for every path that stores one (no statistics)."""
     return dict(max_new_tokens=max_new_tokens, stop=list(stop), want_attention=want_attention)
 
 
@@ -239,11 +235,9 @@ def _as_asked(value, want_stats: bool):
 
 
 class CachedBackend:
-    """Wrap any backend with the same protocol; `enabled=False` passes every call through.
-    `must_keep` (cache.must_keep): a call the full disk will not take stops the run, instead of
-    the run going on without storing new calls. `read_only`: a cache that is only read (another
-    run's, replayed by `llm.replay`): nothing is stored, and its calls count only in `stats()`,
-    not in the scope of the question (the cache in front of it counts them)."""
+    """Wrap any backend; `enabled=False` passes every call through. `must_keep`: a full disk stops
+    the run. `read_only` (`llm.replay`): nothing is stored, and its calls count only in `stats()`,
+    not in the question's scope (the cache in front of it counts them)."""
 
     def __init__(self, backend, root: str | Path | None = None, enabled: bool = True,
                  vectors: str = "gram", must_keep: bool = False, read_only: bool = False):
@@ -304,8 +298,7 @@ class CachedBackend:
 
     # --------------------------------------------------------------------------------
     def _store(self, key: str, value) -> None:
-        """Store a computed call where no readable entry is (entries are written once); on a full
-        disk, say so once and store no more (or, with must_keep, stop with the disk-full paragraph)."""
+        """Store a computed call where no readable entry is; a full disk: the module's note."""
         if not (self.enabled and self.storing) or self.cache.get(key) is not None:
             return
         try:
@@ -333,8 +326,7 @@ class CachedBackend:
 
     def _keys(self, kind: str, prompt: str, params: dict, want_stats: bool) -> list[str]:
         """The keys whose entries may answer a call, in order; a computed call is stored under the
-        first. `want_stats` is part of the key on another engine (the module's note); entries under
-        the other form, and under the other value of `want_stats`, come after."""
+        first (the key form of this engine, the module's note), the other forms after it."""
         def key(**stats) -> str:
             return call_key(self.name, self.fingerprint, kind, prompt, {**params, **stats})
         if kind not in ("generate", "sample"):
@@ -343,8 +335,7 @@ class CachedBackend:
         return [key(), own, other] if self.stats_free else [own, key(), other]
 
     def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
-        """The first stored value that answers a call (one without statistics does not answer a
-        call that asks for them), or None."""
+        """The first stored value that answers a call (with statistics, if it asks), or None."""
         if not self.enabled:
             return None
         for key in self._keys(kind, prompt, params, want_stats):
@@ -359,9 +350,9 @@ class CachedBackend:
 
     def _cached_many(self, kind: str, prompts: Sequence[str], params: dict, compute_many,
                      want_stats: bool | None = None) -> list:
-        """The stored values of several prompts; the misses go to `compute_many(prompts)` in ONE
-        call (a batching backend decodes them together). For a kind with statistics (`want_stats`
-        given), `compute_many(prompts, with_stats)`, and each value as the call asked for it."""
+        """The stored values of several prompts; the misses go to `compute_many(prompts)`, or with
+        `want_stats` given `compute_many(prompts, with_stats)`, in ONE call (a batching backend
+        decodes them together)."""
         asked = bool(want_stats)
         keys = [self._keys(kind, p, params, asked)[0] for p in prompts]
         values = [self._lookup(kind, p, params, asked) for p in prompts]
@@ -384,8 +375,7 @@ class CachedBackend:
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
-        """Cached prompts come from disk (the same entries `generate` writes); the others go to
-        the backend in one `generate_many` call."""
+        """The misses go to the backend in one call; entries are shared with `generate`."""
         params = _generate_params(max_new_tokens, stop)
         return self._cached_many("generate", prompts, params, lambda todo, stats: generate_many(
             self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=stats),
@@ -397,8 +387,7 @@ class CachedBackend:
             prompt, dataclasses.replace(s, want_stats=stats)), s.want_stats)
 
     def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
-        """Cached contexts come from disk; the others go to the backend in ONE call, so a
-        batching backend (vLLM) decodes them together."""
+        """The misses go to the backend in ONE call, so a batching backend decodes them together."""
         s = settings.at_layer(self.n_layers)
         return self._cached_many("sample", prompts, self._sample_params(s), lambda todo, stats:
                                  self.backend.sample_many(todo, dataclasses.replace(s, want_stats=stats)), s.want_stats)
@@ -464,8 +453,7 @@ class CachedBackend:
         return rows
 
     def _sample_params(self, settings: Sampling) -> dict:
-        """A sample call's key parameters (`settings` at the model's layer); the vector forms are
-        kept apart."""
+        """A sample call's key parameters (`settings` at the model's layer, the vector form)."""
         return {**settings.key_params(), "cache_vectors": self.cache.vectors}
 
 

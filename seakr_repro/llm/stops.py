@@ -63,10 +63,8 @@ def check_forced_eos(mode: str) -> str:
 
 def forced_eos_ids(all_ids: Sequence[int], finish_reason: str, n_kept: int, eos_id: int,
                    mode: str) -> list[int]:
-    """The generated part of the sequence whose last position (always EOS) gives the vector.
-
-    all_ids: every generated token incl. the one that ended the continuation (a sampled EOS
-    excluded); finish_reason: stop | length | eos; n_kept: tokens of the returned text."""
+    """The generated part of the sequence whose last position (always EOS) gives the vector, from
+    `all_ids` (the module's note), finish_reason stop | length | eos and n_kept returned tokens."""
     check_forced_eos(mode)
     if mode == "append" or finish_reason == "eos":
         return [*all_ids[:n_kept], eos_id] if mode == "append" else [*all_ids, eos_id]
