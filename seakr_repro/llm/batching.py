@@ -69,7 +69,6 @@ class ThreadBatcher:
             raise AttributeError(attr) from None
         return getattr(backend, attr)
 
-    # ------------------------------------------------------------------------------ workers
     @contextlib.contextmanager
     def worker(self) -> Iterator[None]:
         """Count the calling thread as a question thread until the block ends."""
@@ -82,7 +81,6 @@ class ThreadBatcher:
                 self._workers -= 1
                 self._cv.notify_all()
 
-    # ------------------------------------------------------------------------------ batched calls
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False):
         if want_attention:      # DRAGIN's attention is not part of a batched call
@@ -109,7 +107,6 @@ class ThreadBatcher:
     def sample_many(self, prompts: Sequence[str], settings):
         return self._submit("sample", list(prompts), dict(settings=settings))
 
-    # ------------------------------------------------------------------------------ alone
     def score(self, prompt: str, continuation: str):
         return self._alone(lambda: self.backend.score(prompt, continuation))
 
@@ -141,7 +138,6 @@ class ThreadBatcher:
                 self._idle_since = time.monotonic()
                 self._cv.notify_all()
 
-    # ------------------------------------------------------------------------------ the queue
     def _submit(self, kind: str, prompts: list[str], kwargs: dict) -> list:
         if not prompts:
             return []

@@ -296,7 +296,6 @@ class CachedBackend:
             raise AttributeError(attr)
         return getattr(self.__dict__["backend"], attr)
 
-    # --------------------------------------------------------------------------------
     def _store(self, key: str, value) -> None:
         """Store a computed call where no readable entry is; a full disk: the module's note."""
         if not (self.enabled and self.storing) or self.cache.get(key) is not None:

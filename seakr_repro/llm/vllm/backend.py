@@ -13,10 +13,7 @@ engine:
 - `score`: one request over "prompt + continuation" with a unique cache salt (no position is
   skipped); the worker turns its final hidden states into teacher-forced log-probabilities.
 - Stop strings stop vLLM early, then `stops.cut_at_stop` cuts our own decoding of the ids
-  (`tokenizing.decode_pieces`) exactly as the transformers backend cuts, so both return the same
-  text and tokens for the same ids. `max_context` = max_model_len; longer prompts are refused
-  (ContextOverflowError).
-- `close()` shuts the engine down so another model can load (`runs.pool.BackendPool`).
+  exactly as the transformers backend cuts. `max_context` = max_model_len (ContextOverflowError).
 
 Continuous batching: one engine thread owns the engine; calls from any thread join the running
 batch at the next step and wait for their own results.
@@ -159,9 +156,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return backend
 
     def close(self) -> None:
-        """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
-        model loads (`runs.pool.BackendPool`). vLLM has changed how it tears down between
-        releases: the first shutdown entry point that exists is used."""
+        """Free the engine's GPU memory before another model loads (`runs.pool.BackendPool`); vLLM's
+        teardown changes between releases: the first shutdown entry point that exists is used."""
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.stop()
@@ -183,7 +179,6 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         except Exception:  # noqa: BLE001 - absent or already torn down in this vLLM release
             pass
 
-    # ------------------------------------------------------------------ helpers
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt blocks (benchmarks start every run cold)."""
         self._engine.call_llm(lambda llm: llm.reset_prefix_cache())
@@ -238,7 +233,6 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             finish_reason=finish, n_prompt_tokens=len(prompt_ids),
             all_token_ids=ids[:end], all_logprobs=lps[:end], warped_logprobs=warped)
 
-    # ------------------------------------------------------------------ protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         ids = self._encode(prompt)

@@ -50,7 +50,6 @@ class _Capture:
     def _reset_rows(self, *_args) -> None:
         self._rows = None
 
-    # ------------------------------------------------------------------ batch layout
     def tagged(self) -> list[tuple[int, dict, int, int]]:
         """(batch index, capture spec, first row, end row) of the tagged requests in this forward."""
         if self._rows is None:
@@ -76,7 +75,6 @@ class _Capture:
     def slot(self, tag: str) -> dict[str, Any]:
         return self.store.setdefault(tag, {})
 
-    # ------------------------------------------------------------------ hooks
     def ensure_vec(self, layer: int, hook: str) -> None:
         key = ("vec", layer, hook)
         if key in self.handles:
@@ -240,11 +238,8 @@ def install(worker, what: list) -> bool:
 
 @torch.inference_mode()
 def fetch(worker, tags: list[str], score: dict | None = None) -> dict[str, dict]:
-    """Pop what was captured for `tags` (as numpy / floats).
-
-    `score` maps a tag to (n_prompt, continuation ids): its captured final hidden states become
-    the log-probabilities, entropies and logsumexps of the continuation tokens.
-    """
+    """Pop what was captured for `tags` (as numpy / floats). `score` maps a tag to (n_prompt,
+    continuation ids): its final hidden states become the continuation's log-probs and statistics."""
     cap = _capture(worker)
     cap.fetching = True
     try:
