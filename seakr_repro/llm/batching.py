@@ -1,15 +1,9 @@
-"""Questions side by side on a backend that decodes one call at a time (transformers).
-
-`runner.concurrency > 1` runs questions on threads; vLLM merges their calls by itself, the
-transformers backend only batches contexts that arrive in ONE call (`generate_many`,
-`sample_many`). A `ThreadBatcher` turns the threads' calls into such calls, as docs/speed.md
-("Questions side by side") describes: each question thread registers for its lifetime
-(`worker(backend)`, the runner does this); once every registered thread waits, the largest group
-of waiting calls with the same settings runs as one batch and each thread gets its own part back.
-A question's samples do not depend on who shares its batch (each context keeps its own
-generator). Every other call (`score`, DRAGIN's attention, tokenizer calls) runs alone, never
-during a batch. It sits under the call cache (`CachedBackend(ThreadBatcher(hf))`), so hits never
-wait and each question's calls are counted on its own thread.
+"""Questions side by side on the transformers backend, which batches only the contexts of ONE
+call: a `ThreadBatcher` merges the question threads' calls (docs/speed.md, "Questions side by
+side"). Each question thread registers for its lifetime (`worker(backend)`); once every registered
+thread waits, the largest group of waiting calls with the same settings runs as one batch. A
+question's samples do not depend on who shares its batch (each context has its own generator).
+Other calls run alone. It sits under the call cache, so hits never wait.
 """
 from __future__ import annotations
 

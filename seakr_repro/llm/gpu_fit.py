@@ -39,11 +39,10 @@ def _baselines_too_large(cfg: Config, dtype: str, need: int, card: int, gpu: str
 
 def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str | None = None,
                     gpu: str = "the GPU") -> tuple[str | None, str | None]:
-    """(the dtype to load a model in, the departure to announce or None) for a model asked for in
-    `dtype` on a GPU with `card` bytes (`core.device.usable_gpu_bytes`: the card, or its cap; None:
-    no GPU, nothing to decide). Only a dtype other than model.dtype is replaced (the faithful
-    baselines' float32): when preflight's estimate says it does not fit, by
-    baselines.dtype_when_too_large; when that is null, or does not fit either, a UserError."""
+    """(the dtype to load a model in, the departure to announce or None) on a GPU of `card` bytes
+    (`core.device.usable_gpu_bytes`; None: no GPU). Only a dtype other than model.dtype (the
+    faithful baselines' float32) that does not fit is replaced, by baselines.dtype_when_too_large;
+    a UserError where that is null or does not fit either."""
     if dtype is None or card is None or dtype == cfg["model.dtype"]:
         return dtype, None
     need = gpu_need_bytes(cfg, dtype, name)

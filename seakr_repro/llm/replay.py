@@ -1,13 +1,8 @@
-"""A real model's earlier calls, replayed: `cost`'s dry run answers each call from the entry a
-run of the real model left in a call cache (`REPLAY_ENV`: that cache's folder; the entry found
-under the model's name and weights fingerprint, as that run stored it), and only the calls the
-cache does not hold come from the synthetic model (`llm/synthetic.py`). Prompts are fitted and
-token ids read with the real model's tokenizer, as the real run does them.
-
-So where an earlier run made the same calls (the same profile, or questions two profiles share),
-the dry run follows the real model's decisions: how many steps SeaKR takes, when it retrieves,
-where an answer appears; elsewhere it follows the synthetic model's. `replay_counts` says how
-many calls each answered. Nothing is written to the replayed cache.
+"""A real model's earlier calls, replayed: `cost`'s dry run answers each call from the entry a run
+of the real model left in the call cache `REPLAY_ENV` names, and only the other calls from the
+synthetic model, with the real model's tokenizer. So where an earlier run made the same calls, the
+dry run follows the real model's decisions (SeaKR's steps, retrievals, answers); `replay_counts`
+says how many calls each answered. Nothing is written to the replayed cache.
 """
 from __future__ import annotations
 
@@ -26,10 +21,9 @@ _LAYERS: list = []            # this process's replayed caches (`replay_counts` 
 
 
 class TokenizedSynthetic(WordsMixin, TokenizerMixin, SyntheticBackend):
-    """The synthetic model under a real model's name, weights fingerprint and tokenizer. Step 02's
-    vectors at every layer are its own, except at the layer and hook of a replayed sample of the
-    same prompt (`replayed`): those are the sample's (vectors with the real ones' Gram matrix,
-    `llm.cache`), so that step 03's thresholds are the real model's, not the synthetic one's."""
+    """The synthetic model under a real model's name, fingerprint and tokenizer. Step 02's vectors
+    at a replayed sample's layer and hook are the sample's (`replayed`), so that step 03's
+    thresholds are the real model's."""
 
     def __init__(self, name: str, fingerprint: str, tokenizer, n_layers: int, hidden_size: int,
                  eos_token_id: int, max_context: int | None, generation_config: dict):
@@ -47,11 +41,9 @@ class TokenizedSynthetic(WordsMixin, TokenizerMixin, SyntheticBackend):
 
 
 class ReplayedCache(CachedBackend):
-    """A read-only call cache of the real model's entries; the samples it answers are kept for
-    the model behind it (`TokenizedSynthetic.replayed`). An entry stored without statistics
-    (before every computed call took them, `llm.cache`) answers a call that asks for them with
-    the synthetic model's statistics: its tokens, and so the decisions that follow them, are the
-    real model's."""
+    """A read-only call cache of the real model's entries; its samples are kept for the model behind
+    it. An entry without statistics answers a call that asks for them with the synthetic model's
+    (its tokens, and so the decisions, stay the real model's)."""
 
     def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
         value = super()._lookup(kind, prompt, params, False)
@@ -88,9 +80,8 @@ def replay_cache() -> Path | None:
 
 
 def replaying(name: str, path: Path, cfg: Any, dtype: str | None, device: str | None, cache_dir: Path):
-    """A read-only `CachedBackend` over the entries of model `name` (its weights at `path`: their
-    fingerprint, tokenizer and shapes) in the call cache `cache_dir`, in front of the synthetic
-    model under the real model's identity."""
+    """A read-only `CachedBackend` over model `name`'s entries in `cache_dir` (its weights at
+    `path` give the fingerprint, tokenizer and shapes), in front of a `TokenizedSynthetic`."""
     from transformers import AutoConfig, AutoTokenizer
 
     from ..core.device import resolve_device
@@ -112,10 +103,8 @@ def replaying(name: str, path: Path, cfg: Any, dtype: str | None, device: str | 
 
 
 def adapted(base, tag: str):
-    """The replay layer of a model derived from `base`'s (KBAE's adapted copy: `tag` "kbae") as
-    the replayed run stored it: the newest `<name>+<tag>-<hash>` folder of the replayed cache,
-    whose calls were keyed `<fingerprint>+<tag>-<hash>`; None when `base` is not replayed or the
-    cache holds no such folder."""
+    """The replay layer of a model derived from `base`'s (KBAE's: `tag` "kbae"): the newest
+    `<name>+<tag>-<hash>` folder, keyed `<fingerprint>+<tag>-<hash>`; None where there is none."""
     layer = next((b for b in layers(base) if isinstance(b, ReplayedCache)), None)
     if layer is None:
         return None

@@ -1,7 +1,5 @@
-"""The vLLM engine thread: the only thread that touches the engine. Calls from any number of
-threads queue their requests; the thread adds them to the running batch at the next step and
-hands each caller its own results, so concurrent questions share every forward pass.
-"""
+"""The vLLM engine thread: calls from any number of threads queue their requests, which join the
+running batch at the next step, so concurrent questions share every forward pass."""
 from __future__ import annotations
 
 import threading
