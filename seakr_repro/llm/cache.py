@@ -2,28 +2,21 @@
 
 Key = sha256 of (model name, weights fingerprint, call kind, prompt, every parameter, seed), so a
 changed prompt, setting or checkpoint can never return a stale answer. Each value is ONE file,
-CACHE_DIR/llm/<model>/<key[:2]>/<key>.npz (uncompressed npz), written atomically: `meta` holds the
-zlib-compressed JSON of the generations (Python floats round-trip exactly through JSON), plus,
-for a sample call, its k forced-EOS vectors in the form `cache.vectors` names (docs/disk-and-memory.md,
-"Call cache"): "gram" (default) stores the k x m factor F of the row-centred Gram matrix,
-Z J_d Z^T = F F^T, and a hit returns F E^T with E a fixed Helmert basis: k x d vectors with the
-same centred Gram matrix (the same U up to rounding), NOT the hidden states, and the SampleSet
-carries `vectors_form = "gram"`; "float16" stores the vectors themselves in float16.
+CACHE_DIR/llm/<model>/<key[:2]>/<key>.npz, written once and atomically: `meta` holds the
+zlib-compressed JSON of the generations (floats round-trip exactly), plus a sample call's k
+forced-EOS vectors in the form `cache.vectors` names (docs/disk-and-memory.md, "Call cache"):
+"gram" (default) stores the factor F of the row-centred Gram matrix Z J_d Z^T = F F^T, and a hit
+returns F E^T (E a fixed Helmert basis): the same U up to rounding, NOT the hidden states, the
+SampleSet carrying `vectors_form = "gram"`; "float16" stores the vectors themselves.
 
-An entry is written once: no call replaces it. Statistics (`want_stats`: each generated token's
-entropy and logsumexp) come from the same logits as the tokens. On backends where they are nearly
-free (transformers, synthetic: no `kind`) every computed call takes them and they are not part of
-the key, so SeaKR and its energy row share calls; a call that did not ask gets them removed. On
-another engine (vLLM) `want_stats` is part of the key. Entries of the two earlier key formats are
-still found (`_keys`); a call that needs statistics such an entry lacks computes them and leaves
-the entry as it is.
+Statistics (`want_stats`) come from the same logits as the tokens. Where they are nearly free (no
+`kind`: transformers, synthetic) every computed call takes them and they are not part of the key,
+so SeaKR and its energy row share calls; on another engine (vLLM) they are. Entries of the two
+earlier key formats are still found (`_keys`), and one that lacks asked-for statistics is
+recomputed but left as it is. `CachedBackend` counts calls, hits, misses and tokens (`row_counts`).
 
-`CachedBackend` also counts calls, hits, misses and tokens (all calls' and the computed ones'):
-the runner reports them per question, other steps in their own files (`row_counts`).
-
-The cache is derived data: when its disk fills, `CachedBackend` says so once (where it lives, its
-size, the free space) and goes on without storing (hits are still read), unless `cache.must_keep`:
-then the run stops with the disk-full paragraph (`core.disk_full`).
+The cache is derived data: on a full disk `CachedBackend` says so once and goes on without storing
+(hits are still read), unless `cache.must_keep`: then the run stops (`core.disk_full`).
 """
 from __future__ import annotations
 
