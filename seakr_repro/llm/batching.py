@@ -81,8 +81,7 @@ class ThreadBatcher:
             return self._alone(lambda: self.backend.generate(
                 prompt, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats,
                 want_attention=True))
-        return self._submit("generate", [prompt], dict(max_new_tokens=max_new_tokens, stop=tuple(stop),
-                                                        want_stats=want_stats))[0]
+        return self.generate_many([prompt], max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)[0]
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int, stop: Sequence[str] = (),
                       want_stats: bool = False):
@@ -90,7 +89,7 @@ class ThreadBatcher:
                                                              stop=tuple(stop), want_stats=want_stats))
 
     def sample(self, prompt: str, settings):
-        return self._submit("sample", [prompt], dict(settings=settings))[0]
+        return self.sample_many([prompt], settings)[0]
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample):
         """Merged with every other thread's such call, whatever its settings (each prompt's own)."""

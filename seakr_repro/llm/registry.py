@@ -1,11 +1,9 @@
 """The models the package knows, where their weights come from, and `load_backend(cfg)`.
 
-Two models ship inside pip packages as GGUF files (SmolLM2-135M-Instruct, Gemma-3-270M base).
-transformers dequantises a GGUF on every load, slowly, so the first load converts it ONCE to
-safetensors under CACHE_DIR/models/<name>/ and later loads read that. The paper's models
-(LLaMA-2/3, Self-RAG) cannot ship: they are read from a local directory or an existing offline
-Hugging Face cache: `model.path` (env SEAKR_MODEL_PATH) for the profile's own model,
-`model.paths.<name>` for every other one (Self-RAG, Table 4).
+Two models ship inside pip packages as GGUF files; transformers dequantises a GGUF on every load,
+slowly, so the first load converts it ONCE to safetensors under CACHE_DIR/models/<name>/. The
+paper's models cannot ship: they are read from a local directory (`given_dir`) or an existing
+offline Hugging Face cache.
 
 SeaKR's prompts are raw few-shot completion text (the official code fed them to vLLM as is), so
 the backends never apply a chat template; `ModelSpec.chat` only records what the model is.

@@ -1,12 +1,10 @@
-"""Where a continuation stops, and which token sequence SeaKR's forced-EOS vector is read from.
-Shared by every backend and by step 02 so that they cut text and build sequences identically.
+"""Where a continuation stops, and which token sequence SeaKR's forced-EOS vector is read from,
+for every backend and step 02 alike.
 
-Stop strings are searched in the generated text only (as vLLM, the official engine, does), on the
-text decoded in context (`tokenizing.decode_pieces`). The returned text is cut before the first
-stop string; `token_ids` keep the longest prefix of tokens whose text lies entirely before it.
-`Generation.all_token_ids` keeps every generated token up to and including the one that ended the
-continuation (the token that completed the stop string, or the max_tokens-th); a sampled EOS is
-never part of either list.
+Stop strings are searched in the generated text only (as vLLM, the official engine, does),
+decoded in context. The text is cut before the first stop string; `token_ids` keep the tokens
+whose text lies entirely before it; `all_token_ids` every token up to the one that ended the
+continuation. A sampled EOS is in neither.
 
 The forced-EOS sequence (`uncertainty.forced_eos`; docs/faithful-and-fixed.md, "Forced-EOS
 sequence of U's vectors"): "replace_last" (the official stop checker) overwrites the last

@@ -252,10 +252,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return gen
 
     def _attention(self, token_ids: list[int]) -> list[float]:
-        """DRAGIN's attention per generated token, as the transformers backend computes it: the
-        generated tokens alone (no prompt, no BOS) through the model; in the last layer,
-        softmax(q k^T) per head, max over the later (query) positions, mean over heads. q and k
-        are read at the attention op's input (after rotary), so no weights are needed from vLLM."""
+        """DRAGIN's attention per generated token, as the transformers backend computes it, from
+        q and k read at the attention op's input (after rotary): no weights are needed from vLLM."""
         if not token_ids:
             return []
         self._install([("attention",)])
@@ -285,9 +283,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return [list(rows[int(p)]) for p in positions]
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
-        """Step 02's vectors: every layer's MLP output and residual stream at the forced EOS of
-        "prompt + completion + EOS" -> {"mlp_out": L x k x d, "residual": L x k x d} float32,
-        both as `llm.hooks` defines them (the last layer's residual too is before the final norm)."""
+        """Step 02's vectors, {hook: L x k x d} float32 as `llm.hooks` defines them (the last
+        layer's residual too is before the final norm)."""
         self._install([("all",)])
         ids = self._encode(prompt)
         seqs = [list(ids) + list(c) + [self.eos_token_id] for c in completions]

@@ -179,10 +179,9 @@ class _Capture:
 
 def attention_rows(slot: dict, rows, q: torch.Tensor, k: torch.Tensor, n_heads: int, n_kv: int,
                    head_dim: int, scale: float) -> None:
-    """The rows (query positions `rows`) of one request's last-layer attention, summed over this
-    worker's heads, from the q and k of one forward. A prefill split into chunks calls this once
-    per chunk, in order: the keys of earlier chunks are kept in the slot, so a row always sees
-    every key before it."""
+    """One request's last-layer attention at query positions `rows`, summed over this worker's
+    heads. A chunked prefill calls this once per chunk, in order; the slot keeps earlier chunks'
+    keys, so a row always sees every key before it."""
     t = q.shape[0]
     kk = k.float().reshape(t, n_kv, head_dim).transpose(0, 1).repeat_interleave(n_heads // n_kv, dim=0)
     keys = slot.get("_keys")

@@ -135,8 +135,8 @@ class Batch:
             yield tok, warped, b - a
 
     def advance(self, drawn: StepDraws) -> list[int]:
-        """Add the drawn tokens to the live rows; the positions (in `live`) of the rows that go
-        on. EOS ends a row's text and is not part of it."""
+        """Add the drawn tokens to the live rows (EOS ends a row, not part of it); the positions
+        in `live` of the rows that go on."""
         keep = []
         for j, (ri, t) in enumerate(zip(self.live, drawn.ids)):
             lane = self.lanes[self.lane_of[ri]]

@@ -28,8 +28,8 @@ def suffix_bytes(n_layers: int, rows: int, kv_heads: int, slots: int, head_dim: 
 
 
 class StaticSuffixLayer(CacheLayerMixin):
-    """One layer's rows' generated keys and values, rows x kv heads x slots x head dim, allocated
-    up front and written in place at the call's step index (shared by every layer)."""
+    """One layer's generated keys and values, rows x kv heads x slots x head dim, written in place
+    at the call's step index (shared by every layer)."""
 
     is_compileable = True           # fixed addresses, written in place (as transformers' StaticLayer)
 
@@ -52,8 +52,7 @@ class StaticSuffixLayer(CacheLayerMixin):
         return self.keys, self.values
 
     def get_seq_length(self) -> torch.Tensor:
-        """Tokens written so far: the step index itself, a tensor on the device (as transformers'
-        StaticLayer answers), so asking never synchronises with the host."""
+        """The step index, a tensor on the device (as StaticLayer answers): no host synchronisation."""
         return self.step[0]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
