@@ -401,26 +401,23 @@ class CachedBackend:
             keys.append((self._keys("generate", p, g_params, g_stats)[0],
                          self._keys("sample", p, s_params, s_stats)[0]))
             got.append([self._lookup("generate", p, g_params, g_stats), self._lookup("sample", p, s_params, s_stats)])
-        both = [i for i, (g, s) in enumerate(got) if g is None and s is None]
+        missed = [[v is None for v in pair] for pair in got]
+        both = [i for i, m in enumerate(missed) if all(m)]
         if both:
             for i, pair in zip(both, base_generate_and_sample_many(
                     self.backend, [prompts[i] for i in both], generate=[run_g[i] for i in both],
                     sample=[run_s[i] for i in both])):
                 got[i] = list(pair)
-        computed = {(i, 0) for i in both} | {(i, 1) for i in both}
         for i, pair in enumerate(got):
             if pair[0] is None:
                 pair[0] = generate_many(self.backend, [prompts[i]], **run_g[i])[0]
-                computed.add((i, 0))
             if pair[1] is None:
                 pair[1] = self.backend.sample_many([prompts[i]], run_s[i])[0]
-                computed.add((i, 1))
         for i, pair in enumerate(got):
             for half, value in enumerate(pair):
-                hit = (i, half) not in computed
-                if not hit:
+                if missed[i][half]:
                     self._store(keys[i][half], value)
-                self._count(value, hit)
+                self._count(value, hit=not missed[i][half])
         return [(_as_asked(g, asked[i][0]), _as_asked(s, asked[i][1])) for i, (g, s) in enumerate(got)]
 
     def score(self, prompt: str, continuation: str) -> Generation:

@@ -8,10 +8,9 @@ from ..core.config import Config
 from ..core.disk import human_bytes
 from ..core.errors import UserError
 
-# GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
-# DECODING_BYTES is a measured peak beside LLaMA-2-7B's 16-bit weights with the prompt's keys and
-# values copied into every row, more than shared-prefix decoding needs by docs/speed.md's
-# arithmetic ("24 GB cards"), so the reserve errs on the safe side.
+# GPU memory: the weights plus DECODING_BYTES, a measured peak beside LLaMA-2-7B's 16-bit weights with
+# the prompt's keys and values copied into every row: more than shared-prefix decoding needs
+# (docs/speed.md, "24 GB cards"), so the reserve errs on the safe side.
 PARAMETERS = {"llama-2-7b": 6.74e9, "llama-2-7b-chat": 6.74e9, "selfrag-llama2-7b": 6.74e9,
               "llama-3-8b": 8.03e9, "llama-3-8b-instruct": 8.03e9,
               "smollm2-135m-instruct": 0.135e9, "gemma-3-270m": 0.27e9}

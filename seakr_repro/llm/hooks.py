@@ -7,9 +7,7 @@
   transformers' `output_hidden_states[l + 1]`; `hidden_states[-1]` is its final norm, which would
   change the scale of step 02's layer curve at its last point (docs/vllm.md, "Agreement").
 
-`hook_module` names the module whose forward output holds the vector and `hooked_vector` reads
-it, for transformers' and vLLM's modules alike. A capture may cut the forward pass short after
-layer l (`stop_after=True`): the layers above do not influence the vector.
+A capture may cut the pass short after layer l (`stop_after`): the layers above cannot change it.
 """
 from __future__ import annotations
 

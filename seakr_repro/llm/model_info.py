@@ -24,9 +24,8 @@ def resolve_dtype(dtype: str):
 
 
 def weights_fingerprint(path: Path, dtype, device: str = "cpu") -> str:
-    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each.
-    A GPU draws other samples than the CPU from the same seed, so its calls are cached apart
-    (the CPU's fingerprint is unchanged: caches made before this still serve it)."""
+    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each; a
+    GPU draws other samples than the CPU from the same seed, so its calls are cached apart."""
     h = hashlib.sha256(str(dtype).encode())
     kind = str(device).split(":")[0]
     if kind != "cpu":

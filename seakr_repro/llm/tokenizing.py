@@ -1,9 +1,6 @@
-"""Prompt text <-> token ids, the same way in every backend, so that backends see identical ids.
-
-Generated tokens are decoded IN CONTEXT, as vLLM's detokeniser does: the text a token adds is
-decode(context + ids[:i+1]) minus decode(context + ids[:i]), the context being the prompt's last
-tokens. Decoding a token alone is wrong for sentencepiece tokenizers (LLaMA), whose decoder strips
-the leading space of whatever it decodes first: "▁Ivania" after "1959." would lose its space.
+"""Prompt text <-> token ids, the same way in every backend. Generated tokens are decoded IN
+CONTEXT (after the prompt's last tokens), as vLLM's detokeniser does: decoded alone, a
+sentencepiece token (LLaMA) loses its leading space ("▁Ivania" after "1959.").
 """
 from __future__ import annotations
 
