@@ -82,12 +82,11 @@ class HostSuffix:
 
     def save(self, cache) -> None:
         """Copy the slot each layer's pass just wrote (its last) to the host."""
+        layers = [t for lay in cache.layers for t in (lay.keys, lay.values)]
         if not self.bufs:
             rows, heads, _, dim = cache.layers[0].keys.shape
             self.rows, self.inner = rows, torch.Size((heads, dim))
-            self.bufs = [host_zeros(self.slots * rows * heads * dim, like=t)
-                         for lay in cache.layers for t in (lay.keys, lay.values)]
-        layers = [t for lay in cache.layers for t in (lay.keys, lay.values)]
+            self.bufs = [host_zeros(self.slots * rows * heads * dim, like=t) for t in layers]
         for buf, t in zip(self.bufs, layers):
             to_host(self._view(buf)[self.filled], t[:, :, -1])
         self.filled += 1
