@@ -64,8 +64,7 @@ def _sample_in_chunks(logits, temperature, top_k, top_p, generator, rows):
 
 def warped_logsumexp(logits: torch.Tensor, temperature: float, top_k: int,
                      top_p: float) -> torch.Tensor:
-    """logsumexp of the warped logits: with the raw logit l of a kept token,
-    its warped log-prob is l / temperature - this (how the vLLM worker reports it)."""
+    """logsumexp of the warped logits: a kept token's warped log-prob is l / temperature - this."""
     return torch.logsumexp(warp_logits(logits.float(), temperature, top_k, top_p), dim=-1)
 
 

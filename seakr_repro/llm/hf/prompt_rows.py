@@ -28,8 +28,7 @@ class SharedPrompt:
     def generate_many(self, be, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str],
                       want_stats: bool) -> list[Generation]:
         if len(prompts) < 2:
-            return [be.generate(p, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)
-                    for p in prompts]
+            return COPIED.generate_many(be, prompts, max_new_tokens, stop, want_stats)
         ids = [be._encode(p) for p in prompts]
         for x in ids:
             check_fits(len(x), max(0, max_new_tokens), be.max_context, be.name)

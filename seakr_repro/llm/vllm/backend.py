@@ -1,9 +1,7 @@
 """The vLLM backend: the `Backend` protocol on a current, unmodified vLLM.
 
-Forward hooks (`llm/vllm/worker.py`, installed through `LLM.collective_rpc`) read what the
-authors' vLLM 0.4.2 fork read from inside; docs/vllm.md says how each quantity is read, how the
-k samples share prefix-cached prompt blocks, and what was verified. How each call maps onto the
-engine:
+Forward hooks (`worker.py`) read what the authors' vLLM 0.4.2 fork read from inside (docs/vllm.md:
+how each quantity is read, how the k samples share prompt blocks, what was verified). Each call:
 - `generate`: greedy, with the chosen token's raw log-probability (`logprobs_mode=
   "raw_logprobs"`, as the transformers backend reports); entropies and logsumexps from a hook.
 - `sample_many`: k requests per context, seeded seed + i (as vLLM's own n > 1), then one
@@ -67,8 +65,7 @@ def installed_vllm_version() -> str | None:
 
 
 def check_vllm_version(version: str | None, allow_untested: bool = False) -> str | None:
-    """None for the tested release (any local build tag, e.g. 0.32.0+cpu); else a UserError, or
-    with `allow_untested` a warning whose text is returned."""
+    """None for the tested release (any local build tag); else a UserError, or the warning given."""
     if (version or "").split("+")[0] == TESTED_VLLM:
         return None
     what = (f"vLLM {version or '(version unknown)'} is installed, but the hooks that read hidden "
