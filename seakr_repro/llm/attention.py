@@ -42,7 +42,6 @@ class WordsMixin:
         return ids[-1] if ids else None        # LLaMA: "<0x0A>" (13), the id DRAGIN's code tests
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text` as a prompt is encoded (special tokens added)."""
         return list(self._encode(text))
 
     def piece_words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:

@@ -1,8 +1,7 @@
 """The worker side of the vLLM backend: forward hooks that read hidden states out of vLLM, no fork.
 
-These functions run INSIDE vLLM's workers (sent with `LLM.collective_rpc`, which calls them with
-the worker as first argument; they are module-level so they travel by reference) and install
-forward hooks on the worker's model, defined as the transformers backend's (`llm.hooks`):
+These functions run INSIDE vLLM's workers (`LLM.collective_rpc` calls them with the worker first;
+module-level, they travel by reference) and install forward hooks on its model (`llm.hooks`):
 
 - "vec"   a layer's MLP output or residual stream at the LAST token of a request (with "prompt +
           completion + EOS": SeaKR's forced-EOS vector);

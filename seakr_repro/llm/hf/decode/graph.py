@@ -98,7 +98,6 @@ class GraphStep(StaticStep):
 class Graph(Static):
     name = "graph"
     step_class = GraphStep
-
     device_types = ("cuda",)
 
     def check(self, device: torch.device) -> None:

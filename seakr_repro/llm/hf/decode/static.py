@@ -167,7 +167,6 @@ class StaticRows(ForwardPasses):
 
     def _build(self) -> None:
         b, dev, n = self.batch, self.backend.device, len(self.rows)
-        slots = b.slots
         self.tokens = torch.zeros(n, 1, dtype=torch.long, device=dev)
         self.positions = torch.tensor(b.first_positions(self.rows), device=dev)[:, None]
         self.live_slots = torch.arange(n, device=dev)
@@ -179,12 +178,12 @@ class StaticRows(ForwardPasses):
         spans = [(a, min(n, a + cap)) for a in range(0, n, cap)]
         self.stores: list[list[torch.Tensor]] | None = None
         if len(spans) > 1 and host_memory.separate(dev):
-            shared = StaticSuffixCache(like, cap, slots)         # one part's rows, on the card
+            shared = StaticSuffixCache(like, cap, b.slots)         # one part's rows, on the card
             caches = [shared.first_rows(e - a) for a, e in spans]
             self.stores = [[host_memory.host_zeros(t.shape[2], t.shape[0], t.shape[1], t.shape[3], like=t)
                             for t in c.keys + c.values] for c in caches]     # slot-major: slots so far, one stretch
         else:
-            caches = [StaticSuffixCache(like, e - a, slots) for a, e in spans]
+            caches = [StaticSuffixCache(like, e - a, b.slots) for a, e in spans]
         self.steps = [self.step_class(self.backend, self.tokens[a:e], self.positions[a:e], cache,
                                       b.groups(self.rows[a:e]), pool)
                       for (a, e), cache in zip(spans, caches)]
