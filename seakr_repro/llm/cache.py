@@ -249,40 +249,34 @@ class CachedBackend:
         self.storing = not read_only   # False once the disk was full: new calls are not stored
         self.read_only = read_only
         self._store_lock = threading.Lock()
-        self.reset_stats()
+        self.counter = CallCounter()   # every call's, whatever its scope
 
     scoped_counts = True   # the runner may count per question with `counting()`
     wraps_backend = True   # `base.unwrap` finds the model backend in `.backend`
 
-    def reset_stats(self) -> None:
-        self._lock = threading.Lock()
-        self.counts = dict.fromkeys(COUNTS, 0)
-
     @property
     def calls(self) -> int:
-        return self.counts["llm_calls"]
+        return self.counter.values["llm_calls"]
 
     @property
     def hits(self) -> int:
-        return self.counts["cache_hits"]
+        return self.counter.values["cache_hits"]
 
     @property
     def misses(self) -> int:
-        return self.counts["cache_misses"]
+        return self.counter.values["cache_misses"]
 
     def _add(self, calls=0, hits=0, misses=0, prompt_tokens=0, generated_tokens=0) -> None:
         """One or more calls; the tokens of a miss count as computed too."""
         computed = (prompt_tokens, generated_tokens) if misses else (0, 0)
         values = dict(zip(COUNTS, (calls, hits, misses, prompt_tokens, generated_tokens) + computed))
-        with self._lock:
-            for k, v in values.items():
-                self.counts[k] += v
+        self.counter.add(**values)
         scope = _SCOPE.get()
         if scope is not None and not self.read_only:
             scope.add(**values)
 
     def stats(self) -> dict[str, int]:
-        return dict(self.counts)
+        return dict(self.counter.values)
 
     def __getattr__(self, attr: str) -> Any:   # anything else (count_tokens, encode, tokenizer, ...)
         if "backend" not in self.__dict__:      # during copy/unpickling: no recursion
