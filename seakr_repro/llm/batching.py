@@ -33,11 +33,8 @@ class _Request:
     def key(self) -> tuple:
         if self.kind == "both":          # per-prompt settings: any two such requests merge
             return (self.kind,)
-        return (self.kind, tuple(sorted((k, _hashable(v)) for k, v in self.kwargs.items())))
-
-
-def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, (list, tuple)) else value
+        return (self.kind, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
+                                        for k, v in self.kwargs.items())))
 
 
 class ThreadBatcher:

@@ -28,14 +28,6 @@ def gpu_need_bytes(cfg: Config, dtype: str | None = None, name: str | None = Non
     return int(params * per_value + DECODING_BYTES)
 
 
-def _baselines_too_large(cfg: Config, dtype: str, need: int, card: int, gpu: str) -> str:
-    """Why the baselines' own dtype does not fit, and the fixes (preflight and the run say it alike)."""
-    return (f"the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as DRAGIN's "
-            f"code does), about {human_bytes(need)} of GPU memory, but {gpu} has {human_bytes(card)} "
-            f"(fix: use a larger GPU, or set baselines.dtype_when_too_large: float16 or baselines.dtype: "
-            f"{cfg['model.dtype']}, a departure from DRAGIN's runs)")
-
-
 def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str | None = None,
                     gpu: str = "the GPU") -> tuple[str | None, str | None]:
     """(the dtype to load a model in, the departure to announce or None) on a GPU of `card` bytes
@@ -49,7 +41,11 @@ def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str 
         return dtype, None
     instead = cfg.get("baselines.dtype_when_too_large")
     if instead is None:
-        raise UserError(_baselines_too_large(cfg, dtype, need, card, gpu), setting="baselines.dtype_when_too_large")
+        raise UserError(f"the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as DRAGIN's "
+                        f"code does), about {human_bytes(need)} of GPU memory, but {gpu} has {human_bytes(card)} "
+                        f"(fix: use a larger GPU, or set baselines.dtype_when_too_large: float16 or baselines.dtype: "
+                        f"{cfg['model.dtype']}, a departure from DRAGIN's runs)",
+                        setting="baselines.dtype_when_too_large")
     smaller = gpu_need_bytes(cfg, instead, name)
     if smaller is not None and smaller > card:
         raise UserError(f"{name or cfg['model.name']} in {instead} (baselines.dtype_when_too_large) needs about "

@@ -54,8 +54,7 @@ class PrefixCache:
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], forward: Callable, device) -> tuple:
-        """(KV cache, next-token logits) of a prompt, reusing kept chunk boundaries; `forward`
-        (ids, cache) runs one model pass (`HFBackend.forward`)."""
+        """(KV cache, next-token logits) of a prompt; `forward(ids, cache)` runs one model pass."""
         ids = list(prompt_ids)
         whole = self._get(_ids_key(ids) + b"=")
         if whole is not None:

@@ -263,8 +263,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return list(cap["attention"])
 
     def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
-        """Rows of the head-averaged last-layer attention of `token_ids` at `positions`, recomputed
-        from q and k as `_attention` does (the worker keeps the keys across prefill chunks)."""
+        """The head-averaged last-layer attention rows of `token_ids` at `positions`, as `_attention`."""
         if not positions:
             return []
         ids = [int(t) for t in token_ids]
