@@ -155,8 +155,7 @@ class EngineThread:
 
 
 def combine(per_worker: list[dict]) -> dict:
-    """Worker 0's captures (hidden states and logits are whole there), with DRAGIN's attention
-    averaged over the heads of every tensor-parallel worker."""
+    """Worker 0's captures (whole there), DRAGIN's attention averaged over every worker's heads."""
     caps = per_worker[0]
     for tag, item in caps.items():
         if "attention" in item:

@@ -121,14 +121,12 @@ class Batch:
         return [self.prefixes[self.prefix_of[r]].length for r in rows]
 
     def groups(self, rows: Sequence[int], start: int = 0) -> list[sp.Group]:
-        """Shared-prefix attention groups of consecutive `rows` (batch positions from `start`):
-        rows over the same prompt form one group, whatever their lane."""
+        """Attention groups of consecutive `rows` from batch position `start`: one per prompt."""
         return [sp.Group(start + a, start + b, self.prefixes[g].cache)
                 for g, a, b in spans([self.prefix_of[r] for r in rows])]
 
     def picks(self, logits: torch.Tensor):
-        """Each lane's draw for its live rows, in row order: (tokens, warped log-probs or None,
-        rows) per run of live rows of one lane."""
+        """(tokens, warped log-probs or None, rows) per run of live rows of one lane, in row order."""
         for li, a, b in spans([self.lane_of[r] for r in self.live]):
             got = self.lanes[li].pick(logits[a:b])
             tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
