@@ -1,11 +1,6 @@
-"""DRAGIN's view of a token sequence: words made of tokens, shared by the backends.
-
-DRAGIN works on "words" built from tokens: a new word starts at the first token, at a token whose
-piece carries the tokenizer's word-start marker ("▁" for SentencePiece, "Ġ" for byte-level BPE),
-at the newline token, and after an EOS token; the word's text is its pieces joined with the marker
-removed. `merge_words` does that on any tokenizer's pieces; `WordsMixin` gives a backend with a
-Hugging Face `self.tokenizer` the protocol calls `encode` and `words`.
-"""
+"""DRAGIN's words of a token sequence, shared by the backends: a new word starts at the first
+token, at a piece with the word-start marker ("▁" for SentencePiece, "Ġ" for byte-level BPE), at
+the newline token and after an EOS; its text is its pieces joined, the marker removed."""
 from __future__ import annotations
 
 from functools import cached_property
@@ -47,7 +42,6 @@ class WordsMixin:
         return ids[-1] if ids else None        # LLaMA: "<0x0A>" (13), the id DRAGIN's code tests
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text` as a prompt is encoded (special tokens added)."""
         return list(self._encode(text))
 
     def piece_words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:

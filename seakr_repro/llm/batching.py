@@ -1,15 +1,9 @@
-"""Questions side by side on a backend that decodes one call at a time (transformers).
-
-`runner.concurrency > 1` runs questions on threads; vLLM merges their calls by itself, the
-transformers backend only batches contexts that arrive in ONE call (`generate_many`,
-`sample_many`). A `ThreadBatcher` turns the threads' calls into such calls, as docs/speed.md
-("Questions side by side") describes: each question thread registers for its lifetime
-(`worker(backend)`, the runner does this); once every registered thread waits, the largest group
-of waiting calls with the same settings runs as one batch and each thread gets its own part back.
-A question's samples do not depend on who shares its batch (each context keeps its own
-generator). Every other call (`score`, DRAGIN's attention, tokenizer calls) runs alone, never
-during a batch. It sits under the call cache (`CachedBackend(ThreadBatcher(hf))`), so hits never
-wait and each question's calls are counted on its own thread.
+"""Questions side by side on the transformers backend, which batches only the contexts of ONE
+call: a `ThreadBatcher` merges the question threads' calls (docs/speed.md, "Questions side by
+side"). Each question thread registers for its lifetime (`worker(backend)`); once every registered
+thread waits, the largest group of waiting calls with the same settings runs as one batch. A
+question's samples do not depend on who shares its batch (each context has its own generator).
+Other calls run alone. It sits under the call cache, so hits never wait.
 """
 from __future__ import annotations
 
@@ -39,11 +33,8 @@ class _Request:
     def key(self) -> tuple:
         if self.kind == "both":          # per-prompt settings: any two such requests merge
             return (self.kind,)
-        return (self.kind, tuple(sorted((k, _hashable(v)) for k, v in self.kwargs.items())))
-
-
-def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, (list, tuple)) else value
+        return (self.kind, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
+                                        for k, v in self.kwargs.items())))
 
 
 class ThreadBatcher:
@@ -69,7 +60,6 @@ class ThreadBatcher:
             raise AttributeError(attr) from None
         return getattr(backend, attr)
 
-    # ------------------------------------------------------------------------------ workers
     @contextlib.contextmanager
     def worker(self) -> Iterator[None]:
         """Count the calling thread as a question thread until the block ends."""
@@ -82,15 +72,13 @@ class ThreadBatcher:
                 self._workers -= 1
                 self._cv.notify_all()
 
-    # ------------------------------------------------------------------------------ batched calls
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False):
         if want_attention:      # DRAGIN's attention is not part of a batched call
             return self._alone(lambda: self.backend.generate(
                 prompt, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats,
                 want_attention=True))
-        return self._submit("generate", [prompt], dict(max_new_tokens=max_new_tokens, stop=tuple(stop),
-                                                        want_stats=want_stats))[0]
+        return self.generate_many([prompt], max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)[0]
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int, stop: Sequence[str] = (),
                       want_stats: bool = False):
@@ -98,11 +86,10 @@ class ThreadBatcher:
                                                              stop=tuple(stop), want_stats=want_stats))
 
     def sample(self, prompt: str, settings):
-        return self._submit("sample", [prompt], dict(settings=settings))[0]
+        return self.sample_many([prompt], settings)[0]
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate, sample):
-        """Merged with every other thread's such call, whatever its settings: each prompt
-        carries its own (the transformers backend gives each prompt's rows lanes of their own)."""
+        """Merged with every other thread's such call, whatever its settings (each prompt's own)."""
         n = len(prompts)
         return self._submit("both", list(prompts), dict(generate=per_prompt(generate, n),
                                                          sample=per_prompt(sample, n)))
@@ -110,7 +97,6 @@ class ThreadBatcher:
     def sample_many(self, prompts: Sequence[str], settings):
         return self._submit("sample", list(prompts), dict(settings=settings))
 
-    # ------------------------------------------------------------------------------ alone
     def score(self, prompt: str, continuation: str):
         return self._alone(lambda: self.backend.score(prompt, continuation))
 
@@ -142,7 +128,6 @@ class ThreadBatcher:
                 self._idle_since = time.monotonic()
                 self._cv.notify_all()
 
-    # ------------------------------------------------------------------------------ the queue
     def _submit(self, kind: str, prompts: list[str], kwargs: dict) -> list:
         if not prompts:
             return []
@@ -175,10 +160,9 @@ class ThreadBatcher:
         return time.monotonic() - self._idle_since >= STALL_SECONDS
 
     def _take_group(self) -> list[_Request]:
-        """The largest group of pending requests with the same settings (the oldest first on a
-        tie), out of the queue. The others wait for the next round: by then the threads just
-        served have made their next call, which often has the settings of the waiting ones (SeaKR
-        alternates greedy steps and samples), so threads that were out of step fall into step."""
+        """The largest group of pending requests with the same settings (the oldest on a tie), out
+        of the queue. The others wait a round: SeaKR alternates greedy steps and samples, so the
+        threads just served then often call with the waiting ones' settings and fall into step."""
         groups: dict[tuple, list[_Request]] = {}
         for r in self._pending:
             groups.setdefault(r.key(), []).append(r)

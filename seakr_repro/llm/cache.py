@@ -2,28 +2,21 @@
 
 Key = sha256 of (model name, weights fingerprint, call kind, prompt, every parameter, seed), so a
 changed prompt, setting or checkpoint can never return a stale answer. Each value is ONE file,
-CACHE_DIR/llm/<model>/<key[:2]>/<key>.npz (uncompressed npz), written atomically: `meta` holds the
-zlib-compressed JSON of the generations (Python floats round-trip exactly through JSON), plus,
-for a sample call, its k forced-EOS vectors in the form `cache.vectors` names (docs/disk-and-memory.md,
-"Call cache"): "gram" (default) stores the k x m factor F of the row-centred Gram matrix,
-Z J_d Z^T = F F^T, and a hit returns F E^T with E a fixed Helmert basis: k x d vectors with the
-same centred Gram matrix (the same U up to rounding), NOT the hidden states, and the SampleSet
-carries `vectors_form = "gram"`; "float16" stores the vectors themselves in float16.
+CACHE_DIR/llm/<model>/<key[:2]>/<key>.npz, written once and atomically: `meta` holds the
+zlib-compressed JSON of the generations (floats round-trip exactly), plus a sample call's k
+forced-EOS vectors in the form `cache.vectors` names (docs/disk-and-memory.md, "Call cache"):
+"gram" (default) stores the factor F of the row-centred Gram matrix Z J_d Z^T = F F^T, and a hit
+returns F E^T (E a fixed Helmert basis): the same U up to rounding, NOT the hidden states, the
+SampleSet carrying `vectors_form = "gram"`; "float16" stores the vectors themselves.
 
-An entry is written once: no call replaces it. Statistics (`want_stats`: each generated token's
-entropy and logsumexp) come from the same logits as the tokens. On backends where they are nearly
-free (transformers, synthetic: no `kind`) every computed call takes them and they are not part of
-the key, so SeaKR and its energy row share calls; a call that did not ask gets them removed. On
-another engine (vLLM) `want_stats` is part of the key. Entries of the two earlier key formats are
-still found (`_keys`); a call that needs statistics such an entry lacks computes them and leaves
-the entry as it is.
+Statistics (`want_stats`) come from the same logits as the tokens. Where they are nearly free (no
+`kind`: transformers, synthetic) every computed call takes them and they are not part of the key,
+so SeaKR and its energy row share calls; on another engine (vLLM) they are. Entries of the two
+earlier key formats are still found (`_keys`), and one that lacks asked-for statistics is
+recomputed but left as it is. `CachedBackend` counts calls, hits, misses and tokens (`row_counts`).
 
-`CachedBackend` also counts calls, hits, misses and tokens (all calls' and the computed ones'):
-the runner reports them per question, other steps in their own files (`row_counts`).
-
-The cache is derived data: when its disk fills, `CachedBackend` says so once (where it lives, its
-size, the free space) and goes on without storing (hits are still read), unless `cache.must_keep`:
-then the run stops with the disk-full paragraph (`core.disk_full`).
+The cache is derived data: on a full disk `CachedBackend` says so once and goes on without storing
+(hits are still read), unless `cache.must_keep`: then the run stops (`core.disk_full`).
 """
 from __future__ import annotations
 
@@ -64,8 +57,7 @@ VECTOR_FORMS = ("gram", "float16")
 
 @lru_cache(maxsize=8)
 def helmert_basis(d: int, m: int) -> np.ndarray:
-    """d x m orthonormal columns orthogonal to the all-ones vector (the first m Helmert
-    contrasts: column j is (1, ..., 1, -(j+1), 0, ...) / sqrt((j+1)(j+2)))."""
+    """The first m Helmert contrasts: d x m orthonormal columns orthogonal to the all-ones vector."""
     e = np.zeros((d, m))
     for j in range(m):
         e[: j + 1, j] = 1.0
@@ -75,8 +67,7 @@ def helmert_basis(d: int, m: int) -> np.ndarray:
 
 
 def gram_factor(vectors: np.ndarray) -> np.ndarray:
-    """F (k x m) with F F^T = Z J_d Z^T (each row centred over its own d dims), from a QR of the
-    centred rows in float64; m = min(k, d)."""
+    """F (k x min(k, d)) with F F^T = Z J_d Z^T, from a float64 QR of the row-centred vectors."""
     z = np.asarray(vectors, dtype=np.float64)
     if z.shape[0] == 0:
         return np.zeros((0, 0))
@@ -183,8 +174,8 @@ _SCOPE: contextvars.ContextVar[CallCounter | None] = contextvars.ContextVar("sea
 
 @contextlib.contextmanager
 def counting():
-    """Count every CachedBackend call made in this context (and threads started from a copy of
-    it) in a fresh CallCounter: per-question costs stay right when questions run concurrently."""
+    """Count the CachedBackend calls of this context (and of threads started from a copy of it)
+    in a fresh CallCounter, so that questions run side by side each count their own."""
     counter = CallCounter()
     token = _SCOPE.set(counter)
     try:
@@ -194,8 +185,7 @@ def counting():
 
 
 def with_call_counts(backend, compute):
-    """(compute(), the row counts (`row_counts`) of the calls it made on `backend`); the counts
-    are None where the backend does not count per scope (no call cache around it)."""
+    """(compute(), `row_counts` of its calls on `backend`, or None without a call cache)."""
     if not getattr(backend, "scoped_counts", False):
         return compute(), None
     with counting() as counter:
@@ -204,8 +194,7 @@ def with_call_counts(backend, compute):
 
 
 def _generate_params(max_new_tokens: int, stop: Sequence[str], want_attention: bool = False) -> dict:
-    """The parameters of a `generate` call's cache key (every path that stores one uses these);
-    statistics are not among them (the module's note)."""
+    """A `generate` call's key parameters, for every path that stores one (no statistics)."""
     return dict(max_new_tokens=max_new_tokens, stop=list(stop), want_attention=want_attention)
 
 
@@ -218,16 +207,20 @@ def has_stats(value) -> bool:
     return all(g.entropies is not None and g.logsumexp is not None for g in _generations(value))
 
 
+def map_generations(value, fn):
+    """`fn` of a Generation, or a SampleSet with `fn` of each sample (its vectors' form kept)."""
+    if not isinstance(value, SampleSet):
+        return fn(value)
+    out = dataclasses.replace(value, samples=[fn(g) for g in value.samples])
+    if hasattr(value, "vectors_form"):
+        out.vectors_form = value.vectors_form
+    return out
+
+
 def without_stats(value):
     """`value` as a call that did not ask for statistics receives it."""
-    if isinstance(value, SampleSet):
-        out = dataclasses.replace(value, samples=[without_stats(g) for g in value.samples])
-        if hasattr(value, "vectors_form"):
-            out.vectors_form = value.vectors_form
-        return out
-    if value.entropies is None and value.logsumexp is None:
-        return value
-    return dataclasses.replace(value, entropies=None, logsumexp=None)
+    return map_generations(value, lambda g: g if g.entropies is None and g.logsumexp is None
+                           else dataclasses.replace(g, entropies=None, logsumexp=None))
 
 
 def _as_asked(value, want_stats: bool):
@@ -235,11 +228,9 @@ def _as_asked(value, want_stats: bool):
 
 
 class CachedBackend:
-    """Wrap any backend with the same protocol; `enabled=False` passes every call through.
-    `must_keep` (cache.must_keep): a call the full disk will not take stops the run, instead of
-    the run going on without storing new calls. `read_only`: a cache that is only read (another
-    run's, replayed by `llm.replay`): nothing is stored, and its calls count only in `stats()`,
-    not in the scope of the question (the cache in front of it counts them)."""
+    """Wrap any backend; `enabled=False` passes every call through. `must_keep`: a full disk stops
+    the run. `read_only` (`llm.replay`): nothing is stored, and its calls count only in `stats()`,
+    not in the question's scope (the cache in front of it counts them)."""
 
     def __init__(self, backend, root: str | Path | None = None, enabled: bool = True,
                  vectors: str = "gram", must_keep: bool = False, read_only: bool = False):
@@ -258,50 +249,42 @@ class CachedBackend:
         self.storing = not read_only   # False once the disk was full: new calls are not stored
         self.read_only = read_only
         self._store_lock = threading.Lock()
-        self.reset_stats()
+        self.counter = CallCounter()   # every call's, whatever its scope
 
     scoped_counts = True   # the runner may count per question with `counting()`
     wraps_backend = True   # `base.unwrap` finds the model backend in `.backend`
 
-    def reset_stats(self) -> None:
-        self._lock = threading.Lock()
-        self.counts = dict.fromkeys(COUNTS, 0)
-
     @property
     def calls(self) -> int:
-        return self.counts["llm_calls"]
+        return self.counter.values["llm_calls"]
 
     @property
     def hits(self) -> int:
-        return self.counts["cache_hits"]
+        return self.counter.values["cache_hits"]
 
     @property
     def misses(self) -> int:
-        return self.counts["cache_misses"]
+        return self.counter.values["cache_misses"]
 
     def _add(self, calls=0, hits=0, misses=0, prompt_tokens=0, generated_tokens=0) -> None:
         """One or more calls; the tokens of a miss count as computed too."""
         computed = (prompt_tokens, generated_tokens) if misses else (0, 0)
         values = dict(zip(COUNTS, (calls, hits, misses, prompt_tokens, generated_tokens) + computed))
-        with self._lock:
-            for k, v in values.items():
-                self.counts[k] += v
+        self.counter.add(**values)
         scope = _SCOPE.get()
         if scope is not None and not self.read_only:
             scope.add(**values)
 
     def stats(self) -> dict[str, int]:
-        return dict(self.counts)
+        return dict(self.counter.values)
 
-    def __getattr__(self, attr: str) -> Any:   # anything else (tokenizer, model, ...) passes through
+    def __getattr__(self, attr: str) -> Any:   # anything else (count_tokens, encode, tokenizer, ...)
         if "backend" not in self.__dict__:      # during copy/unpickling: no recursion
             raise AttributeError(attr)
         return getattr(self.__dict__["backend"], attr)
 
-    # --------------------------------------------------------------------------------
     def _store(self, key: str, value) -> None:
-        """Store a computed call where no readable entry is (entries are written once); on a full
-        disk, say so once and store no more (or, with must_keep, stop with the disk-full paragraph)."""
+        """Store a computed call where no readable entry is; a full disk: the module's note."""
         if not (self.enabled and self.storing) or self.cache.get(key) is not None:
             return
         try:
@@ -329,8 +312,7 @@ class CachedBackend:
 
     def _keys(self, kind: str, prompt: str, params: dict, want_stats: bool) -> list[str]:
         """The keys whose entries may answer a call, in order; a computed call is stored under the
-        first. `want_stats` is part of the key on another engine (the module's note); entries under
-        the other form, and under the other value of `want_stats`, come after."""
+        first (the key form of this engine, the module's note), the other forms after it."""
         def key(**stats) -> str:
             return call_key(self.name, self.fingerprint, kind, prompt, {**params, **stats})
         if kind not in ("generate", "sample"):
@@ -339,8 +321,7 @@ class CachedBackend:
         return [key(), own, other] if self.stats_free else [own, key(), other]
 
     def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
-        """The first stored value that answers a call (one without statistics does not answer a
-        call that asks for them), or None."""
+        """The first stored value that answers a call (with statistics, if it asks), or None."""
         if not self.enabled:
             return None
         for key in self._keys(kind, prompt, params, want_stats):
@@ -355,9 +336,9 @@ class CachedBackend:
 
     def _cached_many(self, kind: str, prompts: Sequence[str], params: dict, compute_many,
                      want_stats: bool | None = None) -> list:
-        """The stored values of several prompts; the misses go to `compute_many(prompts)` in ONE
-        call (a batching backend decodes them together). For a kind with statistics (`want_stats`
-        given), `compute_many(prompts, with_stats)`, and each value as the call asked for it."""
+        """The stored values of several prompts; the misses go to `compute_many(prompts)`, or with
+        `want_stats` given `compute_many(prompts, with_stats)`, in ONE call (a batching backend
+        decodes them together)."""
         asked = bool(want_stats)
         keys = [self._keys(kind, p, params, asked)[0] for p in prompts]
         values = [self._lookup(kind, p, params, asked) for p in prompts]
@@ -380,8 +361,7 @@ class CachedBackend:
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
-        """Cached prompts come from disk (the same entries `generate` writes); the others go to
-        the backend in one `generate_many` call."""
+        """The misses go to the backend in one call; entries are shared with `generate`."""
         params = _generate_params(max_new_tokens, stop)
         return self._cached_many("generate", prompts, params, lambda todo, stats: generate_many(
             self.backend, todo, max_new_tokens=max_new_tokens, stop=tuple(stop), want_stats=stats),
@@ -393,8 +373,7 @@ class CachedBackend:
             prompt, dataclasses.replace(s, want_stats=stats)), s.want_stats)
 
     def sample_many(self, prompts: Sequence[str], settings: Sampling) -> list[SampleSet]:
-        """Cached contexts come from disk; the others go to the backend in ONE call, so a
-        batching backend (vLLM) decodes them together."""
+        """The misses go to the backend in ONE call, so a batching backend decodes them together."""
         s = settings.at_layer(self.n_layers)
         return self._cached_many("sample", prompts, self._sample_params(s), lambda todo, stats:
                                  self.backend.sample_many(todo, dataclasses.replace(s, want_stats=stats)), s.want_stats)
@@ -416,26 +395,23 @@ class CachedBackend:
             keys.append((self._keys("generate", p, g_params, g_stats)[0],
                          self._keys("sample", p, s_params, s_stats)[0]))
             got.append([self._lookup("generate", p, g_params, g_stats), self._lookup("sample", p, s_params, s_stats)])
-        both = [i for i, (g, s) in enumerate(got) if g is None and s is None]
+        missed = [[v is None for v in pair] for pair in got]
+        both = [i for i, m in enumerate(missed) if all(m)]
         if both:
             for i, pair in zip(both, base_generate_and_sample_many(
                     self.backend, [prompts[i] for i in both], generate=[run_g[i] for i in both],
                     sample=[run_s[i] for i in both])):
                 got[i] = list(pair)
-        computed = {(i, 0) for i in both} | {(i, 1) for i in both}
         for i, pair in enumerate(got):
             if pair[0] is None:
                 pair[0] = generate_many(self.backend, [prompts[i]], **run_g[i])[0]
-                computed.add((i, 0))
             if pair[1] is None:
                 pair[1] = self.backend.sample_many([prompts[i]], run_s[i])[0]
-                computed.add((i, 1))
         for i, pair in enumerate(got):
             for half, value in enumerate(pair):
-                hit = (i, half) not in computed
-                if not hit:
+                if missed[i][half]:
                     self._store(keys[i][half], value)
-                self._count(value, hit)
+                self._count(value, hit=not missed[i][half])
         return [(_as_asked(g, asked[i][0]), _as_asked(s, asked[i][1])) for i, (g, s) in enumerate(got)]
 
     def score(self, prompt: str, continuation: str) -> Generation:
@@ -447,15 +423,6 @@ class CachedBackend:
         ids, rd = [int(t) for t in continuation_ids], [[int(j), int(t)] for j, t in reads]
         return self._cached("read_logprobs", prompt, {"ids": ids, "reads": rd},
                             lambda: self.backend.read_logprobs(prompt, ids, rd))
-
-    def count_tokens(self, text: str) -> int:
-        return self.backend.count_tokens(text)
-
-    def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text)
-
-    def words(self, token_ids: Sequence[int]) -> list[tuple[int, int, str]]:
-        return self.backend.words(token_ids)
 
     def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
         ids, pos = [int(t) for t in token_ids], [int(p) for p in positions]
@@ -469,8 +436,7 @@ class CachedBackend:
         return rows
 
     def _sample_params(self, settings: Sampling) -> dict:
-        """A sample call's key parameters (`settings` at the model's layer); the vector forms are
-        kept apart."""
+        """A sample call's key parameters (`settings` at the model's layer, the vector form)."""
         return {**settings.key_params(), "cache_vectors": self.cache.vectors}
 
 

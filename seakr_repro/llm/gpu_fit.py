@@ -8,10 +8,9 @@ from ..core.config import Config
 from ..core.disk import human_bytes
 from ..core.errors import UserError
 
-# GPU memory: the weights (parameters x bytes per value) plus what decoding needs beside them.
-# DECODING_BYTES is a measured peak beside LLaMA-2-7B's 16-bit weights with the prompt's keys and
-# values copied into every row, more than shared-prefix decoding needs by docs/speed.md's
-# arithmetic ("24 GB cards"), so the reserve errs on the safe side.
+# GPU memory: the weights plus DECODING_BYTES, a measured peak beside LLaMA-2-7B's 16-bit weights with
+# the prompt's keys and values copied into every row: more than shared-prefix decoding needs
+# (docs/speed.md, "24 GB cards"), so the reserve errs on the safe side.
 PARAMETERS = {"llama-2-7b": 6.74e9, "llama-2-7b-chat": 6.74e9, "selfrag-llama2-7b": 6.74e9,
               "llama-3-8b": 8.03e9, "llama-3-8b-instruct": 8.03e9,
               "smollm2-135m-instruct": 0.135e9, "gemma-3-270m": 0.27e9}
@@ -29,21 +28,12 @@ def gpu_need_bytes(cfg: Config, dtype: str | None = None, name: str | None = Non
     return int(params * per_value + DECODING_BYTES)
 
 
-def _baselines_too_large(cfg: Config, dtype: str, need: int, card: int, gpu: str) -> str:
-    """Why the baselines' own dtype does not fit, and the fixes (preflight and the run say it alike)."""
-    return (f"the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as DRAGIN's "
-            f"code does), about {human_bytes(need)} of GPU memory, but {gpu} has {human_bytes(card)} "
-            f"(fix: use a larger GPU, or set baselines.dtype_when_too_large: float16 or baselines.dtype: "
-            f"{cfg['model.dtype']}, a departure from DRAGIN's runs)")
-
-
 def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str | None = None,
                     gpu: str = "the GPU") -> tuple[str | None, str | None]:
-    """(the dtype to load a model in, the departure to announce or None) for a model asked for in
-    `dtype` on a GPU with `card` bytes (`core.device.usable_gpu_bytes`: the card, or its cap; None:
-    no GPU, nothing to decide). Only a dtype other than model.dtype is replaced (the faithful
-    baselines' float32): when preflight's estimate says it does not fit, by
-    baselines.dtype_when_too_large; when that is null, or does not fit either, a UserError."""
+    """(the dtype to load a model in, the departure to announce or None) on a GPU of `card` bytes
+    (`core.device.usable_gpu_bytes`; None: no GPU). Only a dtype other than model.dtype (the
+    faithful baselines' float32) that does not fit is replaced, by baselines.dtype_when_too_large;
+    a UserError where that is null or does not fit either."""
     if dtype is None or card is None or dtype == cfg["model.dtype"]:
         return dtype, None
     need = gpu_need_bytes(cfg, dtype, name)
@@ -51,7 +41,11 @@ def dtype_that_fits(cfg: Config, dtype: str | None, card: int | None, name: str 
         return dtype, None
     instead = cfg.get("baselines.dtype_when_too_large")
     if instead is None:
-        raise UserError(_baselines_too_large(cfg, dtype, need, card, gpu), setting="baselines.dtype_when_too_large")
+        raise UserError(f"the {cfg['baselines.mode']} baselines load {cfg['model.name']} in {dtype} (as DRAGIN's "
+                        f"code does), about {human_bytes(need)} of GPU memory, but {gpu} has {human_bytes(card)} "
+                        f"(fix: use a larger GPU, or set baselines.dtype_when_too_large: float16 or baselines.dtype: "
+                        f"{cfg['model.dtype']}, a departure from DRAGIN's runs)",
+                        setting="baselines.dtype_when_too_large")
     smaller = gpu_need_bytes(cfg, instead, name)
     if smaller is not None and smaller > card:
         raise UserError(f"{name or cfg['model.name']} in {instead} (baselines.dtype_when_too_large) needs about "

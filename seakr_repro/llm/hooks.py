@@ -7,11 +7,7 @@
   transformers' `output_hidden_states[l + 1]`; `hidden_states[-1]` is its final norm, which would
   change the scale of step 02's layer curve at its last point (docs/vllm.md, "Agreement").
 
-`hook_module` says which module's forward output holds the vector and `hooked_vector` reads it,
-for transformers' modules and vLLM's (whose decoder layers return (hidden, residual) with the
-residual add deferred to the next layer's norm); both backends and every capture use these two.
-The capture can cut the forward pass short after layer l (`stop_after=True`): the layers above do
-not influence the vector.
+A capture may cut the pass short after layer l (`stop_after`): the layers above cannot change it.
 """
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ class _StopForward(Exception):
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
-    """The decoder layers of a causal LM (LLaMA, Gemma-3, ...): model.model.layers, else those of
-    `get_decoder()`; used by the transformers backend and by the vLLM worker (vLLM's models)."""
+    """A causal LM's decoder layers (transformers' and vLLM's models)."""
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None and hasattr(model, "get_decoder"):
@@ -53,12 +48,9 @@ def hook_module(model, layer: int, hook: str) -> torch.nn.Module:
 
 
 def hooked_vector(output, hook: str, deferred_residual: bool = False) -> torch.Tensor:
-    """The vector `hook` names (module docstring), from the forward output of `hook_module`.
-
-    transformers' decoder layers return the stream itself (or a tuple that starts with it).
-    vLLM's return (hidden, residual) with the residual add deferred to the next layer's norm
-    (`deferred_residual=True`, the vLLM worker): the stream after the layer is their sum.
-    """
+    """The vector `hook` names, from the forward output of `hook_module`. transformers' decoder
+    layers return the stream (or a tuple that starts with it); vLLM's return (hidden, residual) with
+    the residual add deferred to the next layer's norm (`deferred_residual`): the stream is their sum."""
     if not isinstance(output, tuple):
         return output
     if hook == "residual" and deferred_residual:
@@ -71,10 +63,8 @@ def hooked_vector(output, hook: str, deferred_residual: bool = False) -> torch.T
 
 @contextlib.contextmanager
 def capture(model, layer: int, hook: str, stop_after: bool = False) -> Iterator[dict]:
-    """Yield a dict whose "out" holds the hooked module's output (batch x seq x d) after a forward.
-
-    With stop_after, run the forward inside `run_until_captured` so the early exit is absorbed.
-    """
+    """A dict whose "out" holds the hooked output (batch x seq x d) after a forward; with
+    stop_after, run the forward in `run_until_captured`."""
     box: dict = {}
 
     def _hook(_module, _inputs, output):

@@ -1,7 +1,5 @@
-"""Facts about a model that the registry, the backends and the cache all need: the official
-SeaKR layer, the torch dtype of a setting, a cheap weights fingerprint and the shape numbers of a
-Hugging Face config. Imports nothing from the backends or the registry, so every one of them can
-import it (no import circle); torch is imported only inside `resolve_dtype`."""
+"""Facts about a model that the registry, the backends and the cache all need. Imports nothing from
+the backends or the registry (no import circle), and torch only inside `resolve_dtype`."""
 from __future__ import annotations
 
 import hashlib
@@ -26,9 +24,8 @@ def resolve_dtype(dtype: str):
 
 
 def weights_fingerprint(path: Path, dtype, device: str = "cpu") -> str:
-    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each.
-    A GPU draws other samples than the CPU from the same seed, so its calls are cached apart
-    (the CPU's fingerprint is unchanged: caches made before this still serve it)."""
+    """Identify the weights cheaply: config, file names, sizes and the first/last MiB of each; a
+    GPU draws other samples than the CPU from the same seed, so its calls are cached apart."""
     h = hashlib.sha256(str(dtype).encode())
     kind = str(device).split(":")[0]
     if kind != "cpu":
@@ -47,9 +44,8 @@ def weights_fingerprint(path: Path, dtype, device: str = "cpu") -> str:
 
 
 def generation_config_of(path: Path) -> dict:
-    """The checkpoint's generation_config.json ({} when it has none: transformers' defaults,
-    greedy decoding), which `model.generate` follows when the caller passes no decoding
-    arguments (as DRAGIN's code does; read by the faithful baselines)."""
+    """The checkpoint's generation_config.json ({}: greedy), which `model.generate` follows when
+    called without decoding arguments, as DRAGIN's code calls it (the faithful baselines)."""
     import json
 
     f = Path(path) / "generation_config.json"

@@ -1,7 +1,6 @@
-"""A run's memory on the card by kind, and how each kind scales from one LLaMA shape to another:
-how the simulated card (doubles/simulated_card.py) predicts, from a run at a small shape, the peak
-of the same run at LLaMA-2-7B's shape (docs/measurements.md, "Each method's peak at LLaMA-2-7B's
-shape, predicted").
+"""A run's memory on the card by kind, and how each kind scales from one LLaMA shape to another: how
+the simulated card predicts, from a run at a small shape, the peak at LLaMA-2-7B's shape
+(docs/measurements.md, "Each method's peak at LLaMA-2-7B's shape, predicted").
 
 A narrow run with the target's layer count, vocabulary and dtype holds at every moment the
 tensors the target run holds, narrower in their width dimensions only, so each tensor's bytes

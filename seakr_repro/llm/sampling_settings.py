@@ -1,8 +1,5 @@
-"""The settings of a `sample` call as one frozen object, `Sampling`, whose defaults are SeaKR's
-(the official engine's): k = 20 samples per decision at temperature 1.0 with top-k 50 and top-p
-0.9, seeded with 42, the forced-EOS vector at the middle layer's MLP output. Every backend's
-`sample` takes one, and the call cache builds its key from it (`key_params`). params/base.yaml
-states the same values for users, and a test keeps the two equal. No torch: every layer may use it."""
+"""The settings of a `sample` call, `Sampling`, with SeaKR's official defaults (params/base.yaml
+states them too; a test keeps the two equal); the call cache keys on `key_params`. No torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace

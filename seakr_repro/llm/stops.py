@@ -1,12 +1,10 @@
-"""Where a continuation stops, and which token sequence SeaKR's forced-EOS vector is read from.
-Shared by every backend and by step 02 so that they cut text and build sequences identically.
+"""Where a continuation stops, and which token sequence SeaKR's forced-EOS vector is read from,
+for every backend and step 02 alike.
 
-Stop strings are searched in the generated text only (as vLLM, the official engine, does), on the
-text decoded in context (`tokenizing.decode_pieces`). The returned text is cut before the first
-stop string; `token_ids` keep the longest prefix of tokens whose text lies entirely before it.
-`Generation.all_token_ids` keeps every generated token up to and including the one that ended the
-continuation (the token that completed the stop string, or the max_tokens-th); a sampled EOS is
-never part of either list.
+Stop strings are searched in the generated text only (as vLLM, the official engine, does),
+decoded in context. The text is cut before the first stop string; `token_ids` keep the tokens
+whose text lies entirely before it; `all_token_ids` every token up to the one that ended the
+continuation. A sampled EOS is in neither.
 
 The forced-EOS sequence (`uncertainty.forced_eos`; docs/faithful-and-fixed.md, "Forced-EOS
 sequence of U's vectors"): "replace_last" (the official stop checker) overwrites the last
@@ -63,10 +61,8 @@ def check_forced_eos(mode: str) -> str:
 
 def forced_eos_ids(all_ids: Sequence[int], finish_reason: str, n_kept: int, eos_id: int,
                    mode: str) -> list[int]:
-    """The generated part of the sequence whose last position (always EOS) gives the vector.
-
-    all_ids: every generated token incl. the one that ended the continuation (a sampled EOS
-    excluded); finish_reason: stop | length | eos; n_kept: tokens of the returned text."""
+    """The generated part of the sequence whose last position (always EOS) gives the vector, from
+    `all_ids` (the module's note), finish_reason stop | length | eos and n_kept returned tokens."""
     check_forced_eos(mode)
     if mode == "append" or finish_reason == "eos":
         return [*all_ids[:n_kept], eos_id] if mode == "append" else [*all_ids, eos_id]

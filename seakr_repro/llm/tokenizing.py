@@ -1,9 +1,6 @@
-"""Prompt text <-> token ids, the same way in every backend, so that backends see identical ids.
-
-Generated tokens are decoded IN CONTEXT, as vLLM's detokeniser does: the text a token adds is
-decode(context + ids[:i+1]) minus decode(context + ids[:i]), the context being the prompt's last
-tokens. Decoding a token alone is wrong for sentencepiece tokenizers (LLaMA), whose decoder strips
-the leading space of whatever it decodes first: "▁Ivania" after "1959." would lose its space.
+"""Prompt text <-> token ids, the same way in every backend. Generated tokens are decoded IN
+CONTEXT (after the prompt's last tokens), as vLLM's detokeniser does: decoded alone, a
+sentencepiece token (LLaMA) loses its leading space ("▁Ivania" after "1959.").
 """
 from __future__ import annotations
 
@@ -18,13 +15,10 @@ INCOMPLETE = "\ufffd"    # what a byte-fallback piece decodes to until its chara
 
 def decode_pieces(decode: Callable[[Sequence[int]], str], ids: Sequence[int],
                   context: Sequence[int] = ()) -> list[str]:
-    """The text each token of `ids` adds after `context` (usually the prompt's ids).
-
-    "".join(result) is the continuation's text as vLLM returns it. Incremental: each token costs
-    two decodes of a few tokens (the window restarts after every completed piece). Byte-fallback
-    tokens that form one character together add "" until the last of them, which adds the whole
-    character (as vLLM holds back text ending in an incomplete UTF-8 sequence).
-    """
+    """The text each token of `ids` adds after `context` (usually the prompt's ids): joined, the
+    continuation as vLLM returns it. Each token costs two decodes of a few tokens. Byte-fallback
+    tokens of one character add "" until the last, which adds the whole character (as vLLM holds
+    back text ending in an incomplete UTF-8 sequence)."""
     window = list(context)[-CONTEXT_TOKENS:] + list(ids)
     start = len(window) - len(ids)
     prefix, read, before = 0, start, None      # window[prefix:read]: text already handed out
@@ -48,8 +42,7 @@ class ContextOverflowError(UserError):
 
 def check_fits(n_prompt: int, n_new: int, max_context: int | None, model: str,
                setting: str = "model.name") -> None:
-    """Raise ContextOverflowError when n_prompt + n_new tokens exceed `max_context` (None: the
-    model states no context length and nothing is checked)."""
+    """Raise ContextOverflowError when n_prompt + n_new tokens exceed `max_context` (None: unknown)."""
     if max_context is not None and n_prompt + n_new > max_context:
         raise ContextOverflowError(
             f"a prompt of {n_prompt} tokens plus {n_new} tokens to generate exceeds the "
@@ -84,8 +77,7 @@ class TokenizerMixin:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _score_ids(self, prompt: str, continuation: str) -> tuple[list[int], list[int], Generation | None]:
-        """The token ids of a `score` call, and its whole answer when the continuation has no
-        tokens (no forward pass is needed then)."""
+        """A `score` call's ids, and its whole answer when the continuation has no tokens."""
         p_ids, c_ids = self._encode(prompt), self._encode_continuation(continuation)
         empty = None if c_ids else Generation(text=continuation, entropies=[], logsumexp=[],
                                               n_prompt_tokens=len(p_ids))

@@ -128,22 +128,19 @@ class HFBackend(WordsMixin, TokenizerMixin):
         self.prefixes.clear()
         self.model = None
 
-    # ----------------------------------------------------------------------------- helpers
     def reset_prefix_cache(self) -> None:
         self.prefixes.clear()
 
     def forward(self, ids: torch.Tensor, cache=None, position_ids=None):
-        """The model's pass over `ids` (rows x tokens) on top of `cache`: the one entry point of
-        every pre-fill and decode pass, so a wrapper sees them all (a wrapper that raises before
-        calling it calls `oom.note_rows` first, so the retry halves from that width). Last
-        position's logits only: the LM head over a whole prompt costs several layers."""
+        """The model's pass over `ids` (rows x tokens) on `cache`: every pre-fill and decode pass,
+        so a wrapper sees them all (one that raises first calls `oom.note_rows`). Last position's
+        logits only: the LM head over a whole prompt costs several layers."""
         self.oom.note_rows(int(ids.shape[0]))
         return self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                           position_ids=position_ids)
 
     def prefill(self, prompt_ids: Sequence[int]):
-        """(KV cache, next-token logits) of a prompt, reusing kept chunk boundaries (the cache is
-        the caller's to grow)."""
+        """(KV cache, the caller's to grow, next-token logits) of a prompt (`PrefixCache`)."""
         return self.prefixes.prefill(prompt_ids, self.forward, self.device)
 
     def picker(self, seed: int, temperature: float, top_k: int, top_p: float) -> Callable:
@@ -156,14 +153,11 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return pick
 
     def decode_lanes(self, prefixes: Sequence[Prefix], lanes: Sequence[Lane]) -> list[list[Row]]:
-        """Every lane's rows decoded in one batch on the decode path, each over its lane's prefix
-        (never copied per row); each lane's rows, in lane order."""
+        """Every lane's rows, in lane order, decoded in one batch on the decode path."""
         return strategy(self.decode_path).decode(self, prefixes, lanes)
 
-    # ----------------------------------------------------------------------------- decoding
     def decode_reference(self, cache, logits: torch.Tensor, lane: Lane) -> list[Row]:
-        """Decode one lane on the reference path: `cache` holds the prompt in each of the lane's
-        rows (grown in place), `logits` the prompt's next-token logits (1 x vocab)."""
+        """One lane on the reference path: `cache` holds the prompt in each row (grown in place)."""
         return REFERENCE.decode(self, [Prefix(cache, 0, logits)], [lane])[0]
 
     def finish_row(self, r: Row, stop: Sequence[str], prompt_ids: Sequence[int],
@@ -185,7 +179,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
             all_token_ids=list(r.ids[:end]), all_logprobs=list(r.logprobs[:end]),
             warped_logprobs=list(r.warped_logprobs[:end]) if r.warped_logprobs else None)
 
-    # ----------------------------------------------------------------------------- protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         ids = self._encode(prompt)
@@ -201,8 +194,7 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def generate_many(self, prompts: Sequence[str], *, max_new_tokens: int,
                       stop: Sequence[str] = (), want_stats: bool = False) -> list[Generation]:
-        """Greedy `generate` of several prompts as one batch (one after another without
-        shared-prefix decoding)."""
+        """Greedy `generate` of several prompts: one batch with shared-prefix decoding, else one by one."""
         return self.prompt_rows.generate_many(self, prompts, max_new_tokens, stop, want_stats)
 
     def sample(self, prompt: str, settings: Sampling) -> SampleSet:
@@ -214,9 +206,8 @@ class HFBackend(WordsMixin, TokenizerMixin):
 
     def generate_and_sample_many(self, prompts: Sequence[str], *, generate: dict | Sequence[dict],
                                  sample: dict | Sequence[dict]) -> list[tuple[Generation, SampleSet]]:
-        """Each prompt's greedy row decoded in the batch of its k samples (SeaKR's step and its U):
-        alone it costs a forward pass per token, in the batch almost nothing. The same samples as
-        `sample_many`."""
+        """Each prompt's greedy row in the batch of its k samples (alone it costs a pass per token, in
+        the batch almost nothing); the same samples as `sample_many`."""
         gens, smps = per_prompt(generate, len(prompts)), per_prompt(sample, len(prompts))
         return self.prompt_rows.generate_and_sample_many(self, prompts, gens, smps)
 
@@ -248,7 +239,6 @@ class HFBackend(WordsMixin, TokenizerMixin):
         return Generation(text="", logprobs=[float(logp[j, t]) for j, t in reads],
                           finish_reason="stop", n_prompt_tokens=len(p_ids))
 
-    # ----------------------------------------------------------------------------- vectors
     @torch.inference_mode()
     def eos_vectors(self, prompt_cache, completions: list[list[int]], layer: int,
                      hook: str) -> np.ndarray:
@@ -266,10 +256,9 @@ class HFBackend(WordsMixin, TokenizerMixin):
     @torch.inference_mode()
     def _eos_pass(self, prompt_cache, completions: list[list[int]],
                   wanted: list[tuple[int, str]]) -> dict[tuple[int, str], np.ndarray]:
-        """{(layer, hook): n x d} at the forced EOS of "prompt + completion + EOS", one batched pass
-        (`rows_per_forward` rows at a time after an out-of-memory); one capture stops after its
-        layer. Each distinct completion is computed once: identical samples get bit-identical
-        vectors (a batched product can round a row differently by its position in the batch)."""
+        """{(layer, hook): n x d} at the forced EOS of "prompt + completion + EOS", in one batched
+        pass, each distinct completion once: identical samples get bit-identical vectors (a batched
+        product can round a row differently by its position in the batch)."""
         if not completions:
             return {w: np.zeros((0, self.hidden_size), np.float32) for w in wanted}
         first: dict[tuple[int, ...], int] = {}

@@ -1,17 +1,12 @@
-"""Host memory: where a decode call keeps the rows of the parts that are not running, so the card
-holds one part's suffix keys and values at a time (the out-of-memory retry's parts:
-`decode/one_sync.DynamicRows`, `decode/static.StaticRows`). Copies there and back are exact: the
-same bits come back, so the tokens and vectors are those of a call that kept every row on the card.
+"""Host memory: where a decode call keeps the rows of the parts that are not running (the
+out-of-memory retry's parts), so the card holds one part's suffix keys and values at a time. Copies
+there and back are exact, so tokens and vectors are those of a call that kept every row on the card.
 
-A dynamic part's host copy (`HostSuffix`) is allocated once at full length (pinned on a GPU
-machine) and gets one slot per step; the parts alternate direction each step so that the last
-one stays on the card (`step_copies` counts the bytes; docs/speed.md, "Speed", gives the traffic
-at LLaMA-2-7B's shape).
-
-On a CPU the card and the host are one memory: nothing moves (`separate(device)` is False) unless
-a simulated card tells them apart (`doubles/simulated_card.py` counts the live tensors as the
-card's, except those made while `allocating_on_host()` holds, and turns `simulate_on_cpu` on
-while it is active).
+A dynamic part's `HostSuffix` is allocated once at full length (pinned on a GPU machine) and gets
+one slot per step; the parts alternate direction each step so that the last one stays on the card
+(`step_copies`; docs/speed.md, "Speed", gives the traffic at LLaMA-2-7B's shape). On a CPU nothing
+moves (`separate`) unless a simulated card (`doubles/simulated_card.py`) sets `simulate_on_cpu`;
+it does not count tensors made while `allocating_on_host()` holds.
 """
 from __future__ import annotations
 
@@ -55,14 +50,12 @@ def to_card(t: torch.Tensor, device) -> torch.Tensor:
 
 
 def to_host(host: torch.Tensor, t: torch.Tensor) -> None:
-    """Copy the card's `t` into the host buffer `host` (behind the step where `host` is pinned; the
-    step's read-back waits for it before the host reads it)."""
+    """Copy the card's `t` into `host` (behind the step where pinned: the read-back waits for it)."""
     host.copy_(t, non_blocking=True)
 
 
 def host_zeros(*shape: int, like: torch.Tensor) -> torch.Tensor:
-    """A zeroed host buffer of `like`'s dtype (pinned on a GPU machine, so copies to and from the
-    card need no staging)."""
+    """A zeroed host buffer of `like`'s dtype (pinned on a GPU machine: copies need no staging)."""
     if like.device.type != "cpu":
         return torch.zeros(*shape, dtype=like.dtype, pin_memory=True)
     with _on_host():
@@ -78,9 +71,8 @@ def step_copies(slot_bytes: int, rows: Sequence[int], step: int) -> tuple[int, i
 
 
 class HostSuffix:
-    """One part's generated keys and values in host memory: per layer, keys and values each as
-    slots x rows x kv heads x head dim (slot-major: the slots written so far are one contiguous
-    stretch), allocated at its first slot for `slots` slots."""
+    """One part's generated keys and values per layer, slots x rows x kv heads x head dim
+    (slot-major: the slots written so far are one stretch), allocated at its first slot."""
 
     def __init__(self, slots: int):
         self.slots, self.filled, self.rows, self.bufs = slots, 0, 0, []
@@ -90,12 +82,11 @@ class HostSuffix:
 
     def save(self, cache) -> None:
         """Copy the slot each layer's pass just wrote (its last) to the host."""
+        layers = [t for lay in cache.layers for t in (lay.keys, lay.values)]
         if not self.bufs:
             rows, heads, _, dim = cache.layers[0].keys.shape
             self.rows, self.inner = rows, torch.Size((heads, dim))
-            self.bufs = [host_zeros(self.slots * rows * heads * dim, like=t)
-                         for lay in cache.layers for t in (lay.keys, lay.values)]
-        layers = [t for lay in cache.layers for t in (lay.keys, lay.values)]
+            self.bufs = [host_zeros(self.slots * rows * heads * dim, like=t) for t in layers]
         for buf, t in zip(self.bufs, layers):
             to_host(self._view(buf)[self.filled], t[:, :, -1])
         self.filled += 1

@@ -1,17 +1,12 @@
-"""Recovery from out-of-memory errors (a CUDA card full; any `torch.OutOfMemoryError`): ONE
-mechanism for every call of the transformers backend (docs/speed.md, "Speed").
-
-A call that runs out of memory frees what can be freed (the backend's kept prefix caches, then
-torch's cached blocks), shrinks what it runs at once and runs again:
-- a call over one context: the rows per forward pass (`rows_per_forward`) are halved from the
-  widest pass the failed attempt ran (`note_rows`, which `HFBackend.forward` calls for every pass);
-  only when a single row does not fit does the error go through;
-- a batch of several contexts (`by_contexts`): the contexts per batch are halved for the rest of
-  the run, and that batch runs again; one context alone retries with fewer rows per pass.
-Results do not change (sampling does not depend on how rows are split; each context has its own
-generator). `retries` counts the recoveries and `seconds` the time the failed attempts took; the
-runner copies both into each result row. A caller that wants each attempt's record (the card
-check's oom part) sets `attempts` to a list, and `before_attempt`/`after_attempt(record)`.
+"""Recovery from out-of-memory errors (any `torch.OutOfMemoryError`): ONE mechanism for every call
+of the transformers backend (docs/speed.md, "Speed"). A failed call frees what can be rebuilt (the
+kept prefix caches, torch's cached blocks), shrinks what it runs at once and runs again:
+- one context: the rows per forward pass are halved from the widest pass the failed attempt ran
+  (`note_rows`); the error goes through only when a single row does not fit;
+- several contexts (`by_contexts`): the contexts per batch are halved for the rest of the run.
+Results do not change (each context has its own generator). The runner copies `retries` and
+`seconds` (the failed attempts' time) into each result row; the card check sets `attempts` to a
+list, and `before_attempt`/`after_attempt(record)`, for each attempt's record.
 """
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ _MAX_ATTEMPTS = 64
 
 
 class OutOfMemoryRetry:
-    """Runs a call, recovering from out-of-memory errors (see the module's note). `free` drops
-    what the caller keeps that can be rebuilt (the prefix caches); `name` labels the warnings."""
+    """`free` drops what the caller keeps that can be rebuilt; `name` labels the warnings."""
 
     def __init__(self, name: str, free: Callable[[], None], contexts_per_batch: int | None = None):
         self.name, self.free = name, free

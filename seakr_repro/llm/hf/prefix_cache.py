@@ -1,12 +1,10 @@
 """What the transformers backend keeps of the prompts it pre-filled: KV caches at chunk boundaries.
 
-Prompts are pre-filled in fixed chunks of PREFILL_CHUNK tokens, and the KV cache at each chunk
-boundary is kept (LRU, bounded in tokens) keyed by the token ids before it, so calls that share
-few-shot demonstrations pre-fill only their own tail (docs/speed.md, "prefix reuse"); a whole
-prompt seen before is kept with its next-token logits and costs no forward pass. A chunk is
-computed by the same operation whether cached or not, so the same prompt and seed give the same
-bits whatever was called before. Kept caches are copied out, never handed out: decoding grows
-what it gets.
+Prompts are pre-filled in chunks of PREFILL_CHUNK tokens; the cache at each boundary is kept (LRU,
+bounded in tokens) under the ids before it, so calls that share few-shot demonstrations pre-fill
+only their own tail (docs/speed.md, "prefix reuse"), and a whole prompt seen before costs no pass.
+A chunk is computed alike whether cached or not, so results never depend on earlier calls. Kept
+caches are copied out, never handed out: decoding grows what it gets.
 """
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ def repeat_cache(cache, n: int):
 
 
 class PrefixCache:
-    """Chunk-boundary KV caches of pre-filled prompts, at most `max_tokens` tokens in all, least
-    recently used first out (0: nothing kept). `hits` counts the pre-fills that reused one."""
+    """At most `max_tokens` tokens of kept caches (0: none); `hits` counts the pre-fills that reused one."""
 
     def __init__(self, max_tokens: int):
         self.max_tokens = int(max_tokens)
@@ -57,8 +54,7 @@ class PrefixCache:
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], forward: Callable, device) -> tuple:
-        """(KV cache, next-token logits) of a prompt, reusing kept chunk boundaries; `forward`
-        (ids, cache) runs one model pass (`HFBackend.forward`)."""
+        """(KV cache, next-token logits) of a prompt; `forward(ids, cache)` runs one model pass."""
         ids = list(prompt_ids)
         whole = self._get(_ids_key(ids) + b"=")
         if whole is not None:

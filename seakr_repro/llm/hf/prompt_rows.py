@@ -1,14 +1,9 @@
-"""How the rows decoded over one prompt hold its KV cache: the backend's two ways, one object each
-(`HFBackend.prompt_rows`, chosen once from `shared_prefix`):
-
-- `SharedPrompt` (the default): every row attends to ONE copy of the prompt's keys and values
-  (`shared_prefix.py`); several prompts' rows decode in one batch, each prompt's greedy row beside
-  its samples (`generate_and_sample_many`), on the backend's decode path;
-- `CopiedPrompt` (`shared_prefix=False`, and architectures shared-prefix attention does not
-  support): the reference path, one prompt at a time, its cache copied into every row of a chunk.
-
-Both give the same tokens for the same seed and the forced-EOS vectors from one more pass over
-the pristine prompt cache.
+"""How the rows decoded over one prompt hold its KV cache (`HFBackend.prompt_rows`, chosen once
+from `shared_prefix`): `SharedPrompt`, the default, over ONE copy of the prompt's keys and values
+(`shared_prefix.py`), several prompts' rows in one batch on the backend's decode path;
+`CopiedPrompt` (`shared_prefix=False`, or an unsupported architecture), the reference path, one
+prompt at a time, its cache copied into every row. Both give the same tokens for the same seed
+and the forced-EOS vectors from one more pass over the pristine prompt cache.
 """
 from __future__ import annotations
 
@@ -33,8 +28,7 @@ class SharedPrompt:
     def generate_many(self, be, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str],
                       want_stats: bool) -> list[Generation]:
         if len(prompts) < 2:
-            return [be.generate(p, max_new_tokens=max_new_tokens, stop=stop, want_stats=want_stats)
-                    for p in prompts]
+            return COPIED.generate_many(be, prompts, max_new_tokens, stop, want_stats)
         ids = [be._encode(p) for p in prompts]
         for x in ids:
             check_fits(len(x), max(0, max_new_tokens), be.max_context, be.name)
@@ -60,9 +54,8 @@ class SharedPrompt:
 
     def decode(self, be, items: list[tuple[str, Sampling, dict | None]]) -> list:
         """[(greedy Generation or None, SampleSet)] of (prompt, `Sampling` at the model's layer,
-        greedy settings (max_new_tokens, stop, want_stats) or None) items, all decoded in one batch
-        (in chunks of `max_batch_rows` rows per prompt); a greedy row goes in the first chunk, in a
-        lane of its own, so the samples' draws do not change."""
+        greedy settings or None) items in one batch (chunks of `max_batch_rows` rows per prompt); a
+        greedy row goes in the first chunk in a lane of its own, so the samples' draws do not change."""
         ids = [be._encode(p) for p, _, _ in items]
         for x, (_, a, gr) in zip(ids, items):     # + 1: the forced EOS after the longest sample
             check_fits(len(x), max(max(0, a.max_new_tokens) + 1,
@@ -101,8 +94,7 @@ class SharedPrompt:
         return out
 
     def eos_rows(self, be, prompt_cache, inp, width: int) -> None:
-        """Run the rows `inp` (their own tokens: the whole suffix, no cache needed for them) over
-        the shared prompt cache, until the captures have what they wait for."""
+        """Run the rows `inp` (each its whole suffix) over the shared prompt cache until captured."""
         n = inp.shape[0]
         pos = prompt_cache.get_seq_length() + torch.arange(width, device=be.device)
         with sp.use_prefixes(be.model, [sp.Group(0, n, prompt_cache)]):
@@ -126,9 +118,8 @@ class CopiedPrompt:
         return [(be.generate(p, **g), be.sample(p, sm)) for p, g, sm in zip(prompts, gens, smps)]
 
     def sample(self, be, prompt: str, a: Sampling) -> SampleSet:
-        """k samples of one prompt, the prompt's cache copied into every row of a chunk. After an
-        out-of-memory its chunks shrink to `rows_per_forward` (which changes the samples: the
-        generator's draws follow the chunks)."""
+        """k samples of one prompt; after an out-of-memory its chunks shrink to `rows_per_forward`
+        (which changes the samples: the generator's draws follow the chunks)."""
         ids = be._encode(prompt)
         check_fits(len(ids), max(0, a.max_new_tokens) + 1, be.max_context, be.name)
         prompt_cache, logits = be.prefill(ids)

@@ -1,16 +1,12 @@
 """Attention of many rows over ONE copy of their prompt's keys and values.
 
 Why and what it saves: docs/speed.md ("shared-prefix decoding"). Each row keeps only its own
-suffix (the tokens generated after the prompt) in an ordinary transformers cache, and an attention
-function registered with transformers' `AttentionInterface` attends to
-
-    prefix  (batch 1, broadcast to the rows of its group: never copied per row) and
-    suffix  (each row's own keys, causal among themselves),
-
-with one softmax over both (scores merged by their log-sum-exp), so the result equals attention
-over "prefix + suffix" concatenated. Positions (RoPE) are passed explicitly and continue after
-each group's prefix. Rows are grouped contiguously by prompt, each group over its own prefix; the
-plan of the running forward pass lives in a thread-local set by `use_prefixes`.
+suffix (the tokens generated after the prompt) in an ordinary transformers cache; an attention
+function registered with transformers' `AttentionInterface` attends to the prefix (batch 1,
+broadcast to its group's rows, never copied) and the row's own suffix (causal) with one softmax
+over both, so the result equals attention over "prefix + suffix". Positions (RoPE) are passed
+explicitly; rows are grouped contiguously by prompt; the running pass's plan lives in a
+thread-local set by `use_prefixes`.
 
 `fused` (`decode="fused"`): a decode step runs each part as ONE fused kernel that also returns its
 log-sum-exp (`_attend`), merged as above; results equal the unfused path's within float rounding.
@@ -51,8 +47,7 @@ class Group:
 
 
 def prefix_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Keys and values (1 x kv_heads x n x head_dim) of one layer of a batch-1 cache, and the
-    prompt's length: a sliding-window layer keeps only its last n keys."""
+    """Keys, values (1 x kv_heads x n x head_dim; a sliding layer: its last n) and prompt length."""
     lay = cache.layers[layer]
     return lay.keys, lay.values, int(lay.get_seq_length())
 
@@ -156,11 +151,9 @@ def shared_prefix_attention(module, query, key, value, attention_mask, dropout: 
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-    """(softmax(q k^T * scale) v, logsumexp of the scores in float32) in one fused kernel:
-    B x H x M x D queries over B x H x N x D keys and values (no mask). torch's public
-    scaled_dot_product_attention does not return the log-sum-exp the merge needs, so its
-    kernels are called directly: flash on CPU and for half precision on CUDA, the
-    memory-efficient kernel for float32 on CUDA (flash has no float32)."""
+    """(softmax(q k^T * scale) v, float32 logsumexp of the scores) in one fused kernel, no mask.
+    torch's public scaled_dot_product_attention does not return the log-sum-exp the merge needs,
+    so its kernels are called directly (on CUDA float32: the memory-efficient one; flash has none)."""
     if q.device.type == "cpu":
         o, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
                                                                                    scale=scale)
@@ -174,10 +167,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
 
 
 def _fused_decode(module, q5, key, value, groups, scale):
-    """A decode step (one query per row) of `shared_prefix_attention` with `_attend`: the
-    group's rows and heads are the queries of ONE batch-1 call over the prefix, each row's own
-    keys a batched call, merged by log-sum-exp (out = o_s + (o_p - o_s) * w_p, with w_p =
-    exp(logsumexp_p - logaddexp(logsumexp_p, logsumexp_s)) = sigmoid(logsumexp_p - logsumexp_s), the prefix's share)."""
+    """A decode step of `shared_prefix_attention` with `_attend`: ONE batch-1 call over the prefix
+    for the group's rows and heads, a batched one over each row's own keys, merged by log-sum-exp:
+    out = o_s + (o_p - o_s) * w_p, with the prefix's share w_p = sigmoid(logsumexp_p - logsumexp_s)."""
     b, hkv, rep, _, d = q5.shape
     out = torch.empty(b, hkv, rep, d, dtype=q5.dtype, device=q5.device)
     for g in groups:

@@ -1,9 +1,7 @@
 """The vLLM backend: the `Backend` protocol on a current, unmodified vLLM.
 
-Forward hooks (`llm/vllm/worker.py`, installed through `LLM.collective_rpc`) read what the
-authors' vLLM 0.4.2 fork read from inside; docs/vllm.md says how each quantity is read, how the
-k samples share prefix-cached prompt blocks, and what was verified. How each call maps onto the
-engine:
+Forward hooks (`worker.py`) read what the authors' vLLM 0.4.2 fork read from inside (docs/vllm.md:
+how each quantity is read, how the k samples share prompt blocks, what was verified). Each call:
 - `generate`: greedy, with the chosen token's raw log-probability (`logprobs_mode=
   "raw_logprobs"`, as the transformers backend reports); entropies and logsumexps from a hook.
 - `sample_many`: k requests per context, seeded seed + i (as vLLM's own n > 1), then one
@@ -13,10 +11,7 @@ engine:
 - `score`: one request over "prompt + continuation" with a unique cache salt (no position is
   skipped); the worker turns its final hidden states into teacher-forced log-probabilities.
 - Stop strings stop vLLM early, then `stops.cut_at_stop` cuts our own decoding of the ids
-  (`tokenizing.decode_pieces`) exactly as the transformers backend cuts, so both return the same
-  text and tokens for the same ids. `max_context` = max_model_len; longer prompts are refused
-  (ContextOverflowError).
-- `close()` shuts the engine down so another model can load (`runs.pool.BackendPool`).
+  exactly as the transformers backend cuts. `max_context` = max_model_len (ContextOverflowError).
 
 Continuous batching: one engine thread owns the engine; calls from any thread join the running
 batch at the next step and wait for their own results.
@@ -70,8 +65,7 @@ def installed_vllm_version() -> str | None:
 
 
 def check_vllm_version(version: str | None, allow_untested: bool = False) -> str | None:
-    """None for the tested release (any local build tag, e.g. 0.32.0+cpu); else a UserError, or
-    with `allow_untested` a warning whose text is returned."""
+    """None for the tested release (any local build tag); else a UserError, or the warning given."""
     if (version or "").split("+")[0] == TESTED_VLLM:
         return None
     what = (f"vLLM {version or '(version unknown)'} is installed, but the hooks that read hidden "
@@ -159,9 +153,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return backend
 
     def close(self) -> None:
-        """Shut the engine down so its GPU memory (weights, KV cache) can be freed before another
-        model loads (`runs.pool.BackendPool`). vLLM has changed how it tears down between
-        releases: the first shutdown entry point that exists is used."""
+        """Free the engine's GPU memory before another model loads (`runs.pool.BackendPool`); vLLM's
+        teardown changes between releases: the first shutdown entry point that exists is used."""
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.stop()
@@ -183,7 +176,6 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         except Exception:  # noqa: BLE001 - absent or already torn down in this vLLM release
             pass
 
-    # ------------------------------------------------------------------ helpers
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt blocks (benchmarks start every run cold)."""
         self._engine.call_llm(lambda llm: llm.reset_prefix_cache())
@@ -238,7 +230,6 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
             finish_reason=finish, n_prompt_tokens=len(prompt_ids),
             all_token_ids=ids[:end], all_logprobs=lps[:end], warped_logprobs=warped)
 
-    # ------------------------------------------------------------------ protocol
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         ids = self._encode(prompt)
@@ -258,10 +249,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return gen
 
     def _attention(self, token_ids: list[int]) -> list[float]:
-        """DRAGIN's attention per generated token, as the transformers backend computes it: the
-        generated tokens alone (no prompt, no BOS) through the model; in the last layer,
-        softmax(q k^T) per head, max over the later (query) positions, mean over heads. q and k
-        are read at the attention op's input (after rotary), so no weights are needed from vLLM."""
+        """DRAGIN's attention per generated token, as the transformers backend computes it, from
+        q and k read at the attention op's input (after rotary): no weights are needed from vLLM."""
         if not token_ids:
             return []
         self._install([("attention",)])
@@ -274,8 +263,7 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return list(cap["attention"])
 
     def attention_rows(self, token_ids: Sequence[int], positions: Sequence[int]) -> list[list[float]]:
-        """Rows of the head-averaged last-layer attention of `token_ids` at `positions`, recomputed
-        from q and k as `_attention` does (the worker keeps the keys across prefill chunks)."""
+        """The head-averaged last-layer attention rows of `token_ids` at `positions`, as `_attention`."""
         if not positions:
             return []
         ids = [int(t) for t in token_ids]
@@ -291,9 +279,8 @@ class VLLMBackend(WordsMixin, TokenizerMixin):
         return [list(rows[int(p)]) for p in positions]
 
     def eos_vectors_all_layers(self, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
-        """Step 02's vectors: every layer's MLP output and residual stream at the forced EOS of
-        "prompt + completion + EOS" -> {"mlp_out": L x k x d, "residual": L x k x d} float32,
-        both as `llm.hooks` defines them (the last layer's residual too is before the final norm)."""
+        """Step 02's vectors, {hook: L x k x d} float32 as `llm.hooks` defines them (the last
+        layer's residual too is before the final norm)."""
         self._install([("all",)])
         ids = self._encode(prompt)
         seqs = [list(ids) + list(c) + [self.eos_token_id] for c in completions]

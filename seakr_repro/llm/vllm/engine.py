@@ -1,7 +1,5 @@
-"""The vLLM engine thread: the only thread that touches the engine. Calls from any number of
-threads queue their requests; the thread adds them to the running batch at the next step and
-hands each caller its own results, so concurrent questions share every forward pass.
-"""
+"""The vLLM engine thread: calls from any number of threads queue their requests, which join the
+running batch at the next step, so concurrent questions share every forward pass."""
 from __future__ import annotations
 
 import threading
@@ -157,8 +155,7 @@ class EngineThread:
 
 
 def combine(per_worker: list[dict]) -> dict:
-    """Worker 0's captures (hidden states and logits are whole there), with DRAGIN's attention
-    averaged over the heads of every tensor-parallel worker."""
+    """Worker 0's captures (whole there), DRAGIN's attention averaged over every worker's heads."""
     caps = per_worker[0]
     for tag, item in caps.items():
         if "attention" in item:

@@ -1,8 +1,7 @@
 """The worker side of the vLLM backend: forward hooks that read hidden states out of vLLM, no fork.
 
-These functions run INSIDE vLLM's workers (sent with `LLM.collective_rpc`, which calls them with
-the worker as first argument; they are module-level so they travel by reference) and install
-forward hooks on the worker's model, defined as the transformers backend's (`llm.hooks`):
+These functions run INSIDE vLLM's workers (`LLM.collective_rpc` calls them with the worker first;
+module-level, they travel by reference) and install forward hooks on its model (`llm.hooks`):
 
 - "vec"   a layer's MLP output or residual stream at the LAST token of a request (with "prompt +
           completion + EOS": SeaKR's forced-EOS vector);
@@ -50,7 +49,6 @@ class _Capture:
     def _reset_rows(self, *_args) -> None:
         self._rows = None
 
-    # ------------------------------------------------------------------ batch layout
     def tagged(self) -> list[tuple[int, dict, int, int]]:
         """(batch index, capture spec, first row, end row) of the tagged requests in this forward."""
         if self._rows is None:
@@ -76,7 +74,6 @@ class _Capture:
     def slot(self, tag: str) -> dict[str, Any]:
         return self.store.setdefault(tag, {})
 
-    # ------------------------------------------------------------------ hooks
     def ensure_vec(self, layer: int, hook: str) -> None:
         key = ("vec", layer, hook)
         if key in self.handles:
@@ -181,10 +178,9 @@ class _Capture:
 
 def attention_rows(slot: dict, rows, q: torch.Tensor, k: torch.Tensor, n_heads: int, n_kv: int,
                    head_dim: int, scale: float) -> None:
-    """The rows (query positions `rows`) of one request's last-layer attention, summed over this
-    worker's heads, from the q and k of one forward. A prefill split into chunks calls this once
-    per chunk, in order: the keys of earlier chunks are kept in the slot, so a row always sees
-    every key before it."""
+    """One request's last-layer attention at query positions `rows`, summed over this worker's
+    heads. A chunked prefill calls this once per chunk, in order; the slot keeps earlier chunks'
+    keys, so a row always sees every key before it."""
     t = q.shape[0]
     kk = k.float().reshape(t, n_kv, head_dim).transpose(0, 1).repeat_interleave(n_heads // n_kv, dim=0)
     keys = slot.get("_keys")
@@ -240,11 +236,8 @@ def install(worker, what: list) -> bool:
 
 @torch.inference_mode()
 def fetch(worker, tags: list[str], score: dict | None = None) -> dict[str, dict]:
-    """Pop what was captured for `tags` (as numpy / floats).
-
-    `score` maps a tag to (n_prompt, continuation ids): its captured final hidden states become
-    the log-probabilities, entropies and logsumexps of the continuation tokens.
-    """
+    """Pop what was captured for `tags` (as numpy / floats). `score` maps a tag to (n_prompt,
+    continuation ids): its final hidden states become the continuation's log-probs and statistics."""
     cap = _capture(worker)
     cap.fetching = True
     try:

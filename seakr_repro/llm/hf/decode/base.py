@@ -59,7 +59,6 @@ class Prefix(NamedTuple):
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
-    """The greedy picker: each row's most likely token."""
     return logits.argmax(-1)
 
 
@@ -81,9 +80,8 @@ def spans(labels: Sequence[int]) -> list[tuple[int, int, int]]:
 
 @dataclass
 class StepDraws:
-    """One step's draws for the live rows, in live-row order: the tokens on the device, and what
-    the host reads back (token ids, their log-probs, warped log-probs or None, and the entropies and
-    logsumexps when any lane wants statistics)."""
+    """One step's draws for the live rows, in live-row order: the tokens on the device, and what the
+    host reads back (statistics only when a lane wants them)."""
 
     tokens: torch.Tensor
     ids: list[int]
@@ -123,22 +121,20 @@ class Batch:
         return [self.prefixes[self.prefix_of[r]].length for r in rows]
 
     def groups(self, rows: Sequence[int], start: int = 0) -> list[sp.Group]:
-        """Shared-prefix attention groups of consecutive `rows` (batch positions from `start`):
-        rows over the same prompt form one group, whatever their lane."""
+        """Attention groups of consecutive `rows` from batch position `start`: one per prompt."""
         return [sp.Group(start + a, start + b, self.prefixes[g].cache)
                 for g, a, b in spans([self.prefix_of[r] for r in rows])]
 
     def picks(self, logits: torch.Tensor):
-        """Each lane's draw for its live rows, in row order: (tokens, warped log-probs or None,
-        rows) per run of live rows of one lane."""
+        """(tokens, warped log-probs or None, rows) per run of live rows of one lane, in row order."""
         for li, a, b in spans([self.lane_of[r] for r in self.live]):
             got = self.lanes[li].pick(logits[a:b])
             tok, warped = got if isinstance(got, tuple) else (got, None)   # samples: + warped
             yield tok, warped, b - a
 
     def advance(self, drawn: StepDraws) -> list[int]:
-        """Add the drawn tokens to the live rows; the positions (in `live`) of the rows that go
-        on. EOS ends a row's text and is not part of it."""
+        """Add the drawn tokens to the live rows (EOS ends a row, not part of it); the positions
+        in `live` of the rows that go on."""
         keep = []
         for j, (ri, t) in enumerate(zip(self.live, drawn.ids)):
             lane = self.lanes[self.lane_of[ri]]
@@ -168,7 +164,6 @@ class Batch:
         return False
 
     def retain(self, keep: Sequence[int]) -> None:
-        """Only the rows at these positions of `live` stay live."""
         self.live = [self.live[j] for j in keep]
 
 
@@ -182,8 +177,7 @@ class ForwardPasses:
 
 
 class DecodePath:
-    """One decode path: how each step draws and reads back (`draw`), how the forward passes run
-    (`passes`) and under which attention (`attention`)."""
+    """One decode path: its `draw`, its forward `passes` and their `attention`."""
 
     name = ""
     fused_attention = False        # decode steps' attention as fused kernels (shared_prefix)
@@ -231,9 +225,8 @@ class DecodePath:
 
 
 def chosen_stats(batch: Batch, logits: torch.Tensor, tokens: torch.Tensor):
-    """(log-probs of the drawn `tokens`, entropies, logsumexps; the last two None without
-    statistics) of the raw distributions, `rows_per_forward` rows at a time after an
-    out-of-memory (each row's numbers are computed alone: the same values in less memory)."""
+    """(log-probs of the drawn `tokens`, entropies, logsumexps) of the raw distributions,
+    `rows_per_forward` rows at a time (each row's numbers are computed alone: the same values)."""
     step = batch.backend.rows_per_forward or logits.shape[0]
     got = []
     for a in range(0, logits.shape[0], step):
@@ -265,8 +258,7 @@ def read_back_once(batch: Batch, logits: torch.Tensor) -> StepDraws:
 
 
 def read_back_each(batch: Batch, logits: torch.Tensor) -> StepDraws:
-    """Each lane's draws and the step's statistics read back one by one (the loop as first
-    written: a transfer per lane's warped log-probs, then the log-probs, statistics and tokens)."""
+    """Each lane's draws and the step's statistics read back one by one (the loop as first written)."""
     nxt, warped = [], []
     for tok, w, n in batch.picks(logits):
         nxt.append(tok)

@@ -1,18 +1,12 @@
-"""`graph`: the `static` decode step captured as a CUDA graph and replayed (CUDA only).
+"""`graph`: the `static` decode step captured as a CUDA graph and replayed (CUDA only): a replay
+launches the step's thousands of kernels at once, each of which alone costs the host more than the card.
 
-Replaying a captured graph launches a step's thousands of kernels at once, where each would cost
-the host more than the card spends on it. Per part of the call (`static.StaticRows`): the first
-step runs eagerly on a side stream (lazy set-up outside any capture), the second is captured, and
-every step is a replay over the same buffers; one capture per call and part, the parts sharing
-one memory pool (docs/speed.md, "CUDA graphs: how they are built").
-
-`LOG` counts the process's captures and replays and the host seconds the captures took, so a
-benchmark times the replayed steps apart from the capture and a report can show that a run named
-`graph` captured and replayed at all.
-
-On a device other than CUDA the path is refused (a UserError naming `model.decode`), never run
-eagerly in its place: `static` is that. An out-of-memory error while capturing reaches the
-backend's out-of-memory retry as one, which then runs more, smaller parts.
+Per part of the call (`static.StaticRows`): the first step runs eagerly on a side stream (lazy
+set-up outside any capture), the second is captured, every step is a replay; the parts share one
+memory pool (docs/speed.md, "CUDA graphs: how they are built"). `LOG` lets a benchmark time the
+replays apart from the capture and a report show that `graph` ran. Off CUDA the path is refused,
+never run eagerly in its place (`static` is that); an out-of-memory error while capturing reaches
+the out-of-memory retry as one.
 """
 from __future__ import annotations
 
@@ -26,9 +20,7 @@ from .static import Static, StaticStep
 
 @dataclass
 class CaptureLog:
-    """The process's graph captures and replays, and the host seconds the captures took.
-    `first_capture_at`: the host clock (time.perf_counter) at the start of the first capture
-    since the last `mark()`."""
+    """`first_capture_at`: time.perf_counter() at the first capture since the last `mark()`."""
     captures: int = 0
     replays: int = 0
     capture_seconds: float = 0.0
@@ -106,7 +98,6 @@ class GraphStep(StaticStep):
 class Graph(Static):
     name = "graph"
     step_class = GraphStep
-
     device_types = ("cuda",)
 
     def check(self, device: torch.device) -> None:

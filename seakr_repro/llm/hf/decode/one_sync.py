@@ -1,11 +1,9 @@
 """`one_sync`: one host read-back per step; the next inputs and positions stay on the device.
 
-Each live row's own generated keys and values grow in a transformers DynamicCache; a row that
-finishes is dropped from its cache and the batch (a host-to-device copy only on such steps).
-Rows split into parts (`rows_per_forward`, what the out-of-memory retry halves) stay in lockstep,
-drawing over all live rows as one part would; the parts not running keep their caches in host
-memory (`host_memory.HostSuffix`), so the retry's peak falls with the rows per pass and nothing
-else changes.
+Each live row's generated keys and values grow in a DynamicCache; a finished row is dropped from
+its cache and the batch (a host-to-device copy only on such steps). Parts of `rows_per_forward`
+rows stay in lockstep, drawing as one part would; the parts not running keep their caches in
+host memory, so the retry's peak falls with the rows per pass and nothing else changes.
 """
 from __future__ import annotations
 
@@ -19,10 +17,9 @@ from .base import Batch, DecodePath, StepDraws, ForwardPasses, read_back_once
 
 
 class DynamicRows(ForwardPasses):
-    """The live rows in parts of `rows_per_forward` (all when None), each part over a
-    DynamicCache of its rows' generated tokens; inputs and positions from the device. With
-    several parts where host and card are apart, each part's cache is in host memory, and on the
-    card only for its pass and, for the part that ran last, until the next step's first pass."""
+    """The live rows in parts of `rows_per_forward`, each over a DynamicCache of its generated
+    tokens. With several parts where host and card are apart, a part's cache is on the card only
+    for its pass (the part that ran last: until the next step's first pass)."""
 
     def __init__(self, backend, batch: Batch):
         from transformers import DynamicCache

@@ -1,5 +1,4 @@
-"""Each decode path's strategy, by its name (`names.DECODE_PATHS`; tests/test_decode_paths.py checks
-that every name has one), and the reference path."""
+"""Each decode path's strategy, by its name (a test checks that every name has one), and the reference."""
 from __future__ import annotations
 
 from .base import DecodePath

@@ -1,6 +1,5 @@
-"""`python`: the decode loop as first written, kept as the baseline the other paths are measured
-and checked against: several host read-backs per step (`read_back_each`), and each step's inputs
-and positions built from Python lists on the host."""
+"""`python`: the decode loop as first written, the baseline the other paths are checked against:
+several host read-backs per step, inputs and positions built from Python lists on the host."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,7 +1,6 @@
-"""The reference path (`shared_prefix=False`, architectures shared-prefix attention does not
-support, and a lone greedy `generate`): one lane whose cache holds the whole prompt in every row
-(the caller copies it: `prefix_cache.repeat_cache`), grown in place, the model's own attention;
-finished rows are dropped from the cache. Read back as the python path does."""
+"""The reference path (`shared_prefix=False`, unsupported architectures, a lone greedy `generate`):
+one lane whose cache holds the whole prompt in every row, grown in place under the model's own
+attention; finished rows are dropped from the cache. Read back as the python path does."""
 from __future__ import annotations
 
 import contextlib

@@ -1,17 +1,12 @@
 """`static`: one_sync's decode step over buffers that keep their addresses for the whole call, with
 no host synchronisation inside the step, run eagerly (any device; `graph` captures the same step).
 
-docs/speed.md ("CUDA graphs: how they are built") describes the buffers, their memory at the
-paper's shape, and the checks. In short: the rows' generated keys and values live in a static
-suffix cache (`StaticSuffixCache`, one slot per forward pass a row can need) written in place at a
-step index held on the device, which the shared-prefix attention masks after
-(`shared_prefix.set_groups(..., step=)`); inputs and positions are static buffers the step
-advances itself; finished rows stay as padding whose outputs are never read, and the sampler runs
-outside the step on the live rows only, so each lane's generator draws exactly as on the other
-paths. The rows are split into parts of `rows_per_forward` (all when None) for the whole call,
-sharing ONE set of suffix buffers on the card, each part's slots kept in host memory
-(`host_memory`) and copied in and out around its step. Buffers are made once per call (a call's
-prompts are new to it), and `suffix_bytes` says what they hold.
+docs/speed.md ("CUDA graphs: how they are built") describes the buffers and their memory. The rows'
+generated keys and values live in a `StaticSuffixCache` written at a step index held on the device
+(later slots masked by the shared-prefix attention); finished rows stay as padding, and the sampler
+runs outside the step on the live rows only, so each lane's generator draws as on the other paths.
+Parts of `rows_per_forward` rows share ONE set of suffix buffers on the card, each part's slots
+kept in host memory (`host_memory`) between its steps. Buffers are made once per call.
 """
 from __future__ import annotations
 
@@ -33,8 +28,8 @@ def suffix_bytes(n_layers: int, rows: int, kv_heads: int, slots: int, head_dim: 
 
 
 class StaticSuffixLayer(CacheLayerMixin):
-    """One layer's rows' generated keys and values, rows x kv heads x slots x head dim, allocated
-    up front and written in place at the call's step index (shared by every layer)."""
+    """One layer's generated keys and values, rows x kv heads x slots x head dim, written in place
+    at the call's step index (shared by every layer)."""
 
     is_compileable = True           # fixed addresses, written in place (as transformers' StaticLayer)
 
@@ -57,8 +52,7 @@ class StaticSuffixLayer(CacheLayerMixin):
         return self.keys, self.values
 
     def get_seq_length(self) -> torch.Tensor:
-        """Tokens written so far: the step index itself, a tensor on the device (as transformers'
-        StaticLayer answers), so asking never synchronises with the host."""
+        """The step index, a tensor on the device (as StaticLayer answers): no host synchronisation."""
         return self.step[0]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -100,16 +94,12 @@ class StaticSuffixLayer(CacheLayerMixin):
 
 
 class StaticSuffixCache(Cache):
-    """Each row's generated keys and values per layer, rows x kv heads x slots x head dim, written
-    in place at `step` (a 1-element index on the device). A transformers `Cache` of
-    `StaticSuffixLayer`s, so whatever the model code asks of its cache (`update`, the sequence
-    length, the mask sizes, the layers' kinds) has an answer, and what cannot be done to fixed
-    buffers (offloading, cropping, reordering, dropping rows) is refused by name. Every slot starts
-    at zero, so a masked slot adds exactly nothing."""
+    """A transformers `Cache` of `StaticSuffixLayer`s written in place at `step` (a 1-element index
+    on the device): what fixed buffers cannot do is refused by name. Slots start at zero, so a
+    masked slot adds exactly nothing."""
 
     def __init__(self, like, rows: int, slots: int):
-        """`like`: a prompt's cache (transformers' layers), for the layers' kv heads, head dim,
-        dtype, device and kind (sliding window or not)."""
+        """`like`: a prompt's cache, for each layer's shape, dtype, device and kind."""
         step = torch.zeros(1, dtype=torch.long, device=like.layers[0].keys.device)
         layers = []
         for lay in like.layers:
@@ -126,8 +116,7 @@ class StaticSuffixCache(Cache):
         self.values = [lay.values for lay in layers]
 
     def first_rows(self, n: int) -> "StaticSuffixCache":
-        """A cache over the first `n` rows of these buffers (views: the same memory), with a step
-        index of its own."""
+        """A cache over views of the first `n` rows, with a step index of its own."""
         out = object.__new__(StaticSuffixCache)
         step = torch.zeros_like(self.step)
         out._hold([StaticSuffixLayer(lay.keys[:n], lay.values[:n], step, lay.is_sliding) for lay in self.layers],
@@ -139,8 +128,7 @@ class StaticSuffixCache(Cache):
 
 
 class StaticStep:
-    """One part's decode step: its rows' input tokens and positions (static views), its suffix
-    cache and attention groups. `run` is the step: no host synchronisation, no new buffer."""
+    """One part's decode step over static views; `run` makes no host synchronisation, no buffer."""
 
     def __init__(self, backend, tokens: torch.Tensor, positions: torch.Tensor,
                  cache: StaticSuffixCache, groups: Sequence[sp.Group], pool=None):
@@ -179,7 +167,6 @@ class StaticRows(ForwardPasses):
 
     def _build(self) -> None:
         b, dev, n = self.batch, self.backend.device, len(self.rows)
-        slots = b.slots
         self.tokens = torch.zeros(n, 1, dtype=torch.long, device=dev)
         self.positions = torch.tensor(b.first_positions(self.rows), device=dev)[:, None]
         self.live_slots = torch.arange(n, device=dev)
@@ -191,20 +178,19 @@ class StaticRows(ForwardPasses):
         spans = [(a, min(n, a + cap)) for a in range(0, n, cap)]
         self.stores: list[list[torch.Tensor]] | None = None
         if len(spans) > 1 and host_memory.separate(dev):
-            shared = StaticSuffixCache(like, cap, slots)         # one part's rows, on the card
+            shared = StaticSuffixCache(like, cap, b.slots)         # one part's rows, on the card
             caches = [shared.first_rows(e - a) for a, e in spans]
             self.stores = [[host_memory.host_zeros(t.shape[2], t.shape[0], t.shape[1], t.shape[3], like=t)
                             for t in c.keys + c.values] for c in caches]     # slot-major: slots so far, one stretch
         else:
-            caches = [StaticSuffixCache(like, e - a, slots) for a, e in spans]
+            caches = [StaticSuffixCache(like, e - a, b.slots) for a, e in spans]
         self.steps = [self.step_class(self.backend, self.tokens[a:e], self.positions[a:e], cache,
                                       b.groups(self.rows[a:e]), pool)
                       for (a, e), cache in zip(spans, caches)]
 
     def _run(self, i: int) -> torch.Tensor:
-        """Part i's step; with host stores, its rows' slots written so far copied in before it and
-        the slot it writes copied out after it (the later slots are masked: what another part left
-        there adds nothing)."""
+        """Part i's step; with host stores, its slots so far copied in before it and the new one
+        out after it (later slots are masked: what another part left there adds nothing)."""
         step = self.steps[i]
         if self.stores is None:
             return step.run()
