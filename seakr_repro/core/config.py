@@ -90,7 +90,6 @@ def list_profiles(params_dir: str | Path | None = None) -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in params_dir.glob("*.yaml") if p.stem != "base"))
 
 
-
 # ---------------------------------------------------------------- checking settings against base.yaml
 
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string",

@@ -536,10 +536,6 @@ def answer_leaves(answer: Any) -> list[str]:
     return [render_answer(answer)]
 
 
-def _is_scalar(answer: Any) -> bool:
-    return isinstance(answer, (str, int, float, bool))
-
-
 def load_fanoutqa(split: str = "dev", level: str = "top", path: str | Path | None = None,
                   source: str | None = None) -> list[QuestionRecord]:
     """FanOutQA's dev set. level="top": the multi-hop questions; level="sub": every node of every
@@ -572,7 +568,7 @@ def load_fanoutqa(split: str = "dev", level: str = "top", path: str | Path | Non
             supporting=leaf_titles(node, where), source=source or "fanoutqa-sub",
             extra={"parent_id": top_id, "sub_id": sub_id, "depth": depth,
                    "depends_on": node.get("depends_on", []), "evidence": node.get("evidence"),
-                   "single_value": not children and _is_scalar(answer),
+                   "single_value": not children and isinstance(answer, (str, int, float, bool)),
                    "answer": answer, "answer_leaves": answer_leaves(answer)}))
         for k, child in enumerate(children):
             visit(child, top_id, f"{where}.{k + 1}", depth + 1)

@@ -39,8 +39,6 @@ class Claim:
     missing: str         # what the ledger says when no saved result measures it
 
 
-
-
 @dataclass
 class Measurement:
     """One paired comparison for one claim: diff = mean(a) - mean(b) over the same questions."""

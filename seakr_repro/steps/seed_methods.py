@@ -80,7 +80,6 @@ def skr_settings(cfg: Config, variant: str) -> dict:
     return SKR_METHODS[variant].settings_from(cfg)
 
 
-
 def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequence[str],
                      n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
