@@ -187,10 +187,9 @@ def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = 
     last = last_profile()
     fallback, fallback_where = ((last, "the last `reproduce` (results/last-profile)") if last
                                 else (DEFAULT_PROFILE, "no `reproduce` yet: the default profile"))
-    chosen = profile
     if "PROFILE" not in cell:
         cell = {"PROFILE": None, **cell}
-    resolved_profile = chosen or cell["PROFILE"] or fallback
+    resolved_profile = profile or cell["PROFILE"] or fallback
     cfg = load_config(resolved_profile, overrides)
     from_profile = dict((cfg.get("notebooks", {}) or {}).get(name, {}) or {})
     files = {n: profile_source_file(resolved_profile, name, n) for n in from_profile}
@@ -200,7 +199,7 @@ def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = 
     return resolve(cell, committed, from_profile, {**set_on_line, **given},
                    where_profile=files.get,
                    where_command_line=lambda n: "--param" if n in given else "--set",
-                   profile=(chosen, fallback, fallback_where))
+                   profile=(profile, fallback, fallback_where))
 
 
 def parameters_markdown(params: list[Parameter]) -> str:
@@ -229,20 +228,13 @@ def parameters(namespace: dict, notebook: str) -> None:
     params = effective_parameters(path, cell, chosen, command_line_parameters())
     for p in params:
         namespace[p.name] = p.value
-    _tell_disk_full(namespace.get("PROFILE"), notebook)
+    if namespace.get("PROFILE"):    # a disk-full paragraph here names the run, its estimate and its resume
+        from .core import disk_full
+        disk_full.set_run(disk_full.Run.from_environment(namespace["PROFILE"], notebook))
     _display_markdown(parameters_markdown(params))
     for p in params:
         if p.note:
             print(p.note)
-
-
-def _tell_disk_full(profile: str | None, notebook: str) -> None:
-    """What a disk-full paragraph in this kernel says of the run: the profile and, when `reproduce`
-    started the kernel, its estimate of what is still to write and the command that resumes it."""
-    from .core import disk_full
-
-    if profile:
-        disk_full.set_run(disk_full.Run.from_environment(profile, notebook))
 
 
 # ------------------------------------------------------------------ inline figures and text

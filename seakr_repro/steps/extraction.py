@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -28,9 +28,6 @@ from ..core.io import appending, iter_jsonl
 from ..core.paths import results_dir
 from ..llm.hooks import HOOKS
 from ..uncertainty.thresholds import u_layer, u_params
-
-if TYPE_CHECKING:
-    pass
 
 CORRECT_F1 = 0.5        # a closed-book answer counts as correct from this token F1 on
 
@@ -211,12 +208,9 @@ def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = 
     return out
 
 
-def _safe(qid: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
-
-
 def vector_path(out: Path, qid: str) -> Path:
-    return Path(out) / "vectors" / f"{_safe(qid)}.npy"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
+    return Path(out) / "vectors" / f"{safe}.npy"
 
 
 def write_vectors(out: Path, qid: str, arrays: dict) -> Path:

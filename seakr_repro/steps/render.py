@@ -150,8 +150,6 @@ def _column_name(dataset: str) -> str:
 
 PARTIAL_CAPTION = ("Partial: its notebook has not finished; rows marked (partial) count the "
                    "questions done so far (footnotes).")
-
-
 OFFICIAL_LIMIT_S = 20 * 60    # main_multihop.py: asyncio.wait_for(reasoner.solve(...), timeout=20*60)
 
 
@@ -193,9 +191,8 @@ def official_drop_note(cfg: Config, spec: Table, ours: pd.DataFrame) -> dict[str
 def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
             partial: dict[str, str] | None = None) -> pd.DataFrame:
     """Our rows of one table beside the paper's (ours | paper | delta per cell)."""
-    from ..reporting import load_paper_table, side_by_side
-
     from ..artifacts import ROW_WORDS
+    from ..reporting import load_paper_table, side_by_side
 
     notes = official_drop_note(cfg, spec, ours)
     ours = ours_for_table(ours, spec)
@@ -230,17 +227,13 @@ def _caption_of(spec: Table, table: pd.DataFrame, *extra: str) -> str:
     return " ".join(x for x in (spec.caption, *extra, table.attrs.get("n", "")) if x)
 
 
-def _datasets(cfg: Config, spec: Table) -> list[str]:
-    from ..runs.plan import table_datasets
-    return table_datasets(cfg, spec.key)
-
-
 def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
                  skipped: dict[str, str] | None = None) -> str:
     """One table beside the paper's, as Markdown with its caption and why the numbers differ.
     results / skipped: what `tables.run_table` returned (default: what its step saved)."""
     from ..core.io import read_json
     from ..reporting import to_markdown
+    from ..runs.plan import table_datasets
 
     spec = artifact_table(key)
     path = results_dir(cfg.profile) / spec.results
@@ -250,7 +243,7 @@ def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
         skipped = read_json(path.with_name("skipped.json"))
     table = _beside(cfg, spec, results, skipped)
     return to_markdown(table, _caption_of(spec, table, failure_note(results)),
-                       differs_because(cfg, _datasets(cfg, spec)), computed_on(path))
+                       differs_because(cfg, table_datasets(cfg, key)), computed_on(path))
 
 
 def computed_on(results: Path) -> str:
@@ -265,6 +258,7 @@ def computed_on(results: Path) -> str:
 def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) -> tuple[Path, Path] | None:
     from ..core.io import read_json
     from ..reporting import save_table
+    from ..runs.plan import table_datasets
 
     spec = _table(spec)
     path = results_dir(cfg.profile) / spec.results
@@ -280,7 +274,7 @@ def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) ->
     wide = _beside(cfg, spec, ours, reasons, partial)
     caption = _caption_of(spec, wide, failure_note(ours), PARTIAL_CAPTION if partial else "")
     return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile, caption=caption,
-                      differs_because=differs_because(cfg, _datasets(cfg, spec)), note=computed_on(path))
+                      differs_because=differs_because(cfg, table_datasets(cfg, spec.key)), note=computed_on(path))
 
 
 def render_all(cfg: Config) -> pd.DataFrame:
