@@ -520,16 +520,11 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
         if progress:
             print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
 
-    results = []
     planned_steps = plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
                          announce=announce)
     record()                         # every step up to date: this run's arguments are the ones that hold
-    for planned in planned_steps:
-        out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
-        ran_for = ran.get(planned.name, 0.0)
-        results.append(StepResult(planned.name, "ran" if planned.action == "run" else planned.action,
-                                  ran_for, out))
-    return results
+    return [StepResult(p.name, "ran" if p.action == "run" else p.action, ran.get(p.name, 0.0),
+                       results_dir(profile) / "notebooks" / f"{p.name}.ipynb") for p in planned_steps]
 
 
 def dry_run_report(planned: list) -> str:

@@ -105,11 +105,8 @@ def _sha256(path: Path) -> str:
 
 
 def corpus_changed(meta: dict, corpus_path: str | Path | None = None) -> str | None:
-    """Why the corpus no longer matches the index (None if it does or cannot be checked).
-
-    Cheap: a stat, plus a re-hash only when the size matches but the mtime moved (a corpus
-    rebuilt with identical content stays current). Huge corpora are compared by size alone.
-    """
+    """Why the corpus no longer matches the index (None if it does or cannot be checked): a stat, and
+    a re-hash only when the size matches but the mtime moved; huge corpora are compared by size alone."""
     path = Path(corpus_path or meta.get("corpus_path", ""))
     if not path.is_file():
         return None
