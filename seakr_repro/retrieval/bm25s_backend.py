@@ -21,16 +21,11 @@ from .base import Hit
 STOPWORDS = "en"
 
 
-def _stemmer():
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
-
-
 def tokenize(texts: list[str], progress: bool = False, return_ids: bool = True):
     import bm25s
+    import Stemmer
 
-    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=_stemmer(), return_ids=return_ids,
+    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=Stemmer.Stemmer("english"), return_ids=return_ids,
                           show_progress=progress)
 
 

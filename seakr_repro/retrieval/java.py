@@ -71,11 +71,8 @@ def quiet_jvm_options() -> list[str]:
 
 
 def _patch_configure_classpath() -> None:
-    """Wrap pyserini.setup.configure_classpath so it no longer asks for the incubator module.
-
-    `pyserini.pyclass` does `from .setup import configure_classpath`, so the wrapper must be in
-    place before pyclass is imported; importing `pyserini.setup` itself starts no JVM.
-    """
+    """Wrap pyserini.setup.configure_classpath so it no longer asks for the incubator module; before
+    `pyserini.pyclass` imports it by name (importing `pyserini.setup` itself starts no JVM)."""
     import jnius_config
     import pyserini.setup as setup
 
@@ -103,11 +100,8 @@ def _quiet_lucene_mmap_warning(autoclass) -> None:
 
 
 def ensure_java() -> None:
-    """Prepare this process for pyserini and start its JVM once; idempotent.
-
-    Raises a UserError if the JVM cannot start (e.g. another JVM was already started in this
-    process with different options, or the runtime is broken).
-    """
+    """Prepare this process for pyserini and start its JVM once; a UserError where it cannot start
+    (another JVM already started in this process with other options, or a broken runtime)."""
     global _ready
     if _ready:
         return
