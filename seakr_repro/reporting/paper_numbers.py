@@ -104,11 +104,9 @@ def load_paper_table(name: str, directory: str | Path | None = None) -> pd.DataF
 
 def paper_value(table: str, method: str, dataset: str, metric: str, model: str | None = None,
                 directory: str | Path | None = None) -> float | None:
-    """One published number, or None when the paper has none (not printed, or '/').
-
-    Names are matched through `canonical`; `model` picks the row where a table lists several
-    backbones (SeaKR Table 4, SKR, TAIKC) and must be given there when it is ambiguous.
-    """
+    """One published number, or None when the paper has none (not printed, or '/'). Names match
+    through `canonical`; `model` picks the row where a table lists several backbones (SeaKR Table
+    4, SKR, TAIKC) and must be given there when it is ambiguous."""
     df = load_paper_table(table, directory)
     hit = df[(df["method"].map(canonical) == canonical(method))
              & (df["dataset"].map(canonical) == canonical(dataset))

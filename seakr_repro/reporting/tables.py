@@ -60,16 +60,13 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
                  partial: Mapping[str, str] | None = None,
                  notes: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Wide table: one row per `rows` value, columns (dataset, metric), cells "ours | paper | delta".
-
-    `ours` is tidy (rows, dataset, metric, value[, low, high]) in the paper's units (percent);
-    with `show_ci` the interval follows our value. `decimals` None prints each metric as the
-    paper does (`DECIMALS`, else 1). `reasons` maps a row name to why it has no
-    numbers of ours; `order` fixes the row order (default: the paper's, then ours).
-    `partial` maps a row to a note such as "partial: 40 of 1,200 questions": the row is labelled
-    "(partial)" and the note becomes its footnote. `notes` maps a row to a footnote about how its
-    numbers compare (shown only for rows the table has).
-    Row labels come from the paper's `label` column, else ours, else the id.
-    """
+    `ours` is tidy (rows, dataset, metric, value[, low, high]) in the paper's units (percent); with
+    `show_ci` the interval follows our value. `decimals` None prints each metric as the paper does
+    (`DECIMALS`, else 1). `reasons`: row -> why it has no numbers of ours; `order`: the row order
+    (default: the paper's, then ours); `partial`: row -> a note such as "partial: 40 of 1,200
+    questions" (the row is labelled "(partial)", the note is its footnote); `notes`: row -> a
+    footnote on how its numbers compare (only for rows the table has). Row labels come from the
+    paper's `label` column, else ours, else the id."""
     o = _keyed(ours, rows, "our", ["value"])
     p = _keyed(paper, rows, "paper", ["value"])
     reasons = {canonical(k): v for k, v in (reasons or {}).items()}

@@ -84,13 +84,11 @@ def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequenc
                      n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
     """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
-
-    SKR's labels come from each data set's training questions or SKR's results files
-    (`skr_labels`), its variants take the profile's `skr.*` settings (`skr_settings`); KBAE's
-    adapter from the first single-hop set's. A data set without training questions skips the rows
-    that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
-    runs (same config, same results file). Returns (results, skipped, label/adapter summary).
-    """
+    SKR's labels come from each data set's training questions or SKR's results files (`skr_labels`),
+    its variants take the profile's `skr.*` settings (`skr_settings`); KBAE's adapter from the first
+    single-hop set's. A data set without training questions skips the rows that need them, with the
+    reason, and the others run. SeaKR's rows reuse step 04/05's runs (same config, same results
+    file). Returns (results, skipped, label/adapter summary)."""
     from ..core.io import write_json
     from ..data.registry import DATASETS
     from ..llm.cache import with_call_counts
