@@ -38,8 +38,6 @@ def last_profile() -> str | None:
         return None
 
 
-# ------------------------------------------------------------------ the parameters cell, as text
-
 def cell_values(source: str) -> dict[str, Any]:
     """{NAME: value} of the literal assignments of a parameters cell (non-literals are left out)."""
     values: dict[str, Any] = {}
@@ -86,8 +84,6 @@ def committed_cell_values(path: Path) -> dict[str, Any] | None:
         return None
     return cell_values(source) if source else {}
 
-
-# ------------------------------------------------------------------ the rule
 
 @dataclass
 class Parameter:
@@ -237,8 +233,6 @@ def parameters(namespace: dict, notebook: str) -> None:
             print(p.note)
 
 
-# ------------------------------------------------------------------ inline figures and text
-
 def _display_markdown(text: str) -> None:
     from IPython.display import Markdown, display
     display(Markdown(text))
@@ -279,8 +273,6 @@ def show_markdown(path: Path, missing: str = "") -> None:
     _display_markdown(path.read_text(encoding="utf-8") if path.is_file() else missing or
                       f"`{relative(path)}` does not exist yet")
 
-
-# ------------------------------------------------------------------ `make lab`
 
 def lab_guide(root: Path = REPO_ROOT) -> str:
     """What `make lab` prints before JupyterLab starts on the repository: where the notebooks,

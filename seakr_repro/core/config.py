@@ -368,8 +368,6 @@ def _key_lines(text: str) -> dict[str, int]:
     return lines
 
 
-# ---------------------------------------------------------------- loading
-
 def _deep_merge(base: dict, over: Mapping) -> dict:
     out = copy.deepcopy(base)
     for key, value in over.items():

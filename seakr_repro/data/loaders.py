@@ -82,8 +82,6 @@ HOW_TO_GET = {
 _FIX = "check that this is {what} in its original format; re-download it if it was edited or cut short"
 
 
-# ---------------------------------------------------------------- validation helpers
-
 _TYPE_NAMES = {dict: "a JSON object", list: "a JSON list", str: "a string", int: "an integer",
                float: "a number", bool: "a boolean", type(None): "null"}
 

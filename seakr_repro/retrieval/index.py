@@ -80,8 +80,6 @@ def check_scheme(scheme: str, backend: str) -> None:
                         fix=f"use retrieval.backend: {able}, or retrieval.scheme: single_field")
 
 
-# --- corpus fingerprint -------------------------------------------------------------------------
-
 def corpus_stats(corpus_path: str | Path) -> dict:
     """Line count (non-blank lines = passages) and fingerprint of a JSONL corpus, in one pass."""
     path = Path(corpus_path)
@@ -121,8 +119,6 @@ def corpus_changed(meta: dict, corpus_path: str | Path | None = None) -> str | N
             return f"the corpus {path} changed since the index was built (sha256 differs)"
     return None
 
-
-# --- meta ---------------------------------------------------------------------------------------
 
 def read_meta(index_dir: str | Path) -> dict:
     index_dir = Path(index_dir)
@@ -174,8 +170,6 @@ def index_is_current(corpus_path: str | Path, index_dir: str | Path, backend: st
         return False
     return corpus_changed(meta, corpus_path) is None
 
-
-# --- build --------------------------------------------------------------------------------------
 
 def _check_target(index_dir: Path) -> None:
     """Refuse to replace a directory that is not one of our indexes (a mistyped path)."""
@@ -243,8 +237,6 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
         raise
     return IndexInfo(index_dir, backend, doc_count, meta)
 
-
-# --- open ---------------------------------------------------------------------------------------
 
 def open_searcher(index_dir: str | Path, k1: float | None = None, b: float | None = None,
                   rebuild_hint: str = "`python -m seakr_repro index --profile <profile>`",

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from .extraction import VectorStore
 
 
-# ---------------------------------------------------------------------- estimators and delta
 def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, params: dict,
                      names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """U per question for each registered estimator (`names`, default all), oriented so that
