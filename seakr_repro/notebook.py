@@ -119,12 +119,11 @@ def resolve(cell: Mapping[str, Any], committed: Mapping[str, Any] | None,
             profile_values: Mapping[str, Any], command_line: Mapping[str, Any],
             where_profile=lambda name: "the profile", where_command_line=lambda name: "--param",
             profile: tuple[str | None, str, str] | None = None) -> list[Parameter]:
-    """The value that runs for each parameter of the cell, by the module's rule.
-
-    cell: the cell's values as they stand (typed or not); committed: as committed (None: unknown,
-    every value counts as the notebook's own); profile_values: the profile's `notebooks:` entry;
-    command_line: --param values. `profile`: for PROFILE, (command-line profile or None, the
-    fallback profile, where the fallback comes from)."""
+    """The value that runs for each parameter of the cell, by the module's rule. cell: the cell's
+    values as they stand (typed or not); committed: as committed (None: unknown, every value
+    counts as the notebook's own); profile_values: the profile's `notebooks:` entry; command_line:
+    --param values. `profile`: for PROFILE, (command-line profile or None, the fallback profile,
+    where the fallback comes from)."""
     out = []
     for name, value in cell.items():
         typed = committed is not None and name in committed and committed[name] != value
