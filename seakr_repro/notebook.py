@@ -160,11 +160,6 @@ def resolve(cell: Mapping[str, Any], committed: Mapping[str, Any] | None,
     return out
 
 
-def command_line_parameters() -> dict[str, Any]:
-    from .core.config import env_json_object
-    return env_json_object(PARAMETERS_ENV, '{"N_BOOT": 200}')
-
-
 def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = None,
                          profile: str | None = None, command_line: Mapping[str, Any] | None = None,
                          overrides: Mapping[str, Any] | None = None) -> list[Parameter]:
@@ -217,10 +212,11 @@ def parameters(namespace: dict, notebook: str) -> None:
     names = list(notebook_cell_values(path)) if path.is_file() else []
     cell = {n: namespace[n] for n in names if n in namespace}
     chosen = os.environ.get(PROFILE_ENV) or None
+    from .core.config import env_json_object
     from .core.progress import text_bars_for_libraries
 
     text_bars_for_libraries()            # progress: a widget in the Lab, text in an executed copy
-    params = effective_parameters(path, cell, chosen, command_line_parameters())
+    params = effective_parameters(path, cell, chosen, env_json_object(PARAMETERS_ENV, '{"N_BOOT": 200}'))
     for p in params:
         namespace[p.name] = p.value
     if namespace.get("PROFILE"):    # a disk-full paragraph here names the run, its estimate and its resume

@@ -126,10 +126,6 @@ def imported_modules(sources: list[str], root: Path = REPO_ROOT) -> list[Path]:
     return sorted(modules[m] for m in seen)
 
 
-def _file_digests(paths: list[Path], root: Path = REPO_ROOT) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): _sha(p.read_bytes()) for p in paths}
-
-
 def _shipped_digest(folder: str, root: Path = REPO_ROOT) -> str:
     files = sorted(p for p in (root / "data" / folder).rglob("*") if p.is_file())
     return _sha(b"".join(p.relative_to(root).as_posix().encode() + hashlib.sha256(p.read_bytes()).digest()
@@ -152,7 +148,7 @@ def step_inputs(notebook: Path, settings: Mapping[str, Any], parameters: Mapping
     return {"code": _sha("\n\0".join(sources).encode()),
             "parameters": json.loads(json.dumps(dict(parameters), default=str)),
             "settings": {k: _json_sha(_section(k, settings[k])) for k in sorted(sections)},
-            "modules": _file_digests(imported_modules(sources)),
+            "modules": {p.relative_to(REPO_ROOT).as_posix(): _sha(p.read_bytes()) for p in imported_modules(sources)},
             "shipped": {f"data/{f}": _shipped_digest(f) for f in step.shipped},
             "inputs": dict(inputs)}
 

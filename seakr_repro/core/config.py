@@ -124,14 +124,6 @@ def _fits(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def _kinds_of(dotted: str, base_value) -> tuple:
-    if dotted in DECLARED_TYPES:
-        return DECLARED_TYPES[dotted]
-    if base_value is None:               # a null in base.yaml with no declared type: any value
-        return ()
-    return (type(base_value),)
-
-
 @dataclass
 class _Source:
     """Where settings came from: a profile file (with the line of each dotted key) or an override."""
@@ -251,7 +243,8 @@ class _Checker:
                     raise self.unknown(inner, src)
                 self._check_value(inner, sub, base_value.get(key), src)
             return
-        kinds = _kinds_of(dotted, base_value)
+        # a null in base.yaml with no declared type: any value
+        kinds = DECLARED_TYPES.get(dotted, () if base_value is None else (type(base_value),))
         if kinds and not any(_fits(value, k) for k in kinds):
             wanted = " or ".join(_kind_name(k) for k in kinds)
             raise src.error(dotted, f"'{dotted}' is {_value_name(value)}, but it must be {wanted}",

@@ -92,13 +92,6 @@ def _patch_configure_classpath() -> None:
 _kept_loggers: list = []  # java.util.logging holds loggers weakly: keep the configured one alive
 
 
-def _quiet_lucene_mmap_warning(autoclass) -> None:
-    """Lucene 9 warns on every start under Java 22+ that it could use a newer MMap API; mute it."""
-    logger = autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store.MMapDirectory")
-    logger.setLevel(autoclass("java.util.logging.Level").SEVERE)
-    _kept_loggers.append(logger)
-
-
 def ensure_java() -> None:
     """Prepare this process for pyserini and start its JVM once; a UserError where it cannot start
     (another JVM already started in this process with other options, or a broken runtime)."""
@@ -110,7 +103,10 @@ def ensure_java() -> None:
         if "pyserini.pyclass" not in sys.modules:
             _patch_configure_classpath()
         from pyserini.pyclass import autoclass
-        _quiet_lucene_mmap_warning(autoclass)
+        # Lucene 9 warns on every start under Java 22+ that it could use a newer MMap API: muted
+        logger = autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store.MMapDirectory")
+        logger.setLevel(autoclass("java.util.logging.Level").SEVERE)
+        _kept_loggers.append(logger)
     except Exception as e:  # pyserini missing, or pyjnius's plain RuntimeError/JavaException
         detail = " ".join(str(e).split())[:300]
         raise UserError(f"the Java virtual machine for pyserini could not start ({type(e).__name__}: "
