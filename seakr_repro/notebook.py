@@ -30,7 +30,6 @@ def last_profile_file(results_root: Path | None = None) -> Path:
 
 
 def last_profile() -> str | None:
-    """The profile `reproduce` last ran, or None."""
     path = last_profile_file()
     try:
         return path.read_text(encoding="utf-8").strip() or None
@@ -51,7 +50,6 @@ def cell_values(source: str) -> dict[str, Any]:
 
 
 def parameters_source(notebook: dict) -> str | None:
-    """The source of the cell tagged `parameters` of a notebook (its JSON, parsed), or None."""
     for cell in notebook.get("cells", []):
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             source = cell.get("source", "")

@@ -32,7 +32,6 @@ KERNEL = "python3"
 
 
 def notebook_steps(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
-    """The numbered notebooks (NN-name.ipynb), in order."""
     return sorted(p for p in notebooks_dir.glob("[0-9][0-9]-*.ipynb"))
 
 

@@ -159,7 +159,6 @@ def digest(recorded: Mapping) -> str:
 
 
 def _shown(names: list[str], most: int = 3) -> str:
-    """The first `most` names, and how many more."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 

@@ -85,7 +85,6 @@ DATASET_LISTS = ("datasets.complex", "datasets.simple", "analysis.datasets")
 
 
 def list_profiles(params_dir: str | Path | None = None) -> tuple[str, ...]:
-    """The profiles there are: params/*.yaml except base.yaml."""
     params_dir = Path(params_dir) if params_dir else PARAMS_DIR
     return tuple(sorted(p.stem for p in params_dir.glob("*.yaml") if p.stem != "base"))
 

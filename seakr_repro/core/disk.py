@@ -34,7 +34,6 @@ def _existing(path: str | Path) -> Path:
 
 
 def free_bytes(path: str | Path) -> int:
-    """Free bytes on the file system holding `path` (its nearest existing parent)."""
     return shutil.disk_usage(_existing(path)).free
 
 
@@ -47,7 +46,6 @@ def mount_of(path: str | Path) -> Path:
 
 
 def device_of(path: str | Path) -> int:
-    """The file system that holds (or will hold) `path`, as os.stat's st_dev."""
     return os.stat(_existing(path)).st_dev
 
 

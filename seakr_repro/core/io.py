@@ -101,7 +101,6 @@ def json_default(obj):
 
 
 def require_file(path: str | Path, what: str, how_to_get: str) -> Path:
-    """Return `path` if it is a file, else raise a DataMissingError saying how to get it."""
     path = Path(path)
     if not path.is_file():
         raise DataMissingError(f"{what} was not found", fix=how_to_get, path=path)

@@ -26,7 +26,6 @@ class QuestionRecord:
 
     @property
     def golds(self) -> list[str]:
-        """Answers then aliases, duplicates removed, first occurrence kept."""
         return list(dict.fromkeys([*self.answers, *self.aliases]))
 
     def to_dict(self) -> dict[str, Any]:

