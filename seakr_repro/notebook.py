@@ -67,18 +67,12 @@ def committed_cell_values(path: Path) -> dict[str, Any] | None:
     notebook is not tracked by git here (then no edit can be told from the notebook's own value)."""
     try:
         rel = Path(path).resolve().relative_to(REPO_ROOT.resolve())
-    except ValueError:
-        return None
-    try:
         done = subprocess.run(["git", "show", f"HEAD:{rel.as_posix()}"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    try:
+        if done.returncode != 0:
+            return None
         source = parameters_source(json.loads(done.stdout))
-    except ValueError:
+    except (ValueError, OSError, subprocess.SubprocessError):     # outside the repository, no git, not JSON
         return None
     return cell_values(source) if source else {}
 

@@ -100,20 +100,16 @@ def paired_statistic(what: str, claim: int, stat: Callable[[np.ndarray], float],
                      n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> Measurement:
     """A Measurement of a statistic of n questions that is not a mean (an AUROC difference, say):
     `stat(idx)` computes it on the questions `idx`; questions are resampled with replacement."""
-    if n < 2:
-        return Measurement(claim, what, unit, math.nan, math.nan, math.nan, n, direction, margin,
-                           source, paper)
-    rng = np.random.default_rng(seed)
-    full = float(stat(np.arange(n)))
-    boots = np.array([stat(rng.integers(0, n, n)) for _ in range(n_boot)], dtype=float)
-    boots = boots[np.isfinite(boots)]
-    if boots.size < max(10, n_boot // 2):   # too many resamples with one class only
-        return Measurement(claim, what, unit, full, math.nan, math.nan, n, direction, margin,
-                           source, paper)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(boots, [tail, 1 - tail])
-    return Measurement(claim, what, unit, full, float(low), float(high), n, direction, margin,
-                       source, paper)
+    full = low = high = math.nan
+    if n >= 2:
+        rng = np.random.default_rng(seed)
+        full = float(stat(np.arange(n)))
+        boots = np.array([stat(rng.integers(0, n, n)) for _ in range(n_boot)], dtype=float)
+        boots = boots[np.isfinite(boots)]
+        if boots.size >= max(10, n_boot // 2):   # else too many resamples with one class only
+            tail = (1 - confidence) / 2
+            low, high = (float(q) for q in np.quantile(boots, [tail, 1 - tail]))
+    return Measurement(claim, what, unit, full, low, high, n, direction, margin, source, paper)
 
 
 def auroc_difference(scores_a: Sequence[float], scores_b: Sequence[float], incorrect: Sequence[int],
