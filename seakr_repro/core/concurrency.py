@@ -6,8 +6,7 @@ share each forward pass. The transformers backend decodes one call at a time; un
 `llm.batching.ThreadBatcher` (runner.concurrency > 1) the calls of question threads are merged
 into its multi-context calls. Threads start in a copy of the caller's context, so the
 per-question call counter (`llm.cache.counting`) and the question's state (`Method.q`) follow the
-work into them.
-"""
+work into them."""
 from __future__ import annotations
 
 import contextvars

@@ -9,8 +9,7 @@ sizes give way to full ones there. A profile extending it and the overrides stil
 Settings are checked when loaded: params/base.yaml is the schema. Every key of a profile file or an
 override must exist there, and its value must have the type of base.yaml's value (or the types
 declared in `DECLARED_TYPES` where base.yaml's value is null or one of several kinds). A typo ends
-with one paragraph naming the key, the file and line, and the nearest known key.
-"""
+with one paragraph naming the key, the file and line, and the nearest known key."""
 from __future__ import annotations
 
 import ast

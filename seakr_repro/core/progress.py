@@ -4,8 +4,7 @@
 SEAKR_NOTEBOOK), the bar is tqdm's text bar: the executed copy keeps text, not widget state that
 no viewer of the saved file can draw, and the terminal echo (pipeline.KernelEcho) throttles it to a
 line per update. In an interactive notebook (the Lab) with ipywidgets installed it is the widget;
-without ipywidgets, the text bar, with no TqdmWarning. Everywhere else (a shell), the text bar.
-"""
+without ipywidgets, the text bar, with no TqdmWarning. Everywhere else (a shell), the text bar."""
 from __future__ import annotations
 
 import os

@@ -2,8 +2,7 @@
 where the model ran (`compute`: device, GPU name, dtype; core/device.py).
 
 `save_table`/`save_json` write the artifact and a `<name>.provenance.json` beside it, so any number
-in a table can be traced to the run that produced it.
-"""
+in a table can be traced to the run that produced it."""
 from __future__ import annotations
 
 import datetime as _dt

@@ -6,8 +6,7 @@ on disk and be indexed a second time); readers split `contents` at its first new
 Two sources:
 - the embedded default: the real English Wikipedia excerpt that ships inside gensim 4.4.0,
   cleaned with gensim's `filter_wiki` and split into ~100-word passages (DPR's recipe);
-- DPR's psgs_w100.tsv (21,015,324 passages of December 2018), converted by streaming.
-"""
+- DPR's psgs_w100.tsv (21,015,324 passages of December 2018), converted by streaming."""
 from __future__ import annotations
 
 import bz2

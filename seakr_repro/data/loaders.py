@@ -14,8 +14,7 @@ says how to get the file when it is missing. The answer conventions follow DRAGI
   `extra["answer_unit"]`).
 - FanOutQA: gold answers are strings, numbers, booleans, lists or dicts; they are rendered as
   fanoutqa's own `str_answer` does (list items one per line, dict items "key - value", booleans
-  yes/no) and the flat list of strings its loose-accuracy metric looks for is `extra["answer_leaves"]`.
-"""
+  yes/no) and the flat list of strings its loose-accuracy metric looks for is `extra["answer_leaves"]`."""
 from __future__ import annotations
 
 import ast

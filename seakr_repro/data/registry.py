@@ -1,8 +1,7 @@
 """The data sets by name: where each lives, how to read it, how big the paper says it is.
 
 `load_dataset("2wiki", n=500)` is the one call the runner and the notebooks make; a missing file
-raises DataMissingError with the download instructions, so nothing fails half-way through a run.
-"""
+raises DataMissingError with the download instructions, so nothing fails half-way through a run."""
 from __future__ import annotations
 
 import functools

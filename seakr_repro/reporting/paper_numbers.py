@@ -4,8 +4,7 @@ Each CSV has the columns table, model, setting, method, label, dataset, metric, 
 one row per printed number, ids in lower case (methods: seakr, dragin, ...; datasets: 2wiki,
 hotpotqa, iirc, nq, triviaqa, squad; metrics: em, f1, acc, avg, n_questions,
 seconds_per_question), `label` as printed, scores in percent. An empty value needs a note saying
-why (e.g. the paper prints '/'). data/paper/README.md gives the sources.
-"""
+why (e.g. the paper prints '/'). data/paper/README.md gives the sources."""
 from __future__ import annotations
 
 import csv

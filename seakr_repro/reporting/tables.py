@@ -4,8 +4,7 @@
 (row, dataset, metric), all names compared through `canonical`. Each cell reads
 "ours | paper | delta" with delta = ours - paper; a missing number is "–". Rows that are empty for
 a stated reason (say, "Self-RAG: checkpoint not supplied") keep that reason in
-`df.attrs["footnotes"]`, which both renderers print under the table.
-"""
+`df.attrs["footnotes"]`, which both renderers print under the table."""
 from __future__ import annotations
 
 import math

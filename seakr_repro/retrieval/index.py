@@ -5,8 +5,7 @@ Layout of an index directory (e.g. data/cache/indexes/wiki-excerpt-pyserini/):
     lucene/ or bm25s/ the backend's own files
 The directory is built under a temporary name and renamed only after the count check passed, so a
 directory holding index_meta.json is a complete index. The official pipeline's Elasticsearch
-could silently index fewer passages than the corpus held; here a mismatch is an error.
-"""
+could silently index fewer passages than the corpus held; here a mismatch is an error."""
 from __future__ import annotations
 
 import contextlib

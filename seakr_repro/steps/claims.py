@@ -10,8 +10,7 @@ Verdicts are mechanical, so nothing is tuned until it holds:
   ledger then gives the number of questions that would decide it at the observed effect (the
   interval's half-width shrinks as 1/sqrt(n)).
 A claim measured in several ways (one baseline each, say) holds only if every part holds, does not
-hold if any part does not, and is inconclusive otherwise.
-"""
+hold if any part does not, and is inconclusive otherwise."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,5 @@
 """Step 03: the estimators' scores of step 02's samples, the per-model threshold delta the
-methods read, and the per-question columns the claims ledger pairs.
-"""
+methods read, and the per-question columns the claims ledger pairs."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -5,8 +5,7 @@ table it sits beside, and its caption. A table whose notebook has not finished i
 run files as they stand (rows marked "partial: n of N"), so a days-long step does not hold back the
 others; a table with neither is listed as not rendered (with the step to run), never silently left
 out. Figure 3 is drawn by `figure`, the function notebook 03 shows it with, markers included; its
-files are this step's alone (artifacts.STEPS: one writer per output).
-"""
+files are this step's alone (artifacts.STEPS: one writer per output)."""
 from __future__ import annotations
 
 from pathlib import Path

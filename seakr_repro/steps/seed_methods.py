@@ -1,6 +1,5 @@
 """Step 10: the related methods that learn from training questions (SKR's four variants, TAIKC
-and TAIKC with KBAE), their training split and their runs.
-"""
+and TAIKC with KBAE), their training split and their runs."""
 from __future__ import annotations
 
 from functools import partial

@@ -1,6 +1,5 @@
 """Steps 04-07 and 09: one paper table's runs as declared in `artifacts` (`run_table`), Table 4's
-per-backbone calibration and Table 7's timing with the call cache off.
-"""
+per-backbone calibration and Table 7's timing with the call cache off."""
 from __future__ import annotations
 
 from dataclasses import dataclass
