@@ -92,7 +92,6 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
 
 
 def json_default(obj):
-    # numpy scalars and arrays, Paths and sets appear in results; make them JSON-friendly.
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, (Path, set, frozenset)):

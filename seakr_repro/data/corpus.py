@@ -58,8 +58,7 @@ def clean_wikitext(text: str) -> str:
     text = _EMPTY_PARENS.sub("", text)
     text = _LEADING_PUNCT_IN_PARENS.sub("(", text)
     text = _SPACES.sub(" ", text)
-    text = re.sub(r" +([,.;:])", r"\1", text)
-    return text
+    return re.sub(r" +([,.;:])", r"\1", text)
 
 
 def split_passages(text: str, words_per_passage: int = 100) -> list[str]:

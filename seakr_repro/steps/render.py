@@ -291,7 +291,6 @@ def render_all(cfg: Config) -> pd.DataFrame:
                        "files": ", ".join(relative(p) for p in files) if files else
                        f"skipped, files left as they are: no results/{cfg.profile}/{spec.results} "
                        f"(run notebook {spec.step})"})
-    # the paper's claims, measured on whatever this profile has run so far (steps/claims.py)
     from .claims import render_ledger
 
     ledger = render_ledger(cfg, out_dir=TABLES_DIR / cfg.profile)   # TABLES_DIR as this module sees it
@@ -365,10 +364,6 @@ def plot_methods_vs_paper(ours: pd.DataFrame, paper: pd.DataFrame, metric: str =
     return fig
 
 
-def figure_dir(cfg: Config) -> Path:
-    return FIGURES_DIR / cfg.profile
-
-
 def figure3_markers(cfg: Config, panel: str, data: pd.DataFrame) -> dict:
     """The marker lines of a Figure 3 panel (artifacts.FIGURE3), from what step 03 used and saved:
     the layer U is read at (uncertainty.layer resolved for the model), and the calibrated delta of
@@ -407,7 +402,7 @@ def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Pa
     fig = figure(panel, cfg)
     if fig is None:
         return []
-    return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or figure_dir(cfg)).values())
+    return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or FIGURES_DIR / cfg.profile).values())
 
 
 def declared_figures() -> list[str]:
@@ -420,7 +415,7 @@ def render_figures(cfg: Config) -> list[Path]:
     f1_figure) and Figure 3's three panels with their markers."""
     from ..reporting import figures, load_paper_table
 
-    res, out, written = results_dir(cfg.profile), figure_dir(cfg), []
+    res, out, written = results_dir(cfg.profile), FIGURES_DIR / cfg.profile, []
     for spec in TABLES:
         path = res / spec.results
         if spec.f1_figure and path.is_file():
