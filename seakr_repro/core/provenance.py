@@ -1,8 +1,7 @@
-"""Provenance for every artifact: config, model, data, seed, versions, git revision, time, and
-where the model ran (`compute`: device, GPU name, dtype; core/device.py).
-
-`save_table`/`save_json` write the artifact and a `<name>.provenance.json` beside it, so any number
-in a table can be traced to the run that produced it."""
+"""Provenance for every artifact: config, model, data, seed, versions, git revision, time, and where
+the model ran (`compute`: device, GPU name, dtype; core/device.py). `save_dataframe`/`save_json`
+write the artifact and a `<name>.provenance.json` beside it, so any number in a table can be traced
+to the run that produced it."""
 from __future__ import annotations
 
 import datetime as _dt

@@ -143,16 +143,15 @@ def ledger_frame(measurements: Sequence[Measurement], missing: Mapping[int, str]
     for claim in CLAIMS:
         parts = [m for m in measurements if m.claim == claim.id]
         overall = verdict_of(parts)
+        head = {"claim": claim.id, "short": claim.short, "statement": claim.statement}
         if not parts:
-            rows.append({"claim": claim.id, "short": claim.short, "statement": claim.statement,
-                         "paper evidence": claim.evidence, "measurement": "not measured",
+            rows.append({**head, "paper evidence": claim.evidence, "measurement": "not measured",
                          "diff": math.nan, "low": math.nan, "high": math.nan, "unit": "", "n": 0,
                          "verdict": OPEN, "n to decide": None, "claim verdict": OPEN,
                          "source": missing.get(claim.id, "no artifact of this profile measures it")})
             continue
         for m in parts:
-            rows.append({"claim": claim.id, "short": claim.short, "statement": claim.statement,
-                         "paper evidence": (claim.evidence + (f": {m.paper}" if m.paper else "")),
+            rows.append({**head, "paper evidence": (claim.evidence + (f": {m.paper}" if m.paper else "")),
                          "measurement": m.what, "diff": round(m.diff, decimals),
                          "low": round(m.low, decimals), "high": round(m.high, decimals),
                          "unit": m.unit, "n": m.n, "verdict": m.verdict,
