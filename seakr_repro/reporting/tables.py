@@ -41,9 +41,8 @@ def _keyed(df: pd.DataFrame, rows: str, who: str, needed: Sequence[str]) -> pd.D
         raise UserError(f"{who} table lacks the column(s) {', '.join(missing)}",
                         fix=f"pass a tidy frame with columns {rows}, dataset, metric, value")
     out = df.copy()
-    out["_row"] = out[rows].map(canonical)
-    out["_ds"] = out["dataset"].map(canonical)
-    out["_m"] = out["metric"].map(canonical)
+    for key, column in (("_row", rows), ("_ds", "dataset"), ("_m", "metric")):
+        out[key] = out[column].map(canonical)
     dup = out.duplicated(["_row", "_ds", "_m"])
     if dup.any():
         first = out[dup].iloc[0]
@@ -68,9 +67,8 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
     paper's `label` column, else ours, else the id."""
     o = _keyed(ours, rows, "our", ["value"])
     p = _keyed(paper, rows, "paper", ["value"])
-    reasons = {canonical(k): v for k, v in (reasons or {}).items()}
-    partial = {canonical(k): v for k, v in (partial or {}).items()}
-    notes = {canonical(k): v for k, v in (notes or {}).items()}
+    reasons, partial, notes = ({canonical(k): v for k, v in (by_row or {}).items()}
+                               for by_row in (reasons, partial, notes))
     row_ids = list(dict.fromkeys([*(canonical(r) for r in order or []), *p["_row"], *o["_row"], *reasons]))
     cols = list(dict.fromkeys(zip(pd.concat([p["_ds"], o["_ds"]]), pd.concat([p["_m"], o["_m"]]))))
     labels = {}
