@@ -13,20 +13,17 @@ import sys
 EXECUTED_ENV = "SEAKR_NOTEBOOK"     # set by pipeline.run_notebook for the kernels it starts
 
 
-def _interactive_notebook() -> bool:
-    if os.environ.get(EXECUTED_ENV):
-        return False
+def _widget_bars() -> bool:
+    """In an interactive notebook (the Lab, not a kernel reproduce started) with ipywidgets."""
     shell = sys.modules.get("IPython")
-    if shell is None:
+    if os.environ.get(EXECUTED_ENV) or shell is None:
         return False
     try:
         ip = shell.get_ipython()
     except AttributeError:
         return False
-    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
-
-
-def widgets_available() -> bool:
+    if ip is None or type(ip).__name__ != "ZMQInteractiveShell":
+        return False
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
@@ -36,7 +33,7 @@ def widgets_available() -> bool:
 
 def tqdm(*args, **kwargs):
     """A progress bar (tqdm's arguments): the widget in the Lab, text elsewhere."""
-    if _interactive_notebook() and widgets_available():
+    if _widget_bars():
         from tqdm.notebook import tqdm as bar
     else:
         from tqdm.std import tqdm as bar
@@ -55,7 +52,7 @@ def text_bars_for_libraries() -> None:
     """Make tqdm.auto (what transformers, bm25s and others use) give text bars, with no
     TqdmWarning, where `tqdm` above would: in a kernel reproduce started, or without ipywidgets.
     Called by the first cell of each notebook (notebook.parameters)."""
-    if _interactive_notebook() and widgets_available():
+    if _widget_bars():
         return
     import warnings
 
