@@ -178,8 +178,7 @@ def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = 
     # a value in the config yet in no params file came from --set: the command line
     set_on_line = {n: from_profile.pop(n) for n in list(from_profile) if files[n] == "--set"}
     given = dict(command_line or {})
-    return resolve(cell, committed, from_profile, {**set_on_line, **given},
-                   where_profile=files.get,
+    return resolve(cell, committed, from_profile, {**set_on_line, **given}, where_profile=files.get,
                    where_command_line=lambda n: "--param" if n in given else "--set",
                    profile=(profile, fallback, fallback_where))
 

@@ -11,16 +11,8 @@ from typing import Callable
 
 from ..core import paths
 from ..core.errors import DataMissingError, UserError
-from .loaders import (
-    HOW_TO_GET,
-    fanoutqa_path,
-    load_2wiki,
-    load_2wiki_train,
-    load_dpr_qa,
-    load_fanoutqa,
-    load_hotpotqa,
-    load_iirc,
-)
+from .loaders import (HOW_TO_GET, fanoutqa_path, load_2wiki, load_2wiki_train, load_dpr_qa, load_fanoutqa,
+                      load_hotpotqa, load_iirc)
 from .records import QuestionRecord, sample
 
 _BUNDLED_FIX = ("it ships with the repository; restore it from version control "

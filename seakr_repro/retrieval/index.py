@@ -299,7 +299,6 @@ def searcher_for(cfg) -> Searcher:
         hint = f"`python -m seakr_repro index --profile {cfg.profile}`"
         if not (index_dir / META_NAME).is_file():
             raise DataMissingError(f"the {backend} index of corpus '{corpus_name}' has not been built",
-                                   path=index_dir, setting="retrieval.backend",
-                                   fix=f"run {hint}")
+                                   path=index_dir, setting="retrieval.backend", fix=f"run {hint}")
         _open[key] = open_searcher(index_dir, k1=k1, b=b, rebuild_hint=hint, scheme=scheme)
     return _open[key]

@@ -109,17 +109,12 @@ def dataset_statistics(loaded: dict, notes: dict | None = None) -> "pandas.DataF
     for name, records in loaded.items():
         spec = DATASETS[name]
         types = Counter(r.type for r in records)
-        rows.append({
-            "dataset": name,
-            "kind": spec.kind,
-            "questions": len(records),
-            "paper_questions": spec.paper_size,
-            "mean_question_words": round(sum(len(r.question.split()) for r in records) / max(len(records), 1), 1),
-            "mean_answer_words": round(sum(len(r.answers[0].split()) for r in records if r.answers)
-                                       / max(len(records), 1), 1),
-            "with_aliases": sum(bool(r.aliases) for r in records),
-            "types": ", ".join(f"{t} {n}" for t, n in types.most_common()),
-        })
+        per = max(len(records), 1)        # a mean over no records: 0
+        rows.append({"dataset": name, "kind": spec.kind, "questions": len(records), "paper_questions": spec.paper_size,
+                     "mean_question_words": round(sum(len(r.question.split()) for r in records) / per, 1),
+                     "mean_answer_words": round(sum(len(r.answers[0].split()) for r in records if r.answers) / per, 1),
+                     "with_aliases": sum(bool(r.aliases) for r in records),
+                     "types": ", ".join(f"{t} {n}" for t, n in types.most_common())})
         if notes:
             rows[-1]["unmatched_questions"] = notes[name]["unmatched"] if name in notes else None
     return pd.DataFrame(rows)
