@@ -125,8 +125,7 @@ def cmd_reproduce(args):
                                   parameters=parameters, overrides=overrides)))
         return
     results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
-                        parameters=parameters,
-                        cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
+                        parameters=parameters, cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
                         progress=not args.quiet)
     ran = [r for r in results if r.status == "ran"]
     print(f"[reproduce] profile {args.profile}: {len(ran)} step(s) ran, "

@@ -232,15 +232,14 @@ def _fact(path: Path, kind: str) -> str | int:
     known = _HASHES.get(key)
     if known and known[:2] == [st.st_size, st.st_mtime_ns]:
         return known[2]
-    if kind == "lines":
-        with open(path, "rb") as fh:
+    with open(path, "rb") as fh:
+        if kind == "lines":
             value: str | int = sum(1 for line in fh if line.strip())
-    else:
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
+        else:
+            h = hashlib.sha256()
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
-        value = h.hexdigest()[:16]
+            value = h.hexdigest()[:16]
     _HASHES[key] = [st.st_size, st.st_mtime_ns, value]
     return value
 

@@ -86,12 +86,9 @@ def paired(what: str, claim: int, a: Sequence[float], b: Sequence[float], unit: 
            confidence: float = 0.95) -> Measurement:
     """A Measurement from per-question values of a and b (same questions, same order)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.size < 2:
-        return Measurement(claim, what, unit, math.nan, math.nan, math.nan, int(a.size), direction,
-                           margin, source, paper)
-    d = paired_bootstrap(a, b, n_boot=n_boot, confidence=confidence, seed=seed)
-    return Measurement(claim, what, unit, d.diff * scale, d.low * scale, d.high * scale, int(a.size),
-                       direction, margin, source, paper)
+    d = paired_bootstrap(a, b, n_boot=n_boot, confidence=confidence, seed=seed) if a.size >= 2 else None
+    diff, low, high = (math.nan,) * 3 if d is None else (d.diff * scale, d.low * scale, d.high * scale)
+    return Measurement(claim, what, unit, diff, low, high, int(a.size), direction, margin, source, paper)
 
 
 def paired_statistic(what: str, claim: int, stat: Callable[[np.ndarray], float], n: int, unit: str,
