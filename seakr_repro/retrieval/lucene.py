@@ -242,11 +242,8 @@ class EsBestFieldsSearcher:
         from pyserini.pyclass import autoclass
 
         term = autoclass("org.apache.lucene.index.Term")("id", str(doc_id))
-        found = self._searcher.search(autoclass("org.apache.lucene.search.TermQuery")(term), 1)
-        docs = found.scoreDocs
-        if not docs:
-            return None
-        return _stored_hit(doc_id, 0.0, self._stored.document(docs[0].doc))
+        docs = self._searcher.search(autoclass("org.apache.lucene.search.TermQuery")(term), 1).scoreDocs
+        return _stored_hit(doc_id, 0.0, self._stored.document(docs[0].doc)) if docs else None
 
     def close(self) -> None:
         self._reader.close()
