@@ -1,8 +1,7 @@
 """seakr-repro: a reproducibility package for SeaKR (self-aware knowledge retrieval for adaptive RAG).
 
 Everything the numbered notebooks do lives here, importable and tested. See the README for the
-two commands (`make reproduce`, `make test`) and DESIGN.md for the architecture.
-"""
+two commands (`make reproduce`, `make test`) and DESIGN.md for the architecture."""
 
 __version__ = "0.1.0"
 

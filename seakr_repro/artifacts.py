@@ -6,8 +6,7 @@ panels and their markers; each step's reads and writes.
 `steps.tables.run_table(key, cfg)` runs a table's step, `render.beside_paper(key, cfg)` shows it
 beside the paper, and `render.render_all` / `render.draw_figure` render every artifact from these
 declarations (notebooks 04-07, 09 and 90 call only those; 03 shows `render.figure`, unsaved). Nothing here computes or
-imports a step, so every step can read it.
-"""
+imports a step, so every step can read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

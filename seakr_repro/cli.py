@@ -14,11 +14,16 @@ import sys
 from .core.errors import UserError, report_and_exit
 
 
-def _config(args):
-    from .core.config import load_config, parse_override
+def _overrides(texts) -> dict:
+    from .core.config import parse_override
 
-    overrides = dict(parse_override(s) for s in (args.set or []))
-    return load_config(args.profile, overrides)
+    return dict(parse_override(s) for s in (texts or []))
+
+
+def _config(args):
+    from .core.config import load_config
+
+    return load_config(args.profile, _overrides(args.set))
 
 
 def cmd_corpus(args):
@@ -107,9 +112,7 @@ def cmd_datasets(args):
 def cmd_reproduce(args):
     from .pipeline import parse_param, reproduce
 
-    from .core.config import parse_override
-
-    overrides = dict(parse_override(s) for s in (args.set or []))
+    overrides = _overrides(args.set)
     parameters: dict[str, dict] = {}
     for text in args.param or []:
         step, name, value = parse_param(text)
@@ -122,8 +125,7 @@ def cmd_reproduce(args):
                                   parameters=parameters, overrides=overrides)))
         return
     results = reproduce(args.profile, only=args.only, force=args.force, overrides=overrides,
-                        parameters=parameters,
-                        cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
+                        parameters=parameters, cell_timeout=args.cell_timeout, preflight=not args.no_preflight,
                         progress=not args.quiet)
     ran = [r for r in results if r.status == "ran"]
     print(f"[reproduce] profile {args.profile}: {len(ran)} step(s) ran, "
@@ -154,9 +156,9 @@ def cmd_compare_runs(args):
 
 
 def cmd_nbstrip(args):
-    from .commands.nbstrip import main as strip_stdin
+    from .commands.nbstrip import main
 
-    strip_stdin()
+    main()
 
 
 def cmd_bench(args) -> int:
@@ -174,10 +176,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_cost(args):
-    import json
     from pathlib import Path
 
-    from .core.config import parse_override
     from .core.paths import CACHE_DIR, repo_relative
     from .price import command as cost
     from .price.paces import record_pace
@@ -187,7 +187,7 @@ def cmd_cost(args):
         path = record_pace(cfg, args.record_pace, args.machine, cost.checkout_commit())
         print(f"[cost] recorded the run of profile {cfg.profile} in {repo_relative(path)}")
         return
-    overrides = dict(parse_override(s) for s in (args.set or []))
+    overrides = _overrides(args.set)
     replay = None if args.no_replay else Path(args.replay_cache or CACHE_DIR)
     got = cost.predict(cfg, overrides, sample=args.sample, replay=replay, refresh=args.refresh,
                        verbose=args.verbose)
@@ -206,7 +206,6 @@ def cmd_cost(args):
 
 def cmd_run(args):
     from .artifacts import spec_for
-    from .core.config import parse_override
     from .runs.engine import open_pool
     from .runs.grid import run_grid, select_questions
     from .steps.prepare import ensure_index, prepare_datasets
@@ -216,8 +215,7 @@ def cmd_run(args):
     prepare_datasets(cfg, [args.dataset])
     select_questions(cfg, args.dataset, args.n)     # -n beyond the prepared set: say so now
     ensure_index(cfg, progress=not args.quiet)
-    overrides = dict(parse_override(s) for s in (args.method_set or []))
-    spec = spec_for(args.method, args.label, overrides)      # Self-RAG: its own checkpoint
+    spec = spec_for(args.method, args.label, _overrides(args.method_set))      # Self-RAG: its own checkpoint
     pool = open_pool(cfg, primary=spec.model is None)   # runner.engine: here, or Ray workers
     try:
         results, skipped = run_grid(cfg, pool, open_profile_searcher(cfg), [spec],

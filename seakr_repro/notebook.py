@@ -30,15 +30,12 @@ def last_profile_file(results_root: Path | None = None) -> Path:
 
 
 def last_profile() -> str | None:
-    """The profile `reproduce` last ran, or None."""
     path = last_profile_file()
     try:
         return path.read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
 
-
-# ------------------------------------------------------------------ the parameters cell, as text
 
 def cell_values(source: str) -> dict[str, Any]:
     """{NAME: value} of the literal assignments of a parameters cell (non-literals are left out)."""
@@ -53,7 +50,6 @@ def cell_values(source: str) -> dict[str, Any]:
 
 
 def parameters_source(notebook: dict) -> str | None:
-    """The source of the cell tagged `parameters` of a notebook (its JSON, parsed), or None."""
     for cell in notebook.get("cells", []):
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             source = cell.get("source", "")
@@ -71,23 +67,15 @@ def committed_cell_values(path: Path) -> dict[str, Any] | None:
     notebook is not tracked by git here (then no edit can be told from the notebook's own value)."""
     try:
         rel = Path(path).resolve().relative_to(REPO_ROOT.resolve())
-    except ValueError:
-        return None
-    try:
         done = subprocess.run(["git", "show", f"HEAD:{rel.as_posix()}"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    try:
+        if done.returncode != 0:
+            return None
         source = parameters_source(json.loads(done.stdout))
-    except ValueError:
+    except (ValueError, OSError, subprocess.SubprocessError):     # outside the repository, no git, not JSON
         return None
     return cell_values(source) if source else {}
 
-
-# ------------------------------------------------------------------ the rule
 
 @dataclass
 class Parameter:
@@ -123,12 +111,11 @@ def resolve(cell: Mapping[str, Any], committed: Mapping[str, Any] | None,
             profile_values: Mapping[str, Any], command_line: Mapping[str, Any],
             where_profile=lambda name: "the profile", where_command_line=lambda name: "--param",
             profile: tuple[str | None, str, str] | None = None) -> list[Parameter]:
-    """The value that runs for each parameter of the cell, by the module's rule.
-
-    cell: the cell's values as they stand (typed or not); committed: as committed (None: unknown,
-    every value counts as the notebook's own); profile_values: the profile's `notebooks:` entry;
-    command_line: --param values. `profile`: for PROFILE, (command-line profile or None, the
-    fallback profile, where the fallback comes from)."""
+    """The value that runs for each parameter of the cell, by the module's rule. cell: the cell's
+    values as they stand (typed or not); committed: as committed (None: unknown, every value
+    counts as the notebook's own); profile_values: the profile's `notebooks:` entry; command_line:
+    --param values. `profile`: for PROFILE, (command-line profile or None, the fallback profile,
+    where the fallback comes from)."""
     out = []
     for name, value in cell.items():
         typed = committed is not None and name in committed and committed[name] != value
@@ -165,11 +152,6 @@ def resolve(cell: Mapping[str, Any], committed: Mapping[str, Any] | None,
     return out
 
 
-def command_line_parameters() -> dict[str, Any]:
-    from .core.config import env_json_object
-    return env_json_object(PARAMETERS_ENV, '{"N_BOOT": 200}')
-
-
 def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = None,
                          profile: str | None = None, command_line: Mapping[str, Any] | None = None,
                          overrides: Mapping[str, Any] | None = None) -> list[Parameter]:
@@ -187,20 +169,18 @@ def effective_parameters(notebook: str | Path, cell: Mapping[str, Any] | None = 
     last = last_profile()
     fallback, fallback_where = ((last, "the last `reproduce` (results/last-profile)") if last
                                 else (DEFAULT_PROFILE, "no `reproduce` yet: the default profile"))
-    chosen = profile
     if "PROFILE" not in cell:
         cell = {"PROFILE": None, **cell}
-    resolved_profile = chosen or cell["PROFILE"] or fallback
+    resolved_profile = profile or cell["PROFILE"] or fallback
     cfg = load_config(resolved_profile, overrides)
     from_profile = dict((cfg.get("notebooks", {}) or {}).get(name, {}) or {})
     files = {n: profile_source_file(resolved_profile, name, n) for n in from_profile}
     # a value in the config yet in no params file came from --set: the command line
     set_on_line = {n: from_profile.pop(n) for n in list(from_profile) if files[n] == "--set"}
     given = dict(command_line or {})
-    return resolve(cell, committed, from_profile, {**set_on_line, **given},
-                   where_profile=files.get,
+    return resolve(cell, committed, from_profile, {**set_on_line, **given}, where_profile=files.get,
                    where_command_line=lambda n: "--param" if n in given else "--set",
-                   profile=(chosen, fallback, fallback_where))
+                   profile=(profile, fallback, fallback_where))
 
 
 def parameters_markdown(params: list[Parameter]) -> str:
@@ -223,29 +203,21 @@ def parameters(namespace: dict, notebook: str) -> None:
     names = list(notebook_cell_values(path)) if path.is_file() else []
     cell = {n: namespace[n] for n in names if n in namespace}
     chosen = os.environ.get(PROFILE_ENV) or None
+    from .core.config import env_json_object
     from .core.progress import text_bars_for_libraries
 
     text_bars_for_libraries()            # progress: a widget in the Lab, text in an executed copy
-    params = effective_parameters(path, cell, chosen, command_line_parameters())
+    params = effective_parameters(path, cell, chosen, env_json_object(PARAMETERS_ENV, '{"N_BOOT": 200}'))
     for p in params:
         namespace[p.name] = p.value
-    _tell_disk_full(namespace.get("PROFILE"), notebook)
+    if namespace.get("PROFILE"):    # a disk-full paragraph here names the run, its estimate and its resume
+        from .core import disk_full
+        disk_full.set_run(disk_full.Run.from_environment(namespace["PROFILE"], notebook))
     _display_markdown(parameters_markdown(params))
     for p in params:
         if p.note:
             print(p.note)
 
-
-def _tell_disk_full(profile: str | None, notebook: str) -> None:
-    """What a disk-full paragraph in this kernel says of the run: the profile and, when `reproduce`
-    started the kernel, its estimate of what is still to write and the command that resumes it."""
-    from .core import disk_full
-
-    if profile:
-        disk_full.set_run(disk_full.Run.from_environment(profile, notebook))
-
-
-# ------------------------------------------------------------------ inline figures and text
 
 def _display_markdown(text: str) -> None:
     from IPython.display import Markdown, display
@@ -287,8 +259,6 @@ def show_markdown(path: Path, missing: str = "") -> None:
     _display_markdown(path.read_text(encoding="utf-8") if path.is_file() else missing or
                       f"`{relative(path)}` does not exist yet")
 
-
-# ------------------------------------------------------------------ `make lab`
 
 def lab_guide(root: Path = REPO_ROOT) -> str:
     """What `make lab` prints before JupyterLab starts on the repository: where the notebooks,

@@ -32,7 +32,6 @@ KERNEL = "python3"
 
 
 def notebook_steps(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
-    """The numbered notebooks (NN-name.ipynb), in order."""
     return sorted(p for p in notebooks_dir.glob("[0-9][0-9]-*.ipynb"))
 
 
@@ -81,11 +80,10 @@ PROGRESS_SECONDS = {True: 1.0, False: 30.0}  # a progress bar redraw at most thi
 
 
 class KernelEcho:
-    """A file-like sink for one kernel stream that echoes it to `out`, throttled.
-
-    Whole lines pass through (minus `NOISE`), prefixed with the step. A carriage-return redraw
-    (a tqdm bar) is shown at most every `interval` seconds: redrawn in place on a terminal, as a
-    line in a log file; the bar's last state is always shown when it ends with a newline."""
+    """A file-like sink for one kernel stream that echoes it to `out`, throttled. Whole lines pass
+    through (minus `NOISE`), prefixed with the step. A carriage-return redraw (a tqdm bar) is shown
+    at most every `interval` seconds: redrawn in place on a terminal, as a line in a log file; the
+    bar's last state is always shown when it ends with a newline."""
 
     def __init__(self, out, prefix: str = "", interval: float | None = None, clock=time.monotonic):
         self.out, self.prefix, self.clock = out, prefix, clock
@@ -151,7 +149,6 @@ def run_notebook(notebook: Path, profile: str, parameters: dict[str, Any] | None
                  out_dir: Path | None = None, timeout: float | None = None,
                  progress: bool = True, stdout=None, stderr=None) -> Path:
     """Execute one notebook with papermill (kernel python3); returns the executed notebook's path.
-
     `timeout`: seconds per cell (None: no limit). With `progress` the kernel's output is echoed
     to `stdout`/`stderr` (default: this process's). An error, a timeout or a dead kernel keeps the
     executed notebook as <name>.failed.ipynb and raises a UserError. A full disk, in the kernel or
@@ -450,14 +447,13 @@ def reproduce(profile: str = "default", only: Iterable[str] | None = None, force
               overrides: dict[str, Any] | None = None, cell_timeout: float | None = None,
               preflight: bool = True) -> list[StepResult]:
     """Run every numbered notebook for `profile` in order, skipping steps whose inputs are unchanged
-    (`plan`, over the step graph of step_graph.py).
-
-    `parameters` ({notebook: {NAME: value}}, the CLI's --param) win over the parameters cell and
-    the profile. `overrides` ({dotted key: value}, the CLI's --set) reach every notebook through
-    the SEAKR_OVERRIDES environment variable. Both enter the stamps through what they change.
-    `cell_timeout` (seconds) overrides reproduce.cell_timeout; it does not enter the stamps.
-    With `preflight`, everything the profile needs is checked before the first step that runs
-    (`preflight.check`): all missing pieces in one error, before anything long starts."""
+    (`plan`, over the step graph of step_graph.py). `parameters` ({notebook: {NAME: value}}, the
+    CLI's --param) win over the parameters cell and the profile. `overrides` ({dotted key: value},
+    the CLI's --set) reach every notebook through the SEAKR_OVERRIDES environment variable. Both
+    enter the stamps through what they change. `cell_timeout` (seconds) overrides
+    reproduce.cell_timeout; it does not enter the stamps. With `preflight`, everything the profile
+    needs is checked before the first step that runs (`preflight.check`): all missing pieces in one
+    error, before anything long starts."""
     root = checked_repo_root()
     cfg: Config = load_config(profile, overrides)
     command = reproduce_command(profile, overrides, sorted(only or []), cell_timeout, preflight, progress,
@@ -520,16 +516,11 @@ def _run_steps(profile, cfg, only, force, parameters, progress, notebooks_dir, o
         if progress:
             print(f"[reproduce] {planned.name}: {planned.action}", flush=True)
 
-    results = []
     planned_steps = plan(profile, only, force, parameters, notebooks_dir, overrides, execute=execute,
                          announce=announce)
     record()                         # every step up to date: this run's arguments are the ones that hold
-    for planned in planned_steps:
-        out = results_dir(profile) / "notebooks" / f"{planned.name}.ipynb"
-        ran_for = ran.get(planned.name, 0.0)
-        results.append(StepResult(planned.name, "ran" if planned.action == "run" else planned.action,
-                                  ran_for, out))
-    return results
+    return [StepResult(p.name, "ran" if p.action == "run" else p.action, ran.get(p.name, 0.0),
+                       results_dir(profile) / "notebooks" / f"{p.name}.ipynb") for p in planned_steps]
 
 
 def dry_run_report(planned: list) -> str:

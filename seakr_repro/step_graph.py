@@ -126,10 +126,6 @@ def imported_modules(sources: list[str], root: Path = REPO_ROOT) -> list[Path]:
     return sorted(modules[m] for m in seen)
 
 
-def _file_digests(paths: list[Path], root: Path = REPO_ROOT) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): _sha(p.read_bytes()) for p in paths}
-
-
 def _shipped_digest(folder: str, root: Path = REPO_ROOT) -> str:
     files = sorted(p for p in (root / "data" / folder).rglob("*") if p.is_file())
     return _sha(b"".join(p.relative_to(root).as_posix().encode() + hashlib.sha256(p.read_bytes()).digest()
@@ -152,7 +148,7 @@ def step_inputs(notebook: Path, settings: Mapping[str, Any], parameters: Mapping
     return {"code": _sha("\n\0".join(sources).encode()),
             "parameters": json.loads(json.dumps(dict(parameters), default=str)),
             "settings": {k: _json_sha(_section(k, settings[k])) for k in sorted(sections)},
-            "modules": _file_digests(imported_modules(sources)),
+            "modules": {p.relative_to(REPO_ROOT).as_posix(): _sha(p.read_bytes()) for p in imported_modules(sources)},
             "shipped": {f"data/{f}": _shipped_digest(f) for f in step.shipped},
             "inputs": dict(inputs)}
 
@@ -163,7 +159,6 @@ def digest(recorded: Mapping) -> str:
 
 
 def _shown(names: list[str], most: int = 3) -> str:
-    """The first `most` names, and how many more."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
@@ -237,15 +232,14 @@ def _fact(path: Path, kind: str) -> str | int:
     known = _HASHES.get(key)
     if known and known[:2] == [st.st_size, st.st_mtime_ns]:
         return known[2]
-    if kind == "lines":
-        with open(path, "rb") as fh:
+    with open(path, "rb") as fh:
+        if kind == "lines":
             value: str | int = sum(1 for line in fh if line.strip())
-    else:
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
+        else:
+            h = hashlib.sha256()
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
-        value = h.hexdigest()[:16]
+            value = h.hexdigest()[:16]
     _HASHES[key] = [st.st_size, st.st_mtime_ns, value]
     return value
 

@@ -7,6 +7,7 @@ import pandas as pd
 from seakr_repro.core.config import load_config
 from seakr_repro.reporting import figures as F
 from seakr_repro.reporting import load_paper_table, to_markdown
+from seakr_repro.runs.plan import table_datasets
 from seakr_repro.steps import render
 from seakr_repro.uncertainty.analysis import delta_sweep, quality_vs_k
 
@@ -60,7 +61,7 @@ def test_tables_state_n_name_their_rows_and_only_their_columns():
     assert "**SeaKR, official code**: SeaKR as the authors' code runs it" in md
     assert "**Perplexity (true)**" in md
     # Table 1 runs no single-hop set: its caption says nothing of NQ
-    because = render.differs_because(cfg, render._datasets(cfg, render.artifact_table("table1")))
+    because = render.differs_because(cfg, table_datasets(cfg, "table1"))
     assert "NQ" not in because and "bundled-2wiki under 2Wiki" in because
 
 

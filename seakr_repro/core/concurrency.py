@@ -1,13 +1,9 @@
-"""Running independent LLM work at the same time, when the backend can batch it.
-
-The vLLM backend (`concurrent = True`) puts the requests of every calling thread into one running
-batch, so questions run side by side, and SeaKR's re-ranking candidates scored side by side,
-share each forward pass. The transformers backend decodes one call at a time; under
-`llm.batching.ThreadBatcher` (runner.concurrency > 1) the calls of question threads are merged
-into its multi-context calls. Threads start in a copy of the caller's context, so the
-per-question call counter (`llm.cache.counting`) and the question's state (`Method.q`) follow the
-work into them.
-"""
+"""Running independent LLM work at the same time, when the backend can batch it: the vLLM backend
+(`concurrent = True`) puts every calling thread's requests into one running batch, so questions and
+SeaKR's re-ranking candidates share each forward pass; under `llm.batching.ThreadBatcher`
+(runner.concurrency > 1) the transformers backend merges the question threads' calls into its
+multi-context calls. Threads start in a copy of the caller's context, so the per-question call
+counter (`llm.cache.counting`) and the question's state (`Method.q`) follow the work into them."""
 from __future__ import annotations
 
 import contextvars

@@ -9,8 +9,7 @@ sizes give way to full ones there. A profile extending it and the overrides stil
 Settings are checked when loaded: params/base.yaml is the schema. Every key of a profile file or an
 override must exist there, and its value must have the type of base.yaml's value (or the types
 declared in `DECLARED_TYPES` where base.yaml's value is null or one of several kinds). A typo ends
-with one paragraph naming the key, the file and line, and the nearest known key.
-"""
+with one paragraph naming the key, the file and line, and the nearest known key."""
 from __future__ import annotations
 
 import ast
@@ -85,10 +84,8 @@ DATASET_LISTS = ("datasets.complex", "datasets.simple", "analysis.datasets")
 
 
 def list_profiles(params_dir: str | Path | None = None) -> tuple[str, ...]:
-    """The profiles there are: params/*.yaml except base.yaml."""
     params_dir = Path(params_dir) if params_dir else PARAMS_DIR
     return tuple(sorted(p.stem for p in params_dir.glob("*.yaml") if p.stem != "base"))
-
 
 
 # ---------------------------------------------------------------- checking settings against base.yaml
@@ -123,14 +120,6 @@ def _fits(value, kind) -> bool:
     if kind is float:
         return isinstance(value, (int, float))
     return isinstance(value, kind)
-
-
-def _kinds_of(dotted: str, base_value) -> tuple:
-    if dotted in DECLARED_TYPES:
-        return DECLARED_TYPES[dotted]
-    if base_value is None:               # a null in base.yaml with no declared type: any value
-        return ()
-    return (type(base_value),)
 
 
 @dataclass
@@ -252,7 +241,8 @@ class _Checker:
                     raise self.unknown(inner, src)
                 self._check_value(inner, sub, base_value.get(key), src)
             return
-        kinds = _kinds_of(dotted, base_value)
+        # a null in base.yaml with no declared type: any value
+        kinds = DECLARED_TYPES.get(dotted, () if base_value is None else (type(base_value),))
         if kinds and not any(_fits(value, k) for k in kinds):
             wanted = " or ".join(_kind_name(k) for k in kinds)
             raise src.error(dotted, f"'{dotted}' is {_value_name(value)}, but it must be {wanted}",
@@ -368,8 +358,6 @@ def _key_lines(text: str) -> dict[str, int]:
         pass
     return lines
 
-
-# ---------------------------------------------------------------- loading
 
 def _deep_merge(base: dict, over: Mapping) -> dict:
     out = copy.deepcopy(base)

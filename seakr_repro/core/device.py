@@ -2,8 +2,7 @@
 record of it (device, GPU name, dtype) that every artifact's provenance carries and the tables print.
 
 `auto` is CUDA when torch sees a GPU, else the CPU; a profile's `gpu:` section applies only when
-it resolves to CUDA (core/config.py). torch is imported only when a setting needs resolving.
-"""
+it resolves to CUDA (core/config.py). torch is imported only when a setting needs resolving."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping

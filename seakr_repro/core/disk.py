@@ -23,7 +23,6 @@ def human_bytes(n: float) -> str:
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _existing(path: str | Path) -> Path:
@@ -35,7 +34,6 @@ def _existing(path: str | Path) -> Path:
 
 
 def free_bytes(path: str | Path) -> int:
-    """Free bytes on the file system holding `path` (its nearest existing parent)."""
     return shutil.disk_usage(_existing(path)).free
 
 
@@ -48,7 +46,6 @@ def mount_of(path: str | Path) -> Path:
 
 
 def device_of(path: str | Path) -> int:
-    """The file system that holds (or will hold) `path`, as os.stat's st_dev."""
     return os.stat(_existing(path)).st_dev
 
 

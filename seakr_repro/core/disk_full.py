@@ -5,8 +5,7 @@ quota used up: the same situation for whoever meets it), becomes a `DiskFullErro
 names the file and its disk, what is free there, what the rest of the run still needs there, the
 largest things this package keeps there, and the fix: free space or move that folder, then the
 command that resumes. That command and the estimate come from the command that runs (`Run`,
-declared by `recording_stop_of`, which also records the stop for `status`: `core.stop_record`).
-"""
+declared by `recording_stop_of`, which also records the stop for `status`: `core.stop_record`)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,8 +1,5 @@
-"""User-facing errors: one paragraph naming the file, the line or the setting, and the fix.
-
-Code that reads user input raises `UserError`; the command line and the notebooks print its message
-without a Python traceback and exit non-zero.
-"""
+"""User-facing errors: one paragraph naming the file, the line or the setting, and the fix. Code that
+reads user input raises `UserError`; the command line and the notebooks print it without a traceback."""
 from __future__ import annotations
 
 import sys
@@ -11,10 +8,8 @@ from pathlib import Path
 
 
 class UserError(Exception):
-    """A problem with the user's input or set-up that they can fix.
-
-    `what` says what went wrong, `fix` says what to do; `path` and `line` (1-based) locate it.
-    """
+    """A problem with the user's input or set-up that they can fix: `what` went wrong, the `fix`;
+    `path` and `line` (1-based) locate it."""
 
     def __init__(self, what: str, fix: str = "", path: str | Path | None = None,
                  line: int | None = None, setting: str | None = None):
@@ -50,10 +45,8 @@ class QuestionError(UserError):
 
 
 def report_and_exit(err: UserError, stream=None) -> None:
-    """Print the error as one wrapped paragraph and exit with status 2 (no traceback).
-
-    Lines break only at spaces: a path or a setting (`results/paper-tiny/...`) stays whole, to be
-    copied as it is, even where that makes its line longer than 100 characters."""
+    """Print the error as one wrapped paragraph and exit with status 2 (no traceback). Lines break
+    only at spaces: a path or a setting stays whole, to be copied, even past 100 characters."""
     stream = stream or sys.stderr
     print("error: " + textwrap.fill(err.paragraph(), width=100, subsequent_indent="  ",
                                     break_long_words=False, break_on_hyphens=False), file=stream)

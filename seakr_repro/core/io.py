@@ -92,7 +92,6 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
 
 
 def json_default(obj):
-    # numpy scalars and arrays, Paths and sets appear in results; make them JSON-friendly.
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, (Path, set, frozenset)):
@@ -101,7 +100,6 @@ def json_default(obj):
 
 
 def require_file(path: str | Path, what: str, how_to_get: str) -> Path:
-    """Return `path` if it is a file, else raise a DataMissingError saying how to get it."""
     path = Path(path)
     if not path.is_file():
         raise DataMissingError(f"{what} was not found", fix=how_to_get, path=path)

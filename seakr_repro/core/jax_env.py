@@ -22,13 +22,10 @@ DEFAULTS = {"JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 def jax_env(environ=None) -> dict[str, str]:
     """The variables to add to `environ` (default: this process's) by the rule above."""
     environ = os.environ if environ is None else environ
-    user_memory = any(v in environ for v in MEMORY_VARIABLES)
-    out = {}
-    if not user_memory and not any(v in environ for v in PLATFORM_VARIABLES):
-        out["JAX_PLATFORMS"] = DEFAULTS["JAX_PLATFORMS"]
-    if not user_memory:
-        out["XLA_PYTHON_CLIENT_PREALLOCATE"] = DEFAULTS["XLA_PYTHON_CLIENT_PREALLOCATE"]
-    return out
+    if any(v in environ for v in MEMORY_VARIABLES):
+        return {}
+    platform = {} if any(v in environ for v in PLATFORM_VARIABLES) else {"JAX_PLATFORMS": DEFAULTS["JAX_PLATFORMS"]}
+    return {**platform, "XLA_PYTHON_CLIENT_PREALLOCATE": DEFAULTS["XLA_PYTHON_CLIENT_PREALLOCATE"]}
 
 
 def apply() -> dict[str, str]:

@@ -47,7 +47,6 @@ def setting_path(value: str | os.PathLike) -> Path:
 
 
 def results_dir(profile: str) -> Path:
-    """results/<profile>/, created on demand."""
     path = RESULTS_ROOT / profile
     path.mkdir(parents=True, exist_ok=True)
     return path

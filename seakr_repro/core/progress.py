@@ -4,8 +4,7 @@
 SEAKR_NOTEBOOK), the bar is tqdm's text bar: the executed copy keeps text, not widget state that
 no viewer of the saved file can draw, and the terminal echo (pipeline.KernelEcho) throttles it to a
 line per update. In an interactive notebook (the Lab) with ipywidgets installed it is the widget;
-without ipywidgets, the text bar, with no TqdmWarning. Everywhere else (a shell), the text bar.
-"""
+without ipywidgets, the text bar, with no TqdmWarning. Everywhere else (a shell), the text bar."""
 from __future__ import annotations
 
 import os
@@ -14,20 +13,17 @@ import sys
 EXECUTED_ENV = "SEAKR_NOTEBOOK"     # set by pipeline.run_notebook for the kernels it starts
 
 
-def _interactive_notebook() -> bool:
-    if os.environ.get(EXECUTED_ENV):
-        return False
+def _widget_bars() -> bool:
+    """In an interactive notebook (the Lab, not a kernel reproduce started) with ipywidgets."""
     shell = sys.modules.get("IPython")
-    if shell is None:
+    if os.environ.get(EXECUTED_ENV) or shell is None:
         return False
     try:
         ip = shell.get_ipython()
     except AttributeError:
         return False
-    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
-
-
-def widgets_available() -> bool:
+    if ip is None or type(ip).__name__ != "ZMQInteractiveShell":
+        return False
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
@@ -37,7 +33,7 @@ def widgets_available() -> bool:
 
 def tqdm(*args, **kwargs):
     """A progress bar (tqdm's arguments): the widget in the Lab, text elsewhere."""
-    if _interactive_notebook() and widgets_available():
+    if _widget_bars():
         from tqdm.notebook import tqdm as bar
     else:
         from tqdm.std import tqdm as bar
@@ -56,7 +52,7 @@ def text_bars_for_libraries() -> None:
     """Make tqdm.auto (what transformers, bm25s and others use) give text bars, with no
     TqdmWarning, where `tqdm` above would: in a kernel reproduce started, or without ipywidgets.
     Called by the first cell of each notebook (notebook.parameters)."""
-    if _interactive_notebook() and widgets_available():
+    if _widget_bars():
         return
     import warnings
 

@@ -1,9 +1,7 @@
-"""Provenance for every artifact: config, model, data, seed, versions, git revision, time, and
-where the model ran (`compute`: device, GPU name, dtype; core/device.py).
-
-`save_table`/`save_json` write the artifact and a `<name>.provenance.json` beside it, so any number
-in a table can be traced to the run that produced it.
-"""
+"""Provenance for every artifact: config, model, data, seed, versions, git revision, time, and where
+the model ran (`compute`: device, GPU name, dtype; core/device.py). `save_dataframe`/`save_json`
+write the artifact and a `<name>.provenance.json` beside it, so any number in a table can be traced
+to the run that produced it."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -56,12 +54,9 @@ def git_revision() -> dict[str, Any]:
 
 def provenance(cfg=None, **extra) -> dict[str, Any]:
     """A JSON-able record of how an artifact was made."""
-    rec: dict[str, Any] = {
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git": git_revision(),
-        "versions": versions(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-    }
+    rec: dict[str, Any] = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                           "git": git_revision(), "versions": versions(),
+                           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}}
     if cfg is not None:
         rec.update(profile=cfg.profile, config_hash=cfg.hash, seed=cfg.get("seed"),
                    model=cfg.get("model.name"), corpus=cfg.get("corpus.name"),

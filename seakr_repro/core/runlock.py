@@ -45,9 +45,8 @@ def describe(info: dict) -> str:
 
 
 def holder(path: str | Path) -> dict | None:
-    """Who holds (or last held) the lock, and whether that run is alive, without taking it.
-
-    None when no run has the lock (no file, or an empty one). Otherwise the holder's record plus
+    """Who holds (or last held) the lock, and whether that run is alive, without taking it. None
+    when no run has the lock (no file, or an empty one). Otherwise the holder's record plus
     `alive` (bool), `heartbeat` (the file's last change, epoch seconds) and `how` (why alive or not)."""
     import fcntl
 
@@ -90,9 +89,8 @@ def _heartbeat(fd: int, stop: threading.Event) -> None:
 @contextlib.contextmanager
 def hold(path: str | Path, command: str, notice=None):
     """Hold the profile's lock for the block; a UserError naming the holder when a live run has it.
-
-    A lock left by a run whose process is gone is taken over, with a line to `notice`
-    (default: stderr) naming that run."""
+    A lock left by a run whose process is gone is taken over, with a line to `notice` (default:
+    stderr) naming that run."""
     import fcntl
 
     path = Path(path)

@@ -1,10 +1,8 @@
 """The words two settings may take, defined in core so that the settings schema (`core.config`)
-checks them without importing the modules that act on them, which sit above core:
-
+checks them without importing the modules that act on them (above core; numpy or torch):
 - `runner.engine`: which engine answers a profile's questions (`runs.engine_choice` opens it);
 - `model.decode`: the transformers backend's decode path (`llm.hf.decode`, one module per path;
-  `auto` is DECODE_AUTO, why in `llm.hf.decode`). Here, so a reader needs neither
-  numpy nor torch."""
+  `auto` is DECODE_AUTO, why in `llm.hf.decode`)."""
 from __future__ import annotations
 
 # runner.engine: each engine, and what it is (an unknown one is answered with these)

@@ -33,7 +33,6 @@ def path(profile: str) -> Path:
 
 
 def reserve(profile: str) -> None:
-    """Clear the profile's stop record and reserve its space."""
     path(profile).parent.mkdir(parents=True, exist_ok=True)
     _write_in_place(path(profile), b" " * BYTES)
     os.truncate(path(profile), BYTES)

@@ -14,10 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-# How a waiting OpenMP thread waits, decided when the process starts (`wait_setting`): sleeping
-# (PASSIVE) when other tasks are running on the machine, torch's own spinning on a quiet one. No
-# fixed setting met both floors of `bench contention` (docs/speed.md): spinning is fastest alone,
-# sleeping keeps a fair share beside busy processes.
+# No fixed wait setting met both floors of `bench contention` (docs/speed.md): spinning is fastest
+# alone, sleeping keeps a fair share beside busy processes.
 BUSY_SETTING = {"OMP_WAIT_POLICY": "PASSIVE"}
 LOADAVG = Path("/proc/loadavg")
 # The variables this package set in a parent process (a child decides again, as for its own start)

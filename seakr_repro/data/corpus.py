@@ -6,8 +6,7 @@ on disk and be indexed a second time); readers split `contents` at its first new
 Two sources:
 - the embedded default: the real English Wikipedia excerpt that ships inside gensim 4.4.0,
   cleaned with gensim's `filter_wiki` and split into ~100-word passages (DPR's recipe);
-- DPR's psgs_w100.tsv (21,015,324 passages of December 2018), converted by streaming.
-"""
+- DPR's psgs_w100.tsv (21,015,324 passages of December 2018), converted by streaming."""
 from __future__ import annotations
 
 import bz2
@@ -59,8 +58,7 @@ def clean_wikitext(text: str) -> str:
     text = _EMPTY_PARENS.sub("", text)
     text = _LEADING_PUNCT_IN_PARENS.sub("(", text)
     text = _SPACES.sub(" ", text)
-    text = re.sub(r" +([,.;:])", r"\1", text)
-    return text
+    return re.sub(r" +([,.;:])", r"\1", text)
 
 
 def split_passages(text: str, words_per_passage: int = 100) -> list[str]:

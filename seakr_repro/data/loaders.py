@@ -14,8 +14,7 @@ says how to get the file when it is missing. The answer conventions follow DRAGI
   `extra["answer_unit"]`).
 - FanOutQA: gold answers are strings, numbers, booleans, lists or dicts; they are rendered as
   fanoutqa's own `str_answer` does (list items one per line, dict items "key - value", booleans
-  yes/no) and the flat list of strings its loose-accuracy metric looks for is `extra["answer_leaves"]`.
-"""
+  yes/no) and the flat list of strings its loose-accuracy metric looks for is `extra["answer_leaves"]`."""
 from __future__ import annotations
 
 import ast
@@ -81,8 +80,6 @@ HOW_TO_GET = {
 
 _FIX = "check that this is {what} in its original format; re-download it if it was edited or cut short"
 
-
-# ---------------------------------------------------------------- validation helpers
 
 _TYPE_NAMES = {dict: "a JSON object", list: "a JSON list", str: "a string", int: "an integer",
                float: "a number", bool: "a boolean", type(None): "null"}
@@ -536,10 +533,6 @@ def answer_leaves(answer: Any) -> list[str]:
     return [render_answer(answer)]
 
 
-def _is_scalar(answer: Any) -> bool:
-    return isinstance(answer, (str, int, float, bool))
-
-
 def load_fanoutqa(split: str = "dev", level: str = "top", path: str | Path | None = None,
                   source: str | None = None) -> list[QuestionRecord]:
     """FanOutQA's dev set. level="top": the multi-hop questions; level="sub": every node of every
@@ -572,7 +565,7 @@ def load_fanoutqa(split: str = "dev", level: str = "top", path: str | Path | Non
             supporting=leaf_titles(node, where), source=source or "fanoutqa-sub",
             extra={"parent_id": top_id, "sub_id": sub_id, "depth": depth,
                    "depends_on": node.get("depends_on", []), "evidence": node.get("evidence"),
-                   "single_value": not children and _is_scalar(answer),
+                   "single_value": not children and isinstance(answer, (str, int, float, bool)),
                    "answer": answer, "answer_leaves": answer_leaves(answer)}))
         for k, child in enumerate(children):
             visit(child, top_id, f"{where}.{k + 1}", depth + 1)

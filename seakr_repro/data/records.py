@@ -10,12 +10,10 @@ from ..core.errors import UserError
 
 @dataclass
 class QuestionRecord:
-    """A question with its gold answers.
-
-    `answers` are the data set's own gold answers, `aliases` extra strings that also count as correct
-    (2Wiki's Wikidata aliases); evaluation takes the best match over `golds`. `supporting` names the
-    evidence (page titles or passage ids), `source` the data set, `extra` anything format-specific.
-    """
+    """A question with its gold answers: `answers` the data set's own, `aliases` extra strings that
+    also count as correct (2Wiki's Wikidata aliases); evaluation takes the best match over `golds`.
+    `supporting` names the evidence (page titles or passage ids), `source` the data set, `extra`
+    anything format-specific."""
 
     id: str
     question: str
@@ -28,7 +26,6 @@ class QuestionRecord:
 
     @property
     def golds(self) -> list[str]:
-        """Answers then aliases, duplicates removed, first occurrence kept."""
         return list(dict.fromkeys([*self.answers, *self.aliases]))
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,10 +48,7 @@ T = TypeVar("T")
 
 def sample(records: Sequence[T], n: int | None, seed: int = 42) -> list[T]:
     """The first `n` records of a permutation seeded by `seed`; n=None returns all, in file order.
-
-    Taking a prefix of one shuffle means a smaller sample is always contained in a larger one with
-    the same seed (a 100-question run is a subset of the 500-question run).
-    """
+    A prefix of one shuffle: a smaller sample lies inside a larger one with the same seed."""
     if n is None:
         return list(records)
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:

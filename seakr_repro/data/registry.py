@@ -1,8 +1,7 @@
 """The data sets by name: where each lives, how to read it, how big the paper says it is.
 
 `load_dataset("2wiki", n=500)` is the one call the runner and the notebooks make; a missing file
-raises DataMissingError with the download instructions, so nothing fails half-way through a run.
-"""
+raises DataMissingError with the download instructions, so nothing fails half-way through a run."""
 from __future__ import annotations
 
 import functools
@@ -12,16 +11,8 @@ from typing import Callable
 
 from ..core import paths
 from ..core.errors import DataMissingError, UserError
-from .loaders import (
-    HOW_TO_GET,
-    fanoutqa_path,
-    load_2wiki,
-    load_2wiki_train,
-    load_dpr_qa,
-    load_fanoutqa,
-    load_hotpotqa,
-    load_iirc,
-)
+from .loaders import (HOW_TO_GET, fanoutqa_path, load_2wiki, load_2wiki_train, load_dpr_qa, load_fanoutqa,
+                      load_hotpotqa, load_iirc)
 from .records import QuestionRecord, sample
 
 _BUNDLED_FIX = ("it ships with the repository; restore it from version control "

@@ -2,8 +2,7 @@
 the paper's Figure 3 (hyper-parameter search) drawn from the DataFrames of uncertainty.analysis.
 
 The Agg backend is selected here (headless papermill runs, CI); notebooks that already chose an
-inline backend keep it because `matplotlib.use` is only called when pyplot is not yet imported.
-"""
+inline backend keep it because `matplotlib.use` is only called when pyplot is not yet imported."""
 from __future__ import annotations
 
 import sys

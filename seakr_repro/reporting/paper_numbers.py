@@ -4,8 +4,7 @@ Each CSV has the columns table, model, setting, method, label, dataset, metric, 
 one row per printed number, ids in lower case (methods: seakr, dragin, ...; datasets: 2wiki,
 hotpotqa, iirc, nq, triviaqa, squad; metrics: em, f1, acc, avg, n_questions,
 seconds_per_question), `label` as printed, scores in percent. An empty value needs a note saying
-why (e.g. the paper prints '/'). data/paper/README.md gives the sources.
-"""
+why (e.g. the paper prints '/'). data/paper/README.md gives the sources."""
 from __future__ import annotations
 
 import csv
@@ -104,11 +103,9 @@ def load_paper_table(name: str, directory: str | Path | None = None) -> pd.DataF
 
 def paper_value(table: str, method: str, dataset: str, metric: str, model: str | None = None,
                 directory: str | Path | None = None) -> float | None:
-    """One published number, or None when the paper has none (not printed, or '/').
-
-    Names are matched through `canonical`; `model` picks the row where a table lists several
-    backbones (SeaKR Table 4, SKR, TAIKC) and must be given there when it is ambiguous.
-    """
+    """One published number, or None when the paper has none (not printed, or '/'). Names match
+    through `canonical`; `model` picks the row where a table lists several backbones (SeaKR Table
+    4, SKR, TAIKC) and must be given there when it is ambiguous."""
     df = load_paper_table(table, directory)
     hit = df[(df["method"].map(canonical) == canonical(method))
              & (df["dataset"].map(canonical) == canonical(dataset))

@@ -4,8 +4,7 @@
 (row, dataset, metric), all names compared through `canonical`. Each cell reads
 "ours | paper | delta" with delta = ours - paper; a missing number is "–". Rows that are empty for
 a stated reason (say, "Self-RAG: checkpoint not supplied") keep that reason in
-`df.attrs["footnotes"]`, which both renderers print under the table.
-"""
+`df.attrs["footnotes"]`, which both renderers print under the table."""
 from __future__ import annotations
 
 import math
@@ -42,9 +41,8 @@ def _keyed(df: pd.DataFrame, rows: str, who: str, needed: Sequence[str]) -> pd.D
         raise UserError(f"{who} table lacks the column(s) {', '.join(missing)}",
                         fix=f"pass a tidy frame with columns {rows}, dataset, metric, value")
     out = df.copy()
-    out["_row"] = out[rows].map(canonical)
-    out["_ds"] = out["dataset"].map(canonical)
-    out["_m"] = out["metric"].map(canonical)
+    for key, column in (("_row", rows), ("_ds", "dataset"), ("_m", "metric")):
+        out[key] = out[column].map(canonical)
     dup = out.duplicated(["_row", "_ds", "_m"])
     if dup.any():
         first = out[dup].iloc[0]
@@ -60,21 +58,17 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, rows: str = "method",
                  partial: Mapping[str, str] | None = None,
                  notes: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Wide table: one row per `rows` value, columns (dataset, metric), cells "ours | paper | delta".
-
-    `ours` is tidy (rows, dataset, metric, value[, low, high]) in the paper's units (percent);
-    with `show_ci` the interval follows our value. `decimals` None prints each metric as the
-    paper does (`DECIMALS`, else 1). `reasons` maps a row name to why it has no
-    numbers of ours; `order` fixes the row order (default: the paper's, then ours).
-    `partial` maps a row to a note such as "partial: 40 of 1,200 questions": the row is labelled
-    "(partial)" and the note becomes its footnote. `notes` maps a row to a footnote about how its
-    numbers compare (shown only for rows the table has).
-    Row labels come from the paper's `label` column, else ours, else the id.
-    """
+    `ours` is tidy (rows, dataset, metric, value[, low, high]) in the paper's units (percent); with
+    `show_ci` the interval follows our value. `decimals` None prints each metric as the paper does
+    (`DECIMALS`, else 1). `reasons`: row -> why it has no numbers of ours; `order`: the row order
+    (default: the paper's, then ours); `partial`: row -> a note such as "partial: 40 of 1,200
+    questions" (the row is labelled "(partial)", the note is its footnote); `notes`: row -> a
+    footnote on how its numbers compare (only for rows the table has). Row labels come from the
+    paper's `label` column, else ours, else the id."""
     o = _keyed(ours, rows, "our", ["value"])
     p = _keyed(paper, rows, "paper", ["value"])
-    reasons = {canonical(k): v for k, v in (reasons or {}).items()}
-    partial = {canonical(k): v for k, v in (partial or {}).items()}
-    notes = {canonical(k): v for k, v in (notes or {}).items()}
+    reasons, partial, notes = ({canonical(k): v for k, v in (by_row or {}).items()}
+                               for by_row in (reasons, partial, notes))
     row_ids = list(dict.fromkeys([*(canonical(r) for r in order or []), *p["_row"], *o["_row"], *reasons]))
     cols = list(dict.fromkeys(zip(pd.concat([p["_ds"], o["_ds"]]), pd.concat([p["_m"], o["_m"]]))))
     labels = {}

@@ -5,21 +5,7 @@
     searcher_for(cfg) -> Searcher               # data/cache/indexes/<corpus>-<backend>
     searcher.search(query, k=3) -> list[Hit]    # Hit(id, score, title, text)
 
-Importing this package starts no JVM; the first Lucene searcher does (once per process).
-"""
-from .base import Hit, Searcher
-from .index import (
-    BACKENDS,
-    IndexInfo,
-    build_index,
-    corpus_stats,
-    index_dir_for,
-    index_is_current,
-    open_searcher,
-    read_meta,
-    searcher_for,
-)
-from .java import ensure_java
+Importing this package starts no JVM; the first Lucene searcher does (once per process)."""
+from .index import build_index, index_is_current, open_searcher, read_meta, searcher_for
 
-__all__ = ["BACKENDS", "Hit", "IndexInfo", "Searcher", "build_index", "corpus_stats", "ensure_java",
-           "index_dir_for", "index_is_current", "open_searcher", "read_meta", "searcher_for"]
+__all__ = ["build_index", "index_is_current", "open_searcher", "read_meta", "searcher_for"]

@@ -5,8 +5,7 @@ Same `contents` field and k1 = 0.9, b = 0.4 (Lucene's BM25 variant); the analysi
 from Lucene's (Snowball instead of Porter stemming, bm25s's longer English stopword list, tokens of
 two or more characters), so scores are not comparable across backends but top passages mostly agree.
 Everything is held in memory: fine for the excerpt corpus, heavy for DPR's 21M passages.
-Only the `single_field` scheme: asking for `es_best_fields` (two fields, dis_max) is an error.
-"""
+Only the `single_field` scheme: asking for `es_best_fields` (two fields, dis_max) is an error."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,16 +20,11 @@ from .base import Hit
 STOPWORDS = "en"
 
 
-def _stemmer():
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
-
-
 def tokenize(texts: list[str], progress: bool = False, return_ids: bool = True):
     import bm25s
+    import Stemmer
 
-    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=_stemmer(), return_ids=return_ids,
+    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=Stemmer.Stemmer("english"), return_ids=return_ids,
                           show_progress=progress)
 
 

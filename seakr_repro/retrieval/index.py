@@ -5,8 +5,7 @@ Layout of an index directory (e.g. data/cache/indexes/wiki-excerpt-pyserini/):
     lucene/ or bm25s/ the backend's own files
 The directory is built under a temporary name and renamed only after the count check passed, so a
 directory holding index_meta.json is a complete index. The official pipeline's Elasticsearch
-could silently index fewer passages than the corpus held; here a mismatch is an error.
-"""
+could silently index fewer passages than the corpus held; here a mismatch is an error."""
 from __future__ import annotations
 
 import contextlib
@@ -66,18 +65,19 @@ def index_dir_for(corpus_name: str, backend: str, scheme: str = "single_field") 
 
 
 def check_scheme(scheme: str, backend: str) -> None:
+    if backend not in BACKENDS:
+        raise UserError(f"unknown retrieval backend '{backend}'", setting="retrieval.backend",
+                        fix=f"use one of {', '.join(BACKENDS)}")
     if scheme not in SCHEMES:
         raise UserError(f"unknown retrieval scheme '{scheme}'", setting="retrieval.scheme",
                         fix=f"use one of {', '.join(SCHEMES)}")
-    if backend in BACKENDS and scheme not in BACKENDS[backend].schemes:
+    if scheme not in BACKENDS[backend].schemes:
         able = " or ".join(n for n, spec in BACKENDS.items() if scheme in spec.schemes)
         raise UserError(f"the {backend} backend scores one field only, so it cannot run the "
                         f"{scheme} scheme (title and text fields combined by dis_max)",
                         setting="retrieval.scheme",
                         fix=f"use retrieval.backend: {able}, or retrieval.scheme: single_field")
 
-
-# --- corpus fingerprint -------------------------------------------------------------------------
 
 def corpus_stats(corpus_path: str | Path) -> dict:
     """Line count (non-blank lines = passages) and fingerprint of a JSONL corpus, in one pass."""
@@ -105,11 +105,8 @@ def _sha256(path: Path) -> str:
 
 
 def corpus_changed(meta: dict, corpus_path: str | Path | None = None) -> str | None:
-    """Why the corpus no longer matches the index (None if it does or cannot be checked).
-
-    Cheap: a stat, plus a re-hash only when the size matches but the mtime moved (a corpus
-    rebuilt with identical content stays current). Huge corpora are compared by size alone.
-    """
+    """Why the corpus no longer matches the index (None if it does or cannot be checked): a stat, and
+    a re-hash only when the size matches but the mtime moved; huge corpora are compared by size alone."""
     path = Path(corpus_path or meta.get("corpus_path", ""))
     if not path.is_file():
         return None
@@ -121,8 +118,6 @@ def corpus_changed(meta: dict, corpus_path: str | Path | None = None) -> str | N
             return f"the corpus {path} changed since the index was built (sha256 differs)"
     return None
 
-
-# --- meta ---------------------------------------------------------------------------------------
 
 def read_meta(index_dir: str | Path) -> dict:
     index_dir = Path(index_dir)
@@ -175,8 +170,6 @@ def index_is_current(corpus_path: str | Path, index_dir: str | Path, backend: st
     return corpus_changed(meta, corpus_path) is None
 
 
-# --- build --------------------------------------------------------------------------------------
-
 def _check_target(index_dir: Path) -> None:
     """Refuse to replace a directory that is not one of our indexes (a mistyped path)."""
     if index_dir.exists() and not (index_dir / META_NAME).is_file():
@@ -186,28 +179,13 @@ def _check_target(index_dir: Path) -> None:
                             path=index_dir, fix="choose another index directory or delete this one")
 
 
-def _swap_into_place(tmp: Path, index_dir: Path) -> None:
-    old = None
-    if index_dir.exists():
-        old = index_dir.with_name(f".{index_dir.name}.old-{os.getpid()}")
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "pyserini",
                 threads: int = 2, progress: bool = True, k1: float | None = None,
                 b: float | None = None, scheme: str = "single_field") -> IndexInfo:
     """Index the `contents` field (title + text) of a JSONL corpus -- and for the es_best_fields
-    scheme `title` and `text` as fields of their own -- and return what was built.
-
-    The new index replaces `index_dir` only after its document count matched the corpus's line
-    count; otherwise a UserError names the index and nothing complete-looking is left behind.
-    """
-    if backend not in BACKENDS:
-        raise UserError(f"unknown retrieval backend '{backend}'", setting="retrieval.backend",
-                        fix=f"use one of {', '.join(BACKENDS)}")
+    scheme `title` and `text` as fields of their own -- and return what was built. The new index
+    replaces `index_dir` only after its document count matched the corpus's line count; otherwise
+    a UserError names the index and nothing complete-looking is left behind."""
     check_scheme(scheme, backend)
     k1 = SCHEME_PARAMS[scheme][0] if k1 is None else k1   # recorded; Lucene applies them at search
     b = SCHEME_PARAMS[scheme][1] if b is None else b
@@ -247,24 +225,24 @@ def build_index(corpus_path: str | Path, index_dir: str | Path, backend: str = "
                 "versions": _versions(backend), "build_seconds": round(seconds, 3),
                 "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(tmp / META_NAME, meta)
-        _swap_into_place(tmp, index_dir)
+        old = index_dir.with_name(f".{index_dir.name}.old-{os.getpid()}") if index_dir.exists() else None
+        if old is not None:
+            os.replace(index_dir, old)
+        os.replace(tmp, index_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return IndexInfo(index_dir, backend, doc_count, meta)
 
 
-# --- open ---------------------------------------------------------------------------------------
-
 def open_searcher(index_dir: str | Path, k1: float | None = None, b: float | None = None,
                   rebuild_hint: str = "`python -m seakr_repro index --profile <profile>`",
                   scheme: str | None = None) -> Searcher:
-    """Open the index in `index_dir` with the backend (and scheme, unless given) its
-    index_meta.json names.
-
-    Checks again that the index holds as many documents as the corpus had lines and that the
-    corpus has not changed since; `k1`/`b` default to the values recorded at build time.
-    """
+    """Open the index in `index_dir` with the backend (and scheme, unless given) its index_meta.json
+    names, checking again that it holds as many documents as the corpus had lines and that the
+    corpus has not changed since; `k1`/`b` default to the values recorded at build time."""
     index_dir = Path(index_dir)
     if not (index_dir / META_NAME).is_file():
         raise DataMissingError("no BM25 index was found here (index_meta.json is missing)",
@@ -312,9 +290,6 @@ def searcher_for(cfg) -> Searcher:
     """The searcher a Config asks for (`retrieval.backend`, `.scheme`, `corpus.name`), opened
     once per process."""
     backend, corpus_name = cfg["retrieval.backend"], cfg["corpus.name"]
-    if backend not in BACKENDS:
-        raise UserError(f"unknown retrieval backend '{backend}'", setting="retrieval.backend",
-                        fix=f"use one of {', '.join(BACKENDS)}")
     scheme = cfg.get("retrieval.scheme", "single_field")
     check_scheme(scheme, backend)
     k1, b = float(cfg.get("retrieval.k1", DEFAULT_K1)), float(cfg.get("retrieval.b", DEFAULT_B))
@@ -324,7 +299,6 @@ def searcher_for(cfg) -> Searcher:
         hint = f"`python -m seakr_repro index --profile {cfg.profile}`"
         if not (index_dir / META_NAME).is_file():
             raise DataMissingError(f"the {backend} index of corpus '{corpus_name}' has not been built",
-                                   path=index_dir, setting="retrieval.backend",
-                                   fix=f"run {hint}")
+                                   path=index_dir, setting="retrieval.backend", fix=f"run {hint}")
         _open[key] = open_searcher(index_dir, k1=k1, b=b, rebuild_hint=hint, scheme=scheme)
     return _open[key]

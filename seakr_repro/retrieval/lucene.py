@@ -14,6 +14,7 @@ needs. Its `search(String, k)` reads the query as a bag of words, so no query ca
 error."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -108,23 +109,16 @@ def build_lucene_index(corpus_path: str | Path, out_dir: str | Path, threads: in
     return counters
 
 
-def _raw_hit(doc_id: str, score: float, raw: str | None) -> Hit:
-    """A Hit from the stored raw JSON; corpora with only `contents` split it at the first newline."""
-    obj = json.loads(raw) if raw else {}
+def _stored_hit(doc_id: str, score: float, document) -> Hit:
+    """A Hit from a Lucene document: the raw JSON an index built with -storeRaw holds, else its
+    stored `contents` (what `build_lucene_index` stores), split at the first newline."""
+    raw = document.get("raw")
+    obj = {"contents": document.get("contents") or ""} if raw is None else json.loads(raw) if raw else {}
     title, text = obj.get("title"), obj.get("text")
     if title is None or text is None:
         head, _, rest = (obj.get("contents") or "").partition("\n")
         title, text = (title if title is not None else head), (text if text is not None else rest)
     return Hit(str(doc_id), float(score), title, text)
-
-
-def _stored_hit(doc_id: str, score: float, document) -> Hit:
-    """A Hit from a Lucene document: the raw JSON an index built with -storeRaw holds, else its
-    stored `contents` (what `build_lucene_index` stores)."""
-    raw = document.get("raw")
-    if raw is None:
-        raw = json.dumps({"contents": document.get("contents") or ""})
-    return _raw_hit(doc_id, score, raw)
 
 
 class PyseriniSearcher:
@@ -248,23 +242,11 @@ class EsBestFieldsSearcher:
         from pyserini.pyclass import autoclass
 
         term = autoclass("org.apache.lucene.index.Term")("id", str(doc_id))
-        found = self._searcher.search(autoclass("org.apache.lucene.search.TermQuery")(term), 1)
-        docs = found.scoreDocs
-        if not docs:
-            return None
-        return _stored_hit(doc_id, 0.0, self._stored.document(docs[0].doc))
+        docs = self._searcher.search(autoclass("org.apache.lucene.search.TermQuery")(term), 1).scoreDocs
+        return _stored_hit(doc_id, 0.0, self._stored.document(docs[0].doc)) if docs else None
 
     def close(self) -> None:
         self._reader.close()
-
-
-def count_lucene_docs(lucene_dir: str | Path) -> int:
-    """Documents in a built index, read back through Lucene (not taken from the indexer's log)."""
-    searcher = PyseriniSearcher(lucene_dir)
-    try:
-        return searcher.num_docs
-    finally:
-        searcher.close()
 
 
 # --- the `base.SearchBackend` entry points (index.BACKENDS["pyserini"]) --------------------------
@@ -275,7 +257,8 @@ def build(corpus_path: Path, data_dir: Path, *, scheme: str, k1: float, b: float
     k1 and b are applied at search time, not here."""
     counters = build_lucene_index(corpus_path, data_dir, threads=threads, progress=progress,
                                   fields=ES_FIELDS if scheme == "es_best_fields" else ())
-    doc_count = count_lucene_docs(data_dir)
+    with contextlib.closing(PyseriniSearcher(data_dir)) as searcher:    # read back, not the log's count
+        doc_count = searcher.num_docs
     if scheme == "es_best_fields":   # fails when the corpus had no title/text keys
         EsBestFieldsSearcher(data_dir).close()
     return doc_count, counters

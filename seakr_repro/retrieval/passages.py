@@ -1,15 +1,12 @@
 """Passages as official scripts take them, read from files rather than searched.
 
-Simple QA (SeaKR): DPR's precomputed top 10 per question.
-
-`main_simpleqa.py` does not search: it scores the 10 passages DPR's dense retriever returned for
+SeaKR's `main_simpleqa.py` does not search: it scores the 10 passages DPR's dense retriever returned for
 each question (the authors' packed <set>_top10.json). `PrecomputedPassages` serves them with the
 searcher's `search(question, k)` signature, looking the question up by its exact text; a question
 the file lacks is that question's failure (`QuestionError`), recorded by the runner.
 
 Self-RAG's run_short_form.py does not search either: it reads each question's passages (`ctxs`)
-from its input file; `InputPassages` serves those alike (`self_rag.passages: input`).
-"""
+from its input file; `InputPassages` serves those alike (`self_rag.passages: input`)."""
 from __future__ import annotations
 
 from functools import lru_cache

@@ -1,7 +1,6 @@
 """Step 08: SeaKR's decisions read back from saved traces, in the style of the paper's Table 5 and
 appendix A: the pseudo-generation and U against delta (self-aware retrieval), the candidates ranked by
-BM25 and by U (self-aware re-ranking), and the two final answers with their U (self-aware reasoning).
-"""
+BM25 and by U (self-aware re-ranking), and the two final answers with their U (self-aware reasoning)."""
 from __future__ import annotations
 
 import math

@@ -10,8 +10,7 @@ Verdicts are mechanical, so nothing is tuned until it holds:
   ledger then gives the number of questions that would decide it at the observed effect (the
   interval's half-width shrinks as 1/sqrt(n)).
 A claim measured in several ways (one baseline each, say) holds only if every part holds, does not
-hold if any part does not, and is inconclusive otherwise.
-"""
+hold if any part does not, and is inconclusive otherwise."""
 from __future__ import annotations
 
 import math
@@ -37,8 +36,6 @@ class Claim:
     evidence: str        # where the paper shows it, with its numbers where they are tabulated
     measure: Callable[["_Saved"], list["Measurement"]]   # its parts, from a profile's saved results
     missing: str         # what the ledger says when no saved result measures it
-
-
 
 
 @dataclass
@@ -89,12 +86,9 @@ def paired(what: str, claim: int, a: Sequence[float], b: Sequence[float], unit: 
            confidence: float = 0.95) -> Measurement:
     """A Measurement from per-question values of a and b (same questions, same order)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.size < 2:
-        return Measurement(claim, what, unit, math.nan, math.nan, math.nan, int(a.size), direction,
-                           margin, source, paper)
-    d = paired_bootstrap(a, b, n_boot=n_boot, confidence=confidence, seed=seed)
-    return Measurement(claim, what, unit, d.diff * scale, d.low * scale, d.high * scale, int(a.size),
-                       direction, margin, source, paper)
+    d = paired_bootstrap(a, b, n_boot=n_boot, confidence=confidence, seed=seed) if a.size >= 2 else None
+    diff, low, high = (math.nan,) * 3 if d is None else (d.diff * scale, d.low * scale, d.high * scale)
+    return Measurement(claim, what, unit, diff, low, high, int(a.size), direction, margin, source, paper)
 
 
 def paired_statistic(what: str, claim: int, stat: Callable[[np.ndarray], float], n: int, unit: str,
@@ -102,20 +96,16 @@ def paired_statistic(what: str, claim: int, stat: Callable[[np.ndarray], float],
                      n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> Measurement:
     """A Measurement of a statistic of n questions that is not a mean (an AUROC difference, say):
     `stat(idx)` computes it on the questions `idx`; questions are resampled with replacement."""
-    if n < 2:
-        return Measurement(claim, what, unit, math.nan, math.nan, math.nan, n, direction, margin,
-                           source, paper)
-    rng = np.random.default_rng(seed)
-    full = float(stat(np.arange(n)))
-    boots = np.array([stat(rng.integers(0, n, n)) for _ in range(n_boot)], dtype=float)
-    boots = boots[np.isfinite(boots)]
-    if boots.size < max(10, n_boot // 2):   # too many resamples with one class only
-        return Measurement(claim, what, unit, full, math.nan, math.nan, n, direction, margin,
-                           source, paper)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(boots, [tail, 1 - tail])
-    return Measurement(claim, what, unit, full, float(low), float(high), n, direction, margin,
-                       source, paper)
+    full = low = high = math.nan
+    if n >= 2:
+        rng = np.random.default_rng(seed)
+        full = float(stat(np.arange(n)))
+        boots = np.array([stat(rng.integers(0, n, n)) for _ in range(n_boot)], dtype=float)
+        boots = boots[np.isfinite(boots)]
+        if boots.size >= max(10, n_boot // 2):   # else too many resamples with one class only
+            tail = (1 - confidence) / 2
+            low, high = (float(q) for q in np.quantile(boots, [tail, 1 - tail]))
+    return Measurement(claim, what, unit, full, low, high, n, direction, margin, source, paper)
 
 
 def auroc_difference(scores_a: Sequence[float], scores_b: Sequence[float], incorrect: Sequence[int],
@@ -150,16 +140,15 @@ def ledger_frame(measurements: Sequence[Measurement], missing: Mapping[int, str]
     for claim in CLAIMS:
         parts = [m for m in measurements if m.claim == claim.id]
         overall = verdict_of(parts)
+        head = {"claim": claim.id, "short": claim.short, "statement": claim.statement}
         if not parts:
-            rows.append({"claim": claim.id, "short": claim.short, "statement": claim.statement,
-                         "paper evidence": claim.evidence, "measurement": "not measured",
+            rows.append({**head, "paper evidence": claim.evidence, "measurement": "not measured",
                          "diff": math.nan, "low": math.nan, "high": math.nan, "unit": "", "n": 0,
                          "verdict": OPEN, "n to decide": None, "claim verdict": OPEN,
                          "source": missing.get(claim.id, "no artifact of this profile measures it")})
             continue
         for m in parts:
-            rows.append({"claim": claim.id, "short": claim.short, "statement": claim.statement,
-                         "paper evidence": (claim.evidence + (f": {m.paper}" if m.paper else "")),
+            rows.append({**head, "paper evidence": (claim.evidence + (f": {m.paper}" if m.paper else "")),
                          "measurement": m.what, "diff": round(m.diff, decimals),
                          "low": round(m.low, decimals), "high": round(m.high, decimals),
                          "unit": m.unit, "n": m.n, "verdict": m.verdict,

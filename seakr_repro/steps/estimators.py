@@ -1,9 +1,7 @@
 """Step 03: the estimators' scores of step 02's samples, the per-model threshold delta the
-methods read, and the per-question columns the claims ledger pairs.
-"""
+methods read, and the per-question columns the claims ledger pairs."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -19,7 +17,6 @@ if TYPE_CHECKING:
     from .extraction import VectorStore
 
 
-# ---------------------------------------------------------------------- estimators and delta
 def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, params: dict,
                      names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """U per question for each registered estimator (`names`, default all), oriented so that
@@ -36,15 +33,10 @@ def estimator_scores(rows: list[dict], vectors: Sequence[np.ndarray] | None, par
     return registry.score_all(stats, params, names)
 
 
-def write_deltas(cfg: Config, deltas: dict[str, float], diagnostics: dict) -> Path:
-    return write_json(delta_path(cfg), {"model": cfg["model.name"], "deltas": deltas,
-                                        "diagnostics": diagnostics})
-
-
 def calibrate_thresholds(cfg: Config, scores: dict[str, np.ndarray], correct, rule: str,
                          target: float) -> tuple[dict[str, float], dict[str, dict]]:
     """Each registered estimator's delta calibrated on step 02's questions (`correct`: 1 where the
-    closed-book answer is right), written where the methods read them (`write_deltas`); returns
+    closed-book answer is right), written where the methods read them (`delta_path`); returns
     (deltas, each calibration's diagnostics)."""
     from .. import uncertainty as unc
     from ..uncertainty import registry
@@ -55,7 +47,7 @@ def calibrate_thresholds(cfg: Config, scores: dict[str, np.ndarray], correct, ru
         deltas[name] = float(cal.delta)
         diagnostics[name] = {k: (float(v) if isinstance(v, (float, np.floating)) else v)
                              for k, v in vars(cal).items() if k != "sweep"}
-    write_deltas(cfg, deltas, diagnostics)
+    write_json(delta_path(cfg), {"model": cfg["model.name"], "deltas": deltas, "diagnostics": diagnostics})
     return deltas, diagnostics
 
 

@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -28,9 +28,6 @@ from ..core.io import appending, iter_jsonl
 from ..core.paths import results_dir
 from ..llm.hooks import HOOKS
 from ..uncertainty.thresholds import u_layer, u_params
-
-if TYPE_CHECKING:
-    pass
 
 CORRECT_F1 = 0.5        # a closed-book answer counts as correct from this token F1 on
 
@@ -48,13 +45,10 @@ def calibration_records(n_fanout: int | None, n_bundled: int | None, seed: int =
 
 
 def eos_vectors_all_layers(backend, prompt: str, completions: Sequence[Sequence[int]]) -> dict:
-    """Vectors at the EOS of "prompt + completion + EOS" at every layer, for both hooks; each
-    completion is a sample's forced-EOS sequence minus its EOS (`forced_eos_prefixes`).
-
-    The backend computes them in the very pass its `sample` takes one layer's vectors from (both
-    backends implement `eos_vectors_all_layers`), so step 03's U is the methods' U.
-    Returns {"mlp_out": L x k x d, "residual": L x k x d} float32.
-    """
+    """{"mlp_out": L x k x d, "residual": L x k x d} float32 vectors at the EOS of "prompt +
+    completion + EOS" at every layer; each completion is a sample's forced-EOS sequence minus its
+    EOS (`forced_eos_prefixes`). The backend computes them in the very pass its `sample` takes one
+    layer's vectors from, so step 03's U is the methods' U."""
     if not hasattr(backend, "eos_vectors_all_layers"):
         raise UserError(f"the {type(backend).__name__} backend cannot give hidden states at every "
                         "layer", setting="model.backend", fix="use model.backend: hf or vllm for step 02")
@@ -176,13 +170,11 @@ def extraction_dir(cfg: Config, tag: str | None = None, res: Path | None = None)
 
 def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = True,
                    tag: str | None = None) -> Path:
-    """Extract every record not yet done; one float16 .npy + one JSON line per question.
-    `backend` may be a `fleet_backend.FleetBackend` (runner.engine: ray): Ray workers extract, this
-    process writes, in the order they finish.
-
-    A crash mid-question leaves nothing half-written: the .npy appears by an atomic rename, the
-    JSON line after it (a torn last line is dropped on resume), and a question lacking either is
-    redone."""
+    """Extract every record not yet done; one float16 .npy + one JSON line per question. `backend`
+    may be a `fleet_backend.FleetBackend` (runner.engine: ray): Ray workers extract, this process
+    writes, in the order they finish. A crash mid-question leaves nothing half-written: the .npy
+    appears by an atomic rename, the JSON line after it (a torn last line is dropped on resume),
+    and a question lacking either is redone."""
     from ..core.progress import tqdm
 
     out = extraction_dir(cfg, tag)
@@ -211,12 +203,9 @@ def run_extraction(backend, records, cfg: Config, n_shot: int, progress: bool = 
     return out
 
 
-def _safe(qid: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
-
-
 def vector_path(out: Path, qid: str) -> Path:
-    return Path(out) / "vectors" / f"{_safe(qid)}.npy"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in qid)
+    return Path(out) / "vectors" / f"{safe}.npy"
 
 
 def write_vectors(out: Path, qid: str, arrays: dict) -> Path:

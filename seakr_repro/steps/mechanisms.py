@@ -12,8 +12,7 @@ known (the bundled sets name it), so every question is a paired trial:
   wrong" has both classes and the AUROCs can be measured.
 
 One batch of contexts per question serves both (`trial`); each question is one JSON line,
-written as it finishes (resumable), like every long step.
-"""
+written as it finishes (resumable), like every long step."""
 from __future__ import annotations
 
 import json

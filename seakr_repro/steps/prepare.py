@@ -8,7 +8,6 @@ from ..core.config import Config
 from ..core.errors import DataMissingError, UserError
 from ..core.io import write_jsonl
 from ..core.paths import results_dir, setting_path
-# what the runs read of this step lives in the run layer; the names stay importable from here
 from ..runs.inputs import corpus_path, load_prepared, profile_datasets, top10_file, with_text_field
 
 if TYPE_CHECKING:
@@ -50,19 +49,9 @@ def missing_inputs(cfg: Config | None, names) -> list[str]:
     return out
 
 
-def check_datasets_available(names, cfg: Config | None = None) -> None:
-    """One error listing every missing data set (and top-10 file) with its download instructions."""
-    missing = missing_inputs(cfg, names)
-    if missing:
-        raise DataMissingError(
-            "these inputs are not on disk: " + "; ".join(missing),
-            fix="download them as described, or use PROFILE=default, which needs no download")
-
-
 def prepare_datasets(cfg: Config, names=None) -> dict:
-    """Load each data set of the profile (sampled per datasets.n_questions) and save it as JSONL.
-
-    A simple-QA set read with its official top-10 passages takes its questions from that file, as
+    """Load each data set of the profile (sampled per datasets.n_questions) and save it as JSONL. A
+    simple-QA set read with its official top-10 passages takes its questions from that file, as
     main_simpleqa.py does (`registry.top10_questions`); where they came from and how many of the
     file's questions the dev file lacks is saved beside it (<name>.source.json, `source_notes`)."""
     from ..core.io import write_json
@@ -71,7 +60,10 @@ def prepare_datasets(cfg: Config, names=None) -> dict:
     from ..data.registry import load_dataset, top10_questions
 
     names = list(names or profile_datasets(cfg))
-    check_datasets_available(names, cfg)
+    missing = missing_inputs(cfg, names)      # every missing input in one error
+    if missing:
+        raise DataMissingError("these inputs are not on disk: " + "; ".join(missing),
+                               fix="download them as described, or use PROFILE=default, which needs no download")
     out_dir = results_dir(cfg.profile) / "data"
     n, seed = cfg["datasets.n_questions"], cfg["datasets.sample_seed"]
     loaded = {}
@@ -117,17 +109,12 @@ def dataset_statistics(loaded: dict, notes: dict | None = None) -> "pandas.DataF
     for name, records in loaded.items():
         spec = DATASETS[name]
         types = Counter(r.type for r in records)
-        rows.append({
-            "dataset": name,
-            "kind": spec.kind,
-            "questions": len(records),
-            "paper_questions": spec.paper_size,
-            "mean_question_words": round(sum(len(r.question.split()) for r in records) / max(len(records), 1), 1),
-            "mean_answer_words": round(sum(len(r.answers[0].split()) for r in records if r.answers)
-                                       / max(len(records), 1), 1),
-            "with_aliases": sum(bool(r.aliases) for r in records),
-            "types": ", ".join(f"{t} {n}" for t, n in types.most_common()),
-        })
+        per = max(len(records), 1)        # a mean over no records: 0
+        rows.append({"dataset": name, "kind": spec.kind, "questions": len(records), "paper_questions": spec.paper_size,
+                     "mean_question_words": round(sum(len(r.question.split()) for r in records) / per, 1),
+                     "mean_answer_words": round(sum(len(r.answers[0].split()) for r in records if r.answers) / per, 1),
+                     "with_aliases": sum(bool(r.aliases) for r in records),
+                     "types": ", ".join(f"{t} {n}" for t, n in types.most_common())})
         if notes:
             rows[-1]["unmatched_questions"] = notes[name]["unmatched"] if name in notes else None
     return pd.DataFrame(rows)
@@ -149,10 +136,8 @@ def ensure_index(cfg: Config, progress: bool = True, force: bool = False) -> dic
 
 
 def supporting_recall(cfg: Config, searcher, ks=(1, 3, 10)) -> "pandas.DataFrame":
-    """Share of questions with a supporting passage in BM25's top k (question as the query).
-
-    Only data sets whose `supporting` entries are corpus passage ids take part.
-    """
+    """Share of questions with a supporting passage in BM25's top k (question as the query); only data
+    sets whose `supporting` entries are corpus passage ids take part."""
     import pandas as pd
 
     rows = []

@@ -5,8 +5,7 @@ table it sits beside, and its caption. A table whose notebook has not finished i
 run files as they stand (rows marked "partial: n of N"), so a days-long step does not hold back the
 others; a table with neither is listed as not rendered (with the step to run), never silently left
 out. Figure 3 is drawn by `figure`, the function notebook 03 shows it with, markers included; its
-files are this step's alone (artifacts.STEPS: one writer per output).
-"""
+files are this step's alone (artifacts.STEPS: one writer per output)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -150,8 +149,6 @@ def _column_name(dataset: str) -> str:
 
 PARTIAL_CAPTION = ("Partial: its notebook has not finished; rows marked (partial) count the "
                    "questions done so far (footnotes).")
-
-
 OFFICIAL_LIMIT_S = 20 * 60    # main_multihop.py: asyncio.wait_for(reasoner.solve(...), timeout=20*60)
 
 
@@ -193,9 +190,8 @@ def official_drop_note(cfg: Config, spec: Table, ours: pd.DataFrame) -> dict[str
 def _beside(cfg: Config, spec: Table, ours: pd.DataFrame, reasons: dict | None,
             partial: dict[str, str] | None = None) -> pd.DataFrame:
     """Our rows of one table beside the paper's (ours | paper | delta per cell)."""
-    from ..reporting import load_paper_table, side_by_side
-
     from ..artifacts import ROW_WORDS
+    from ..reporting import load_paper_table, side_by_side
 
     notes = official_drop_note(cfg, spec, ours)
     ours = ours_for_table(ours, spec)
@@ -230,17 +226,13 @@ def _caption_of(spec: Table, table: pd.DataFrame, *extra: str) -> str:
     return " ".join(x for x in (spec.caption, *extra, table.attrs.get("n", "")) if x)
 
 
-def _datasets(cfg: Config, spec: Table) -> list[str]:
-    from ..runs.plan import table_datasets
-    return table_datasets(cfg, spec.key)
-
-
 def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
                  skipped: dict[str, str] | None = None) -> str:
     """One table beside the paper's, as Markdown with its caption and why the numbers differ.
     results / skipped: what `tables.run_table` returned (default: what its step saved)."""
     from ..core.io import read_json
     from ..reporting import to_markdown
+    from ..runs.plan import table_datasets
 
     spec = artifact_table(key)
     path = results_dir(cfg.profile) / spec.results
@@ -250,7 +242,7 @@ def beside_paper(key: str, cfg: Config, results: pd.DataFrame | None = None,
         skipped = read_json(path.with_name("skipped.json"))
     table = _beside(cfg, spec, results, skipped)
     return to_markdown(table, _caption_of(spec, table, failure_note(results)),
-                       differs_because(cfg, _datasets(cfg, spec)), computed_on(path))
+                       differs_because(cfg, table_datasets(cfg, key)), computed_on(path))
 
 
 def computed_on(results: Path) -> str:
@@ -265,6 +257,7 @@ def computed_on(results: Path) -> str:
 def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) -> tuple[Path, Path] | None:
     from ..core.io import read_json
     from ..reporting import save_table
+    from ..runs.plan import table_datasets
 
     spec = _table(spec)
     path = results_dir(cfg.profile) / spec.results
@@ -280,7 +273,7 @@ def render_table(cfg: Config, spec: Table | str, out_dir: Path | None = None) ->
     wide = _beside(cfg, spec, ours, reasons, partial)
     caption = _caption_of(spec, wide, failure_note(ours), PARTIAL_CAPTION if partial else "")
     return save_table(wide, spec.stem, out_dir or TABLES_DIR / cfg.profile, caption=caption,
-                      differs_because=differs_because(cfg, _datasets(cfg, spec)), note=computed_on(path))
+                      differs_because=differs_because(cfg, table_datasets(cfg, spec.key)), note=computed_on(path))
 
 
 def render_all(cfg: Config) -> pd.DataFrame:
@@ -298,7 +291,6 @@ def render_all(cfg: Config) -> pd.DataFrame:
                        "files": ", ".join(relative(p) for p in files) if files else
                        f"skipped, files left as they are: no results/{cfg.profile}/{spec.results} "
                        f"(run notebook {spec.step})"})
-    # the paper's claims, measured on whatever this profile has run so far (steps/claims.py)
     from .claims import render_ledger
 
     ledger = render_ledger(cfg, out_dir=TABLES_DIR / cfg.profile)   # TABLES_DIR as this module sees it
@@ -372,10 +364,6 @@ def plot_methods_vs_paper(ours: pd.DataFrame, paper: pd.DataFrame, metric: str =
     return fig
 
 
-def figure_dir(cfg: Config) -> Path:
-    return FIGURES_DIR / cfg.profile
-
-
 def figure3_markers(cfg: Config, panel: str, data: pd.DataFrame) -> dict:
     """The marker lines of a Figure 3 panel (artifacts.FIGURE3), from what step 03 used and saved:
     the layer U is read at (uncertainty.layer resolved for the model), and the calibrated delta of
@@ -414,7 +402,7 @@ def draw_figure(panel: str, cfg: Config, out_dir: Path | None = None) -> list[Pa
     fig = figure(panel, cfg)
     if fig is None:
         return []
-    return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or figure_dir(cfg)).values())
+    return list(figures.save_figure(fig, FIGURES[panel].stem, out_dir or FIGURES_DIR / cfg.profile).values())
 
 
 def declared_figures() -> list[str]:
@@ -427,7 +415,7 @@ def render_figures(cfg: Config) -> list[Path]:
     f1_figure) and Figure 3's three panels with their markers."""
     from ..reporting import figures, load_paper_table
 
-    res, out, written = results_dir(cfg.profile), figure_dir(cfg), []
+    res, out, written = results_dir(cfg.profile), FIGURES_DIR / cfg.profile, []
     for spec in TABLES:
         path = res / spec.results
         if spec.f1_figure and path.is_file():

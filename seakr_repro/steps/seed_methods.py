@@ -1,6 +1,5 @@
 """Step 10: the related methods that learn from training questions (SKR's four variants, TAIKC
-and TAIKC with KBAE), their training split and their runs.
-"""
+and TAIKC with KBAE), their training split and their runs."""
 from __future__ import annotations
 
 from functools import partial
@@ -80,18 +79,15 @@ def skr_settings(cfg: Config, variant: str) -> dict:
     return SKR_METHODS[variant].settings_from(cfg)
 
 
-
 def run_seed_methods(cfg: Config, pool: BackendPool, searcher, datasets: Sequence[str],
                      n_questions: int | None, n_train: int, n_kbae: int, kbae_settings: dict,
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, str], pd.DataFrame]:
     """SKR's four variants and TAIKC (prompt-only and KBAE) beside SeaKR on the same questions.
-
-    SKR's labels come from each data set's training questions or SKR's results files
-    (`skr_labels`), its variants take the profile's `skr.*` settings (`skr_settings`); KBAE's
-    adapter from the first single-hop set's. A data set without training questions skips the rows
-    that need them, with the reason, and the others run. SeaKR's rows reuse step 04/05's
-    runs (same config, same results file). Returns (results, skipped, label/adapter summary).
-    """
+    SKR's labels come from each data set's training questions or SKR's results files (`skr_labels`),
+    its variants take the profile's `skr.*` settings (`skr_settings`); KBAE's adapter from the first
+    single-hop set's. A data set without training questions skips the rows that need them, with the
+    reason, and the others run. SeaKR's rows reuse step 04/05's runs (same config, same results
+    file). Returns (results, skipped, label/adapter summary)."""
     from ..core.io import write_json
     from ..data.registry import DATASETS
     from ..llm.cache import with_call_counts

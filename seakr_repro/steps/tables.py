@@ -1,6 +1,5 @@
 """Steps 04-07 and 09: one paper table's runs as declared in `artifacts` (`run_table`), Table 4's
-per-backbone calibration and Table 7's timing with the call cache off.
-"""
+per-backbone calibration and Table 7's timing with the call cache off."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,16 +28,13 @@ def measure_efficiency(cfg: Config, searcher, methods: Sequence[str], datasets: 
     # `Method.model_dtype`), one load per dtype; the call cache off, its counters on (on Ray: each
     # worker's)
     dtypes = {name: model_dtype(name, method_settings(cfg, name, deltas)) for name in methods}
-    rows, backend = [], None
-    try:
-        for dtype in sorted(set(dtypes.values()), key=lambda d: d is not None):
-            backend = open_backend(cfg, cached=False, dtype=dtype)
+    rows = []
+    for dtype in sorted(set(dtypes.values()), key=lambda d: d is not None):
+        backend = open_backend(cfg, cached=False, dtype=dtype)
+        try:
             rows += _timed_runs(cfg, backend, searcher, [m for m in methods if dtypes[m] == dtype],
                                 datasets, n_questions, deltas, out_dir, progress)
-            close_backend(backend)
-            backend = None
-    finally:
-        if backend is not None:
+        finally:
             close_backend(backend)
     return pd.DataFrame(rows)
 
@@ -129,13 +125,12 @@ class TableRun:
 def run_table(key: str, cfg: Config, n_questions: int | None = None, *,
               methods: Sequence[str] | None = None, pool: BackendPool | None = None, searcher=None,
               progress: bool = True, **step_args) -> TableRun:
-    """Run one paper table's step as declared in artifacts.TABLES and save what its notebook
-    shows (results.csv with provenance, skipped.json; Table 4 also calibration.csv).
-
-    n_questions: questions per data set (None: the declaration's `sample` setting, e.g.
-    analysis.n_questions, else the whole prepared set). methods: a subset of the declared rows
-    (Table 7's METHODS). step_args: Table 4's calibration set (cal_fanout, cal_bundled, n_shot).
-    SeaKR runs first, so a days-long run gives the headline number first."""
+    """Run one paper table's step as declared in artifacts.TABLES and save what its notebook shows
+    (results.csv with provenance, skipped.json; Table 4 also calibration.csv). n_questions: per data
+    set (None: the declaration's `sample` setting, e.g. analysis.n_questions, else the whole prepared
+    set). methods: a subset of the declared rows (Table 7's METHODS). step_args: Table 4's
+    calibration set (cal_fanout, cal_bundled, n_shot). SeaKR runs first, so a days-long run gives
+    the headline number first."""
     from ..runs.inputs import open_profile_searcher
     from ..core.provenance import save_dataframe, save_json
 
