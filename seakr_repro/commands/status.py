@@ -1,16 +1,9 @@
-"""`python -m seakr_repro status`: where a (possibly days-long) `make reproduce` stands, read-only
-from what is on disk while the run goes on:
-- the run: whether a `reproduce` of the profile is alive (its lock, `core.runlock`), where one that
-  stopped mid-step or on a full disk (`core.disk_full`'s record) stopped and the command that resumes it;
-- steps: each numbered notebook done (its stamp), running, stopped (papermill's temporary notebook
-  is there but the run is gone), failed (<name>.failed.ipynb) or not run;
-- predicted beside actual: per notebook, the calls and seconds `cost` last predicted beside what
-  the run's files and stamps record (`price.command.beside_run`);
-- runs: every run the profile plans (`runs.plan.planned_runs`), one with no file as 0 of its total,
-  then every other run file (an older configuration, `runner.mark_current`): questions done of the
-  total, those derived from another run's file (`runs.derived`), EM/F1 with bootstrap intervals,
-  seconds per computed question, the time left at that pace, and its size on disk.
-A torn last line is ignored as the runner does; a file damaged elsewhere is listed as unreadable.
+"""`python -m seakr_repro status`: where a (days-long) `make reproduce` stands, read-only from disk
+while it runs: whether it is alive (`core.runlock`), where a stopped one stopped and the command
+that resumes it; each notebook done, running, stopped, failed or not run; `cost`'s last
+prediction beside the run's files and stamps; and every planned run, then every other run file:
+questions done of the total, derived rows, EM/F1 with bootstrap intervals, seconds per computed
+question, time left at that pace, size on disk. A torn last line is ignored as the runner does.
 """
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
-"""The backend protocol every LLM implementation follows (transformers, vLLM, the synthetic
-scale-check backend) and the call-cache wrapper around any of them.
-
-Methods (SeaKR, FLARE, DRAGIN, ...) talk only to this protocol, so they can be tested with a
-scripted backend and run unchanged on CPU, GPU or vLLM.
-
-Two calls matter:
-- `generate`: one greedy continuation with per-token log-probabilities (and, on request, the
-  statistics FLARE/DRAGIN/perplexity/energy need);
-- `sample`: k sampled continuations of ONE context, each with the vector of the forced EOS token
-  at a chosen layer and hook, all settings in one `Sampling`. This is what SeaKR's uncertainty
-  U(c) is computed from. `sample_many` does several contexts in one go.
-
-DRAGIN's query needs two more: `words` (its merge of tokens into words) and `attention_rows` (the
-last layer's attention of chosen positions over a whole token sequence).
-
-`Backend` lists what every backend has; `BackendExtras` lists the members only some have, which
-callers read with `getattr`/`hasattr` and the default written there. `unwrap` is the one way to
-reach the model backend under a `CachedBackend`.
+"""The backend protocol every LLM implementation follows (transformers, vLLM, synthetic): methods
+talk only to it, so they run unchanged on CPU, GPU or vLLM and test against a scripted backend.
+`generate` is one greedy continuation with per-token log-probs (and, asked, the statistics FLARE,
+DRAGIN, perplexity and energy need); `sample` is k continuations of ONE context, each with its
+forced-EOS vector at one layer and hook (`Sampling`): SeaKR's U(c). DRAGIN's query also needs
+`words` and `attention_rows`. `BackendExtras` lists what only some backends have; `unwrap` reaches
+the model backend under any wrapper.
 """
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """A content-addressed on-disk cache of LLM calls, and a backend wrapper that uses it.
 
-Key = sha256 of (model name, weights fingerprint, call kind, prompt, every parameter, seed), so a
-changed prompt, setting or checkpoint can never return a stale answer. Each value is ONE file,
-CACHE_DIR/llm/<model>/<key[:2]>/<key>.npz, written once and atomically: `meta` holds the
-zlib-compressed JSON of the generations (floats round-trip exactly), plus a sample call's k
-forced-EOS vectors in the form `cache.vectors` names (docs/disk-and-memory.md, "Call cache"):
-"gram" (default) stores the factor F of the row-centred Gram matrix Z J_d Z^T = F F^T, and a hit
-returns F E^T (E a fixed Helmert basis): the same U up to rounding, NOT the hidden states, the
-SampleSet carrying `vectors_form = "gram"`; "float16" stores the vectors themselves.
-
-Statistics (`want_stats`) come from the same logits as the tokens. Where they are nearly free (no
-`kind`: transformers, synthetic) every computed call takes them and they are not part of the key,
-so SeaKR and its energy row share calls; on another engine (vLLM) they are. Entries of the two
-earlier key formats are still found (`_keys`), and one that lacks asked-for statistics is
-recomputed but left as it is. `CachedBackend` counts calls, hits, misses and tokens (`row_counts`).
-
-The cache is derived data: on a full disk `CachedBackend` says so once and goes on without storing
-(hits are still read), unless `cache.must_keep`: then the run stops (`core.disk_full`).
+Key = sha256 of (model, weights fingerprint, call kind, prompt, every parameter, seed): a changed
+prompt, setting or checkpoint never returns a stale answer. Each value is one .npz file under
+CACHE_DIR/llm/<model>/, written once and atomically: the generations as zlib-compressed JSON
+(floats round-trip exactly) and a sample call's k forced-EOS vectors as `cache.vectors` says
+(docs/disk-and-memory.md, "Call cache"): "gram" stores F with Z J_d Z^T = F F^T and a hit returns
+F E^T (E a fixed Helmert basis: the same U up to rounding, NOT the hidden states; `vectors_form`
+"gram"), "float16" the vectors. Statistics (`want_stats`) are in the key only on another engine
+(vLLM); where nearly free every computed call takes them, so SeaKR and its energy row share calls.
+Entries of the two earlier key formats are still found (`_keys`). On a full disk `CachedBackend`
+says so once and stores no more, unless `cache.must_keep` (then the run stops: `core.disk_full`).
 """
 from __future__ import annotations
 

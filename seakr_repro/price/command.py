@@ -1,12 +1,8 @@
-"""`python -m seakr_repro cost`: what a profile's `make reproduce` costs, every step with model
-calls (02-11) per notebook, table, method and data set, before it runs; beside what a run did,
-once its files are there.
-
-The work comes from the dry run (`dry_run`), kept under <cache>/cost/ for the same profile,
-settings, sample, replayed cache, decisions and package code (`--refresh` runs it again); the
-prices from `estimate` and `paces`. A prediction made here is what `status` puts beside a run
-(`latest_prediction`). `--record-pace` adds a finished CPU run's seconds and work per step to
-data/measured/cpu_pace.csv (`paces.record_pace`), the pace of the next prediction.
+"""`python -m seakr_repro cost`: what a profile's `make reproduce` costs per notebook, table, method
+and data set, before it runs, and beside a run's files once they are there. The dry run's work is
+kept under <cache>/cost/ per profile, settings, sample, replayed cache, decisions and code
+(`--refresh` runs it again); `status` shows the latest beside a run; `--record-pace` keeps a
+finished CPU run's pace (`paces.record_pace`).
 """
 from __future__ import annotations
 
@@ -50,10 +46,8 @@ def _key(cfg: Config, overrides: dict, sample: int | None, replay: Path | None, 
 
 def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = CACHE_DIR,
             refresh: bool = False, verbose: bool = False) -> dict:
-    """The dry run's work for `cfg` (kept under <cache>/cost/<key>.json), with its key, the
-    commit and time it was made, the calibration sizes a sampled run is scaled with, and the
-    decisions the synthetic model took from the profile's run files here (`work.decisions`), or
-    else from a recorded run (`paces.recorded_decisions`)."""
+    """The dry run's work for `cfg` with its key, commit, time, a sample's calibration sizes and the
+    decisions it took: the profile's run files' here, else a recorded run's."""
     from ..core.io import read_json, write_json
     from . import dry_run
     from .paces import recorded_decisions
@@ -93,9 +87,8 @@ def latest_prediction(profile: str) -> dict | None:
 
 
 def _skipped_here(cfg: Config, units: pd.DataFrame) -> list[str]:
-    """Per unit, why it will be skipped on this machine ("" where it runs): a row whose model
-    (Self-RAG's checkpoint, a Table 4 backbone's) is not here, when the profile's own model is
-    (else the whole profile is a projection and every row is priced)."""
+    """Per unit, why this machine skips it ("" where it runs): its model is not here while the
+    profile's own is (else the whole profile is a projection, every row priced)."""
     from ..artifacts import SELF_RAG_MODEL
     from ..runs.preflight import missing_models
 

@@ -1,15 +1,9 @@
-"""`cost`'s dry run: the profile's own steps 02-11, in notebook order and with the parameters
-`make reproduce` gives each notebook, on the synthetic model (`llm/synthetic.py`) behind the real
-call cache, so every call is made and counted by the code that makes it and a call two rows make
-is computed once; `recorded_work` then reads the dry run's files as it reads a real run's.
-docs/paper-profile.md ("Where the counts come from") says what it knows and what it guesses.
-
-It runs in a child process of its own (results, tables, figures and the call cache in a temporary
-folder; only the corpus and its index are linked in), on the profile's prepared question sets or
-a sample of them (`sample`: at most that many questions per data set and step, nested as in the
-real run; `cost` scales each unit up). The synthetic model decides at the rates a finished run of
-the profile recorded where there is one (`work.decisions`). KBAE's LoRA training is not run: its
-examples are built and counted, and a synthetic model of its own answers its row.
+"""`cost`'s dry run: the profile's own steps 02-11 with `make reproduce`'s notebook parameters, on
+the synthetic model (`llm/synthetic.py`) behind the real call cache, so the code that makes each
+call counts it and a shared call is computed once (docs/paper-profile.md, "Where the counts come
+from"). A child process with its own temporary results and cache (the corpus and index linked
+in), on the prepared question sets or a nested sample of them that `cost` scales up. KBAE's LoRA
+training is not run: its examples are counted and a synthetic model answers its row.
 """
 from __future__ import annotations
 
@@ -109,14 +103,10 @@ def _link_built_inputs(cache: Path) -> None:
 
 def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = None,
         quiet: bool = True, decisions: dict | None = None) -> dict:
-    """The dry run of profile `cfg.profile` with the command line's `overrides` (--set), in a
-    child process, replaying the real model's calls that the call cache `replay` holds
-    (`llm.replay`; None: none), the synthetic model deciding at the rates `decisions` (`work.decisions`;
-    None: its own); where the profile's inputs are not here (`runs_here`), on their
-    look-alikes (`stand_ins`, demonstrations of the official lengths: `doubles.standins`):
-    {"work": recorded_work's rows, "seconds": {step: seconds of the dry run}, "replay":
-    {"replayed": n, "synthetic": n}, "sample": sample, "stand_ins": {data set: look-alike} or
-    None}."""
+    """The dry run of `cfg.profile` with `overrides` (--set), replaying the call cache `replay`
+    (`llm.replay`; None: none), the synthetic model deciding at `decisions` (None: its own), on
+    look-alikes where the profile's inputs are not here: {"work", "seconds", "replay", "sample",
+    "stand_ins"}."""
     from ..doubles.standins import write_standins
 
     here = runs_here(cfg)

@@ -1,8 +1,5 @@
-"""What a profile's work costs: `scale` takes the dry run's work (`work.recorded_work`'s units,
-a sampled dry run scaled to the profile's sizes), `price` prices it at each pace that applies
-(`paces`), `notebooks` sums it per notebook and `beside` puts a run's recorded work and time
-beside the prediction.
-"""
+"""What a profile's work costs: `scale` (a sample to the profile's sizes), `price` (at each pace
+that applies), `notebooks` (per notebook) and `beside` (a run's recorded work and time)."""
 from __future__ import annotations
 
 import math
@@ -31,14 +28,10 @@ def _work(units: pd.DataFrame) -> pd.DataFrame:
 
 def planned_questions(cfg: Config, units: pd.DataFrame,
                       calibration: dict[str, int] | None) -> tuple[pd.Series, pd.Series]:
-    """(the questions each unit has at the profile's real sizes (its dry run's, `calibration`
-    None), the question-runs it stands for). A run's questions: the ones its step adds to its run
-    file (a step asks the first n of one seeded shuffle of a set, so a run file shared with an
-    earlier step gains max(0, n - the most that step asked)), its question-runs the table row's;
-    a calibration set's (`calibration`: {unit run: questions}, step 02's and each other
-    backbone's); step 10's training questions (N_TRAIN per set, N_KBAE); step 11's N_QUESTIONS.
-    Where the profile does not fix a number (a whole training split, every question with a gold
-    passage), the dry run's own count."""
+    """(each unit's questions at the profile's sizes, the question-runs it stands for): a run file
+    gains max(0, n - the most an earlier step asked), as steps ask the first n of one seeded
+    shuffle; calibrations, training and trials their parameters'; the dry run's own count where
+    the profile fixes none (`calibration` None: the dry run's as they are)."""
     runs = question_runs(cfg, as_run=True)
     asked: dict[tuple, int] = {}
     new: dict[tuple, int] = {}
@@ -112,9 +105,7 @@ def _table7_per_call(units: pd.DataFrame, table7: dict) -> dict[tuple[str, str],
 
 
 def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
-    """Each unit's seconds at a recorded CPU run (`paces.cpu_paces`): its step's seconds per
-    computed call times the unit's computed calls. NaN where the record has no pace for the step
-    (not recorded, or recorded without computed calls)."""
+    """Each unit's computed calls at its step's recorded seconds per computed call (NaN: none)."""
     per = {s: r["seconds"] / r["units"] for s, r in cpu["steps"].items() if r["unit"] == PER_CALL}
     return units["unique"] * units["step"].map(per)
 
@@ -124,14 +115,10 @@ HOURS = "hours: "               # a priced unit's column of each pace: "hours: <
 
 def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict | None = None,
           table7: dict | None = None) -> pd.DataFrame:
-    """`units` with their hours at each pace that applies, one column each ("hours: <pace>", NaN
-    where that pace does not price the unit), and `pace`: the paces that price it, or "no pace".
-    The paces: the CPU record `cpu` (`paces.cpu_paces`, the profile on a CPU: `_cpu_seconds`;
-    the steps without calls at their recorded seconds, rows of their own); Table 7 (`table7`, on
-    the paper's model: the methods it timed, SeaKR's rows at SeaKR's, per call); each card of
-    `cards` (`paces.measured_paces`) that counts its calls: a method's computed calls at that
-    method's seconds per call there (`method_pace`), no other method's. Each pace is summed apart
-    (`notebooks`): they are not one machine's."""
+    """`units` with an "hours: <pace>" column per pace that applies (NaN where it does not price the
+    unit) and `pace`, the paces that price it or "no pace": the CPU record `cpu` (steps without
+    calls at their recorded seconds), Table 7 (`table7`, per call) and each card of `cards`, each
+    pricing a method's computed calls at that method's own seconds per call only."""
     out = units.copy()
     seconds: dict[str, pd.Series] = {}
     if cpu is not None:
@@ -163,9 +150,8 @@ def pace_columns(priced: pd.DataFrame) -> list[str]:
 
 
 def notebooks(priced: pd.DataFrame) -> pd.DataFrame:
-    """Per notebook: question-runs, `WORK`, the standard errors (summed in quadrature), and for each
-    pace its hours and the question-runs it prices ("question-runs at <pace>": fewer than the
-    notebook's where the pace does not price every unit with calls)."""
+    """Per notebook: question-runs, `WORK`, standard errors (in quadrature), and per pace its hours
+    and the question-runs it prices."""
     g = priced.groupby("step", sort=True)
     out = g[["question_runs"] + WORK].sum()
     for col in ("calls_se", "unique_se"):
@@ -178,11 +164,8 @@ def notebooks(priced: pd.DataFrame) -> pd.DataFrame:
 
 
 def beside(predicted: pd.DataFrame, actual: pd.DataFrame, seconds: dict[str, float]) -> pd.DataFrame:
-    """Per notebook, the prediction (`notebooks(price(...))`) beside what a run's files record
-    (`recorded_work`, summed per step) and its stamps' seconds: calls made and unique and rows
-    derived from another run's file, predicted and actual, and the actual over the predicted.
-    Seconds predicted at the prediction's first pace (the CPU record, on a CPU); a step the run
-    has not finished has no time."""
+    """Per notebook, calls, unique calls, derived rows and seconds (at the first pace) predicted
+    beside a run's files and stamps, and actual over predicted."""
     act = actual.assign(calls=actual["llm_calls"], unique=actual["llm_calls"] - actual["llm_cache_hits"]) \
         .groupby("step")[["calls", "unique", "derived"]].sum()
     pred = predicted.set_index("step")

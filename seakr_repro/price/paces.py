@@ -1,16 +1,8 @@
-"""The paces `cost` prices a profile's work at, each with where it was measured (docs/paper-profile.md,
-"The paces"):
-
-- the paper's Table 7 (`runs.preflight.paper_pace`): the methods it timed, on its model only;
-- the GPU paces this package measured (`data/measured/gpu_pace.csv`: one row per card, commit,
-  method, data set and, where named, decode path): a row that counts its calls per question gives
-  that method's seconds per call and prices that method's calls only;
-- the CPU paces of this package's own runs (`data/measured/cpu_pace.csv`: one row per profile, run
-  and step): each step's seconds with the work its files record and the unit its pace is per (a
-  computed call, or the step where it makes none). `record_pace` adds a finished run's rows, each
-  with how far the pace recorded before it was off on this run's own work;
-- the synthetic model's decisions as those runs recorded them (`data/measured/decisions.csv`, one
-  row per run): a fresh clone's dry run decides at its profile's, or at a run's on the same model.
+"""The paces `cost` prices at (docs/paper-profile.md, "The paces"): the paper's Table 7, for the
+methods it timed on its model; the GPU paces measured here (`gpu_pace.csv`, per card, method, data
+set and decode path), each for its own method's calls; the CPU runs recorded here (`cpu_pace.csv`,
+per profile and step, per computed call); and those runs' decisions (`decisions.csv`), which a
+fresh clone's dry run takes for its profile, or for another on the same model.
 """
 from __future__ import annotations
 
@@ -74,9 +66,8 @@ def measured_paces(settings: str = "paper", path=None) -> dict[str, dict]:
 
 
 def cpu_paces(profile: str, path=None) -> dict | None:
-    """The newest recorded run of `profile` on a CPU (`CPU_PACE`): {"run", "commit", "machine",
-    "note", "steps": {step: {"seconds", "unit", "units", "off"}}} (units: the computed calls, or 1
-    for a step without model calls), or None."""
+    """The newest recorded CPU run of `profile`: {"run", "commit", "machine", "note", "steps":
+    {step: {"seconds", "unit", "units" (computed calls, or 1), "off"}}}, or None."""
     df = _read(CPU_PACE if path is None else path, CPU_COLUMNS, "measured CPU pace")
     df = df[df["profile"] == profile]
     if df.empty:
@@ -116,9 +107,8 @@ def on_cpu(cfg: Config) -> bool:
 
 
 def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
-    """Append the finished run of `cfg.profile` (results/<profile>/) to `CPU_PACE`: per step, its
-    stamp's seconds, the work its files record, the unit its pace is per, and how far the pace
-    recorded before was off on this run's own work (seconds over that pace times these units)."""
+    """Append the finished run of `cfg.profile` to `CPU_PACE` (per step: seconds, work, unit, and
+    how far the pace recorded before was off on this work) and its decisions to `DECISIONS`."""
     from .work import decisions, recorded_work, step_seconds
 
     seconds = step_seconds(res := RESULTS_ROOT / cfg.profile)

@@ -1,20 +1,11 @@
-"""The model work a profile's run recorded in its files, per notebook step and unit of work: its
-questions, its model calls (the call cache's hits among them; the rest were computed) and their
-prompt and generated tokens, all and computed (`llm.cache.ROW_FIELDS`), and its rows written from
-another run's file (`runs.derived`: no call made, none counted).
-
-Where each step records its calls, one question at a time, so a resumed step keeps the counts of
-the questions it had finished:
-- the runs of steps 04-07, 09 and 10: each question's row in its run file (`runs.runner`). A row
-  belongs to the first step, in notebook order, whose questions include it: steps 04, 06 and 10
-  share SeaKR's run files, and a later step's questions that an earlier one answered add nothing;
-- step 02 and Table 4's calibration of each other backbone (07): each question's `calls` in its
-  questions.jsonl (`steps.extraction`);
-- step 10's training (KBAE's examples, SKR's labels per data set): training_calls.json;
-- step 11: each trial's `calls` in trials.jsonl.
-`cost` reads a real run's files with it (what the run did) and its dry run's (what it predicts),
-so both sides are counted alike. Files written before a step counted its calls leave that unit's
-counts unknown (NaN). A step's wall time comes from its stamp (`step_seconds`).
+"""The model work a run recorded in its files, per step and unit: questions, calls (cache hits
+among them), prompt and generated tokens (`llm.cache.ROW_FIELDS`), and rows derived from another
+run's file (`runs.derived`: no call). Each step counts per question, so a resumed step keeps its
+finished questions' counts: steps 04-07, 09 and 10 in each run file's rows (a row belongs to the
+first step, in notebook order, that asks its question: 04, 06 and 10 share SeaKR's files); step 02
+and Table 4's calibrations in questions.jsonl; step 10's training in training_calls.json; step 11
+in trials.jsonl. `cost` reads a real run's files and its dry run's alike; files older than the
+counts leave them NaN.
 """
 from __future__ import annotations
 

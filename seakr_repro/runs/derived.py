@@ -1,16 +1,10 @@
 """Rows whose answers follow exactly from another run's stored rows, written from them instead of
-run again (`derive`, before `run_method` runs the rest):
-- a row whose method configuration is another run's on the same data set (the same config hash,
-  another label: the same calls, so the same answers): Table 3's `fixed` and `calibrated-delta`
-  rows where the profile's SeaKR is fixed and calibrated (the default), `faithful` where it is
-  faithful (the paper), Table 4's row of the profile's own model;
-- SeaKR with `reasoning: rationales` or `knowledge` (Table 3's rationales-only and knowledge-only
-  rows): SeaKR makes both final calls whatever its reasoning and keeps each path's answer
-  (`extra`) and output (its trace's final_rationales and final_knowledge); the row is the
-  self-aware run's with that path chosen.
-A derived row is the row running it would write, but for the work: the source's calls, all served
-without the model (`llm_cache_hits` = `llm_calls`, no computed tokens), seconds 0, and
-`derived_from` naming the source file. tests/test_derived_rows.py runs both ways and compares.
+run again (`derive`, before `run_method` runs the rest): a run whose configuration is another's on
+the same set (the same calls, so the same answers: Table 3's `fixed`/`calibrated-delta` or
+`faithful` row, Table 4's row of the profile's own model), and SeaKR's rationales-only and
+knowledge-only rows (SeaKR makes both final calls and keeps each path's answer and output). A
+derived row is what running it would write but for the work: all calls served, seconds 0,
+`derived_from` naming the source. tests/test_derived_rows.py runs both ways and compares.
 """
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""Experiments that measure SeaKR's mechanisms directly, with power even on a small model.
-
-End-to-end accuracy differences between SeaKR and its ablations need thousands of questions to
-resolve a few F1 points. These experiments measure U itself on questions whose gold passage is
-known (the bundled sets name it), so every question is a paired trial:
-
-- re-ranking (claim 3): U of the answer given the gold passage against U given each of BM25's top
-  non-gold passages. How often does the lowest U pick the gold passage, against BM25's own order
-  (its top hit is gold) and against chance (1 / N)?
-- retrieval (claims 1, 4): every estimator on the same questions closed-book and with the gold
-  passage in the context; the model is right far more often with the passage, so "this answer is
-  wrong" has both classes and the AUROCs can be measured.
-
-One batch of contexts per question serves both (`trial`); each question is one JSON line,
-written as it finishes (resumable), like every long step."""
+"""Experiments that measure SeaKR's mechanisms directly, with power even on a small model: U itself
+on questions whose gold passage is known, each a paired trial (end-to-end F1 differences need
+thousands of questions). Re-ranking (claim 3): U of the answer given the gold passage against U
+given each of BM25's top non-gold ones: how often does the lowest U pick gold, against BM25's order
+and chance (1 / N)? Retrieval (claims 1, 4): every estimator closed-book and with the gold passage,
+so "this answer is wrong" has both classes and AUROCs can be measured. One batch of contexts per
+question serves both (`trial`); each question is one JSON line, written as it finishes."""
 from __future__ import annotations
 
 import json
