@@ -2,8 +2,7 @@
 and data set, before it runs, and beside a run's files once they are there. The dry run's work is
 kept under <cache>/cost/ per profile, settings, sample, replayed cache, decisions and code
 (`--refresh` runs it again); `status` shows the latest beside a run; `--record-pace` keeps a
-finished CPU run's pace (`paces.record_pace`).
-"""
+finished CPU run's pace (`paces.record_pace`)."""
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +54,10 @@ def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Pat
 
     if sample is None and not dry_run.runs_here(cfg):
         sample = STAND_IN_SAMPLE       # look-alikes: a sample, scaled to the profile's sizes
-    rates = decisions(RESULTS_ROOT / cfg.profile)
-    rates = {**rates, "source": "the profile's run files here"} if rates else recorded_decisions(cfg)
+    rates, source = decisions(RESULTS_ROOT / cfg.profile), "the profile's run files here"
+    if rates is None:
+        rates = recorded_decisions(cfg)
+        source = rates.pop("source") if rates else None
     key = _key(cfg, overrides, sample, replay, rates)
     path = CACHE_DIR / PREDICTIONS / f"{key}.json"
     if path.is_file() and not refresh:
@@ -68,7 +69,7 @@ def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Pat
         got.update(key=key, profile=cfg.profile, made=time.strftime("%Y-%m-%d %H:%M:%S"),
                    commit=checkout_commit(), dry_run_seconds=round(time.perf_counter() - t0, 1),
                    replay_cache=str(replay) if replay and got["replay"]["replayed"] else None,
-                   overrides=overrides, decisions=rates,
+                   overrides=overrides, decisions=rates, decisions_source=source,
                    calibration=calibration_sizes(cfg) if sample is not None else None)
         write_json(path, got)
     write_json(CACHE_DIR / PREDICTIONS / f"latest-{cfg.profile}.json", got)
@@ -164,7 +165,8 @@ def as_json(cfg: Config, got: dict, units: pd.DataFrame, used: dict) -> dict:
     return {"profile": cfg.profile, "covers": COVERS, "leaves_out": leaves_out(units, used),
             "made": got.get("made"), "commit": got.get("commit"), "sample": got.get("sample"),
             "replay": got.get("replay"), "replay_cache": got.get("replay_cache"),
-            "decisions": got.get("decisions"), "paces": pace_notes(used, units),
+            "decisions": got.get("decisions"), "decisions_source": got.get("decisions_source"),
+            "paces": pace_notes(used, units),
             "notebooks": json.loads(notebooks(run).to_json(orient="records")),
             "units": json.loads(units.to_json(orient="records")), "total": total}
 
@@ -235,8 +237,8 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
            f"({repo_relative(got['replay_cache'])}), the other {made - replayed:,} the synthetic model's"
            if got.get("replay_cache") else "every computed call the synthetic model's")
     rates = got.get("decisions")
-    src += (f" (its decisions at the rates of {rates['source']}: U past its threshold "
-            f"{rates['retrieve_rate']:.0%} of SeaKR's steps; {rates.get('newline_rate', 0):.0%} of reasoning "
+    src += (f" (its decisions at the rates of {got['decisions_source']}: U past its threshold "
+            f"{rates['retrieve_rate']:.0%} of SeaKR's steps; {rates['newline_rate']:.0%} of reasoning "
             f"steps open with a newline; an answer in {rates['answer_rate']:.0%} of the others, "
             f"{rates['words']:.0f} words a step)" if rates else " (its decisions at its own "
             "rates: no run of its model recorded)")

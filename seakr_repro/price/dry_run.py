@@ -123,7 +123,7 @@ def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | 
         env.pop(REPLAY_ENV, None)
         if replay is not None:
             env[REPLAY_ENV] = str(Path(replay).resolve())
-        env[DECISIONS_ENV] = json.dumps({k: v for k, v in (decisions or {}).items() if k != "source"})
+        env[DECISIONS_ENV] = json.dumps(decisions or {})
         from ..core.paths import kernel_environment
         env.update(kernel_environment())          # this package, whichever clone runs it
         out = work / "dry_run.json"

@@ -133,11 +133,14 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
                      "commit": commit, "machine": machine, "step": step, "seconds": secs, "unit": unit,
                      "computed_calls": int(calls), "prompt_tokens": int(done["computed_prompt_tokens"].get(step, 0)),
                      "generated_tokens": int(done["computed_tokens"].get(step, 0)), "off": off, "note": note})
-    old = pd.read_csv(CPU_PACE, dtype={"commit": str}) if CPU_PACE.is_file() else pd.DataFrame(columns=CPU_COLUMNS)
-    pd.concat([old, pd.DataFrame(rows)], ignore_index=True)[list(CPU_COLUMNS)].to_csv(CPU_PACE, index=False)
+    _append(CPU_PACE, CPU_COLUMNS, "measured CPU pace", rows)
     if (rates := decisions(res)) is not None:
-        old = _read(DECISIONS, DECISION_COLUMNS, "recorded decisions") if DECISIONS.is_file() else None
-        new = pd.DataFrame([{"profile": cfg.profile, "run": rows[0]["run"], "model": cfg["model.name"],
-                             **{k: round(v, 4) for k, v in rates.items()}}])
-        pd.concat([old, new], ignore_index=True)[list(DECISION_COLUMNS)].to_csv(DECISIONS, index=False)
+        _append(DECISIONS, DECISION_COLUMNS, "recorded decisions", [{
+            "profile": cfg.profile, "run": rows[0]["run"], "model": cfg["model.name"],
+            **{k: round(v, 4) for k, v in rates.items()}}])
     return CPU_PACE
+
+
+def _append(path: Path, columns: tuple, what: str, rows: list[dict]) -> None:
+    old = _read(path, columns, what) if path.is_file() else None
+    pd.concat([old, pd.DataFrame(rows)], ignore_index=True)[list(columns)].to_csv(path, index=False)

@@ -5,8 +5,7 @@ finished questions' counts: steps 04-07, 09 and 10 in each run file's rows (a ro
 first step, in notebook order, that asks its question: 04, 06 and 10 share SeaKR's files); step 02
 and Table 4's calibrations in questions.jsonl; step 10's training in training_calls.json; step 11
 in trials.jsonl. `cost` reads a real run's files and its dry run's alike; files older than the
-counts leave them NaN.
-"""
+counts leave them NaN."""
 from __future__ import annotations
 
 import json
@@ -167,9 +166,8 @@ def trial_units(cfg: Config, res: Path) -> list[dict]:
 
 
 def recorded_work(cfg: Config, res: Path) -> pd.DataFrame:
-    """Every unit of model work the profile plans, with what the run's files in `res` (its
-    results folder) record of it: one row per unit (`COLUMNS`), a unit not run yet with 0
-    questions."""
+    """Every unit of model work the profile plans, with what the run's files in `res` record of it:
+    one row per unit (`COLUMNS`), a unit not run yet with 0 questions."""
     res = Path(res)
     rows = calibration_units(cfg, res) + run_units(cfg, res) + training_units(res) + trial_units(cfg, res)
     df = pd.DataFrame(rows, columns=COLUMNS)
@@ -190,13 +188,11 @@ def step_seconds(res: Path) -> dict[str, float]:
 
 
 def decisions(res: Path) -> dict | None:
-    """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as a run's files in `res`
-    record the real model's, over every row's trace: the share of SeaKR's steps whose U passed
-    its threshold (retrieve_rate); over the steps a reasoning loop keeps (CoT's, IRCoT's, FLARE's,
-    DRAGIN's; SeaKR's step regenerated after retrieval, else its pseudo step) the share that is
-    empty or opens with a newline (newline_rate: a "\n" stop leaves such a step empty, and the loop
-    ends), and over those not empty the share that states an answer and their mean words. None
-    without such records."""
+    """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as the traces in `res` record the
+    real model's (None without traces): the share of SeaKR's steps whose U passed its threshold
+    (retrieve_rate); of the steps a loop keeps, the share empty or opening with a newline
+    (newline_rate: a "\n" stop empties it, ending the loop), and of the others the share that
+    states an answer and their mean words."""
     import re
 
     answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
