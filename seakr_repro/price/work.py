@@ -9,6 +9,7 @@ counts leave them NaN."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -192,25 +193,25 @@ def decisions(res: Path) -> dict | None:
     real model's (None without traces): the share of SeaKR's steps whose U passed its threshold
     (retrieve_rate); of the steps a loop keeps, the share empty or opening with a newline
     (newline_rate: a "\n" stop empties it, ending the loop), and of the others the share that
-    states an answer and their mean words."""
-    import re
-
+    states an answer and their mean words; counted as read (millions of steps at paper scale)."""
     answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
-    retrieved, outputs = [], []
+    n = dict.fromkeys(("steps", "retrieved", "kept", "newline", "said", "answers", "words"), 0)
     for path in sorted((Path(res) / "runs").glob("*/*.jsonl")):
         for row in _jsonl(path):
             if row.get("derived_from"):
                 continue
             for entry in row.get("trace") or []:
-                if "retrieve" in entry:
-                    retrieved.append(bool(entry["retrieve"]))
-                kept = entry.get("kind") in loop or entry.get("retrieve") is False
-                if kept and isinstance(entry.get("output"), str):
-                    outputs.append(entry["output"])
-    said = [o for o in outputs if o.strip()]
-    if not retrieved or not said:
+                n["steps"] += "retrieve" in entry
+                n["retrieved"] += bool(entry.get("retrieve"))
+                out = entry.get("output")
+                if (entry.get("kind") in loop or entry.get("retrieve") is False) and isinstance(out, str):
+                    n["kept"] += 1
+                    n["newline"] += not out.strip() or out.startswith("\n")
+                    if out.strip():
+                        n["said"] += 1
+                        n["answers"] += bool(answer.search(out))
+                        n["words"] += len(out.split())
+    if not n["steps"] or not n["said"]:
         return None
-    return {"retrieve_rate": sum(retrieved) / len(retrieved),
-            "answer_rate": sum(bool(answer.search(o)) for o in said) / len(said),
-            "words": sum(len(o.split()) for o in said) / len(said),
-            "newline_rate": sum(not o.strip() or o.startswith("\n") for o in outputs) / len(outputs)}
+    return {"retrieve_rate": n["retrieved"] / n["steps"], "answer_rate": n["answers"] / n["said"],
+            "words": n["words"] / n["said"], "newline_rate": n["newline"] / n["kept"]}
