@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -182,8 +183,9 @@ def _units(**cols):
 
 
 def _cpu(**steps):
-    return {"run": "r", "steps": {s: {"seconds": sec, "unit": unit, "units": n, "off": "not checked"}
-                                  for s, (sec, unit, n) in steps.items()}}
+    """{step: (seconds, unit, units[, fixed seconds])} as `paces.cpu_paces` gives them."""
+    return {"run": "r", "steps": {s: {"seconds": sec, "unit": unit, "units": n, "fixed": (rest or [0.0])[0],
+                                      "off": "not checked"} for s, (sec, unit, n, *rest) in steps.items()}}
 
 
 def test_a_cpu_record_prices_each_computed_call_at_its_steps_pace():
@@ -196,6 +198,26 @@ def test_a_cpu_record_prices_each_computed_call_at_its_steps_pace():
     assert got.loc[("00-prepare-data", "(no model calls)"), "hours: CPU: r"] * 3600 == pytest.approx(7.0)
     assert list(got.loc["04-complex-qa", "hours: CPU: r"] * 3600) == pytest.approx([40.0, 10.0])
     assert got.loc[("05-simple-qa", "seakr"), "pace"] == "no pace"
+
+
+def test_a_steps_fixed_seconds_are_priced_once_and_its_calls_at_the_rest(tmp_path):
+    """Two profiles recorded on one machine: a step's fixed seconds are the intercept of the line
+    through their (prompt tokens, seconds); an intercept below 0 leaves none."""
+    rows = [("smoke", "04-complex-qa", 46.6, 53, 18337), ("smoke", "05-simple-qa", 5.0, 17, 5592),
+            ("default", "04-complex-qa", 352.4, 348, 173858), ("default", "05-simple-qa", 109.1, 144, 63651)]
+    pd.DataFrame([{"profile": p, "run": f"{p} run", "commit": "abc", "machine": "m", "step": st, "seconds": sec,
+                   "unit": paces.PER_CALL, "computed_calls": c, "prompt_tokens": t, "generated_tokens": 0,
+                   "off": "", "note": ""} for p, st, sec, c, t in rows]).to_csv(tmp_path / "pace.csv", index=False)
+    cpu = paces.cpu_paces("default", path=tmp_path / "pace.csv")
+    slope = (352.4 - 46.6) / (173858 - 18337)
+    assert cpu["steps"]["04-complex-qa"]["fixed"] == pytest.approx(352.4 - slope * 173858)     # ~10.9 s
+    assert cpu["steps"]["05-simple-qa"]["fixed"] == 0.0          # the line crosses 0 below 0 tokens
+    units = _units(rows=[{"unique": 174.0}])                     # half the recorded run's calls
+    got = estimate.price(load_config("default"), units, cpu).set_index(["step", "run"])
+    got = got["hours: CPU: default run"] * 3600
+    fixed = cpu["steps"]["04-complex-qa"]["fixed"]
+    assert got[("04-complex-qa", "(fixed seconds)")] == pytest.approx(fixed)
+    assert got[("04-complex-qa", "seakr")] == pytest.approx((352.4 - fixed) / 2)
 
 
 def test_doubling_the_questions_doubles_the_hours_of_the_steps_it_reaches():
@@ -419,7 +441,7 @@ def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_of
     assert got["answer_rate"] == 0.5 and got["source"].endswith("profile smoke on the same model")
     assert paces.recorded_decisions(load_config("paper-tiny")) is None         # another model
     rec = paces.cpu_paces("smoke")
-    assert rec["steps"]["04-complex-qa"] == {"seconds": 40.0, "unit": "computed call", "units": 2.0,
+    assert rec["steps"]["04-complex-qa"] == {"seconds": 40.0, "unit": "computed call", "units": 2.0, "fixed": 0.0,
                                              "off": "first record of this step"}
     assert rec["steps"]["00-prepare-data"]["unit"] == "step" and rec["machine"] == "a test machine"
     (res / "stamps" / "04-complex-qa.json").write_text(json.dumps({"seconds": 50.0}))
@@ -452,15 +474,20 @@ def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_p
     steps = [{"kind": "pseudo_step", "output": "a b c d", "retrieve": True}, {"kind": "rerank", "output": "a b c"},
              {"kind": "pseudo_step", "output": "So the answer is X.", "retrieve": False},
              {"kind": "step", "output": "e f"}, {"kind": "final_knowledge", "output": "The answer is Y."},
-             {"kind": "step", "output": "\nSo the answer is Y."}, {"kind": "step", "output": ""}]
+             {"kind": "step", "output": "\nSo the answer is Y."}, {"kind": "step", "output": ""},
+             {"kind": "pseudo_step", "output": "", "retrieve": True},       # empty: retrieves whatever U is
+             {"kind": "direct", "output": "Y", "u": 1.0, "delta": 0.5}]     # simple QA: U passed delta
     _write(tmp_path / "runs" / "2wiki" / "seakr-abc.jsonl", [{"id": "q0", "trace": steps},
                                                               {"id": "q1", "trace": steps, "derived_from": {}}])
     got = decisions(tmp_path)
-    assert got == {"retrieve_rate": 0.5, "answer_rate": 0.5, "words": 15 / 4, "newline_rate": 2 / 5}
+    assert got == {"retrieve_rate": 2 / 3, "answer_rate": 0.5, "words": 15 / 4, "newline_rate": 2 / 5}
     monkeypatch.setenv(DECISIONS_ENV, json.dumps({"retrieve_rate": 0.0, "answer_rate": 1.0}))
-    model = SyntheticBackend()
-    assert all(model.generate(f"q{i}", max_new_tokens=64).text.rstrip(".").split()[-3:-1] == ["answer", "is"]
+    model = SyntheticBackend()      # an answer opens the generation: a step's ". " stop keeps it
+    assert all(model.generate(f"q{i}", max_new_tokens=64, stop=[". "]).text.startswith("So the answer is ")
                for i in range(5))
+    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"answer_rate": 0.5, "words": 9.0}))
+    said = [SyntheticBackend().generate(f"q{i}", max_new_tokens=64).text for i in range(400)]
+    assert np.mean([len(t.split()) for t in said]) == pytest.approx(9.0, rel=0.1)   # answers and the rest
     tight = [model.sample(f"q{i}", Sampling(k=3, max_new_tokens=8)) for i in range(5)]     # no retrieval
     assert all(s.vectors.std(axis=0).max() < 0.01 for s in tight)
     monkeypatch.setenv(DECISIONS_ENV, json.dumps({"newline_rate": 1.0}))      # a "\n" stop: nothing said

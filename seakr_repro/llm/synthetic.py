@@ -5,8 +5,8 @@
 `model.name`) or `model.name: synthetic-llama-2-7b`.
 
 Every output is drawn from a generator seeded by a hash of (call kind, prompt, parameters): the
-same call always gives the same answer. Texts are sentences of the synthetic corpus's words (so
-queries retrieve something), sometimes ending in "So the answer is X."; sample vectors are, per
+same call always gives the same answer. Texts are sentences of words from the prompt's end (so
+queries retrieve something), or "So the answer is X." alone; sample vectors are, per
 context, tight (U below the official delta = -6) or spread out, so both branches of every loop
 run. How often each happens, and how long a generation runs, are its `DECISIONS`; `cost`'s dry
 run sets them from a finished run's records (`DECISIONS_ENV`).
@@ -116,17 +116,23 @@ class SyntheticBackend:
     def close(self) -> None:
         self._pieces.clear()
 
-    def _text(self, rng: np.random.Generator, max_new_tokens: int) -> str:
-        words = []
-        per = self.decisions["words"] / 1.5          # one or two sentences: 1.5 on average
-        low = max(1, round(per * 0.6))
-        for _ in range(int(rng.integers(1, 3))):
-            n = int(rng.integers(low, max(low + 1, round(per * 1.4) + 1)))
-            sentence = " ".join(synthetic_word(int(i)) for i in rng.zipf(1.3, n) % self.vocab)
-            words.append(sentence[:1].upper() + sentence[1:] + ".")
-        if rng.random() < self.decisions["answer_rate"]:
-            words.append(f"So the answer is {synthetic_word(int(rng.integers(0, 200))).title()}.")
-        text = " ".join(words)[: 8 * max_new_tokens]
+    def _text(self, rng: np.random.Generator, max_new_tokens: int, prompt: str) -> str:
+        # words of the prompt's end (the question, the last passage), as a small model echoes them:
+        # a query built from the text then finds passages, as a real model's does
+        pool = re.findall(r"[A-Za-z]{3,}", prompt[-600:]) or [synthetic_word(i) for i in range(200)]
+        words = lambda n: [pool[int(i)] for i in rng.integers(0, len(pool), n)]   # noqa: E731
+        # an answering generation opens with its answer, as a small instruct model's does ("The answer
+        # is X."): a step's ". " stop keeps it; the others run to `words` on average over all
+        if rng.random() < (answer_rate := self.decisions["answer_rate"]):
+            text = f"So the answer is {words(1)[0].title()}."
+        else:
+            per = max(1.0, (self.decisions["words"] - 5 * answer_rate) / max(1e-9, 1 - answer_rate)) / 1.5
+            low, sentences = max(1, round(per * 0.6)), []
+            for _ in range(int(rng.integers(1, 3))):         # one or two sentences: 1.5 on average
+                sentence = " ".join(words(int(rng.integers(low, max(low + 1, round(per * 1.4) + 1)))))
+                sentences.append(sentence[:1].upper() + sentence[1:] + ".")
+            text = " ".join(sentences)
+        text = text[: 8 * max_new_tokens]
         # a generator of its own: the other draws stay as they were at any newline_rate
         return "\n" + text if _rng("newline", text).random() < self.decisions["newline_rate"] else text
 
@@ -154,7 +160,7 @@ class SyntheticBackend:
     def generate(self, prompt: str, *, max_new_tokens: int, stop: Sequence[str] = (),
                  want_stats: bool = False, want_attention: bool = False) -> Generation:
         rng = _rng("generate", prompt, max_new_tokens)
-        return self._generation(rng, prompt, self._text(rng, max_new_tokens), stop, max_new_tokens,
+        return self._generation(rng, prompt, self._text(rng, max_new_tokens, prompt), stop, max_new_tokens,
                                 want_stats, want_attention)
 
     def score(self, prompt: str, continuation: str) -> Generation:
@@ -183,7 +189,7 @@ class SyntheticBackend:
         rng = _rng("sample", prompt, k, max_new_tokens, s.temperature, s.top_k, s.top_p, s.seed, s.layer,
                    s.hook, s.forced_eos)
         tight = bool(rng.random() < 1 - self.decisions["retrieve_rate"])
-        texts = [self._text(rng, max_new_tokens) for _ in range(1 if tight else k)]
+        texts = [self._text(rng, max_new_tokens, prompt) for _ in range(1 if tight else k)]
         samples = [self._generation(rng, prompt, texts[0 if tight else i], s.stop, max_new_tokens,
                                     s.want_stats, False) for i in range(k)]
         for g in samples:            # no sampler here: the warped log-probs are the raw ones

@@ -65,18 +65,41 @@ def measured_paces(settings: str = "paper", path=None) -> dict[str, dict]:
     return out
 
 
+def _fixed_seconds(df: pd.DataFrame, rows: pd.DataFrame) -> dict[str, float]:
+    """{step: the seconds it takes whatever its work (kernel, imports, model load)}: where the newest
+    run of another profile on the same machine recorded the step's calls too, the intercept of the
+    line through the two runs' (computed prompt tokens, seconds), kept when it lies in [0, the
+    smaller run's seconds); elsewhere none is known (0)."""
+    first = rows.iloc[0]
+    other = df[(df["machine"] == first["machine"]) & (df["profile"] != first["profile"])]
+    if other.empty:
+        return {}
+    other = other[other["run"] == other["run"].iloc[-1]].set_index("step")
+    out = {}
+    for step, secs, tokens, unit in zip(rows["step"], rows["seconds"], rows["prompt_tokens"], rows["unit"]):
+        if unit != PER_CALL or step not in other.index or other.at[step, "unit"] != PER_CALL:
+            continue
+        secs2, tokens2 = float(other.at[step, "seconds"]), float(other.at[step, "prompt_tokens"])
+        if tokens2 != tokens:
+            fixed = secs - (secs - secs2) / (tokens - tokens2) * tokens
+            if 0 <= fixed < min(secs, secs2):
+                out[step] = fixed
+    return out
+
+
 def cpu_paces(profile: str, path=None) -> dict | None:
     """The newest recorded CPU run of `profile`: {"run", "commit", "machine", "note", "steps":
-    {step: {"seconds", "unit", "units" (computed calls, or 1), "off"}}}, or None."""
-    df = _read(CPU_PACE if path is None else path, CPU_COLUMNS, "measured CPU pace")
-    df = df[df["profile"] == profile]
+    {step: {"seconds", "unit", "units" (computed calls, or 1), "fixed" (of the seconds, those the
+    step takes whatever its work: `_fixed_seconds`), "off"}}}, or None."""
+    everything = _read(CPU_PACE if path is None else path, CPU_COLUMNS, "measured CPU pace")
+    df = everything[everything["profile"] == profile]
     if df.empty:
         return None
     rows = df[df["run"] == df["run"].iloc[-1]]              # the last run recorded, all its steps
-    first = rows.iloc[0]
+    first, fixed = rows.iloc[0], _fixed_seconds(everything, rows)
     return {"run": first["run"], "commit": str(first["commit"]), "machine": first["machine"], "note": first["note"],
             "steps": {s: {"seconds": float(sec), "unit": u, "units": float(c) if u == PER_CALL else 1.0,
-                          "off": o if o == o else "not checked"}
+                          "fixed": fixed.get(s, 0.0), "off": o if o == o else "not checked"}
                       for s, sec, u, c, o in zip(rows["step"], rows["seconds"], rows["unit"],
                                                  rows["computed_calls"], rows["off"])}}
 
@@ -128,7 +151,8 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
         unit, units = (PER_CALL, calls) if calls > 0 else (PER_STEP, 1.0)
         old = (before or {"steps": {}})["steps"].get(step)
         off = "first record of this step" if old is None or old["unit"] != unit else \
-            f"{secs / (old['seconds'] / old['units'] * units) - 1:+.0%} against {before['run']}"
+            f"{secs / (old['fixed'] + (old['seconds'] - old['fixed']) / old['units'] * units) - 1:+.0%} " \
+            f"against {before['run']}"
         rows.append({"profile": cfg.profile, "run": f"{cfg.profile} {commit} {time.strftime('%Y-%m-%d')}",
                      "commit": commit, "machine": machine, "step": step, "seconds": secs, "unit": unit,
                      "computed_calls": int(calls), "prompt_tokens": int(done["computed_prompt_tokens"].get(step, 0)),

@@ -188,22 +188,37 @@ def step_seconds(res: Path) -> dict[str, float]:
     return out
 
 
+def _decides(entry: dict) -> bool:
+    """Whether SeaKR's U decided this trace entry: a reasoning step that said something (an empty
+    one retrieves whatever U is) or simple QA's direct answer."""
+    if entry.get("kind") == "pseudo_step":
+        return bool((entry.get("output") or "").strip())
+    return entry.get("kind") == "direct" and entry.get("u") is not None and entry.get("delta") is not None
+
+
 def decisions(res: Path) -> dict | None:
     """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as the traces in `res` record the
-    real model's (None without traces): the share of SeaKR's steps whose U passed its threshold
-    (retrieve_rate); of the steps a loop keeps, the share empty or opening with a newline
+    real model's (None without traces): the share of SeaKR's decisions (`_decides`) whose U passed
+    its threshold (retrieve_rate); of the steps a loop keeps, the share empty or opening with a newline
     (newline_rate: a "\n" stop empties it, ending the loop), and of the others the share that
-    states an answer and their mean words; counted as read (millions of steps at paper scale)."""
+    states an answer and their mean words; counted as read, each distinct step once."""
     answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
     n = dict.fromkeys(("steps", "retrieved", "kept", "newline", "said", "answers", "words"), 0)
+    seen = set()         # a step another row shares (an ablation's cache hit) counts once
     for path in sorted((Path(res) / "runs").glob("*/*.jsonl")):
         for row in _jsonl(path):
             if row.get("derived_from"):
                 continue
             for entry in row.get("trace") or []:
-                n["steps"] += "retrieve" in entry
-                n["retrieved"] += bool(entry.get("retrieve"))
                 out = entry.get("output")
+                key = hash((row.get("id"), entry.get("kind"), entry.get("prompt_chars"), out))
+                if key in seen:
+                    continue
+                seen.add(key)
+                if _decides(entry):
+                    n["steps"] += 1
+                    n["retrieved"] += bool(entry.get("retrieve")) if entry["kind"] == "pseudo_step" \
+                        else not entry["u"] < entry["delta"]
                 if (entry.get("kind") in loop or entry.get("retrieve") is False) and isinstance(out, str):
                     n["kept"] += 1
                     n["newline"] += not out.strip() or out.startswith("\n")
