@@ -425,6 +425,8 @@ def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_of
     for step, secs in (("00-prepare-data", 6.0), ("04-complex-qa", 40.0)):
         (res / "stamps" / f"{step}.json").write_text(json.dumps({"seconds": secs}))
     _write(res / "data" / "bundled-2wiki.jsonl", [{"id": "q0"}])
+    (res / "runs" / "bundled-2wiki").mkdir(parents=True)
+    (res / "runs" / "bundled-2wiki" / "current.json").write_text(json.dumps({"cot": "cot-abc.jsonl"}))
     _write(res / "runs" / "bundled-2wiki" / "cot-abc.jsonl",
            [{"id": "q0", "llm_calls": 3, "llm_cache_hits": 1, "prompt_tokens": 9, "tokens": 2,
              "computed_prompt_tokens": 6, "computed_tokens": 2,
@@ -436,10 +438,12 @@ def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_of
     monkeypatch.setattr(paces, "CPU_PACE", pace_file)
     monkeypatch.setattr(paces, "DECISIONS", tmp_path / "decisions.csv")
     paces.record_pace(load_config("smoke"), "a test", "a test machine", "abc1234")
-    assert paces.recorded_decisions(load_config("smoke"))["source"].endswith("abc1234 " + time.strftime("%Y-%m-%d"))
-    got = paces.recorded_decisions(load_config("default"))
-    assert got["answer_rate"] == 0.5 and got["source"].endswith("profile smoke on the same model")
-    assert paces.recorded_decisions(load_config("paper-tiny")) is None         # another model
+    model = "smollm2-135m-instruct"
+    got = paces.recorded_decisions(load_config("smoke"))
+    assert list(got) == [model] and got[model]["source"].endswith("abc1234 " + time.strftime("%Y-%m-%d"))
+    got = paces.recorded_decisions(load_config("default"))[model]
+    assert got["answer_rate"] == 0.5 and got["source"].endswith(", profile smoke")
+    assert paces.recorded_decisions(load_config("paper-tiny")) == {}          # another model
     rec = paces.cpu_paces("smoke")
     assert rec["steps"]["04-complex-qa"] == {"seconds": 40.0, "unit": "computed call", "units": 2.0, "fixed": 0.0,
                                              "off": "first record of this step"}
@@ -470,27 +474,35 @@ def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_p
     from seakr_repro.llm.synthetic import DECISIONS_ENV, SyntheticBackend
     from seakr_repro.price.work import decisions
 
-    assert decisions(tmp_path) is None
+    cfg = load_config("default")
+    assert decisions(cfg, tmp_path) == {}
     steps = [{"kind": "pseudo_step", "output": "a b c d", "retrieve": True}, {"kind": "rerank", "output": "a b c"},
              {"kind": "pseudo_step", "output": "So the answer is X.", "retrieve": False},
              {"kind": "step", "output": "e f"}, {"kind": "final_knowledge", "output": "The answer is Y."},
              {"kind": "step", "output": "\nSo the answer is Y."}, {"kind": "step", "output": ""},
              {"kind": "pseudo_step", "output": "", "retrieve": True},       # empty: retrieves whatever U is
              {"kind": "direct", "output": "Y", "u": 1.0, "delta": 0.5}]     # simple QA: U passed delta
-    _write(tmp_path / "runs" / "2wiki" / "seakr-abc.jsonl", [{"id": "q0", "trace": steps},
-                                                              {"id": "q1", "trace": steps, "derived_from": {}}])
-    got = decisions(tmp_path)
-    assert got == {"retrieve_rate": 2 / 3, "answer_rate": 0.5, "words": 15 / 4, "newline_rate": 2 / 5}
-    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"retrieve_rate": 0.0, "answer_rate": 1.0}))
+    rows = [{"id": "q0", "trace": steps}, {"id": "q1", "trace": steps, "derived_from": {}}]
+    _write(tmp_path / "runs" / "2wiki" / "seakr-abc.jsonl", rows)
+    _write(tmp_path / "runs" / "2wiki" / "estimator-energy-abc.jsonl", rows)       # shares SeaKR's steps
+    _write(tmp_path / "runs" / "2wiki" / "gemma-3-270m-abc.jsonl", [{"id": "q0", "trace": steps[:2]}])
+    (tmp_path / "runs" / "2wiki" / "current.json").write_text(json.dumps(
+        {"seakr": "seakr-abc.jsonl", "estimator-energy": "estimator-energy-abc.jsonl",
+         "gemma-3-270m": "gemma-3-270m-abc.jsonl"}))     # a backbone: its own model's
+    got = decisions(cfg, tmp_path)
+    assert got == {"smollm2-135m-instruct": {"retrieve_rate": 2 / 3, "answer_rate": 0.5, "words": 15 / 4,
+                                             "newline_rate": 2 / 5},
+                   "gemma-3-270m": {"retrieve_rate": 1.0, "answer_rate": 0.0, "words": 3.0, "newline_rate": 0.0}}
+    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"synthetic-llama-2-7b": {"retrieve_rate": 0.0, "answer_rate": 1.0}}))
     model = SyntheticBackend()      # an answer opens the generation: a step's ". " stop keeps it
     assert all(model.generate(f"q{i}", max_new_tokens=64, stop=[". "]).text.startswith("So the answer is ")
                for i in range(5))
-    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"answer_rate": 0.5, "words": 9.0}))
+    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"synthetic-llama-2-7b": {"answer_rate": 0.5, "words": 9.0}}))
     said = [SyntheticBackend().generate(f"q{i}", max_new_tokens=64).text for i in range(400)]
     assert np.mean([len(t.split()) for t in said]) == pytest.approx(9.0, rel=0.1)   # answers and the rest
     tight = [model.sample(f"q{i}", Sampling(k=3, max_new_tokens=8)) for i in range(5)]     # no retrieval
     assert all(s.vectors.std(axis=0).max() < 0.01 for s in tight)
-    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"newline_rate": 1.0}))      # a "\n" stop: nothing said
+    monkeypatch.setenv(DECISIONS_ENV, json.dumps({"synthetic-llama-2-7b": {"newline_rate": 1.0}}))   # "\n" stops
     model = SyntheticBackend()
     assert all(model.generate(f"q{i}", max_new_tokens=64, stop=["\n"]).text == "" for i in range(5))
     assert all(model.generate(f"q{i}", max_new_tokens=64).text.startswith("\n") for i in range(5))

@@ -9,7 +9,7 @@ same call always gives the same answer. Texts are sentences of words from the pr
 queries retrieve something), or "So the answer is X." alone; sample vectors are, per
 context, tight (U below the official delta = -6) or spread out, so both branches of every loop
 run. How often each happens, and how long a generation runs, are its `DECISIONS`; `cost`'s dry
-run sets them from a finished run's records (`DECISIONS_ENV`).
+run sets them per model from a finished run's records (`DECISIONS_ENV`).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ WORDS = ("river city army king film album band court bridge island novel church 
 # share of sample sets spread out (SeaKR's U above its threshold); words: a generation's mean words;
 # newline_rate: the share that open with a newline, which a "\n" stop cuts to nothing (a loop's end)
 DECISIONS = {"answer_rate": 0.35, "retrieve_rate": 0.5, "words": 16.0, "newline_rate": 0.0}
-DECISIONS_ENV = "SEAKR_SYNTHETIC_DECISIONS"     # JSON of some of DECISIONS, in cost's dry run
+DECISIONS_ENV = "SEAKR_SYNTHETIC_DECISIONS"     # JSON {model: some of DECISIONS}, in cost's dry run
 _TOKEN = re.compile(r"\s*\S+|\n")
 
 
@@ -64,7 +64,8 @@ class SyntheticBackend:
                  vocab: int = 5000):
         self.name, self.n_layers, self.hidden_size = name, int(n_layers), int(hidden_size)
         self.eos_token_id, self.vocab = 2, int(vocab)
-        self.decisions = {**DECISIONS, **json.loads(os.environ.get(DECISIONS_ENV) or "{}")}
+        given = json.loads(os.environ.get(DECISIONS_ENV) or "{}")      # KBAE's adapter: its base's
+        self.decisions = {**DECISIONS, **given.get(name.split("+")[0], {})}
         self._pieces: dict[int, str] = {}       # token id -> its text, for `words`
 
     max_context = 4096           # LLaMA-2's context

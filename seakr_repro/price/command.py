@@ -54,10 +54,12 @@ def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Pat
 
     if sample is None and not dry_run.runs_here(cfg):
         sample = STAND_IN_SAMPLE       # look-alikes: a sample, scaled to the profile's sizes
-    rates, source = decisions(RESULTS_ROOT / cfg.profile), "the profile's run files here"
-    if rates is None:
-        rates = recorded_decisions(cfg)
-        source = rates.pop("source") if rates else None
+    rates = decisions(cfg, RESULTS_ROOT / cfg.profile)
+    source = dict.fromkeys(rates, "the profile's run files here")
+    for model, recorded in recorded_decisions(cfg).items():      # a model the run files lack
+        if model not in rates:
+            source[model] = recorded.pop("source")
+            rates[model] = recorded
     key = _key(cfg, overrides, sample, replay, rates)
     path = CACHE_DIR / PREDICTIONS / f"{key}.json"
     if path.is_file() and not refresh:
@@ -237,12 +239,12 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
     src = (f"{replayed:,} of its {made:,} computed calls replayed from the real model's call cache "
            f"({repo_relative(got['replay_cache'])}), the other {made - replayed:,} the synthetic model's"
            if got.get("replay_cache") else "every computed call the synthetic model's")
-    rates = got.get("decisions")
-    src += (f" (its decisions at the rates of {got['decisions_source']}: U past its threshold "
-            f"{rates['retrieve_rate']:.0%} of SeaKR's steps; {rates['newline_rate']:.0%} of reasoning "
-            f"steps open with a newline; an answer in {rates['answer_rate']:.0%} of the others, "
-            f"{rates['words']:.0f} words a step)" if rates else " (its decisions at its own "
-            "rates: no run of its model recorded)")
+    rates = got.get("decisions") or {}
+    src += " (its decisions " + ("; ".join(
+        f"for {model} at the rates of {got['decisions_source'][model]}: U past its threshold "
+        f"{r['retrieve_rate']:.0%} of SeaKR's steps; {r['newline_rate']:.0%} of reasoning steps open "
+        f"with a newline; an answer in {r['answer_rate']:.0%} of the others, {r['words']:.0f} words a step"
+        for model, r in rates.items()) or "at its own rates: no run of its models recorded") + ")"
     sample = ("every question of every step" if got.get("sample") is None else
               f"at most {got['sample']} questions per data set and step, scaled to the profile's sizes "
               "(± one standard error of that sample)")

@@ -104,9 +104,9 @@ def _link_built_inputs(cache: Path) -> None:
 def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = None,
         quiet: bool = True, decisions: dict | None = None) -> dict:
     """The dry run of `cfg.profile` with `overrides` (--set), replaying the call cache `replay`
-    (`llm.replay`; None: none), the synthetic model deciding at `decisions` (None: its own), on
-    look-alikes where the profile's inputs are not here: {"work", "seconds", "replay", "sample",
-    "stand_ins"}."""
+    (`llm.replay`; None: none), the synthetic model deciding at `decisions` ({model: rates}; a model
+    without: its own), on look-alikes where the profile's inputs are not here: {"work", "seconds",
+    "replay", "sample", "stand_ins"}."""
     from ..doubles.standins import write_standins
 
     here = runs_here(cfg)

@@ -104,18 +104,21 @@ def cpu_paces(profile: str, path=None) -> dict | None:
                                                  rows["computed_calls"], rows["off"])}}
 
 
-def recorded_decisions(cfg: Config, path=None) -> dict | None:
-    """The synthetic model's decisions (`work.decisions`) as the newest recorded run of
-    `cfg.profile` took them, else the newest run of another profile on the same model, with
-    "source" naming the run; None when no run of that model is recorded."""
+def recorded_decisions(cfg: Config, path=None) -> dict[str, dict]:
+    """{model the profile runs (its own, its backbones): the synthetic model's decisions
+    (`work.decisions`) as the newest recorded run of `cfg.profile` took them for that model, else the
+    newest run of another profile on it, with "source" naming the run} (a model no run recorded
+    left out)."""
     df = _read(DECISIONS if path is None else path, DECISION_COLUMNS, "recorded decisions")
-    own, same = df[df["profile"] == cfg.profile], df[df["model"] == cfg["model.name"]]
-    rows = own if not own.empty else same
-    if rows.empty:
-        return None
-    row = rows.iloc[-1]
-    whose = "" if row["profile"] == cfg.profile else f", profile {row['profile']} on the same model"
-    return {**{k: float(row[k]) for k in DECISION_COLUMNS[3:]}, "source": f"recorded run {row['run']}{whose}"}
+    out = {}
+    for model in dict.fromkeys([cfg["model.name"], *(cfg.get("backbones.models", []) or [])]):
+        same = df[df["model"] == model]
+        own = same[same["profile"] == cfg.profile]
+        if not (rows := own if not own.empty else same).empty:
+            row = rows.iloc[-1]
+            whose = "" if row["profile"] == cfg.profile else f", profile {row['profile']}"
+            out[model] = {**{k: float(row[k]) for k in DECISION_COLUMNS[3:]}, "source": f"{row['run']}{whose}"}
+    return out
 
 
 def on_cpu(cfg: Config) -> bool:
@@ -158,10 +161,10 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
                      "computed_calls": int(calls), "prompt_tokens": int(done["computed_prompt_tokens"].get(step, 0)),
                      "generated_tokens": int(done["computed_tokens"].get(step, 0)), "off": off, "note": note})
     _append(CPU_PACE, CPU_COLUMNS, "measured CPU pace", rows)
-    if (rates := decisions(res)) is not None:
+    if rates := decisions(cfg, res):
         _append(DECISIONS, DECISION_COLUMNS, "recorded decisions", [{
-            "profile": cfg.profile, "run": rows[0]["run"], "model": cfg["model.name"],
-            **{k: round(v, 4) for k, v in rates.items()}}])
+            "profile": cfg.profile, "run": rows[0]["run"], "model": model, **{k: round(v, 4) for k, v in r.items()}}
+            for model, r in rates.items()])
     return CPU_PACE
 
 

@@ -196,22 +196,40 @@ def _decides(entry: dict) -> bool:
     return entry.get("kind") == "direct" and entry.get("u") is not None and entry.get("delta") is not None
 
 
-def decisions(res: Path) -> dict | None:
-    """The synthetic model's decisions (`llm.synthetic.DECISIONS`) as the traces in `res` record the
-    real model's (None without traces): the share of SeaKR's decisions (`_decides`) whose U passed
-    its threshold (retrieve_rate); of the steps a loop keeps, the share empty or opening with a newline
-    (newline_rate: a "\n" stop empties it, ending the loop), and of the others the share that
-    states an answer and their mean words; counted as read, each distinct step once."""
+def _run_files(cfg: Config, res: Path):
+    """(model, path) of each current run file in `res`: a backbone's row its model's, a method on
+    its own checkpoint (Self-RAG) that one's, every other row the profile's model's."""
+    from ..artifacts import find_method
+    from ..core.io import read_json
+    from ..runs.runner import CURRENT_NAME
+
+    backbones = set(cfg.get("backbones.models", []) or [])
+    for record in sorted((Path(res) / "runs").glob(f"*/{CURRENT_NAME}")):
+        for label, name in read_json(record).items():
+            known = find_method(label)
+            yield (label if label in backbones else known.model if known and known.model else cfg["model.name"],
+                   record.parent / name)
+
+
+def decisions(cfg: Config, res: Path) -> dict[str, dict]:
+    """{model: the synthetic model's decisions (`llm.synthetic.DECISIONS`) as the traces in `res`
+    record that model's} (a model without traces left out): the share of SeaKR's decisions
+    (`_decides`) whose U passed its threshold (retrieve_rate); of the steps a loop keeps, the share
+    empty or opening with a newline (newline_rate: a "\n" stop empties it, ending the loop), and of
+    the others the share that states an answer and their mean words; counted as read, each
+    distinct step once."""
     answer, loop = re.compile(r"answer is", re.IGNORECASE), {"step", "cot", "rerank"}
-    n = dict.fromkeys(("steps", "retrieved", "kept", "newline", "said", "answers", "words"), 0)
+    counts: dict[str, dict] = {}
     seen = set()         # a step another row shares (an ablation's cache hit) counts once
-    for path in sorted((Path(res) / "runs").glob("*/*.jsonl")):
+    for model, path in _run_files(cfg, res):
+        n = counts.setdefault(model, dict.fromkeys(("steps", "retrieved", "kept", "newline", "said", "answers",
+                                                    "words"), 0))
         for row in _jsonl(path):
             if row.get("derived_from"):
                 continue
             for entry in row.get("trace") or []:
                 out = entry.get("output")
-                key = hash((row.get("id"), entry.get("kind"), entry.get("prompt_chars"), out))
+                key = hash((model, row.get("id"), entry.get("kind"), entry.get("prompt_chars"), out))
                 if key in seen:
                     continue
                 seen.add(key)
@@ -226,7 +244,6 @@ def decisions(res: Path) -> dict | None:
                         n["said"] += 1
                         n["answers"] += bool(answer.search(out))
                         n["words"] += len(out.split())
-    if not n["steps"] or not n["said"]:
-        return None
-    return {"retrieve_rate": n["retrieved"] / n["steps"], "answer_rate": n["answers"] / n["said"],
-            "words": n["words"] / n["said"], "newline_rate": n["newline"] / n["kept"]}
+    return {model: {"retrieve_rate": n["retrieved"] / n["steps"], "answer_rate": n["answers"] / n["said"],
+                    "words": n["words"] / n["said"], "newline_rate": n["newline"] / n["kept"]}
+            for model, n in counts.items() if n["steps"] and n["said"]}
