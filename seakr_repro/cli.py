@@ -190,7 +190,7 @@ def cmd_cost(args):
     overrides = _overrides(args.set)
     replay = None if args.no_replay else Path(args.replay_cache or CACHE_DIR)
     got = cost.predict(cfg, overrides, sample=args.sample, replay=replay, refresh=args.refresh,
-                       verbose=args.verbose)
+                       verbose=args.verbose, seeds=args.seeds)
     units, used = cost.priced(cfg, got)
     beside = cost.beside_run(cfg, units)
     if args.json:
@@ -312,6 +312,8 @@ COMMANDS = {
         _arg("--replay-cache", default=None, metavar="DIR",
              help="replay the real model's calls from this cache folder (default: SEAKR_CACHE_DIR)"),
         _arg("--no-replay", action="store_true", help="every call from the synthetic model"),
+        _arg("--seeds", type=int, default=3, metavar="N",
+             help="the mean of N draws of the synthetic model's decisions (default: 3)"),
         _arg("--refresh", action="store_true", help="run the dry run again, not its kept result"),
         _arg("--verbose", action="store_true", help="show the dry run's steps as they run"),
         _arg("--record-pace", default=None, metavar="NOTE",

@@ -471,7 +471,7 @@ def test_a_derived_row_is_counted_as_derived_not_as_calls(tmp_path):
 
 
 def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_path, monkeypatch):
-    from seakr_repro.llm.synthetic import DECISIONS_ENV, SyntheticBackend
+    from seakr_repro.llm.synthetic import DECISIONS_ENV, SEED_ENV, SyntheticBackend
     from seakr_repro.price.work import decisions
 
     cfg = load_config("default")
@@ -500,6 +500,10 @@ def test_the_synthetic_models_decisions_are_the_rates_a_runs_traces_record(tmp_p
     monkeypatch.setenv(DECISIONS_ENV, json.dumps({"synthetic-llama-2-7b": {"answer_rate": 0.5, "words": 9.0}}))
     said = [SyntheticBackend().generate(f"q{i}", max_new_tokens=64).text for i in range(400)]
     assert np.mean([len(t.split()) for t in said]) == pytest.approx(9.0, rel=0.1)   # answers and the rest
+    monkeypatch.setenv(SEED_ENV, "1")             # cost's second draw: other outputs, the same rates
+    again = [SyntheticBackend().generate(f"q{i}", max_new_tokens=64).text for i in range(400)]
+    assert sum(a != b for a, b in zip(said, again)) > 300
+    assert np.mean([len(t.split()) for t in again]) == pytest.approx(9.0, rel=0.1)
     tight = [model.sample(f"q{i}", Sampling(k=3, max_new_tokens=8)) for i in range(5)]     # no retrieval
     assert all(s.vectors.std(axis=0).max() < 0.01 for s in tight)
     monkeypatch.setenv(DECISIONS_ENV, json.dumps({"synthetic-llama-2-7b": {"newline_rate": 1.0}}))   # "\n" stops

@@ -34,10 +34,12 @@ WORDS = ("river city army king film album band court bridge island novel church 
 # newline_rate: the share that open with a newline, which a "\n" stop cuts to nothing (a loop's end)
 DECISIONS = {"answer_rate": 0.35, "retrieve_rate": 0.5, "words": 16.0, "newline_rate": 0.0}
 DECISIONS_ENV = "SEAKR_SYNTHETIC_DECISIONS"     # JSON {model: some of DECISIONS}, in cost's dry run
+SEED_ENV = "SEAKR_SYNTHETIC_SEED"               # cost's dry run averages several draws
 _TOKEN = re.compile(r"\s*\S+|\n")
 
 
 def _rng(*parts) -> np.random.Generator:
+    parts = (os.environ[SEED_ENV], *parts) if os.environ.get(SEED_ENV) else parts     # another draw of it all
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 

@@ -36,15 +36,16 @@ def checkout_commit() -> str:
     return rev["revision"][:7] + ("+changes" if rev["dirty"] else "")
 
 
-def _key(cfg: Config, overrides: dict, sample: int | None, replay: Path | None, decisions: dict | None) -> str:
+def _key(cfg: Config, overrides: dict, sample: int | None, replay: Path | None, decisions: dict | None,
+         seeds: int) -> str:
     blob = json.dumps({"profile": cfg.profile, "config": cfg.data, "overrides": overrides, "sample": sample,
-                       "replay": str(replay) if replay else None, "decisions": decisions,
+                       "replay": str(replay) if replay else None, "decisions": decisions, "seeds": seeds,
                        "code": _code_fingerprint()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
 def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = CACHE_DIR,
-            refresh: bool = False, verbose: bool = False) -> dict:
+            refresh: bool = False, verbose: bool = False, seeds: int = 1) -> dict:
     """The dry run's work for `cfg` with its key, commit, time, a sample's calibration sizes and the
     decisions it took: the profile's run files' here, else a recorded run's."""
     from ..core.io import read_json, write_json
@@ -60,14 +61,14 @@ def predict(cfg: Config, overrides: dict, sample: int | None = None, replay: Pat
         if model not in rates:
             source[model] = recorded.pop("source")
             rates[model] = recorded
-    key = _key(cfg, overrides, sample, replay, rates)
+    key = _key(cfg, overrides, sample, replay, rates, seeds)
     path = CACHE_DIR / PREDICTIONS / f"{key}.json"
     if path.is_file() and not refresh:
         got = read_json(path)
     else:
         t0 = time.perf_counter()
         got = dry_run.run(cfg, overrides, sample, replay if replay and Path(replay).is_dir() else None,
-                          quiet=not verbose, decisions=rates)
+                          quiet=not verbose, decisions=rates, seeds=seeds)
         got.update(key=key, profile=cfg.profile, made=time.strftime("%Y-%m-%d %H:%M:%S"),
                    commit=checkout_commit(), dry_run_seconds=round(time.perf_counter() - t0, 1),
                    replay_cache=str(replay) if replay and got["replay"]["replayed"] else None,
@@ -245,6 +246,8 @@ def report(cfg: Config, got: dict, units: pd.DataFrame, used: dict, runs: bool =
         f"{r['retrieve_rate']:.0%} of SeaKR's steps; {r['newline_rate']:.0%} of reasoning steps open "
         f"with a newline; an answer in {r['answer_rate']:.0%} of the others, {r['words']:.0f} words a step"
         for model, r in rates.items()) or "at its own rates: no run of its models recorded") + ")"
+    if got.get("seeds", 1) > 1:
+        src += f", the mean of {got['seeds']} draws of those decisions"
     sample = ("every question of every step" if got.get("sample") is None else
               f"at most {got['sample']} questions per data set and step, scaled to the profile's sizes "
               "(± one standard error of that sample)")

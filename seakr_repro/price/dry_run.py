@@ -16,10 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from ..artifacts import CALIBRATION, EXTRACTION, MECHANISMS, SEED_STEP, STEPS, table
 from ..core.config import Config
 from ..llm.replay import REPLAY_ENV
-from ..llm.synthetic import DECISIONS_ENV
+from ..llm.synthetic import DECISIONS_ENV, SEED_ENV
 from ..runs.plan import notebook_parameter
 from .work import mechanisms_set, recorded_work
 
@@ -102,11 +104,21 @@ def _link_built_inputs(cache: Path) -> None:
 
 
 def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | None = None,
-        quiet: bool = True, decisions: dict | None = None) -> dict:
+        quiet: bool = True, decisions: dict | None = None, seeds: int = 1) -> dict:
     """The dry run of `cfg.profile` with `overrides` (--set), replaying the call cache `replay`
     (`llm.replay`; None: none), the synthetic model deciding at `decisions` ({model: rates}; a model
-    without: its own), on look-alikes where the profile's inputs are not here: {"work", "seconds",
-    "replay", "sample", "stand_ins"}."""
+    without: its own), on look-alikes where the profile's inputs are not here; with `seeds` > 1,
+    the mean work of that many draws of the synthetic model (one question's decisions move a
+    small step by a tenth): {"work", "seconds", "replay", "sample", "stand_ins", "seeds"}."""
+    draws = [_run_once(cfg, overrides, sample, replay, quiet, decisions, seed) for seed in range(seeds)]
+    work = pd.concat([pd.DataFrame(d["work"]) for d in draws])
+    keys = [c for c in work.columns if not pd.api.types.is_numeric_dtype(work[c])]
+    work = work.groupby(keys, sort=False, dropna=False).mean().reset_index()
+    return {**draws[0], "work": json.loads(work.to_json(orient="records")), "seeds": seeds}
+
+
+def _run_once(cfg: Config, overrides: dict, sample: int | None, replay: Path | None, quiet: bool,
+              decisions: dict | None, seed: int) -> dict:
     from ..doubles.standins import write_standins
 
     here = runs_here(cfg)
@@ -124,6 +136,7 @@ def run(cfg: Config, overrides: dict, sample: int | None = None, replay: Path | 
         if replay is not None:
             env[REPLAY_ENV] = str(Path(replay).resolve())
         env[DECISIONS_ENV] = json.dumps(decisions or {})
+        env[SEED_ENV] = str(seed or "")
         from ..core.paths import kernel_environment
         env.update(kernel_environment())          # this package, whichever clone runs it
         out = work / "dry_run.json"
