@@ -184,8 +184,9 @@ def _units(**cols):
 
 def _cpu(**steps):
     """{step: (seconds, unit, units[, fixed seconds])} as `paces.cpu_paces` gives them."""
-    return {"run": "r", "steps": {s: {"seconds": sec, "unit": unit, "units": n, "fixed": (rest or [0.0])[0],
-                                      "off": "not checked"} for s, (sec, unit, n, *rest) in steps.items()}}
+    return {"run": "r", "steps": {s: {"seconds": sec, "unit": unit, "units": n, "fixed": fixed,
+                                      "per_unit": (sec - fixed) / n, "off": "not checked"}
+                                  for s, (sec, unit, n, *rest) in steps.items() for fixed in [(rest or [0.0])[0]]}}
 
 
 def test_a_cpu_record_prices_each_computed_call_at_its_steps_pace():
@@ -446,7 +447,7 @@ def test_record_pace_keeps_a_finished_runs_work_and_how_far_the_last_pace_was_of
     assert paces.recorded_decisions(load_config("paper-tiny")) == {}          # another model
     rec = paces.cpu_paces("smoke")
     assert rec["steps"]["04-complex-qa"] == {"seconds": 40.0, "unit": "computed call", "units": 2.0, "fixed": 0.0,
-                                             "off": "first record of this step"}
+                                             "per_unit": 20.0, "off": "first record of this step"}
     assert rec["steps"]["00-prepare-data"]["unit"] == "step" and rec["machine"] == "a test machine"
     (res / "stamps" / "04-complex-qa.json").write_text(json.dumps({"seconds": 50.0}))
     paces.record_pace(load_config("smoke"), "a test", "a test machine", "abc1234")

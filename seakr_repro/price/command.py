@@ -206,7 +206,7 @@ def pace_notes(used: dict, units: pd.DataFrame) -> list[str]:
     notes = []
     cpu = used.get("cpu")
     if cpu:
-        steps = "; ".join(f"{s} {(r['seconds'] - r['fixed']) / r['units']:.3g} s per {r['unit']}"
+        steps = "; ".join(f"{s} {r['per_unit']:.3g} s per {r['unit']}"
                           + (f" + {r['fixed']:.0f} s fixed" if r["fixed"] else "") + f" (off: {r['off']})"
                           for s, r in cpu["steps"].items())
         notes.append(f"CPU: {cpu['run']} ({cpu['machine']}; data/measured/cpu_pace.csv): {steps}")

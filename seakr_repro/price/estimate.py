@@ -107,7 +107,7 @@ def _table7_per_call(units: pd.DataFrame, table7: dict) -> dict[tuple[str, str],
 def _cpu_seconds(units: pd.DataFrame, cpu: dict) -> pd.Series:
     """Each unit's computed calls at its step's recorded seconds per computed call, its fixed
     seconds apart (NaN: none)."""
-    per = {s: (r["seconds"] - r["fixed"]) / r["units"] for s, r in cpu["steps"].items() if r["unit"] == PER_CALL}
+    per = {s: r["per_unit"] for s, r in cpu["steps"].items() if r["unit"] == PER_CALL}
     return units["unique"] * units["step"].map(per)
 
 
@@ -135,14 +135,15 @@ def price(cfg: Config, units: pd.DataFrame, cpu: dict | None = None, cards: dict
     out["pace"] = [", ".join(n for n, secs in seconds.items() if secs[i] == secs[i]) or "no pace"
                    for i in out.index]
     if cpu is not None:         # a step's seconds whatever its work, and the steps without model calls
+        priced = set(out["step"])
         fixed = [{"step": s, "table": "", "run": "(fixed seconds)" if rec["unit"] == PER_CALL else "(no model calls)",
                   "method": "", "dataset": "", "question_runs": 0,
                   HOURS + f"CPU: {cpu['run']}": (rec["fixed"] if rec["unit"] == PER_CALL else rec["seconds"]) / 3600,
                   "pace": f"CPU: {cpu['run']}",
                   **dict.fromkeys(WORK + ["planned", "dry_questions", "calls_se", "unique_se"], 0.0)}
                  for s, rec in cpu["steps"].items()
-                 if rec["unit"] == PER_CALL and rec["fixed"] > 0 and s in set(out["step"])
-                 or rec["unit"] != PER_CALL and s not in set(out["step"])]
+                 if rec["unit"] == PER_CALL and rec["fixed"] > 0 and s in priced
+                 or rec["unit"] != PER_CALL and s not in priced]
         out = pd.concat([out, pd.DataFrame(fixed)], ignore_index=True).sort_values("step", kind="stable",
                                                                                  ignore_index=True)
     return out

@@ -90,7 +90,8 @@ def _fixed_seconds(df: pd.DataFrame, rows: pd.DataFrame) -> dict[str, float]:
 def cpu_paces(profile: str, path=None) -> dict | None:
     """The newest recorded CPU run of `profile`: {"run", "commit", "machine", "note", "steps":
     {step: {"seconds", "unit", "units" (computed calls, or 1), "fixed" (of the seconds, those the
-    step takes whatever its work: `_fixed_seconds`), "off"}}}, or None."""
+    step takes whatever its work: `_fixed_seconds`), "per_unit" (the rest over its units), "off"}}},
+    or None."""
     everything = _read(CPU_PACE if path is None else path, CPU_COLUMNS, "measured CPU pace")
     df = everything[everything["profile"] == profile]
     if df.empty:
@@ -98,10 +99,11 @@ def cpu_paces(profile: str, path=None) -> dict | None:
     rows = df[df["run"] == df["run"].iloc[-1]]              # the last run recorded, all its steps
     first, fixed = rows.iloc[0], _fixed_seconds(everything, rows)
     return {"run": first["run"], "commit": str(first["commit"]), "machine": first["machine"], "note": first["note"],
-            "steps": {s: {"seconds": float(sec), "unit": u, "units": float(c) if u == PER_CALL else 1.0,
-                          "fixed": fixed.get(s, 0.0), "off": o if o == o else "not checked"}
+            "steps": {s: {"seconds": float(sec), "unit": u, "units": n, "fixed": fixed.get(s, 0.0),
+                          "per_unit": (float(sec) - fixed.get(s, 0.0)) / n, "off": o if o == o else "not checked"}
                       for s, sec, u, c, o in zip(rows["step"], rows["seconds"], rows["unit"],
-                                                 rows["computed_calls"], rows["off"])}}
+                                                 rows["computed_calls"], rows["off"])
+                      for n in [float(c) if u == PER_CALL else 1.0]}}
 
 
 def recorded_decisions(cfg: Config, path=None) -> dict[str, dict]:
@@ -154,8 +156,7 @@ def record_pace(cfg: Config, note: str, machine: str, commit: str) -> Path:
         unit, units = (PER_CALL, calls) if calls > 0 else (PER_STEP, 1.0)
         old = (before or {"steps": {}})["steps"].get(step)
         off = "first record of this step" if old is None or old["unit"] != unit else \
-            f"{secs / (old['fixed'] + (old['seconds'] - old['fixed']) / old['units'] * units) - 1:+.0%} " \
-            f"against {before['run']}"
+            f"{secs / (old['fixed'] + old['per_unit'] * units) - 1:+.0%} against {before['run']}"
         rows.append({"profile": cfg.profile, "run": f"{cfg.profile} {commit} {time.strftime('%Y-%m-%d')}",
                      "commit": commit, "machine": machine, "step": step, "seconds": secs, "unit": unit,
                      "computed_calls": int(calls), "prompt_tokens": int(done["computed_prompt_tokens"].get(step, 0)),
